@@ -1,0 +1,91 @@
+//! The admin listener: GET /status (and GET /health), on `admin_listen`.
+//!
+//! Kept off the data plane on its own small tokio runtime so that scrapes and
+//! status checks never compete with calls for pingora's workers.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde::Serialize;
+use tokio::net::TcpListener;
+
+use crate::catalog::poll::UpstreamStatus;
+use crate::catalog::Conflict;
+use crate::gateway::Gateway;
+
+/// Serves the admin endpoints on an already bound listener, forever.
+pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(error = %e, "admin accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let gateway = gateway.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request| {
+                let gateway = gateway.clone();
+                async move { Ok::<_, Infallible>(route(&gateway, request)) }
+            });
+            let connection = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "admin connection ended");
+            }
+        });
+    }
+}
+
+fn route(gateway: &Gateway, request: Request<Incoming>) -> Response<Full<Bytes>> {
+    match (request.method(), request.uri().path()) {
+        (&Method::GET, "/status") => json(StatusCode::OK, &status(gateway)),
+        (&Method::GET, "/health") => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
+        (_, "/status" | "/health") => json(StatusCode::METHOD_NOT_ALLOWED, &serde_json::json!({"message": "use GET"})),
+        _ => json(StatusCode::NOT_FOUND, &serde_json::json!({"message": "admin endpoints: GET /status, GET /health"})),
+    }
+}
+
+/// The body of GET /status.
+#[derive(Serialize)]
+struct Status {
+    upstreams: Vec<UpstreamReport>,
+    tools: usize,
+    conflicts: Vec<Conflict>,
+}
+
+#[derive(Serialize)]
+struct UpstreamReport {
+    name: String,
+    #[serde(flatten)]
+    status: UpstreamStatus,
+}
+
+fn status(gateway: &Gateway) -> Status {
+    let catalog = gateway.catalog.load();
+    let mut statuses = gateway.catalog.statuses();
+    let upstreams = gateway
+        .runtime()
+        .upstreams
+        .iter()
+        .map(|u| UpstreamReport { name: u.name.clone(), status: statuses.remove(&u.name).unwrap_or_default() })
+        .collect();
+    Status { upstreams, tools: catalog.len(), conflicts: catalog.conflicts().to_vec() }
+}
+
+fn json<T: Serialize>(status: StatusCode, body: &T) -> Response<Full<Bytes>> {
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut response = Response::new(Full::new(Bytes::from(bytes)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response
+}

@@ -1,0 +1,259 @@
+//! The life of a tool call, top to bottom: parse, resolve, validate, inject,
+//! forward, re-wrap. Each step is a function named for what it does.
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use serde_json::Value;
+
+use crate::catalog::{Catalog, Route, Target};
+use crate::error::FrontError;
+use crate::gateway::Gateway;
+use crate::resolve::parse_tool_id;
+use crate::upstream::{CallReply, ForwardError};
+use crate::wire::{
+    self, is_supported_schema, CallBody, CallContext, CallResponseEnvelope, CallResult, UpstreamCallBody,
+    UpstreamCallRequest, SCHEMA,
+};
+
+/// A call request after parsing: the canonical form of whatever shape came in.
+#[derive(Debug)]
+pub struct ParsedCall {
+    /// `Toolkit.Name[@version]` as the client wrote it.
+    pub tool_id: String,
+    /// The client's call id, or one the gateway made.
+    pub call_id: String,
+    /// The client's trace id.
+    pub trace_id: Option<String>,
+    /// The input, always a JSON object.
+    pub input: Value,
+    /// The client's context.
+    pub context: CallContext,
+}
+
+/// How a call ended, for the caller's logs and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The tool ran and succeeded.
+    Success,
+    /// The tool ran (or was sent) and failed.
+    ToolError,
+}
+
+/// A finished call: the response body and what to record about it.
+#[derive(Debug)]
+pub struct Completed {
+    /// `{"$schema", "result"}`.
+    pub body: Bytes,
+    /// Success or tool error.
+    pub outcome: Outcome,
+    /// The resolved tool id.
+    pub tool: String,
+    /// The upstream that answered.
+    pub upstream: String,
+}
+
+/// Handles `POST /tools/call` from the raw body to the response body.
+pub async fn call_tool(gateway: &Gateway, body: &[u8]) -> Result<Completed, FrontError> {
+    let started = Instant::now();
+    let call = parse_call(body)?;
+    let catalog = gateway.catalog.load();
+    let route = resolve_tool(&catalog, &call.tool_id)?;
+    validate_input(route, &call.input)?;
+    let context = inject_context(call.context);
+    let max_response = gateway.runtime().config.server.max_body_bytes.max(MIN_RESPONSE_LIMIT);
+    let (target, forwarded) = forward_call(route, &call.call_id, call.trace_id.as_deref(), &call.input, &context, max_response).await?;
+    let result = rewrap_response(forwarded, target, call.call_id, started)?;
+    Ok(Completed {
+        body: render_result(&result),
+        outcome: if result.success { Outcome::Success } else { Outcome::ToolError },
+        tool: route.tool.definition.id.clone(),
+        upstream: target.upstream.name.clone(),
+    })
+}
+
+/// Tool answers may be larger than requests; never below this many bytes.
+const MIN_RESPONSE_LIMIT: usize = 16 * 1024 * 1024;
+
+/// Parse: any accepted body shape into a [`ParsedCall`].
+pub fn parse_call(body: &[u8]) -> Result<ParsedCall, FrontError> {
+    let outer: CallBody = serde_json::from_slice(body).map_err(|e| FrontError::MalformedCall(e.to_string()))?;
+    let outer_schema = outer.schema.clone();
+    let request = match outer.request {
+        Some(inner) => *inner,
+        None => outer,
+    };
+    for schema in [outer_schema.as_deref(), request.schema.as_deref()].into_iter().flatten() {
+        if !is_supported_schema(schema) {
+            return Err(FrontError::UnsupportedSchema(schema.chars().take(100).collect()));
+        }
+    }
+    let tool_id = request.tool_id.ok_or(FrontError::MissingToolId)?;
+    let call_id = match request.call_id {
+        Some(id) if !id.is_empty() => id,
+        _ => uuid::Uuid::new_v4().to_string(),
+    };
+    let input = request.input.or(request.inputs).unwrap_or_default();
+    Ok(ParsedCall {
+        tool_id,
+        call_id,
+        trace_id: request.trace_id,
+        input: Value::Object(input),
+        context: request.context.unwrap_or_default(),
+    })
+}
+
+/// Resolve: the tool id to the route serving that version.
+pub fn resolve_tool<'c>(catalog: &'c Catalog, tool_id: &str) -> Result<&'c Route, FrontError> {
+    let tool = parse_tool_id(tool_id)?;
+    Ok(catalog.lookup(&tool)?)
+}
+
+/// Validate: the input against the tool's compiled `input_schema`.
+pub fn validate_input(route: &Route, input: &Value) -> Result<(), FrontError> {
+    route.tool.validator.check(input).map_err(FrontError::InvalidInput)
+}
+
+/// Inject: the context the upstream receives. Secrets and per-user tokens
+/// are filled in here once the vault adapter exists; today the client's
+/// context passes through as it came.
+pub fn inject_context(context: CallContext) -> CallContext {
+    context
+}
+
+/// Forward: sends the call to the first target that accepts a connection.
+/// Only a connection that could not be made moves on to the next replica: a
+/// request that was sent is never sent again.
+pub async fn forward_call<'r>(
+    route: &'r Route,
+    call_id: &str,
+    trace_id: Option<&str>,
+    input: &Value,
+    context: &CallContext,
+    max_response: usize,
+) -> Result<(&'r Target, Result<CallReply, ForwardError>), FrontError> {
+    let mut unreachable = Vec::new();
+    for target in route.targets_in_turn() {
+        let body = UpstreamCallBody {
+            schema: SCHEMA,
+            request: UpstreamCallRequest { tool_id: &target.upstream_id, call_id, trace_id, input, context },
+        };
+        // Serialising a Value-backed struct into a Vec cannot fail.
+        let body = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+        match target.upstream.call(body, &[], max_response).await {
+            Err(e @ ForwardError::Connect { .. }) => {
+                tracing::warn!(upstream = target.upstream.name, error = %e, "upstream unreachable; trying the next replica if any");
+                unreachable.push(e.to_string());
+            }
+            other => return Ok((target, other)),
+        }
+    }
+    Err(FrontError::Unavailable(unreachable.join("; ")))
+}
+
+/// Re-wrap: the upstream's answer (or failure) as a canonical `CallResult`.
+pub fn rewrap_response(
+    forwarded: Result<CallReply, ForwardError>,
+    target: &Target,
+    call_id: String,
+    started: Instant,
+) -> Result<CallResult, FrontError> {
+    // Milliseconds, to the microsecond: more digits are noise.
+    let elapsed_ms = (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0;
+    let failed = |message: &str, detail: String, can_retry: bool| CallResult {
+        call_id: call_id.clone(),
+        duration: elapsed_ms,
+        success: false,
+        value: None,
+        error: Some(wire::tool_error(message, &detail, can_retry)),
+    };
+    let upstream = &target.upstream.name;
+    let reply = match forwarded {
+        Ok(reply) => reply,
+        Err(e @ ForwardError::Timeout { .. }) => {
+            return Ok(failed("The tool did not answer in time", e.to_string(), true));
+        }
+        Err(e) => return Ok(failed("The tool server failed while handling the call", e.to_string(), false)),
+    };
+    match reply.status.as_u16() {
+        200..=299 => match wire::normalise_tool_response(&reply.body) {
+            Ok(r) => Ok(CallResult {
+                call_id,
+                duration: r.duration.unwrap_or(elapsed_ms),
+                success: r.success,
+                value: r.value,
+                error: r.error,
+            }),
+            Err(e) => Ok(failed(
+                "The tool server gave an answer the gateway could not read",
+                format!("upstream {upstream}: {e}; body starts {}", snippet(&reply.body)),
+                false,
+            )),
+        },
+        status @ (400 | 422) if reply.is_json => match serde_json::from_slice::<Value>(&reply.body) {
+            Ok(body @ Value::Object(_)) => Err(FrontError::UpstreamRefused { status, body }),
+            _ => Ok(failed(
+                "The tool server refused the call",
+                format!("upstream {upstream} answered HTTP {status}: {}", snippet(&reply.body)),
+                false,
+            )),
+        },
+        status => Ok(failed(
+            "The tool server failed while handling the call",
+            format!("upstream {upstream} answered HTTP {status}: {}", snippet(&reply.body)),
+            matches!(status, 502..=504),
+        )),
+    }
+}
+
+/// The response body: `{"$schema": "otc://1.0", "result": {...}}`.
+pub fn render_result(result: &CallResult) -> Bytes {
+    // Serialising Value-backed structs into a Vec cannot fail.
+    Bytes::from(serde_json::to_vec(&CallResponseEnvelope { schema: SCHEMA, result }).unwrap_or_default())
+}
+
+/// The start of a body, for a developer message: bounded and printable.
+fn snippet(body: &[u8]) -> String {
+    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
+    text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn wrapped_and_bare_bodies_parse_alike() {
+        let wrapped = json!({"$schema": "otc://1.0", "request": {"tool_id": "A.B", "call_id": "c", "input": {"x": 1}}});
+        let bare = json!({"tool_id": "A.B", "call_id": "c", "inputs": {"x": 1}});
+        for body in [wrapped, bare] {
+            let call = parse_call(body.to_string().as_bytes()).expect("parses");
+            assert_eq!(call.tool_id, "A.B");
+            assert_eq!(call.call_id, "c");
+            assert_eq!(call.input, json!({"x": 1}));
+        }
+    }
+
+    #[test]
+    fn a_call_id_is_made_when_missing() {
+        let call = parse_call(br#"{"request": {"tool_id": "A.B"}}"#).expect("parses");
+        assert_eq!(call.call_id.len(), 36);
+        assert_eq!(call.input, json!({}));
+    }
+
+    #[test]
+    fn bad_bodies_are_400s() {
+        for body in [
+            &b"{not json"[..],
+            b"\xff\xfe{}",
+            br#"{"request": {"tool_id": 5}}"#,
+            br#"{"request": {"tool_id": "A.B", "input": [1]}}"#,
+            br#"{"$schema": "otc://2.0", "request": {"tool_id": "A.B"}}"#,
+            br#"{"request": {}}"#,
+        ] {
+            let e = parse_call(body).expect_err("must fail");
+            assert_eq!(e.status(), 400, "{e}");
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! Normalising an upstream's catalog into canonical tool definitions.
+//!
+//! This is the only place that knows the dialects exist: `items`, `tools` or a
+//! bare list; `input_schema` flat or wrapped in `parameters`; bare tool ids
+//! (langchain-tool-server) completed from the upstream's config. Each
+//! definition is checked on its own; a bad one is skipped with its reason and
+//! does not take the rest of the catalog down.
+
+use semver::Version;
+use serde_json::{Map, Value};
+
+use crate::resolve::{is_id_part, is_tool_key, parse_tool_version};
+use crate::validate::InputValidator;
+use crate::wire::{Requirements, ToolDefinition};
+
+/// What the upstream's config supplies for definitions that lack it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DialectDefaults<'a> {
+    /// Toolkit for bare ids.
+    pub toolkit: Option<&'a str>,
+    /// Version for definitions without one.
+    pub version: Option<&'a str>,
+}
+
+/// One checked tool, ready to be merged and called.
+#[derive(Debug)]
+pub struct CatalogTool {
+    /// `Toolkit.Name`.
+    pub key: String,
+    /// The definition's version.
+    pub version: Version,
+    /// The canonical definition (canonical id, flat input_schema).
+    pub definition: ToolDefinition,
+    /// The id exactly as the upstream published it: what is forwarded.
+    pub upstream_id: String,
+    /// The compiled input_schema.
+    pub validator: InputValidator,
+}
+
+/// A definition that was left out, and why.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Skipped {
+    /// The id as published, or its position when it had none.
+    pub what: String,
+    /// Why it was left out.
+    pub reason: String,
+}
+
+/// Why a whole catalog body could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum CatalogShapeError {
+    /// Not JSON.
+    #[error("catalog is not JSON: {0}")]
+    NotJson(String),
+    /// JSON, but not a list of tools in any known shape.
+    #[error("catalog is not a list of tools (expected `items`, `tools` or a JSON array)")]
+    NotAList,
+}
+
+/// Reads a catalog body in any dialect and checks each definition.
+pub fn normalise_catalog(
+    body: &[u8],
+    defaults: DialectDefaults<'_>,
+) -> Result<(Vec<CatalogTool>, Vec<Skipped>), CatalogShapeError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| CatalogShapeError::NotJson(e.to_string()))?;
+    let items = match value {
+        Value::Array(items) => items,
+        Value::Object(mut obj) => match obj.remove("items").or_else(|| obj.remove("tools")) {
+            Some(Value::Array(items)) => items,
+            _ => return Err(CatalogShapeError::NotAList),
+        },
+        _ => return Err(CatalogShapeError::NotAList),
+    };
+    let mut tools: Vec<CatalogTool> = Vec::with_capacity(items.len());
+    let mut skipped = Vec::new();
+    for (index, item) in items.into_iter().enumerate() {
+        let what = item.get("id").and_then(Value::as_str).map_or_else(|| format!("#{index}"), str::to_owned);
+        match normalise_tool(item, defaults) {
+            Ok(tool) if tools.iter().any(|t| t.definition.id == tool.definition.id) => skipped.push(Skipped {
+                what,
+                reason: format!("{} is listed twice; the first one is kept", tool.definition.id),
+            }),
+            Ok(tool) => tools.push(tool),
+            Err(reason) => skipped.push(Skipped { what, reason }),
+        }
+    }
+    Ok((tools, skipped))
+}
+
+/// Checks and normalises one definition.
+fn normalise_tool(item: Value, defaults: DialectDefaults<'_>) -> Result<CatalogTool, String> {
+    let Value::Object(mut obj) = item else {
+        return Err("a definition must be a JSON object".into());
+    };
+    let upstream_id = take_string(&mut obj, "id")?.ok_or("missing `id`")?;
+    let (key, id_version) = split_id(&upstream_id, defaults.toolkit)?;
+    let version_text = take_string(&mut obj, "version")?;
+    let version = match (version_text.as_deref(), id_version, defaults.version) {
+        (Some(v), id_v, _) => {
+            let parsed = parse_tool_version(v).ok_or_else(|| format!("version {v:?} is not x.y.z"))?;
+            if id_v.as_ref().is_some_and(|iv| *iv != parsed) {
+                return Err(format!("the id's version differs from `version` {v:?}"));
+            }
+            parsed
+        }
+        (None, Some(id_v), _) => id_v,
+        (None, None, Some(v)) => parse_tool_version(v).ok_or_else(|| format!("configured version {v:?} is not x.y.z"))?,
+        (None, None, None) => return Err("no version: set `version` on the upstream in gateway.toml".into()),
+    };
+    let name = match take_string(&mut obj, "name")? {
+        Some(name) => name,
+        None => key.replace('.', "_"),
+    };
+    if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+        return Err(format!("name {name:?} is not 1 to 64 of [A-Za-z0-9_-]"));
+    }
+    let description = take_string(&mut obj, "description")?.unwrap_or_default();
+    let input_schema = flat_input_schema(obj.remove("input_schema"))?;
+    let validator = InputValidator::compile(&input_schema).map_err(|e| e.to_string())?;
+    let requirements = match obj.remove("requirements") {
+        None | Some(Value::Null) => None,
+        Some(r) => Some(
+            serde_json::from_value::<Requirements>(r).map_err(|e| format!("`requirements` is malformed: {e}"))?,
+        ),
+    };
+    let definition = ToolDefinition {
+        id: format!("{key}@{version}"),
+        name,
+        description,
+        version: version.to_string(),
+        input_schema,
+        output_schema: obj.remove("output_schema").unwrap_or(Value::Null),
+        requirements,
+    };
+    Ok(CatalogTool { key, version, definition, upstream_id, validator })
+}
+
+/// Splits a published id into `Toolkit.Name` and its version, completing a
+/// bare name with the configured toolkit.
+fn split_id(id: &str, toolkit: Option<&str>) -> Result<(String, Option<Version>), String> {
+    let (key, version) = match id.split_once('@') {
+        Some((key, v)) => {
+            let version = match parse_tool_version(v) {
+                Some(version) => version,
+                // Some servers publish `@1`; it means 1.0.0 as in a request.
+                None if !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()) => {
+                    Version::new(v.parse().map_err(|_| format!("id {id:?} has a bad version"))?, 0, 0)
+                }
+                None => return Err(format!("id {id:?} has a version that is not x.y.z")),
+            };
+            (key, Some(version))
+        }
+        None => (id, None),
+    };
+    if is_tool_key(key) {
+        return Ok((key.to_owned(), version));
+    }
+    if is_id_part(key) {
+        return match toolkit {
+            Some(toolkit) => Ok((format!("{toolkit}.{key}"), version)),
+            None => Err(format!("id {id:?} has no toolkit: set `toolkit` on the upstream in gateway.toml")),
+        };
+    }
+    Err(format!("id {id:?} is not Toolkit.Name@x.y.z"))
+}
+
+/// `input_schema` flat, unwrapping the draft's `{"parameters": {...}}`.
+fn flat_input_schema(schema: Option<Value>) -> Result<Value, String> {
+    match schema {
+        None | Some(Value::Null) => Ok(serde_json::json!({"type": "object"})),
+        Some(Value::Object(mut obj)) => {
+            let wrapped = obj.contains_key("parameters") && !obj.contains_key("type") && !obj.contains_key("properties");
+            match (wrapped, obj.remove("parameters")) {
+                (true, Some(Value::Object(inner))) => Ok(Value::Object(inner)),
+                (true, Some(_)) => Err("`input_schema.parameters` is not an object".into()),
+                (_, parameters) => {
+                    if let Some(p) = parameters {
+                        obj.insert("parameters".into(), p);
+                    }
+                    Ok(Value::Object(obj))
+                }
+            }
+        }
+        Some(_) => Err("`input_schema` is not an object".into()),
+    }
+}
+
+fn take_string(obj: &mut Map<String, Value>, field: &str) -> Result<Option<String>, String> {
+    match obj.remove(field) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(format!("`{field}` is not a string")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn add(id: &str, version: &str) -> Value {
+        json!({"id": id, "name": "Calculator_Add", "description": "Adds", "version": version,
+               "input_schema": {"parameters": {"type": "object", "properties": {"a": {"type": "number"}}}},
+               "output_schema": {"type": "number"}})
+    }
+
+    fn read(body: Value, defaults: DialectDefaults<'_>) -> (Vec<CatalogTool>, Vec<Skipped>) {
+        normalise_catalog(body.to_string().as_bytes(), defaults).expect("a catalog")
+    }
+
+    #[test]
+    fn every_list_dialect_reads_the_same() {
+        let one = add("Calculator.Add@1.0.0", "1.0.0");
+        for body in [json!({"items": [one.clone()]}), json!({"tools": [one.clone()]}), json!([one.clone()])] {
+            let (tools, skipped) = read(body, DialectDefaults::default());
+            assert!(skipped.is_empty());
+            assert_eq!(tools[0].definition.id, "Calculator.Add@1.0.0");
+            assert_eq!(tools[0].definition.input_schema["properties"]["a"]["type"], "number");
+        }
+    }
+
+    #[test]
+    fn bare_ids_take_toolkit_and_version_from_config() {
+        let body = json!([{"id": "add", "name": "add", "description": "Adds",
+                           "input_schema": {"type": "object"}}]);
+        let (tools, _) = read(body, DialectDefaults { toolkit: Some("Math"), version: Some("2.1.0") });
+        assert_eq!(tools[0].definition.id, "Math.add@2.1.0");
+        assert_eq!(tools[0].upstream_id, "add");
+        let body = json!([{"id": "add", "name": "add", "input_schema": {"type": "object"}}]);
+        let (tools, skipped) = read(body, DialectDefaults::default());
+        assert!(tools.is_empty());
+        assert!(skipped[0].reason.contains("toolkit"), "{:?}", skipped);
+    }
+
+    #[test]
+    fn bad_definitions_are_skipped_one_by_one() {
+        let body = json!({"items": [
+            add("Calculator.Add@1.0.0", "1.0.0"),
+            add("Calculator.Add@1.0", "1.0"),
+            add("Calc ulator.Add@1.0.0", "1.0.0"),
+            {"id": "X.Y@1.0.0", "name": "X_Y", "version": "1.0.0", "input_schema": {"type": 5}},
+            "not an object",
+            add("Calculator.Add@2.0.0", "1.0.0"),
+        ]});
+        let (tools, skipped) = read(body, DialectDefaults::default());
+        assert_eq!(tools.len(), 1);
+        assert_eq!(skipped.len(), 5);
+    }
+
+    #[test]
+    fn garbage_is_not_a_catalog() {
+        assert!(normalise_catalog(b"<html>oops</html>", DialectDefaults::default()).is_err());
+        assert!(normalise_catalog(br#"{"items": 5}"#, DialectDefaults::default()).is_err());
+    }
+}

@@ -1,0 +1,160 @@
+//! The merged catalog: every upstream's tools in one namespace.
+//!
+//! `dialect` reads what upstreams publish, `poll` fetches it on a timer, and
+//! `merge` builds an immutable [`Catalog`] that is published with one atomic
+//! swap, so a request sees one consistent catalog from start to end and the
+//! hot path reads it without a lock.
+
+pub mod dialect;
+pub mod merge;
+pub mod poll;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use semver::Version;
+use serde::Serialize;
+
+use crate::resolve::{ToolRef, VersionRequest};
+use crate::upstream::Upstream;
+
+pub use dialect::CatalogTool;
+
+/// An immutable snapshot of the merged catalog.
+#[derive(Debug, Default)]
+pub struct Catalog {
+    tools: HashMap<String, BTreeMap<Version, Arc<Route>>>,
+    listing: Bytes,
+    count: usize,
+    conflicts: Vec<Conflict>,
+}
+
+/// Where one tool version is served: the winning definition and the
+/// upstreams (replicas) that serve it identically.
+#[derive(Debug)]
+pub struct Route {
+    /// The winning definition, with its compiled validator.
+    pub tool: Arc<CatalogTool>,
+    /// The upstreams serving it, winner first, then replicas in config order.
+    pub targets: Vec<Target>,
+    next: AtomicUsize,
+}
+
+/// One upstream that serves a route.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The upstream.
+    pub upstream: Arc<Upstream>,
+    /// The id as that upstream published it.
+    pub upstream_id: String,
+}
+
+/// Two upstreams of equal priority serving different definitions under one id.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct Conflict {
+    /// The canonical tool id.
+    pub tool: String,
+    /// The upstream whose definition is served (first in config order).
+    pub winner: String,
+    /// The upstream whose definition is hidden.
+    pub loser: String,
+}
+
+/// Why a requested tool could not be found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LookupError {
+    /// No upstream serves this `Toolkit.Name`.
+    #[error("tool {0} is not in the catalog")]
+    UnknownTool(String),
+    /// The tool exists, but not in this version.
+    #[error("{key} version {version} is not available (available: {available})")]
+    UnknownVersion {
+        /// `Toolkit.Name`.
+        key: String,
+        /// The version asked for.
+        version: String,
+        /// The versions there are.
+        available: String,
+    },
+}
+
+impl Catalog {
+    /// Builds a catalog from its routes (see `merge`).
+    fn new(tools: HashMap<String, BTreeMap<Version, Arc<Route>>>, conflicts: Vec<Conflict>) -> Catalog {
+        let count = tools.values().map(BTreeMap::len).sum();
+        let listing = render_listing(&tools);
+        Catalog { tools, listing, count, conflicts }
+    }
+
+    /// Resolves a parsed tool id to the route that serves it.
+    pub fn lookup(&self, tool: &ToolRef<'_>) -> Result<&Arc<Route>, LookupError> {
+        let versions = self.tools.get(tool.key).ok_or_else(|| LookupError::UnknownTool(tool.key.to_owned()))?;
+        let found = match &tool.version {
+            VersionRequest::Latest => versions.values().next_back(),
+            VersionRequest::Exact(v) => versions.get(v),
+        };
+        found.ok_or_else(|| LookupError::UnknownVersion {
+            key: tool.key.to_owned(),
+            version: match &tool.version {
+                VersionRequest::Exact(v) => v.to_string(),
+                VersionRequest::Latest => "latest".into(),
+            },
+            available: versions.keys().map(Version::to_string).collect::<Vec<_>>().join(", "),
+        })
+    }
+
+    /// The body of GET /tools, serialised once per catalog change.
+    pub fn listing(&self) -> Bytes {
+        self.listing.clone()
+    }
+
+    /// How many tool versions the catalog holds.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether the catalog is empty.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Conflicts found while merging.
+    pub fn conflicts(&self) -> &[Conflict] {
+        &self.conflicts
+    }
+}
+
+impl Route {
+    fn new(tool: Arc<CatalogTool>, targets: Vec<Target>) -> Route {
+        Route { tool, targets, next: AtomicUsize::new(0) }
+    }
+
+    /// The targets in the order to try them: replicas take turns being first,
+    /// the rest follow for failover.
+    pub fn targets_in_turn(&self) -> impl Iterator<Item = &Target> {
+        let n = self.targets.len();
+        let start = if n > 1 { self.next.fetch_add(1, Ordering::Relaxed) % n } else { 0 };
+        (0..n).map(move |i| &self.targets[(start + i) % n])
+    }
+}
+
+/// `{"$schema": "otc://1.0", "items": [...]}`, sorted by id for a stable listing.
+fn render_listing(tools: &HashMap<String, BTreeMap<Version, Arc<Route>>>) -> Bytes {
+    #[derive(Serialize)]
+    struct Listing<'a> {
+        #[serde(rename = "$schema")]
+        schema: &'static str,
+        items: Vec<&'a crate::wire::ToolDefinition>,
+    }
+    let mut keys: Vec<&String> = tools.keys().collect();
+    keys.sort();
+    let items = keys
+        .into_iter()
+        .flat_map(|k| tools[k].values().map(|route| &route.tool.definition))
+        .collect();
+    // Serialising plain data into a Vec cannot fail.
+    let body = serde_json::to_vec(&Listing { schema: crate::wire::SCHEMA, items }).unwrap_or_default();
+    Bytes::from(body)
+}

@@ -1,0 +1,174 @@
+//! Polling upstream catalogs and publishing the merged result.
+//!
+//! Each upstream has one poller task. An upstream whose fetch fails or
+//! returns garbage keeps its last good catalog; one that is down at start
+//! joins when it comes up. An unchanged catalog (304, or the same bytes)
+//! costs no re-parse.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::{ArcSwap, Guard};
+use serde::Serialize;
+
+use super::dialect::{normalise_catalog, DialectDefaults};
+use super::{merge::merge, Catalog, CatalogTool};
+use crate::upstream::{Fetched, Upstream};
+
+/// The published catalog and what each upstream last gave.
+#[derive(Default)]
+pub struct CatalogStore {
+    published: ArcSwap<Catalog>,
+    upstreams: Mutex<BTreeMap<String, UpstreamCatalog>>,
+}
+
+/// One upstream's last good catalog and its fetch status.
+#[derive(Default)]
+struct UpstreamCatalog {
+    tools: Arc<Vec<Arc<CatalogTool>>>,
+    etag: Option<String>,
+    body_hash: Option<u64>,
+    status: UpstreamStatus,
+}
+
+/// How an upstream's catalog fetches are going, for /status and metrics.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct UpstreamStatus {
+    /// Whether its last catalog fetch worked.
+    pub up: bool,
+    /// When it was last fetched (seconds since the Unix epoch).
+    pub last_fetch: Option<u64>,
+    /// When a fetch last worked.
+    pub last_success: Option<u64>,
+    /// Why the last fetch failed, if it did.
+    pub last_error: Option<String>,
+    /// Tools in its last good catalog.
+    pub tools: usize,
+    /// Definitions left out of its last catalog, with the reasons.
+    pub skipped: Vec<String>,
+}
+
+/// Catalog polling settings.
+#[derive(Debug, Clone, Copy)]
+pub struct PollSettings {
+    /// Time between fetches.
+    pub interval: Duration,
+    /// The longest one fetch may take.
+    pub timeout: Duration,
+    /// The largest catalog accepted.
+    pub max_bytes: usize,
+}
+
+impl CatalogStore {
+    /// The current catalog: one atomic load, no lock.
+    pub fn load(&self) -> Guard<Arc<Catalog>> {
+        self.published.load()
+    }
+
+    /// Each upstream's status, by name.
+    pub fn statuses(&self) -> BTreeMap<String, UpstreamStatus> {
+        self.lock().iter().map(|(name, u)| (name.clone(), u.status.clone())).collect()
+    }
+
+    /// Rebuilds and publishes the merged catalog from the upstreams given
+    /// (the current config's, in order). Entries of upstreams no longer
+    /// configured are dropped, so their tools leave the catalog at once.
+    pub fn publish(&self, upstreams: &[Arc<Upstream>]) {
+        let mut state = self.lock();
+        state.retain(|name, _| upstreams.iter().any(|u| &u.name == name));
+        let lists: Vec<_> = upstreams
+            .iter()
+            .map(|u| (u.clone(), state.entry(u.name.clone()).or_default().tools.clone()))
+            .collect();
+        // Merge under the lock so two pollers cannot publish out of order.
+        self.published.store(Arc::new(merge(&lists)));
+    }
+
+    /// Forgets every upstream's ETag and body hash so the next fetch is parsed
+    /// again (after a reload that may change toolkit or version defaults).
+    pub fn forget_validators(&self) {
+        for entry in self.lock().values_mut() {
+            entry.etag = None;
+            entry.body_hash = None;
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, BTreeMap<String, UpstreamCatalog>> {
+        // A poisoned lock only means a poller panicked mid-update; the map is
+        // still usable.
+        self.upstreams.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Fetches one upstream's catalog once and records the outcome. Returns
+    /// whether its tool list changed (and the catalog must be republished).
+    pub async fn refresh(&self, upstream: &Upstream, settings: PollSettings) -> bool {
+        let etag = self.lock().get(&upstream.name).and_then(|u| u.etag.clone());
+        let outcome = upstream.fetch_catalog(etag.as_deref(), settings.timeout, settings.max_bytes).await;
+        let now = unix_now();
+        let mut state = self.lock();
+        let entry = state.entry(upstream.name.clone()).or_default();
+        entry.status.last_fetch = Some(now);
+        let failure = match outcome {
+            Ok(Fetched::NotModified) => None,
+            Ok(Fetched::Body { body, etag }) => {
+                let hash = hash_of(&body);
+                if entry.body_hash == Some(hash) {
+                    entry.etag = etag;
+                    None
+                } else {
+                    let defaults = DialectDefaults {
+                        toolkit: upstream.toolkit.as_deref(),
+                        version: upstream.version.as_deref(),
+                    };
+                    match normalise_catalog(&body, defaults) {
+                        Ok((tools, skipped)) => {
+                            for s in &skipped {
+                                tracing::warn!(upstream = upstream.name, tool = s.what, reason = s.reason, "tool definition skipped");
+                            }
+                            tracing::info!(upstream = upstream.name, tools = tools.len(), "catalog updated");
+                            entry.status.skipped = skipped.into_iter().map(|s| format!("{}: {}", s.what, s.reason)).collect();
+                            entry.status.tools = tools.len();
+                            entry.tools = Arc::new(tools.into_iter().map(Arc::new).collect());
+                            entry.etag = etag;
+                            entry.body_hash = Some(hash);
+                            mark_up(&mut entry.status, now);
+                            return true;
+                        }
+                        Err(e) => Some(e.to_string()),
+                    }
+                }
+            }
+            Err(e) => Some(e.to_string()),
+        };
+        match failure {
+            None => mark_up(&mut entry.status, now),
+            Some(error) => {
+                if entry.status.up || entry.status.last_error.as_deref() != Some(error.as_str()) {
+                    tracing::warn!(upstream = upstream.name, error, "catalog fetch failed; keeping the last good catalog");
+                }
+                entry.status.up = false;
+                entry.status.last_error = Some(error);
+            }
+        }
+        false
+    }
+}
+
+fn mark_up(status: &mut UpstreamStatus, now: u64) {
+    status.up = true;
+    status.last_success = Some(now);
+    status.last_error = None;
+}
+
+fn hash_of(body: &[u8]) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    body.hash(&mut hasher);
+    hasher.finish()
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}

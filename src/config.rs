@@ -1,0 +1,353 @@
+//! gateway.toml: load and validate.
+//!
+//! Validation happens while deserialising wherever one field is enough to
+//! judge (durations, names, URLs, protocols), so the toml crate's error names
+//! the line and shows the key. Rules that span fields (duplicate names) use
+//! [`toml::Spanned`] to name the line themselves. Nothing is applied until the
+//! whole file has passed.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+use toml::Spanned;
+
+/// Why a config could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file was read but is not a valid config.
+    #[error("{origin}: {message}")]
+    Invalid {
+        /// The file name (or "built-in demo config").
+        origin: String,
+        /// What is wrong, with the key and the line.
+        message: String,
+    },
+}
+
+/// The whole gateway.toml.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Listeners and request limits.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// How upstream catalogs are polled.
+    #[serde(default)]
+    pub catalog: CatalogConfig,
+    /// The tool servers behind the gateway, in priority-tie order.
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamConfig>,
+    /// Sections of the contract this build does not implement yet; refused
+    /// rather than silently ignored (an ignored `[auth]` or `[[policy]]`
+    /// would open the gateway wider than its operator meant).
+    #[serde(flatten)]
+    pub unsupported: BTreeMap<String, Spanned<toml::Value>>,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// The OTC front: GET /health, GET /tools, POST /tools/call and /call.
+    /// Port 0 picks a free port; the chosen one is printed at start.
+    pub listen: String,
+    /// GET /metrics and GET /status. Port 0 picks a free port.
+    pub admin_listen: String,
+    /// Larger request bodies get 413.
+    pub max_body_bytes: usize,
+    /// Worker threads of the data plane; 0 means one per CPU.
+    pub threads: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: "127.0.0.1:8080".into(),
+            admin_listen: "127.0.0.1:9464".into(),
+            max_body_bytes: 1024 * 1024,
+            threads: 0,
+        }
+    }
+}
+
+/// `[catalog]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CatalogConfig {
+    /// How often each upstream's catalog is fetched.
+    pub poll_interval: Dur,
+    /// The longest one catalog fetch may take.
+    pub request_timeout: Dur,
+    /// The largest catalog body accepted from an upstream.
+    pub max_catalog_bytes: usize,
+}
+
+impl Default for CatalogConfig {
+    fn default() -> Self {
+        CatalogConfig {
+            poll_interval: Dur(Duration::from_secs(10)),
+            request_timeout: Dur(Duration::from_secs(5)),
+            max_catalog_bytes: 32 * 1024 * 1024,
+        }
+    }
+}
+
+/// One `[[upstreams]]` entry.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamConfig {
+    /// Unique, `[a-z0-9_-]+`; appears in metrics and /status.
+    pub name: Spanned<UpstreamName>,
+    /// Base URL. OTC: `/tools` and `/tools/call` are appended.
+    pub url: UpstreamUrl,
+    /// `otc` (default) or `mcp`.
+    #[serde(default = "default_protocol")]
+    pub protocol: Spanned<Protocol>,
+    /// The higher wins when two upstreams serve the same tool id.
+    #[serde(default)]
+    pub priority: i64,
+    /// The longest a tool call may take once sent.
+    #[serde(default = "default_call_timeout")]
+    pub call_timeout: Dur,
+    /// The longest a connection to the upstream may take to open.
+    #[serde(default = "default_connect_timeout")]
+    pub connect_timeout: Dur,
+    /// The toolkit for tools published with bare ids (no `Toolkit.` prefix).
+    #[serde(default)]
+    pub toolkit: Option<Toolkit>,
+    /// The version for tools published without one.
+    #[serde(default)]
+    pub version: Option<ToolVersion>,
+    /// Sent as `Authorization: Bearer <value>` to this upstream (a secret reference).
+    #[serde(default)]
+    pub bearer_token: Option<Spanned<String>>,
+}
+
+fn default_protocol() -> Spanned<Protocol> {
+    Spanned::new(0..0, Protocol::Otc)
+}
+
+fn default_call_timeout() -> Dur {
+    Dur(Duration::from_secs(30))
+}
+
+fn default_connect_timeout() -> Dur {
+    Dur(Duration::from_secs(2))
+}
+
+/// The protocol an upstream speaks.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    /// Open Tool Calling 1.0 (OXP): GET /tools, POST /tools/call.
+    #[default]
+    Otc,
+    /// Model Context Protocol over streamable HTTP.
+    Mcp,
+}
+
+/// A duration written as a string: "500ms", "10s", "5m".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let parsed = humantime::parse_duration(&text).map_err(|e| {
+            D::Error::custom(format!("invalid duration {text:?} ({e}); write e.g. \"500ms\", \"10s\", \"5m\""))
+        })?;
+        if parsed.is_zero() {
+            return Err(D::Error::custom(format!("duration {text:?} must be greater than zero")));
+        }
+        Ok(Dur(parsed))
+    }
+}
+
+/// An upstream name: `[a-z0-9_-]+`, so it is safe as a metrics label.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct UpstreamName(pub String);
+
+impl<'de> Deserialize<'de> for UpstreamName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if !ok {
+            return Err(D::Error::custom(format!(
+                "invalid upstream name {name:?}: use 1 to 64 of [a-z0-9_-]"
+            )));
+        }
+        Ok(UpstreamName(name))
+    }
+}
+
+impl fmt::Display for UpstreamName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// An upstream's base URL: `http://host:port[/path]`, no trailing slash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamUrl(pub String);
+
+impl<'de> Deserialize<'de> for UpstreamUrl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let uri: http::Uri = text
+            .parse()
+            .map_err(|e| D::Error::custom(format!("invalid upstream url {text:?}: {e}")))?;
+        match uri.scheme_str() {
+            Some("http") => {}
+            Some("https") => {
+                return Err(D::Error::custom(format!(
+                    "upstream url {text:?}: https upstreams are not supported yet; terminate TLS in front of the tool server or use http on a private network"
+                )))
+            }
+            _ => return Err(D::Error::custom(format!("upstream url {text:?} must start with http://"))),
+        }
+        if uri.host().is_none() {
+            return Err(D::Error::custom(format!("upstream url {text:?} has no host")));
+        }
+        if uri.query().is_some() {
+            return Err(D::Error::custom(format!("upstream url {text:?} must not have a query")));
+        }
+        Ok(UpstreamUrl(text.trim_end_matches('/').to_owned()))
+    }
+}
+
+/// A toolkit name, `[A-Za-z0-9_]+` as in tool ids.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Toolkit(pub String);
+
+impl<'de> Deserialize<'de> for Toolkit {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.is_empty() || !text.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+            return Err(D::Error::custom(format!("invalid toolkit {text:?}: use [A-Za-z0-9_]+")));
+        }
+        Ok(Toolkit(text))
+    }
+}
+
+/// A tool version, `x.y.z`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolVersion(pub String);
+
+impl<'de> Deserialize<'de> for ToolVersion {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if crate::resolve::parse_tool_version(&text).is_none() {
+            return Err(D::Error::custom(format!("invalid version {text:?}: write x.y.z, e.g. \"1.0.0\"")));
+        }
+        Ok(ToolVersion(text))
+    }
+}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        Config::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses and validates config text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid { origin: origin.to_owned(), message };
+        let config: Config = toml::from_str(text).map_err(|e| invalid(e.to_string().trim_end().to_owned()))?;
+        config.validate(text).map_err(invalid)?;
+        Ok(config)
+    }
+
+    /// The rules that span fields.
+    fn validate(&self, text: &str) -> Result<(), String> {
+        let line = |span: std::ops::Range<usize>| line_of(text, span.start);
+        if let Some((key, value)) = self.unsupported.iter().next() {
+            return Err(format!(
+                "line {}: `{key}` is not supported by this build of otc-gateway yet; remove it (it is refused rather than ignored so that nothing is exposed by mistake)",
+                line(value.span())
+            ));
+        }
+        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+        for (i, upstream) in self.upstreams.iter().enumerate() {
+            let name = upstream.name.get_ref().0.as_str();
+            let at = line(upstream.name.span());
+            if let Some(first) = seen.insert(name, at) {
+                return Err(format!(
+                    "line {at}: upstreams[{i}].name: duplicate upstream name {name:?} (first defined at line {first})"
+                ));
+            }
+            if *upstream.protocol.get_ref() == Protocol::Mcp {
+                return Err(format!(
+                    "line {}: upstreams[{i}].protocol: \"mcp\" upstreams are not supported by this build yet",
+                    line(upstream.protocol.span())
+                ));
+            }
+            if let Some(token) = &upstream.bearer_token {
+                return Err(format!(
+                    "line {}: upstreams[{i}].bearer_token: not supported by this build yet",
+                    line(token.span())
+                ));
+            }
+        }
+        if self.server.max_body_bytes == 0 {
+            return Err("server.max_body_bytes must be greater than zero".into());
+        }
+        Ok(())
+    }
+}
+
+/// The 1-based line of a byte offset.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        match Config::parse(text, "gateway.toml") {
+            Ok(_) => panic!("expected an error for:\n{text}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn a_minimal_config_gets_defaults() {
+        let c = Config::parse("[[upstreams]]\nname = \"calc\"\nurl = \"http://127.0.0.1:9001/\"\n", "t")
+            .expect("valid");
+        assert_eq!(c.upstreams[0].url.0, "http://127.0.0.1:9001");
+        assert_eq!(c.catalog.poll_interval.0, Duration::from_secs(10));
+        assert_eq!(c.server.max_body_bytes, 1 << 20);
+        assert_eq!(*c.upstreams[0].protocol.get_ref(), Protocol::Otc);
+    }
+
+    #[test]
+    fn errors_name_the_key_and_the_line() {
+        let e = err("[catalog]\npoll_interval = \"often\"\n");
+        assert!(e.contains("line 2") && e.contains("poll_interval"), "{e}");
+        let e = err("[[upstreams]]\nname = \"a\"\nurl = \"http://x\"\nprotocol = \"grpc\"\n");
+        assert!(e.contains("line 4") && e.contains("grpc"), "{e}");
+        let e = err("[[upstreams]]\nname = \"a\"\nurl = \"http://x\"\n[[upstreams]]\nname = \"a\"\nurl = \"http://y\"\n");
+        assert!(e.contains("line 5") && e.contains("duplicate") && e.contains("upstreams[1].name"), "{e}");
+        let e = err("[server]\nlisten = \"127.0.0.1:1\"\nmax_body = 5\n");
+        assert!(e.contains("line 3") && e.contains("max_body"), "{e}");
+        let e = err("[[upstreams]]\nname = \"Bad Name\"\nurl = \"http://x\"\n");
+        assert!(e.contains("line 2") && e.contains("upstream name"), "{e}");
+    }
+}

@@ -1,0 +1,19 @@
+//! otc-gateway: one URL in front of many Open Tool Calling (OTC 1.0 / OXP)
+//! tool servers.
+//!
+//! The life of a call is in [`call`]; the data plane that carries it is in
+//! [`proxy`]; the catalog it is resolved against is in [`catalog`].
+
+pub mod admin;
+pub mod call;
+pub mod catalog;
+pub mod config;
+pub mod demo;
+pub mod error;
+pub mod gateway;
+pub mod proxy;
+pub mod resolve;
+pub mod server;
+pub mod upstream;
+pub mod validate;
+pub mod wire;

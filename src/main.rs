@@ -1,0 +1,119 @@
+//! The `otc-gateway` command: run, check a config, or run the demo.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use otc_gateway::config::Config;
+use otc_gateway::server::{self, ControlPlane};
+use otc_gateway::demo;
+
+/// One URL in front of many OTC tool servers.
+#[derive(Parser)]
+#[command(name = "otc-gateway", version, about)]
+struct Cli {
+    /// The config file.
+    #[arg(long, global = true, default_value = "gateway.toml")]
+    config: PathBuf,
+    /// Log format on stderr.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Validate a config and exit: 0 when valid, 1 with the key and line when not.
+    Check,
+    /// Start the gateway with two built-in example tool servers on loopback.
+    Demo {
+        /// Where the demo gateway listens.
+        #[arg(long, default_value = "127.0.0.1:8080")]
+        listen: String,
+        /// Where its admin endpoints listen.
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        admin_listen: String,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match cli.command {
+        Some(Command::Check) => match Config::load(&cli.config) {
+            Ok(config) => {
+                println!("{}: valid ({} upstreams)", cli.config.display(), config.upstreams.len());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
+        Some(Command::Demo { listen, admin_listen }) => run_demo(&listen, &admin_listen),
+        None => {
+            let config = match Config::load(&cli.config) {
+                Ok(config) => config,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
+            start(config, None)
+        }
+    }
+}
+
+fn run_demo(listen: &str, admin_listen: &str) -> ExitCode {
+    let control = match ControlPlane::new() {
+        Ok(control) => control,
+        Err(e) => return fail(e),
+    };
+    let (calculator, clock) = match control.handle().block_on(demo::start_demo_servers()) {
+        Ok(addrs) => addrs,
+        Err(e) => return fail(e),
+    };
+    let text = demo::demo_config(listen, admin_listen, calculator, clock);
+    let config = match Config::parse(&text, "built-in demo config") {
+        Ok(config) => config,
+        Err(e) => return fail(e),
+    };
+    let banner = listen.parse().map(demo::demo_banner).ok();
+    match server::run(config, control, banner) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
+fn start(config: Config, banner: Option<String>) -> ExitCode {
+    let control = match ControlPlane::new() {
+        Ok(control) => control,
+        Err(e) => return fail(e),
+    };
+    match server::run(config, control, banner) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
+fn fail(error: impl std::fmt::Display) -> ExitCode {
+    eprintln!("error: {error}");
+    ExitCode::FAILURE
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}

@@ -1,0 +1,153 @@
+//! The data plane on pingora.
+//!
+//! Routing depends on the body (the tool id is inside it), and pingora's
+//! proxy path cannot re-send a consumed body over 64 KB
+//! (shared/notes/pingora-body-routing.md). So every request is answered in
+//! `request_filter`: the whole body is read (up to `max_body_bytes`), the call
+//! is made with the gateway's own pooled client, the response is written, and
+//! pingora never picks a peer of its own.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use pingora::http::ResponseHeader;
+use pingora::prelude::{HttpPeer, ProxyHttp, Session};
+use pingora::{Error, ErrorType, Result};
+
+use crate::call::call_tool;
+use crate::error::{FrontError, Reply};
+use crate::gateway::Gateway;
+
+/// The gateway's front as a pingora `ProxyHttp`.
+pub struct OtcProxy {
+    gateway: Arc<Gateway>,
+}
+
+/// Per-request state pingora carries between phases.
+#[derive(Debug, Default)]
+pub struct RequestCtx {
+    /// The route label, for logs.
+    pub route: &'static str,
+    /// The status written.
+    pub status: u16,
+}
+
+impl OtcProxy {
+    /// A front over the given gateway state.
+    pub fn new(gateway: Arc<Gateway>) -> OtcProxy {
+        OtcProxy { gateway }
+    }
+
+    /// Dispatches on method and path.
+    async fn serve(&self, session: &mut Session, ctx: &mut RequestCtx) -> Reply {
+        let header = session.req_header();
+        let method = header.method.clone();
+        let path = header.uri.path().to_owned();
+        let result = match path.as_str() {
+            "/health" => {
+                ctx.route = "/health";
+                match method {
+                    http::Method::GET | http::Method::HEAD => Ok(self.health()),
+                    _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
+                }
+            }
+            "/tools" => {
+                ctx.route = "/tools";
+                match method {
+                    http::Method::GET | http::Method::HEAD => Ok(Reply::ok(self.gateway.catalog.load().listing())),
+                    _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
+                }
+            }
+            "/tools/call" | "/call" => {
+                ctx.route = "/tools/call";
+                match method {
+                    http::Method::POST => self.call(session).await,
+                    _ => Err(FrontError::MethodNotAllowed { allow: "POST" }),
+                }
+            }
+            _ => {
+                ctx.route = "other";
+                Err(FrontError::NotFound(path.chars().take(200).collect()))
+            }
+        };
+        result.unwrap_or_else(|e| e.to_reply())
+    }
+
+    fn health(&self) -> Reply {
+        let tools = self.gateway.catalog.load().len();
+        Reply::ok(Bytes::from(format!(r#"{{"$schema":"otc://1.0","status":"ok","tools":{tools}}}"#)))
+    }
+
+    async fn call(&self, session: &mut Session) -> Result<Reply, FrontError> {
+        let limit = self.gateway.runtime().config.server.max_body_bytes;
+        let body = read_body(session, limit).await?;
+        let completed = call_tool(&self.gateway, &body).await?;
+        Ok(Reply::ok(completed.body))
+    }
+}
+
+/// Reads the whole request body, refusing more than `limit` bytes: by the
+/// declared Content-Length before reading, or as the chunks arrive.
+async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, FrontError> {
+    let declared = session
+        .req_header()
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(FrontError::BodyTooLarge { limit });
+    }
+    let mut body = BytesMut::with_capacity(declared.map_or(0, |n| n as usize));
+    while let Some(chunk) = session.read_request_body().await.map_err(|e| FrontError::BodyUnreadable(e.to_string()))? {
+        if body.len() + chunk.len() > limit {
+            return Err(FrontError::BodyTooLarge { limit });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+/// Writes a reply as one header and one body chunk.
+async fn write_reply(session: &mut Session, reply: Reply) -> Result<()> {
+    let head_only = session.req_header().method == http::Method::HEAD;
+    let mut header = ResponseHeader::build(reply.status, Some(3 + reply.headers.len()))?;
+    header.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+    header.insert_header(http::header::CONTENT_LENGTH, reply.body.len())?;
+    for (name, value) in reply.headers {
+        header.insert_header(name, value)?;
+    }
+    if reply.close {
+        // The rest of the request body is still on the wire: this connection
+        // cannot carry another request.
+        session.set_keepalive(None);
+        header.insert_header(http::header::CONNECTION, "close")?;
+    }
+    session.write_response_header(Box::new(header), head_only).await?;
+    if !head_only {
+        session.write_response_body(Some(reply.body), true).await?;
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl ProxyHttp for OtcProxy {
+    type CTX = RequestCtx;
+
+    fn new_ctx(&self) -> RequestCtx {
+        RequestCtx::default()
+    }
+
+    /// Never reached: every request is answered in `request_filter`.
+    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
+        Err(Error::explain(ErrorType::InternalError, "every request is answered in request_filter"))
+    }
+
+    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        let reply = self.serve(session, ctx).await;
+        ctx.status = reply.status;
+        write_reply(session, reply).await?;
+        Ok(true)
+    }
+}

@@ -1,0 +1,138 @@
+//! Starting the gateway: the pingora data plane on `listen`, and a small
+//! control runtime for catalog polling and the admin listener.
+
+use std::net::{SocketAddr, TcpListener as StdListener, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+use pingora::proxy::http_proxy_service;
+use pingora::server::configuration::ServerConf;
+use pingora::server::Server;
+
+use crate::config::Config;
+use crate::gateway::Gateway;
+use crate::proxy::OtcProxy;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A listen address that does not parse or cannot be bound.
+    #[error("cannot listen on {addr}: {detail}")]
+    Listen {
+        /// The address.
+        addr: String,
+        /// Why.
+        detail: String,
+    },
+    /// The config could not become a runtime.
+    #[error(transparent)]
+    Build(#[from] crate::gateway::BuildError),
+    /// The control runtime could not start.
+    #[error("cannot start the control runtime: {0}")]
+    Runtime(std::io::Error),
+}
+
+/// A started control plane: the runtime that polls catalogs and serves admin.
+pub struct ControlPlane {
+    runtime: tokio::runtime::Runtime,
+}
+
+impl ControlPlane {
+    /// A small runtime of its own, so polling and admin never take a data
+    /// plane worker.
+    pub fn new() -> Result<ControlPlane, StartError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("otc-control")
+            .enable_all()
+            .build()
+            .map_err(StartError::Runtime)?;
+        Ok(ControlPlane { runtime })
+    }
+
+    /// The runtime's handle, to spawn on it.
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        self.runtime.handle()
+    }
+}
+
+/// Runs the gateway with `config` until it is told to stop; never returns.
+/// `banner` is printed after the ready line (the demo's curl examples).
+pub fn run(config: Config, control: ControlPlane, banner: Option<String>) -> Result<(), StartError> {
+    let listen = concrete_addr(&config.server.listen)?;
+    let threads = match config.server.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    let gateway = Gateway::new(config)?;
+    let admin_addr = gateway.runtime().config.server.admin_listen.clone();
+    let admin = control
+        .handle()
+        .block_on(tokio::net::TcpListener::bind(&admin_addr))
+        .map_err(|e| StartError::Listen { addr: admin_addr.clone(), detail: e.to_string() })?;
+    let admin_local = admin.local_addr().map_err(|e| StartError::Listen { addr: admin_addr, detail: e.to_string() })?;
+
+    {
+        let _entered = control.handle().enter();
+        gateway.start_polling();
+    }
+    control.handle().spawn(crate::admin::serve_admin(admin, gateway.clone()));
+    std::thread::Builder::new()
+        .name("otc-control".into())
+        .spawn(move || {
+            announce_when_ready(listen, admin_local, banner);
+            // Keep the control runtime (pollers, admin) alive for the life of
+            // the process.
+            control.runtime.block_on(std::future::pending::<()>());
+        })
+        .map_err(StartError::Runtime)?;
+
+    let conf = ServerConf {
+        threads,
+        grace_period_seconds: Some(0),
+        graceful_shutdown_timeout_seconds: Some(10),
+        ..ServerConf::default()
+    };
+    let mut server = Server::new_with_opt_and_conf(None, conf);
+    server.bootstrap();
+    let mut service = http_proxy_service(&server.configuration, OtcProxy::new(gateway));
+    service.add_tcp(&listen.to_string());
+    server.add_service(service);
+    server.run_forever()
+}
+
+/// A listen address with port 0 replaced by a free port, because pingora
+/// binds by address string and cannot report the port it got.
+fn concrete_addr(text: &str) -> Result<SocketAddr, StartError> {
+    let listen_error = |detail: String| StartError::Listen { addr: text.to_owned(), detail };
+    let addr = text
+        .to_socket_addrs()
+        .map_err(|e| listen_error(e.to_string()))?
+        .next()
+        .ok_or_else(|| listen_error("resolves to no address".into()))?;
+    if addr.port() != 0 {
+        return Ok(addr);
+    }
+    let probe = StdListener::bind(addr).map_err(|e| listen_error(e.to_string()))?;
+    probe.local_addr().map_err(|e| listen_error(e.to_string()))
+}
+
+/// Prints the ready line once the data plane accepts connections.
+fn announce_when_ready(listen: SocketAddr, admin: SocketAddr, banner: Option<String>) {
+    let mut probe = listen;
+    if probe.ip().is_unspecified() {
+        probe.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect_timeout(&probe, Duration::from_millis(200)).is_err() {
+        if Instant::now() > deadline {
+            tracing::error!(%listen, "the data plane did not start listening within 30s");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The one line scripts and tests wait for.
+    println!("otc-gateway listening on {listen} (admin {admin})");
+    if let Some(banner) = banner {
+        println!("{banner}");
+    }
+}

@@ -1,0 +1,239 @@
+//! One tool server behind the gateway: its settings and its pooled HTTP client.
+//!
+//! Each upstream has its own hyper-util client so that its connect timeout and
+//! its connection pool are its own; connections are reused across calls.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, CONTENT_TYPE, ETAG, IF_NONE_MATCH};
+use http::{Request, StatusCode, Uri};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use crate::config::{Protocol, UpstreamConfig};
+
+/// A configured upstream, ready to be called.
+#[derive(Debug)]
+pub struct Upstream {
+    /// Its unique name from the config.
+    pub name: String,
+    /// Its position in the config: the tie-breaker between equal priorities.
+    pub order: usize,
+    /// The higher wins when two upstreams serve the same tool id.
+    pub priority: i64,
+    /// The protocol it speaks.
+    pub protocol: Protocol,
+    /// Toolkit for bare tool ids.
+    pub toolkit: Option<String>,
+    /// Version for definitions without one.
+    pub version: Option<String>,
+    /// How long a call may take once sent.
+    pub call_timeout: Duration,
+    tools_uri: Uri,
+    call_uri: Uri,
+    client: Client<HttpConnector, Full<Bytes>>,
+}
+
+/// Why a catalog could not be fetched.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// No connection, or it broke.
+    #[error("cannot reach {0}")]
+    Unreachable(String),
+    /// No complete answer in time.
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    /// An answer, but not a 200 or 304.
+    #[error("answered HTTP {0}")]
+    Status(u16),
+    /// Larger than the configured maximum.
+    #[error("catalog larger than {0} bytes")]
+    TooLarge(usize),
+}
+
+/// What a catalog fetch found.
+#[derive(Debug)]
+pub enum Fetched {
+    /// 304: the catalog is the one already held.
+    NotModified,
+    /// A new body, with its ETag when the upstream gave one.
+    Body {
+        /// The catalog bytes.
+        body: Bytes,
+        /// For If-None-Match next time.
+        etag: Option<String>,
+    },
+}
+
+/// Why a call could not be completed.
+#[derive(Debug, thiserror::Error)]
+pub enum ForwardError {
+    /// No connection could be made: nothing was sent, so another replica may
+    /// take the call.
+    #[error("cannot connect to {upstream}: {detail}")]
+    Connect {
+        /// The upstream's name.
+        upstream: String,
+        /// What the connector said.
+        detail: String,
+    },
+    /// The call was sent but no answer came within `call_timeout`.
+    #[error("{upstream} did not answer within {timeout:?}")]
+    Timeout {
+        /// The upstream's name.
+        upstream: String,
+        /// The configured call timeout.
+        timeout: Duration,
+    },
+    /// The call was sent and the connection broke before a full answer.
+    #[error("{upstream} broke the connection: {detail}")]
+    Broken {
+        /// The upstream's name.
+        upstream: String,
+        /// What hyper said.
+        detail: String,
+    },
+    /// The answer was larger than the configured maximum.
+    #[error("{upstream} answered with more than {limit} bytes")]
+    TooLarge {
+        /// The upstream's name.
+        upstream: String,
+        /// The limit.
+        limit: usize,
+    },
+}
+
+/// An upstream's HTTP answer to a call.
+#[derive(Debug)]
+pub struct CallReply {
+    /// Its status.
+    pub status: StatusCode,
+    /// Whether it said it was JSON.
+    pub is_json: bool,
+    /// Its body.
+    pub body: Bytes,
+}
+
+impl Upstream {
+    /// Builds an upstream from its config entry.
+    pub fn from_config(order: usize, config: &UpstreamConfig) -> Result<Upstream, http::uri::InvalidUri> {
+        let base = &config.url.0;
+        let mut connector = HttpConnector::new();
+        connector.set_connect_timeout(Some(config.connect_timeout.0));
+        connector.set_nodelay(true);
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(90))
+            .pool_max_idle_per_host(256)
+            .build(connector);
+        Ok(Upstream {
+            name: config.name.get_ref().0.clone(),
+            order,
+            priority: config.priority,
+            protocol: *config.protocol.get_ref(),
+            toolkit: config.toolkit.as_ref().map(|t| t.0.clone()),
+            version: config.version.as_ref().map(|v| v.0.clone()),
+            call_timeout: config.call_timeout.0,
+            tools_uri: format!("{base}/tools").parse()?,
+            call_uri: format!("{base}/tools/call").parse()?,
+            client,
+        })
+    }
+
+    /// GET /tools, with If-None-Match when an ETag is known.
+    pub async fn fetch_catalog(
+        &self,
+        etag: Option<&str>,
+        timeout: Duration,
+        max_bytes: usize,
+    ) -> Result<Fetched, FetchError> {
+        let mut request = Request::get(self.tools_uri.clone()).header(ACCEPT, "application/json");
+        if let Some(etag) = etag {
+            request = request.header(IF_NONE_MATCH, etag);
+        }
+        let request = request
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| FetchError::Unreachable(e.to_string()))?;
+        let exchange = async {
+            let response =
+                self.client.request(request).await.map_err(|e| FetchError::Unreachable(error_chain(&e)))?;
+            match response.status() {
+                StatusCode::NOT_MODIFIED => return Ok(Fetched::NotModified),
+                StatusCode::OK => {}
+                other => return Err(FetchError::Status(other.as_u16())),
+            }
+            let etag = response.headers().get(ETAG).and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let body = Limited::new(response.into_body(), max_bytes)
+                .collect()
+                .await
+                .map_err(|e| {
+                    if e.is::<http_body_util::LengthLimitError>() {
+                        FetchError::TooLarge(max_bytes)
+                    } else {
+                        FetchError::Unreachable(e.to_string())
+                    }
+                })?
+                .to_bytes();
+            Ok(Fetched::Body { body, etag })
+        };
+        tokio::time::timeout(timeout, exchange).await.map_err(|_| FetchError::Timeout(timeout))?
+    }
+
+    /// POST /tools/call with a ready body. The whole exchange is bounded by
+    /// `call_timeout`; a failure to connect is told apart from one after the
+    /// request went out, because only the former may be retried elsewhere.
+    pub async fn call(&self, body: Bytes, headers: &[(http::HeaderName, http::HeaderValue)], max_bytes: usize) -> Result<CallReply, ForwardError> {
+        let mut request = Request::post(self.call_uri.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .header(ACCEPT, "application/json");
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        let request = request.body(Full::new(body)).map_err(|e| ForwardError::Broken {
+            upstream: self.name.clone(),
+            detail: e.to_string(),
+        })?;
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(|e| {
+                if e.is_connect() {
+                    ForwardError::Connect { upstream: self.name.clone(), detail: error_chain(&e) }
+                } else {
+                    ForwardError::Broken { upstream: self.name.clone(), detail: error_chain(&e) }
+                }
+            })?;
+            let status = response.status();
+            let is_json = response
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|ct| ct.contains("json"));
+            let body = Limited::new(response.into_body(), max_bytes).collect().await.map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    ForwardError::TooLarge { upstream: self.name.clone(), limit: max_bytes }
+                } else {
+                    ForwardError::Broken { upstream: self.name.clone(), detail: e.to_string() }
+                }
+            })?;
+            Ok(CallReply { status, is_json, body: body.to_bytes() })
+        };
+        match tokio::time::timeout(self.call_timeout, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(ForwardError::Timeout { upstream: self.name.clone(), timeout: self.call_timeout }),
+        }
+    }
+}
+
+/// An error and its sources on one line: hyper's top-level messages alone
+/// ("client error (Connect)") say little.
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(e) = source {
+        text.push_str(": ");
+        text.push_str(&e.to_string());
+        source = e.source();
+    }
+    text
+}

@@ -1,0 +1,93 @@
+//! Input validation against a tool's `input_schema`.
+//!
+//! A validator is compiled once per tool version when the catalog changes
+//! (see `catalog::dialect`), never per call.
+
+use std::collections::BTreeMap;
+
+use jsonschema::error::ValidationErrorKind;
+use jsonschema::paths::LocationSegment;
+use serde_json::Value;
+
+/// The key under which errors about the input as a whole are reported.
+pub const WHOLE_INPUT: &str = "input";
+
+/// A compiled `input_schema`.
+pub struct InputValidator {
+    validator: jsonschema::Validator,
+}
+
+impl std::fmt::Debug for InputValidator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InputValidator")
+    }
+}
+
+/// Why a schema could not be compiled.
+#[derive(Debug, thiserror::Error)]
+#[error("input_schema does not compile: {0}")]
+pub struct SchemaError(String);
+
+impl InputValidator {
+    /// Compiles a schema. External `$ref`s are not fetched: a tool server must
+    /// not make the gateway open connections on its behalf.
+    pub fn compile(schema: &Value) -> Result<InputValidator, SchemaError> {
+        let validator = jsonschema::validator_for(schema).map_err(|e| SchemaError(e.to_string()))?;
+        Ok(InputValidator { validator })
+    }
+
+    /// Checks an input; on failure returns one message per parameter, keyed by
+    /// the parameter's name (a missing required one by its own name).
+    pub fn check(&self, input: &Value) -> Result<(), BTreeMap<String, String>> {
+        if self.validator.is_valid(input) {
+            return Ok(());
+        }
+        let mut errors = BTreeMap::new();
+        for error in self.validator.iter_errors(input) {
+            let key = match (error.instance_path().iter().next(), error.kind()) {
+                (Some(LocationSegment::Property(name)), _) => name.into_owned(),
+                (Some(LocationSegment::Index(i)), _) => i.to_string(),
+                (None, ValidationErrorKind::Required { property }) => match property {
+                    Value::String(name) => name.clone(),
+                    other => other.to_string(),
+                },
+                (None, _) => WHOLE_INPUT.to_owned(),
+            };
+            let message = match error.kind() {
+                ValidationErrorKind::Required { .. } if error.instance_path().as_str().is_empty() => {
+                    "is required".to_owned()
+                }
+                _ => error.to_string(),
+            };
+            // The first error per parameter is the one a person fixes first.
+            errors.entry(key).or_insert(message);
+        }
+        Err(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn add_schema() -> Value {
+        json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+               "required": ["a", "b"]})
+    }
+
+    #[test]
+    fn errors_are_keyed_by_parameter() {
+        let v = InputValidator::compile(&add_schema()).expect("compiles");
+        assert!(v.check(&json!({"a": 1, "b": 2})).is_ok());
+        let errors = v.check(&json!({"a": 10, "b": "infinity"})).expect_err("b is not a number");
+        assert_eq!(errors.keys().collect::<Vec<_>>(), vec!["b"]);
+        let errors = v.check(&json!({"a": 10})).expect_err("b is missing");
+        assert_eq!(errors.get("b").map(String::as_str), Some("is required"));
+    }
+
+    #[test]
+    fn a_schema_that_does_not_compile_is_refused() {
+        assert!(InputValidator::compile(&json!({"type": "no-such-type"})).is_err());
+    }
+}
