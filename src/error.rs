@@ -130,7 +130,8 @@ impl FrontError {
             FrontError::NotFound(path) => {
                 Some(format!("{path} is not served; the gateway serves GET /health, GET /tools, POST /tools/call and POST /call"))
             }
-            FrontError::MethodNotAllowed { .. } | FrontError::InvalidInput(_) | FrontError::UpstreamRefused { .. } => None,
+            FrontError::MethodNotAllowed { allow } => Some(format!("send this path with {allow}; see the Allow header")),
+            FrontError::InvalidInput(_) | FrontError::UpstreamRefused { .. } => None,
             FrontError::BodyTooLarge { .. } => Some("raise server.max_body_bytes to accept larger calls".into()),
             FrontError::UnsupportedSchema(_) => {
                 Some("supported: otc://1.0, urn:oxp:1.0, the 1.0 spec URLs, or no $schema".into())

@@ -5,6 +5,7 @@
 //! [`proxy`]; the catalog it is resolved against is in [`catalog`].
 
 pub mod admin;
+pub mod auth;
 pub mod call;
 pub mod catalog;
 pub mod config;
@@ -13,7 +14,9 @@ pub mod error;
 pub mod gateway;
 pub mod proxy;
 pub mod resolve;
+pub mod secret;
 pub mod server;
 pub mod upstream;
 pub mod validate;
+pub mod vault;
 pub mod wire;

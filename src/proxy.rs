@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use pingora::http::ResponseHeader;
 use pingora::prelude::{HttpPeer, ProxyHttp, Session};
+use pingora::proxy::FailToProxy;
 use pingora::{Error, ErrorType, Result};
 
 use crate::call::call_tool;
@@ -149,5 +150,24 @@ impl ProxyHttp for OtcProxy {
         ctx.status = reply.status;
         write_reply(session, reply).await?;
         Ok(true)
+    }
+
+    /// pingora's own failures (a request it could not read, say) get a JSON
+    /// body like every other error, never an empty or HTML page.
+    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut RequestCtx) -> FailToProxy {
+        let code = match e.etype() {
+            ErrorType::HTTPStatus(code) => *code,
+            ErrorType::ReadError | ErrorType::WriteError | ErrorType::ConnectionClosed => 0,
+            _ => 400,
+        };
+        if code > 0 {
+            let reply = FrontError::BodyUnreadable(e.to_string()).to_reply();
+            let reply = Reply { status: code, ..reply };
+            if let Err(write_error) = write_reply(session, reply).await {
+                tracing::debug!(error = %write_error, "could not write an error response");
+            }
+        }
+        ctx.status = code;
+        FailToProxy { error_code: code, can_reuse_downstream: false }
     }
 }

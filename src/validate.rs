@@ -44,23 +44,27 @@ impl InputValidator {
         }
         let mut errors = BTreeMap::new();
         for error in self.validator.iter_errors(input) {
-            let key = match (error.instance_path().iter().next(), error.kind()) {
-                (Some(LocationSegment::Property(name)), _) => name.into_owned(),
-                (Some(LocationSegment::Index(i)), _) => i.to_string(),
-                (None, ValidationErrorKind::Required { property }) => match property {
-                    Value::String(name) => name.clone(),
-                    other => other.to_string(),
-                },
-                (None, _) => WHOLE_INPUT.to_owned(),
-            };
-            let message = match error.kind() {
-                ValidationErrorKind::Required { .. } if error.instance_path().as_str().is_empty() => {
-                    "is required".to_owned()
+            let at_root = error.instance_path().as_str().is_empty();
+            let (keys, message) = match (error.instance_path().iter().next(), error.kind()) {
+                (Some(LocationSegment::Property(name)), _) => (vec![name.into_owned()], error.to_string()),
+                (Some(LocationSegment::Index(i)), _) => (vec![i.to_string()], error.to_string()),
+                (None, ValidationErrorKind::Required { property }) => {
+                    let name = property.as_str().map_or_else(|| property.to_string(), str::to_owned);
+                    (vec![name], "is required".to_owned())
                 }
-                _ => error.to_string(),
+                // An unexpected parameter is named by its own name too.
+                (None, ValidationErrorKind::AdditionalProperties { unexpected })
+                | (None, ValidationErrorKind::UnevaluatedProperties { unexpected })
+                    if at_root && !unexpected.is_empty() =>
+                {
+                    (unexpected.clone(), "is not a parameter of this tool".to_owned())
+                }
+                (None, _) => (vec![WHOLE_INPUT.to_owned()], error.to_string()),
             };
             // The first error per parameter is the one a person fixes first.
-            errors.entry(key).or_insert(message);
+            for key in keys {
+                errors.entry(key).or_insert_with(|| message.clone());
+            }
         }
         Err(errors)
     }
@@ -84,6 +88,10 @@ mod tests {
         assert_eq!(errors.keys().collect::<Vec<_>>(), vec!["b"]);
         let errors = v.check(&json!({"a": 10})).expect_err("b is missing");
         assert_eq!(errors.get("b").map(String::as_str), Some("is required"));
+        let strict = InputValidator::compile(&json!({"type": "object", "properties": {"a": {}},
+                                                     "additionalProperties": false})).expect("compiles");
+        let errors = strict.check(&json!({"a": 1, "extra": 2})).expect_err("extra is unexpected");
+        assert_eq!(errors.keys().collect::<Vec<_>>(), vec!["extra"]);
     }
 
     #[test]

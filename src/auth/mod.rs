@@ -1,0 +1,483 @@
+//! Client authentication at the gateway: the `[auth]` section.
+//!
+//! Two kinds of credentials, both sent by clients:
+//! - JWTs (`mode = "jwt"`), as `Authorization: Bearer <jwt>`, verified with
+//!   HS256 from a secret reference and/or RS*/PS*/ES* from a JWKS (see
+//!   [`jwt`]); the user id is the `user_id_claim` claim.
+//! - API keys for service clients (`api_keys`), as `Authorization: Bearer
+//!   <key>` or `OXP-API-Key: <key>`, each standing for a configured user id.
+//!
+//! `mode = "none"` (the default) lets everyone in: callers are anonymous
+//! unless they present a configured API key, which still identifies them
+//! (so per-user secrets work without JWTs). In that mode an unknown
+//! `OXP-API-Key` is still refused (the client clearly meant to use a key)
+//! while an unrecognised `Authorization` header is ignored.
+//!
+//! [`Authenticator::authenticate`] runs on every request: it is synchronous,
+//! takes no lock (the JWKS sits behind an `ArcSwap`) and allocates little.
+//! Turning an [`AuthError`] into `401` + `WWW-Authenticate` is the HTTP
+//! layer's job; [`AuthError::public_message`] is what a client may see.
+
+mod api_key;
+pub mod jwt;
+
+use std::time::Duration;
+
+use http::HeaderMap;
+use jsonwebtoken::DecodingKey;
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::vault::{SecretRef, SecretResolver, VaultError};
+use api_key::ApiKeys;
+use jwt::{JwksSource, JwtSettings, JwtVerifier};
+
+/// The header service clients may send their API key in.
+pub const API_KEY_HEADER: &str = "oxp-api-key";
+
+/// HS256 secrets shorter than this are accepted with a warning (RFC 7518
+/// asks for at least the hash size).
+const MIN_HS256_SECRET_BYTES: usize = 32;
+
+/// Whether clients must authenticate.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    /// Everyone may call; API keys, if presented, identify the caller.
+    #[default]
+    None,
+    /// Every request needs a valid JWT or API key.
+    Jwt,
+}
+
+/// One API key for a service client.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ApiKeyConfig {
+    /// Where the key is (a secret reference, without `{user_id}`).
+    pub key: SecretRef,
+    /// The user id a caller presenting this key gets.
+    pub user_id: String,
+}
+
+/// The `[auth]` section.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    /// `"none"` (default): no authentication required; `"jwt"`: every
+    /// request needs a valid JWT or API key.
+    #[serde(default)]
+    pub mode: AuthMode,
+    /// Shared secret for HS256 tokens (a secret reference). HS256 is accepted
+    /// only when this is set.
+    #[serde(default)]
+    pub hs256_secret: Option<SecretRef>,
+    /// Public keys for RS256/RS384/RS512/PS256/PS384/PS512/ES256/ES384
+    /// tokens: `"file:/path/jwks.json"` or an `http(s)://` URL, reloaded
+    /// every `jwks_refresh` (and sooner when a token names an unknown key).
+    #[serde(default)]
+    pub jwks: Option<String>,
+    /// How often the JWKS is reloaded (a duration string; default `"5m"`).
+    #[serde(
+        default = "default_jwks_refresh",
+        deserialize_with = "crate::vault::deserialize_duration"
+    )]
+    pub jwks_refresh: Duration,
+    /// Required `iss` claim, checked when set.
+    #[serde(default)]
+    pub issuer: Option<String>,
+    /// Required `aud` claim (one of the token's audiences), checked when set.
+    #[serde(default)]
+    pub audience: Option<String>,
+    /// The claim whose (string) value is the caller's user id (default
+    /// `"sub"`); a token without it is refused.
+    #[serde(default = "default_user_id_claim")]
+    pub user_id_claim: String,
+    /// API keys for service clients, each with the user id it stands for.
+    #[serde(default)]
+    pub api_keys: Vec<ApiKeyConfig>,
+    /// Clock skew tolerated on `exp` and `nbf` (a duration string; default
+    /// `"30s"`).
+    #[serde(default = "default_leeway", deserialize_with = "crate::vault::deserialize_duration")]
+    pub leeway: Duration,
+}
+
+fn default_user_id_claim() -> String {
+    "sub".to_owned()
+}
+
+fn default_leeway() -> Duration {
+    Duration::from_secs(30)
+}
+
+fn default_jwks_refresh() -> Duration {
+    Duration::from_secs(300)
+}
+
+impl Default for AuthConfig {
+    fn default() -> Self {
+        Self {
+            mode: AuthMode::None,
+            hs256_secret: None,
+            jwks: None,
+            jwks_refresh: default_jwks_refresh(),
+            issuer: None,
+            audience: None,
+            user_id_claim: default_user_id_claim(),
+            api_keys: Vec::new(),
+            leeway: default_leeway(),
+        }
+    }
+}
+
+/// How a caller was identified.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallerKind {
+    /// No credentials (only in mode `none`).
+    Anonymous,
+    /// A configured API key.
+    ApiKey,
+    /// A verified JWT.
+    Jwt,
+}
+
+/// The authenticated caller of one request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Caller {
+    /// The user id: the JWT's `user_id_claim`, or the API key's `user_id`;
+    /// `None` when anonymous.
+    pub user_id: Option<String>,
+    /// The verified JWT claims (for policies); `Null` for API keys and
+    /// anonymous callers.
+    pub claims: Value,
+    /// How the caller was identified.
+    pub kind: CallerKind,
+}
+
+impl Caller {
+    /// An anonymous caller.
+    pub fn anonymous() -> Self {
+        Self { user_id: None, claims: Value::Null, kind: CallerKind::Anonymous }
+    }
+
+    fn api_key(user_id: &str) -> Self {
+        Self { user_id: Some(user_id.to_owned()), claims: Value::Null, kind: CallerKind::ApiKey }
+    }
+}
+
+/// Authentication failures (per request) and setup failures (at startup).
+/// Messages never contain a token, a key or a secret value.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// No credentials, and the gateway requires them.
+    #[error("no credentials presented")]
+    Missing,
+    /// Credentials that do not verify. The reason is for developer logs.
+    #[error("invalid credentials: {0}")]
+    Invalid(String),
+    /// A JWT past its `exp` (beyond the leeway).
+    #[error("token expired")]
+    Expired,
+    /// A JWT before its `nbf` (beyond the leeway).
+    #[error("token not yet valid (nbf)")]
+    NotYetValid,
+    /// A valid JWT without the user id claim.
+    #[error("token has no string claim {claim:?} to take the user id from")]
+    MissingUserClaim {
+        /// The configured `user_id_claim`.
+        claim: String,
+    },
+    /// `[auth]` is inconsistent.
+    #[error("invalid [auth] configuration: {0}")]
+    Config(String),
+    /// A secret reference of `[auth]` could not be resolved.
+    #[error("[auth] {what}: {source}")]
+    Secret {
+        /// Which setting (`hs256_secret`, `api_keys[0].key`, ...).
+        what: String,
+        /// Why.
+        #[source]
+        source: VaultError,
+    },
+    /// The JWKS could not be loaded at startup.
+    #[error("cannot load the JWKS from {location}: {reason}")]
+    Jwks {
+        /// The `jwks` setting.
+        location: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl AuthError {
+    /// What a client may be told (the body's `message`); the detail stays
+    /// in [`Display`](std::fmt::Display), for logs.
+    pub fn public_message(&self) -> &'static str {
+        match self {
+            AuthError::Missing => "missing credentials",
+            AuthError::Expired => "expired credentials",
+            AuthError::Invalid(_) | AuthError::NotYetValid | AuthError::MissingUserClaim { .. } => {
+                "invalid credentials"
+            }
+            AuthError::Config(_) | AuthError::Secret { .. } | AuthError::Jwks { .. } => {
+                "authentication unavailable"
+            }
+        }
+    }
+
+    /// The `WWW-Authenticate` value for the 401 (RFC 6750: no error code
+    /// when no credentials were sent).
+    pub fn www_authenticate(&self) -> &'static str {
+        match self {
+            AuthError::Missing => "Bearer",
+            _ => "Bearer error=\"invalid_token\"",
+        }
+    }
+}
+
+/// Authenticates requests; build once at startup (or on reload) with
+/// [`Authenticator::new`].
+pub struct Authenticator {
+    mode: AuthMode,
+    api_keys: ApiKeys,
+    jwt: Option<JwtVerifier>,
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Authenticator")
+            .field("mode", &self.mode)
+            .field("api_keys", &self.api_keys)
+            .field("jwt", &self.jwt)
+            .finish()
+    }
+}
+
+impl Authenticator {
+    /// Resolves the secrets `[auth]` refers to, loads the JWKS and starts
+    /// its refresh task (so it must run inside a Tokio runtime).
+    pub async fn new(cfg: &AuthConfig, secrets: &SecretResolver) -> Result<Self, AuthError> {
+        let mut keys = Vec::with_capacity(cfg.api_keys.len());
+        for (i, k) in cfg.api_keys.iter().enumerate() {
+            let what = format!("api_keys[{i}].key ({})", k.key);
+            if k.key.uses_user_id() {
+                return Err(AuthError::Config(format!("{what} cannot depend on {{user_id}}")));
+            }
+            let value = secrets
+                .resolve(&k.key, None)
+                .await
+                .map_err(|source| AuthError::Secret { what, source })?;
+            keys.push((value, k.user_id.clone()));
+        }
+        let api_keys = ApiKeys::new(keys).map_err(AuthError::Config)?;
+
+        let wants_jwt = cfg.hs256_secret.is_some() || cfg.jwks.is_some();
+        let jwt = match cfg.mode {
+            AuthMode::None => {
+                if wants_jwt {
+                    return Err(AuthError::Config(
+                        "hs256_secret or jwks is set but mode is \"none\"; set mode = \"jwt\" to check tokens".into(),
+                    ));
+                }
+                None
+            }
+            AuthMode::Jwt => {
+                if !wants_jwt && api_keys.is_empty() {
+                    return Err(AuthError::Config(
+                        "mode = \"jwt\" needs hs256_secret, jwks or api_keys".into(),
+                    ));
+                }
+                if cfg.user_id_claim.is_empty() {
+                    return Err(AuthError::Config("user_id_claim is empty".into()));
+                }
+                if wants_jwt {
+                    Some(JwtVerifier::new(jwt_settings(cfg, secrets).await?).await?)
+                } else {
+                    None
+                }
+            }
+        };
+        Ok(Self { mode: cfg.mode, api_keys, jwt })
+    }
+
+    /// The configured mode.
+    pub fn mode(&self) -> AuthMode {
+        self.mode
+    }
+
+    /// Identifies the caller of one request from its headers.
+    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, AuthError> {
+        if let Some(value) = single(headers, API_KEY_HEADER)? {
+            let key = value
+                .to_str()
+                .map_err(|_| AuthError::Invalid("OXP-API-Key is not visible ASCII".into()))?
+                .trim();
+            return match self.api_keys.lookup(key) {
+                Some(user) => Ok(Caller::api_key(user)),
+                None => Err(AuthError::Invalid("unknown API key".into())),
+            };
+        }
+        let Some(value) = single(headers, http::header::AUTHORIZATION.as_str())? else {
+            return match self.mode {
+                AuthMode::None => Ok(Caller::anonymous()),
+                AuthMode::Jwt => Err(AuthError::Missing),
+            };
+        };
+        let bearer = value.to_str().ok().and_then(bearer_token);
+        let Some(token) = bearer else {
+            return match self.mode {
+                AuthMode::None => Ok(Caller::anonymous()),
+                AuthMode::Jwt => {
+                    Err(AuthError::Invalid("Authorization is not \"Bearer <token>\"".into()))
+                }
+            };
+        };
+        if let Some(user) = self.api_keys.lookup(token) {
+            return Ok(Caller::api_key(user));
+        }
+        match (&self.jwt, self.mode) {
+            (Some(verifier), _) => {
+                let v = verifier.verify(token)?;
+                Ok(Caller { user_id: Some(v.user_id), claims: v.claims, kind: CallerKind::Jwt })
+            }
+            (None, AuthMode::Jwt) => Err(AuthError::Invalid("unknown API key".into())),
+            (None, AuthMode::None) => Ok(Caller::anonymous()),
+        }
+    }
+}
+
+async fn jwt_settings(
+    cfg: &AuthConfig,
+    secrets: &SecretResolver,
+) -> Result<JwtSettings, AuthError> {
+    let hs256 = match &cfg.hs256_secret {
+        None => None,
+        Some(r) => {
+            let what = format!("hs256_secret ({r})");
+            if r.uses_user_id() {
+                return Err(AuthError::Config(format!("{what} cannot depend on {{user_id}}")));
+            }
+            let secret = secrets
+                .resolve(r, None)
+                .await
+                .map_err(|source| AuthError::Secret { what: what.clone(), source })?;
+            if secret.is_empty() {
+                return Err(AuthError::Config(format!("{what} is empty")));
+            }
+            if secret.expose().len() < MIN_HS256_SECRET_BYTES {
+                tracing::warn!(reference = %r, "hs256_secret is shorter than 32 bytes");
+            }
+            Some(DecodingKey::from_secret(secret.expose().as_bytes()))
+        }
+    };
+    let jwks = match &cfg.jwks {
+        None => None,
+        Some(s) => {
+            if cfg.jwks_refresh.is_zero() {
+                return Err(AuthError::Config("jwks_refresh must be more than zero".into()));
+            }
+            Some((JwksSource::parse(s)?, cfg.jwks_refresh))
+        }
+    };
+    Ok(JwtSettings {
+        hs256,
+        jwks,
+        issuer: cfg.issuer.clone(),
+        audience: cfg.audience.clone(),
+        leeway: cfg.leeway,
+        user_id_claim: cfg.user_id_claim.clone(),
+    })
+}
+
+/// The header's one value; a repeated credential header is refused rather
+/// than guessing which one counts.
+fn single<'h>(
+    headers: &'h HeaderMap,
+    name: &str,
+) -> Result<Option<&'h http::HeaderValue>, AuthError> {
+    let mut values = headers.get_all(name).iter();
+    let first = values.next();
+    if values.next().is_some() {
+        return Err(AuthError::Invalid(format!("more than one {name} header")));
+    }
+    Ok(first)
+}
+
+/// `Bearer <token>` (scheme case-insensitive, RFC 7235) → the token.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.trim().split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let token = rest.trim();
+    (!token.is_empty()).then_some(token)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_parsing() {
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer   abc  "), Some("abc"));
+        assert_eq!(bearer_token("BEARER abc"), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer "), None);
+        assert_eq!(bearer_token("Bearer"), None);
+        assert_eq!(bearer_token("abc"), None);
+    }
+
+    #[test]
+    fn config_defaults_and_strictness() {
+        let c: AuthConfig = toml::from_str("").expect("empty");
+        assert_eq!(c.mode, AuthMode::None);
+        assert_eq!(c.user_id_claim, "sub");
+        assert_eq!(c.leeway, Duration::from_secs(30));
+        assert_eq!(c.jwks_refresh, Duration::from_secs(300));
+        assert!(c.api_keys.is_empty());
+
+        let c: AuthConfig = toml::from_str(
+            r#"
+mode = "jwt"
+hs256_secret = "env:GATEWAY_JWT_SECRET"
+jwks = "https://issuer/.well-known/jwks.json"
+issuer = "https://auth.example.com"
+audience = "otc-gateway"
+user_id_claim = "email"
+leeway = "5s"
+api_keys = [{ key = "env:SVC_REPORTS_KEY", user_id = "svc-reports" }]
+"#,
+        )
+        .expect("contract example");
+        assert_eq!(c.mode, AuthMode::Jwt);
+        assert_eq!(c.hs256_secret, Some(SecretRef::Env { name: "GATEWAY_JWT_SECRET".into() }));
+        assert_eq!(c.user_id_claim, "email");
+        assert_eq!(c.leeway, Duration::from_secs(5));
+        assert_eq!(c.api_keys[0].user_id, "svc-reports");
+
+        for bad in [
+            "mode = \"oauth\"",
+            "secret = \"env:X\"",
+            "api_keys = [{ key = \"env:X\", user = \"a\" }]",
+            "hs256_secret = \"hunter2\"",
+            "leeway = \"a while\"",
+        ] {
+            assert!(toml::from_str::<AuthConfig>(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn public_messages_and_challenges() {
+        assert_eq!(AuthError::Missing.public_message(), "missing credentials");
+        assert_eq!(AuthError::Missing.www_authenticate(), "Bearer");
+        let invalid = AuthError::Invalid("bad signature".into());
+        assert_eq!(invalid.public_message(), "invalid credentials");
+        assert_eq!(invalid.www_authenticate(), "Bearer error=\"invalid_token\"");
+        assert_eq!(AuthError::Expired.public_message(), "expired credentials");
+        assert_eq!(
+            AuthError::MissingUserClaim { claim: "sub".into() }.public_message(),
+            "invalid credentials"
+        );
+    }
+}

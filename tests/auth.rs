@@ -1,0 +1,603 @@
+//! Client authentication: JWTs signed here (HS256, RS256 and ES256 from a
+//! JWKS file or URL) and API keys, through `Authenticator::authenticate`.
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue};
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use jsonwebtoken::jwk::{Jwk, JwkSet};
+use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
+use otc_gateway::auth::{AuthConfig, AuthError, AuthMode, Authenticator, CallerKind};
+use otc_gateway::vault::{SecretRef, SecretResolver};
+use serde_json::{json, Value};
+
+const HS_SECRET: &str = "test-hs256-secret-that-is-long-enough-0123456789";
+const RSA_PEM: &str = include_str!("fixtures/jwt_rsa_private.pem");
+const RSA_OTHER_PEM: &str = include_str!("fixtures/jwt_rsa_other_private.pem");
+const EC_PEM: &str = include_str!("fixtures/jwt_ec_private.pem");
+
+fn now() -> u64 {
+    get_current_timestamp()
+}
+
+fn resolver() -> SecretResolver {
+    SecretResolver::new(None, Duration::from_secs(1)).expect("resolver")
+}
+
+fn env_ref(name: &str, value: &str) -> SecretRef {
+    std::env::set_var(name, value);
+    SecretRef::Env { name: name.to_owned() }
+}
+
+fn bearer(token: &str) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert(
+        http::header::AUTHORIZATION,
+        HeaderValue::from_str(&format!("Bearer {token}")).expect("header"),
+    );
+    h
+}
+
+fn api_key_header(key: &str) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    h.insert("OXP-API-Key", HeaderValue::from_str(key).expect("header"));
+    h
+}
+
+fn claims(extra: Value) -> Value {
+    let mut c = json!({
+        "sub": "alice",
+        "iss": "https://auth.example.com",
+        "aud": "otc-gateway",
+        "exp": now() + 600,
+        "iat": now(),
+        "groups": ["mail"],
+    });
+    if let (Some(c), Some(extra)) = (c.as_object_mut(), extra.as_object()) {
+        for (k, v) in extra {
+            if v.is_null() {
+                c.remove(k);
+            } else {
+                c.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    c
+}
+
+fn hs256(claims: &Value, secret: &str) -> String {
+    encode(&Header::new(Algorithm::HS256), claims, &EncodingKey::from_secret(secret.as_bytes()))
+        .expect("sign")
+}
+
+fn rs256(claims: &Value, pem: &str, kid: Option<&str>) -> String {
+    let mut header = Header::new(Algorithm::RS256);
+    header.kid = kid.map(str::to_owned);
+    encode(&header, claims, &EncodingKey::from_rsa_pem(pem.as_bytes()).expect("rsa key"))
+        .expect("sign")
+}
+
+fn es256(claims: &Value, kid: &str) -> String {
+    let mut header = Header::new(Algorithm::ES256);
+    header.kid = Some(kid.to_owned());
+    encode(&header, claims, &EncodingKey::from_ec_pem(EC_PEM.as_bytes()).expect("ec key"))
+        .expect("sign")
+}
+
+/// A JWK (public half) for a private key, with a kid.
+fn jwk(pem: &str, alg: Algorithm, kid: &str) -> Jwk {
+    let key = match alg {
+        Algorithm::ES256 => EncodingKey::from_ec_pem(pem.as_bytes()),
+        _ => EncodingKey::from_rsa_pem(pem.as_bytes()),
+    }
+    .expect("key");
+    let mut jwk = Jwk::from_encoding_key(&key, alg).expect("jwk");
+    jwk.common.key_id = Some(kid.to_owned());
+    jwk
+}
+
+fn jwks_json(keys: Vec<Jwk>) -> String {
+    serde_json::to_string(&JwkSet { keys }).expect("jwks")
+}
+
+/// A hand-made token: any header, any payload, any signature.
+fn raw_token(header: &Value, payload: &Value, signature: &str) -> String {
+    format!(
+        "{}.{}.{}",
+        URL_SAFE_NO_PAD.encode(header.to_string()),
+        URL_SAFE_NO_PAD.encode(payload.to_string()),
+        signature
+    )
+}
+
+fn temp_file(name: &str, content: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("otc-auth-tests-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let p = dir.join(name);
+    std::fs::write(&p, content).expect("write");
+    p.display().to_string()
+}
+
+async fn hs_auth(env_name: &str) -> Authenticator {
+    let cfg = AuthConfig {
+        mode: AuthMode::Jwt,
+        hs256_secret: Some(env_ref(env_name, HS_SECRET)),
+        issuer: Some("https://auth.example.com".into()),
+        audience: Some("otc-gateway".into()),
+        ..AuthConfig::default()
+    };
+    Authenticator::new(&cfg, &resolver()).await.expect("authenticator")
+}
+
+/// The error for `token`, checking it never repeats the token.
+fn rejected(auth: &Authenticator, token: &str) -> AuthError {
+    let err = auth.authenticate(&bearer(token)).expect_err("must be rejected");
+    let shown = format!("{err} {err:?}");
+    assert!(!shown.contains(token), "{shown}");
+    if let Some(sig) = token.rsplit('.').next().filter(|s| s.len() > 8) {
+        assert!(!shown.contains(sig), "{shown}");
+    }
+    err
+}
+
+#[tokio::test]
+async fn hs256_good_token() {
+    let auth = hs_auth("OTC_AUTH_HS_GOOD").await;
+    let caller = auth.authenticate(&bearer(&hs256(&claims(json!({})), HS_SECRET))).expect("valid");
+    assert_eq!(caller.user_id.as_deref(), Some("alice"));
+    assert_eq!(caller.kind, CallerKind::Jwt);
+    assert_eq!(caller.claims["groups"], json!(["mail"]));
+}
+
+#[tokio::test]
+async fn hs256_expired_token() {
+    let auth = hs_auth("OTC_AUTH_HS_EXP").await;
+    let token = hs256(&claims(json!({"exp": now() - 3600})), HS_SECRET);
+    let err = rejected(&auth, &token);
+    assert!(matches!(err, AuthError::Expired), "{err:?}");
+    assert_eq!(err.public_message(), "expired credentials");
+    // Within the leeway (30s) it still passes.
+    let token = hs256(&claims(json!({"exp": now() - 5})), HS_SECRET);
+    assert!(auth.authenticate(&bearer(&token)).is_ok());
+}
+
+#[tokio::test]
+async fn hs256_exp_is_required_and_nbf_checked() {
+    let auth = hs_auth("OTC_AUTH_HS_NBF").await;
+    let token = hs256(&claims(json!({"exp": null})), HS_SECRET);
+    let err = rejected(&auth, &token);
+    assert!(matches!(&err, AuthError::Invalid(r) if r.contains("exp")), "{err:?}");
+    let token = hs256(&claims(json!({"nbf": now() + 3600})), HS_SECRET);
+    assert!(matches!(rejected(&auth, &token), AuthError::NotYetValid));
+    let token = hs256(&claims(json!({"nbf": now() - 10})), HS_SECRET);
+    assert!(auth.authenticate(&bearer(&token)).is_ok());
+}
+
+#[tokio::test]
+async fn hs256_wrong_key() {
+    let auth = hs_auth("OTC_AUTH_HS_WRONGKEY").await;
+    let token = hs256(&claims(json!({})), "another-secret-of-a-different-issuer-000000");
+    let err = rejected(&auth, &token);
+    assert!(matches!(&err, AuthError::Invalid(r) if r == "bad signature"), "{err:?}");
+    assert_eq!(err.public_message(), "invalid credentials");
+    assert_eq!(err.www_authenticate(), "Bearer error=\"invalid_token\"");
+}
+
+#[tokio::test]
+async fn hs256_wrong_audience_and_issuer() {
+    let auth = hs_auth("OTC_AUTH_HS_AUDISS").await;
+    let err = rejected(&auth, &hs256(&claims(json!({"aud": "someone-else"})), HS_SECRET));
+    assert!(matches!(&err, AuthError::Invalid(r) if r.contains("audience")), "{err:?}");
+    let err = rejected(&auth, &hs256(&claims(json!({"aud": null})), HS_SECRET));
+    assert!(matches!(&err, AuthError::Invalid(_)), "{err:?}");
+    let err = rejected(&auth, &hs256(&claims(json!({"iss": "https://evil.example"})), HS_SECRET));
+    assert!(matches!(&err, AuthError::Invalid(r) if r.contains("issuer")), "{err:?}");
+    let err = rejected(&auth, &hs256(&claims(json!({"iss": null})), HS_SECRET));
+    assert!(matches!(&err, AuthError::Invalid(_)), "{err:?}");
+    // An audience list containing ours is fine.
+    let token = hs256(&claims(json!({"aud": ["other", "otc-gateway"]})), HS_SECRET);
+    assert!(auth.authenticate(&bearer(&token)).is_ok());
+}
+
+#[tokio::test]
+async fn iss_and_aud_are_not_checked_when_not_configured() {
+    let cfg = AuthConfig {
+        mode: AuthMode::Jwt,
+        hs256_secret: Some(env_ref("OTC_AUTH_HS_NOAUD", HS_SECRET)),
+        ..AuthConfig::default()
+    };
+    let auth = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
+    let token = hs256(&claims(json!({"aud": "anyone", "iss": "anywhere"})), HS_SECRET);
+    assert!(auth.authenticate(&bearer(&token)).is_ok());
+}
+
+#[tokio::test]
+async fn alg_none_is_refused() {
+    let auth = hs_auth("OTC_AUTH_HS_NONE").await;
+    for alg in ["none", "None", "NONE"] {
+        let token = raw_token(&json!({"alg": alg, "typ": "JWT"}), &claims(json!({})), "");
+        let err = rejected(&auth, &token);
+        assert!(matches!(err, AuthError::Invalid(_)), "{alg}: {err:?}");
+    }
+    // A valid HS256 token with its signature stripped.
+    let good = hs256(&claims(json!({})), HS_SECRET);
+    let stripped = format!("{}.", good.rsplit_once('.').expect("dots").0);
+    assert!(matches!(rejected(&auth, &stripped), AuthError::Invalid(_)));
+}
+
+#[tokio::test]
+async fn garbage_is_refused() {
+    let auth = hs_auth("OTC_AUTH_HS_GARBAGE").await;
+    let long = "a".repeat(20_000);
+    for token in ["garbage", "a.b.c", "eyJhbGciOiJIUzI1NiJ9.bm90IGpzb24.c2ln", "...", long.as_str()]
+    {
+        let err = auth.authenticate(&bearer(token)).expect_err(token);
+        assert!(matches!(err, AuthError::Invalid(_)), "{token}: {err:?}");
+    }
+    // Other algorithms of the HMAC family are not on the list.
+    let token = encode(
+        &Header::new(Algorithm::HS512),
+        &claims(json!({})),
+        &EncodingKey::from_secret(HS_SECRET.as_bytes()),
+    )
+    .expect("sign");
+    assert!(matches!(rejected(&auth, &token), AuthError::Invalid(r) if r.contains("not accepted")));
+}
+
+#[tokio::test]
+async fn a_token_without_the_user_claim_is_refused() {
+    let auth = hs_auth("OTC_AUTH_HS_NOSUB").await;
+    let err = rejected(&auth, &hs256(&claims(json!({"sub": null})), HS_SECRET));
+    assert!(matches!(&err, AuthError::MissingUserClaim { claim } if claim == "sub"), "{err:?}");
+    let err = rejected(&auth, &hs256(&claims(json!({"sub": 42})), HS_SECRET));
+    assert!(matches!(err, AuthError::MissingUserClaim { .. }), "{err:?}");
+    let err = rejected(&auth, &hs256(&claims(json!({"sub": ""})), HS_SECRET));
+    assert!(matches!(err, AuthError::MissingUserClaim { .. }), "{err:?}");
+}
+
+#[tokio::test]
+async fn user_id_claim_is_configurable() {
+    let cfg = AuthConfig {
+        mode: AuthMode::Jwt,
+        hs256_secret: Some(env_ref("OTC_AUTH_HS_EMAIL", HS_SECRET)),
+        user_id_claim: "email".into(),
+        ..AuthConfig::default()
+    };
+    let auth = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
+    let token = hs256(&claims(json!({"email": "alice@example.com"})), HS_SECRET);
+    let caller = auth.authenticate(&bearer(&token)).expect("valid");
+    assert_eq!(caller.user_id.as_deref(), Some("alice@example.com"));
+    assert!(matches!(
+        rejected(&auth, &hs256(&claims(json!({})), HS_SECRET)),
+        AuthError::MissingUserClaim { .. }
+    ));
+}
+
+async fn jwks_file_auth(keys: Vec<Jwk>, name: &str) -> Authenticator {
+    let path = temp_file(name, &jwks_json(keys));
+    let cfg = AuthConfig {
+        mode: AuthMode::Jwt,
+        jwks: Some(format!("file:{path}")),
+        audience: Some("otc-gateway".into()),
+        ..AuthConfig::default()
+    };
+    Authenticator::new(&cfg, &resolver()).await.expect("authenticator")
+}
+
+#[tokio::test]
+async fn rs256_and_es256_from_a_jwks_file() {
+    let auth = jwks_file_auth(
+        vec![jwk(RSA_PEM, Algorithm::RS256, "rsa-1"), jwk(EC_PEM, Algorithm::ES256, "ec-1")],
+        "jwks-basic.json",
+    )
+    .await;
+    let caller = auth
+        .authenticate(&bearer(&rs256(&claims(json!({})), RSA_PEM, Some("rsa-1"))))
+        .expect("rs256");
+    assert_eq!(caller.user_id.as_deref(), Some("alice"));
+    let caller =
+        auth.authenticate(&bearer(&es256(&claims(json!({"sub": "bob"})), "ec-1"))).expect("es256");
+    assert_eq!(caller.user_id.as_deref(), Some("bob"));
+    // No kid: the RSA keys are tried.
+    assert!(auth.authenticate(&bearer(&rs256(&claims(json!({})), RSA_PEM, None))).is_ok());
+
+    // Signed by a key not in the JWKS, under a known kid: bad signature.
+    let err = rejected(&auth, &rs256(&claims(json!({})), RSA_OTHER_PEM, Some("rsa-1")));
+    assert!(matches!(&err, AuthError::Invalid(r) if r == "bad signature"), "{err:?}");
+    // Unknown kid.
+    let err = rejected(&auth, &rs256(&claims(json!({})), RSA_OTHER_PEM, Some("rsa-9")));
+    assert!(matches!(&err, AuthError::Invalid(r) if r.contains("rsa-9")), "{err:?}");
+    // An ES256 token naming the RSA key: the key type does not fit.
+    let err = rejected(&auth, &es256(&claims(json!({})), "rsa-1"));
+    assert!(matches!(err, AuthError::Invalid(_)), "{err:?}");
+    // Expired and wrong audience also apply to JWKS keys.
+    let err =
+        rejected(&auth, &rs256(&claims(json!({"exp": now() - 3600})), RSA_PEM, Some("rsa-1")));
+    assert!(matches!(err, AuthError::Expired), "{err:?}");
+    let err = rejected(&auth, &rs256(&claims(json!({"aud": "x"})), RSA_PEM, Some("rsa-1")));
+    assert!(matches!(err, AuthError::Invalid(_)), "{err:?}");
+}
+
+#[tokio::test]
+async fn hs256_is_refused_without_a_shared_secret() {
+    // Key confusion: an HS256 token "signed" with the RSA public key's
+    // modulus must not verify against the JWKS.
+    let rsa = jwk(RSA_PEM, Algorithm::RS256, "rsa-1");
+    let n = match &rsa.algorithm {
+        jsonwebtoken::jwk::AlgorithmParameters::RSA(p) => p.n.clone(),
+        _ => unreachable!(),
+    };
+    let auth = jwks_file_auth(vec![rsa], "jwks-confusion.json").await;
+    let mut header = Header::new(Algorithm::HS256);
+    header.kid = Some("rsa-1".into());
+    let token =
+        encode(&header, &claims(json!({})), &EncodingKey::from_secret(n.as_bytes())).expect("sign");
+    let err = rejected(&auth, &token);
+    assert!(matches!(&err, AuthError::Invalid(r) if r.contains("HS256")), "{err:?}");
+}
+
+#[tokio::test]
+async fn a_jwks_file_is_reloaded_on_an_unknown_kid() {
+    let path =
+        temp_file("jwks-rotate.json", &jwks_json(vec![jwk(RSA_PEM, Algorithm::RS256, "old")]));
+    let cfg = AuthConfig {
+        mode: AuthMode::Jwt,
+        jwks: Some(format!("file:{path}")),
+        jwks_refresh: Duration::from_millis(200),
+        ..AuthConfig::default()
+    };
+    let auth = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
+    let token = rs256(&claims(json!({})), RSA_OTHER_PEM, Some("new"));
+    assert!(auth.authenticate(&bearer(&token)).is_err());
+    std::fs::write(&path, jwks_json(vec![jwk(RSA_OTHER_PEM, Algorithm::RS256, "new")]))
+        .expect("rotate");
+    let mut ok = false;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if auth.authenticate(&bearer(&token)).is_ok() {
+            ok = true;
+            break;
+        }
+    }
+    assert!(ok, "the rotated key was never picked up");
+    // The old key is gone.
+    assert!(auth.authenticate(&bearer(&rs256(&claims(json!({})), RSA_PEM, Some("old")))).is_err());
+}
+
+/// A tiny HTTP server serving a JWKS document that the test can replace.
+struct JwksServer {
+    url: String,
+    body: Arc<Mutex<String>>,
+    hits: Arc<Mutex<usize>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for JwksServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn jwks_server(initial: String) -> JwksServer {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let url = format!("http://{}/.well-known/jwks.json", listener.local_addr().expect("addr"));
+    let body = Arc::new(Mutex::new(initial));
+    let hits = Arc::new(Mutex::new(0usize));
+    let (b, h) = (body.clone(), hits.clone());
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let (b, h) = (b.clone(), h.clone());
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let (b, h) = (b.clone(), h.clone());
+                    async move {
+                        *h.lock().expect("lock") += 1;
+                        let resp = if req.uri().path() == "/.well-known/jwks.json" {
+                            http::Response::builder()
+                                .header("content-type", "application/json")
+                                .body(Full::new(Bytes::from(b.lock().expect("lock").clone())))
+                        } else {
+                            http::Response::builder().status(404).body(Full::new(Bytes::new()))
+                        };
+                        Ok::<_, Infallible>(resp.expect("response"))
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    JwksServer { url, body, hits, task }
+}
+
+#[tokio::test]
+async fn a_jwks_url_is_fetched_and_refreshed() {
+    let server = jwks_server(jwks_json(vec![jwk(EC_PEM, Algorithm::ES256, "ec-1")])).await;
+    let cfg = AuthConfig {
+        mode: AuthMode::Jwt,
+        jwks: Some(server.url.clone()),
+        jwks_refresh: Duration::from_millis(200),
+        ..AuthConfig::default()
+    };
+    let auth = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
+    assert!(*server.hits.lock().expect("lock") >= 1);
+    assert!(auth.authenticate(&bearer(&es256(&claims(json!({})), "ec-1"))).is_ok());
+
+    *server.body.lock().expect("lock") = jwks_json(vec![jwk(RSA_PEM, Algorithm::RS256, "rsa-2")]);
+    let token = rs256(&claims(json!({})), RSA_PEM, Some("rsa-2"));
+    let mut ok = false;
+    for _ in 0..40 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        if auth.authenticate(&bearer(&token)).is_ok() {
+            ok = true;
+            break;
+        }
+    }
+    assert!(ok, "the refreshed JWKS was never used");
+
+    // A broken JWKS on refresh keeps the last good keys.
+    *server.body.lock().expect("lock") = "oops".into();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(auth.authenticate(&bearer(&token)).is_ok());
+}
+
+#[tokio::test]
+async fn an_unreachable_jwks_fails_at_startup() {
+    let cfg = AuthConfig {
+        mode: AuthMode::Jwt,
+        jwks: Some("http://127.0.0.1:1/jwks.json".into()),
+        ..AuthConfig::default()
+    };
+    let err = Authenticator::new(&cfg, &resolver()).await.expect_err("unreachable");
+    assert!(matches!(err, AuthError::Jwks { .. }), "{err:?}");
+    let cfg = AuthConfig {
+        mode: AuthMode::Jwt,
+        jwks: Some(format!("file:{}", temp_file("jwks-empty.json", "{\"keys\": []}"))),
+        ..AuthConfig::default()
+    };
+    let err = Authenticator::new(&cfg, &resolver()).await.expect_err("no keys");
+    assert!(err.to_string().contains("no usable"), "{err}");
+}
+
+async fn api_key_auth(mode: AuthMode, prefix: &str) -> Authenticator {
+    let cfg: AuthConfig = toml::from_str(&format!(
+        r#"
+mode = "{}"
+api_keys = [
+  {{ key = "env:{prefix}_REPORTS", user_id = "svc-reports" }},
+  {{ key = "env:{prefix}_BILLING", user_id = "svc-billing" }},
+]
+"#,
+        if mode == AuthMode::Jwt { "jwt" } else { "none" }
+    ))
+    .expect("config");
+    std::env::set_var(format!("{prefix}_REPORTS"), "rk_live_reports_0123456789");
+    std::env::set_var(format!("{prefix}_BILLING"), "rk_live_billing_0123456789");
+    Authenticator::new(&cfg, &resolver()).await.expect("authenticator")
+}
+
+#[tokio::test]
+async fn api_keys_via_bearer_and_oxp_header() {
+    let auth = api_key_auth(AuthMode::Jwt, "OTC_AUTH_KEYS_JWT").await;
+    let c = auth.authenticate(&bearer("rk_live_reports_0123456789")).expect("bearer");
+    assert_eq!((c.user_id.as_deref(), c.kind), (Some("svc-reports"), CallerKind::ApiKey));
+    assert_eq!(c.claims, Value::Null);
+    let c = auth.authenticate(&api_key_header("rk_live_billing_0123456789")).expect("header");
+    assert_eq!(c.user_id.as_deref(), Some("svc-billing"));
+
+    for wrong in ["rk_live_reports_012345678", "rk_live_reports_01234567890", "nope"] {
+        let err = auth.authenticate(&bearer(wrong)).expect_err(wrong);
+        assert!(matches!(err, AuthError::Invalid(_)), "{err:?}");
+        assert!(!err.to_string().contains(wrong));
+        let err = auth.authenticate(&api_key_header(wrong)).expect_err(wrong);
+        assert!(matches!(err, AuthError::Invalid(_)), "{err:?}");
+        assert!(!err.to_string().contains(wrong));
+    }
+    assert!(matches!(auth.authenticate(&HeaderMap::new()), Err(AuthError::Missing)));
+    let mut basic = HeaderMap::new();
+    basic.insert(http::header::AUTHORIZATION, HeaderValue::from_static("Basic dXNlcjpwYXNz"));
+    assert!(matches!(auth.authenticate(&basic), Err(AuthError::Invalid(_))));
+    let mut twice = bearer("rk_live_reports_0123456789");
+    twice.append(http::header::AUTHORIZATION, HeaderValue::from_static("Bearer other"));
+    assert!(matches!(auth.authenticate(&twice), Err(AuthError::Invalid(_))));
+}
+
+#[tokio::test]
+async fn mode_none_is_anonymous_but_api_keys_identify() {
+    let auth = api_key_auth(AuthMode::None, "OTC_AUTH_KEYS_NONE").await;
+    assert_eq!(auth.mode(), AuthMode::None);
+    let c = auth.authenticate(&HeaderMap::new()).expect("anonymous");
+    assert_eq!((c.user_id, c.kind), (None, CallerKind::Anonymous));
+    let c = auth.authenticate(&bearer("whatever-this-is")).expect("ignored");
+    assert_eq!(c.kind, CallerKind::Anonymous);
+    let c = auth.authenticate(&bearer("rk_live_reports_0123456789")).expect("key");
+    assert_eq!((c.user_id.as_deref(), c.kind), (Some("svc-reports"), CallerKind::ApiKey));
+    // An explicit OXP-API-Key that is wrong is refused even here.
+    assert!(matches!(auth.authenticate(&api_key_header("wrong")), Err(AuthError::Invalid(_))));
+
+    // The default config: everyone anonymous.
+    let auth = Authenticator::new(&AuthConfig::default(), &resolver()).await.expect("default");
+    assert_eq!(auth.authenticate(&HeaderMap::new()).expect("anon").kind, CallerKind::Anonymous);
+}
+
+#[tokio::test]
+async fn mixed_hs256_and_api_keys() {
+    std::env::set_var("OTC_AUTH_MIXED_KEY", "mixed-service-key-123456");
+    let cfg = AuthConfig {
+        mode: AuthMode::Jwt,
+        hs256_secret: Some(env_ref("OTC_AUTH_MIXED_HS", HS_SECRET)),
+        api_keys: toml::from_str::<AuthConfig>(
+            "api_keys = [{ key = \"env:OTC_AUTH_MIXED_KEY\", user_id = \"svc\" }]",
+        )
+        .expect("keys")
+        .api_keys,
+        ..AuthConfig::default()
+    };
+    let auth = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
+    assert_eq!(
+        auth.authenticate(&bearer("mixed-service-key-123456")).expect("key").kind,
+        CallerKind::ApiKey
+    );
+    assert_eq!(
+        auth.authenticate(&bearer(&hs256(&claims(json!({})), HS_SECRET))).expect("jwt").kind,
+        CallerKind::Jwt
+    );
+    assert!(matches!(auth.authenticate(&bearer("not-a-key")), Err(AuthError::Invalid(_))));
+}
+
+#[tokio::test]
+async fn configuration_errors() {
+    let res = resolver();
+    // JWT settings with mode none: a likely mistake.
+    let cfg = AuthConfig {
+        hs256_secret: Some(env_ref("OTC_AUTH_CFG_A", HS_SECRET)),
+        ..AuthConfig::default()
+    };
+    assert!(matches!(Authenticator::new(&cfg, &res).await, Err(AuthError::Config(_))));
+    // mode jwt with nothing to verify against.
+    let cfg = AuthConfig { mode: AuthMode::Jwt, ..AuthConfig::default() };
+    assert!(matches!(Authenticator::new(&cfg, &res).await, Err(AuthError::Config(_))));
+    // A secret that cannot be resolved names the reference.
+    let cfg = AuthConfig {
+        mode: AuthMode::Jwt,
+        hs256_secret: Some(SecretRef::Env { name: "OTC_AUTH_CFG_UNSET".into() }),
+        ..AuthConfig::default()
+    };
+    let err = Authenticator::new(&cfg, &res).await.expect_err("unset");
+    assert!(matches!(err, AuthError::Secret { .. }), "{err:?}");
+    assert!(err.to_string().contains("OTC_AUTH_CFG_UNSET"), "{err}");
+    // Per-user references make no sense for gateway-wide keys.
+    let cfg: AuthConfig = toml::from_str(
+        "mode = \"jwt\"\napi_keys = [{ key = \"env:K_{user_id}\", user_id = \"a\" }]",
+    )
+    .expect("parses");
+    assert!(matches!(Authenticator::new(&cfg, &res).await, Err(AuthError::Config(_))));
+    // A bad jwks setting.
+    let cfg = AuthConfig {
+        mode: AuthMode::Jwt,
+        jwks: Some("/etc/jwks.json".into()),
+        ..AuthConfig::default()
+    };
+    assert!(matches!(Authenticator::new(&cfg, &res).await, Err(AuthError::Config(_))));
+}
+
+#[tokio::test]
+async fn nothing_secret_in_debug_output() {
+    let auth = api_key_auth(AuthMode::Jwt, "OTC_AUTH_DEBUG").await;
+    let shown = format!("{auth:?}");
+    assert!(!shown.contains("rk_live"), "{shown}");
+    assert!(shown.contains("svc-reports"), "{shown}");
+    let hs = hs_auth("OTC_AUTH_DEBUG_HS").await;
+    let shown = format!("{hs:?} {hs:#?}");
+    assert!(!shown.contains(HS_SECRET), "{shown}");
+    assert!(!shown.contains("test-hs256"), "{shown}");
+}

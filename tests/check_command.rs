@@ -1,0 +1,185 @@
+//! `otc-gateway check --config PATH`: exit 0 on a valid config; otherwise
+//! non-zero with a message on stderr that names the wrong key and its line.
+
+mod common;
+
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{gateway_bin, temp_file};
+
+/// Runs `otc-gateway check --config <file with toml>`; it must finish on its own.
+fn check(toml: &str) -> Output {
+    let path = temp_file("check", "toml", toml);
+    let out = run_check(&[path.to_str().unwrap()]);
+    let _ = std::fs::remove_file(&path);
+    out
+}
+
+fn run_check(config: &[&str]) -> Output {
+    let mut cmd = Command::new(gateway_bin());
+    cmd.arg("check");
+    for c in config {
+        cmd.arg("--config").arg(c);
+    }
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "`otc-gateway check` did not finish within 20s (is it serving?); stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The 1-based line of the first line containing `needle`.
+fn line_of(toml: &str, needle: &str) -> usize {
+    line_of_nth(toml, needle, 0)
+}
+
+fn line_of_nth(toml: &str, needle: &str, nth: usize) -> usize {
+    toml.lines()
+        .enumerate()
+        .filter(|(_, l)| l.contains(needle))
+        .nth(nth)
+        .map(|(i, _)| i + 1)
+        .unwrap_or_else(|| panic!("{needle:?} not in the config"))
+}
+
+/// Whether `text` names line `n` ("line 12", or a `:12:` position).
+fn names_line(text: &str, n: usize) -> bool {
+    let lower = text.to_lowercase();
+    let forms = [format!("line {n}"), format!(":{n}:"), format!("line: {n}"), format!("lines {n}")];
+    forms.iter().any(|f| {
+        lower.match_indices(f.as_str()).any(|(i, m)| {
+            // `line 1` must not match `line 12`.
+            !lower[i + m.len()..].starts_with(|c: char| c.is_ascii_digit())
+        })
+    })
+}
+
+/// Asserts a failed check whose stderr names `key` and line `line`.
+fn assert_rejected(toml: &str, key: &str, line: usize) {
+    let out = check(toml);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "check must fail for this config:\n{toml}\nstderr: {stderr}");
+    assert!(stderr.contains(key), "stderr must name the key `{key}`:\n{stderr}");
+    assert!(names_line(&stderr, line), "stderr must name line {line}:\n{stderr}\nconfig:\n{toml}");
+}
+
+const GOOD: &str = r#"# A working config.
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+max_body_bytes = 1048576
+
+[catalog]
+poll_interval = "200ms"
+request_timeout = "1s"
+
+[[upstreams]]
+name = "calculator"
+url = "http://127.0.0.1:9001"
+protocol = "otc"
+priority = 0
+call_timeout = "30s"
+
+[[upstreams]]
+name = "langchain"
+url = "http://127.0.0.1:9002"
+toolkit = "Math"
+version = "1.0.0"
+priority = 3
+"#;
+
+#[test]
+fn a_valid_config_passes() {
+    let out = check(GOOD);
+    assert!(
+        out.status.success(),
+        "check must pass: {:?}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn a_minimal_config_passes() {
+    let out = check("[[upstreams]]\nname = \"one\"\nurl = \"http://127.0.0.1:9001\"\n");
+    assert!(out.status.success(), "stderr: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+#[test]
+fn an_unknown_protocol_is_named_with_its_line() {
+    let toml = GOOD.replace("protocol = \"otc\"", "protocol = \"grpc\"");
+    assert_rejected(&toml, "protocol", line_of(&toml, "grpc"));
+}
+
+#[test]
+fn a_duplicate_upstream_name_is_named_with_its_line() {
+    let toml = GOOD.replace("name = \"langchain\"", "name = \"calculator\"");
+    assert_rejected(&toml, "name", line_of_nth(&toml, "name = \"calculator\"", 1));
+    let stderr = String::from_utf8_lossy(&check(&toml).stderr).into_owned();
+    assert!(stderr.contains("calculator"), "the duplicated name is quoted: {stderr}");
+}
+
+#[test]
+fn a_bad_catalog_duration_is_named_with_its_line() {
+    let toml = GOOD.replace("poll_interval = \"200ms\"", "poll_interval = \"soon\"");
+    assert_rejected(&toml, "poll_interval", line_of(&toml, "soon"));
+}
+
+#[test]
+fn a_bad_call_timeout_is_named_with_its_line() {
+    let toml = GOOD.replace("call_timeout = \"30s\"", "call_timeout = \"30 parsecs\"");
+    assert_rejected(&toml, "call_timeout", line_of(&toml, "parsecs"));
+}
+
+#[test]
+fn a_bad_upstream_name_is_named_with_its_line() {
+    let toml = GOOD.replace("name = \"langchain\"", "name = \"Lang Chain!\"");
+    assert_rejected(&toml, "name", line_of(&toml, "Lang Chain!"));
+}
+
+#[test]
+fn a_value_of_the_wrong_type_is_named_with_its_line() {
+    let toml = GOOD.replace("priority = 3", "priority = \"high\"");
+    assert_rejected(&toml, "priority", line_of(&toml, "\"high\""));
+}
+
+#[test]
+fn a_misspelt_key_is_named_with_its_line() {
+    let toml = GOOD.replace("request_timeout = \"1s\"", "request_timout = \"1s\"");
+    assert_rejected(&toml, "request_timout", line_of(&toml, "request_timout"));
+}
+
+#[test]
+fn a_bad_bare_name_version_is_named_with_its_line() {
+    let toml = GOOD.replace("version = \"1.0.0\"", "version = \"1.0\"");
+    assert_rejected(&toml, "version", line_of(&toml, "version = \"1.0\""));
+}
+
+#[test]
+fn broken_toml_is_named_with_its_line() {
+    let toml = GOOD.replace("[catalog]", "[catalog");
+    let out = check(&toml);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(names_line(&stderr, line_of(&toml, "[catalog")), "stderr must name the line: {stderr}");
+}
+
+#[test]
+fn a_missing_file_fails() {
+    let out = run_check(&["/nonexistent/otc-gateway/gateway.toml"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("/nonexistent/otc-gateway/gateway.toml"), "the file is named: {stderr}");
+}
