@@ -6,14 +6,15 @@ use std::time::Instant;
 use bytes::Bytes;
 use serde_json::Value;
 
+use crate::auth::{Caller, CallerKind};
 use crate::catalog::{Catalog, Route, Target};
-use crate::error::FrontError;
-use crate::gateway::Gateway;
+use crate::error::{AuthorizationChallenge, FrontError, MissingRequirements};
+use crate::gateway::{upstream_bearer, Gateway, Runtime};
 use crate::resolve::parse_tool_id;
 use crate::upstream::{CallReply, ForwardError};
 use crate::wire::{
-    self, is_supported_schema, CallBody, CallContext, CallResponseEnvelope, CallResult, UpstreamCallBody,
-    UpstreamCallRequest, SCHEMA,
+    self, is_supported_schema, AuthorizationToken, CallBody, CallContext, CallResponseEnvelope, CallResult,
+    SecretValue, ToolDefinition, UpstreamCallBody, UpstreamCallRequest, SCHEMA,
 };
 
 /// A call request after parsing: the canonical form of whatever shape came in.
@@ -40,11 +41,11 @@ pub enum Outcome {
     ToolError,
 }
 
-/// A finished call: the response body and what to record about it.
+/// A finished call: its canonical result and what to record about it.
 #[derive(Debug)]
 pub struct Completed {
-    /// `{"$schema", "result"}`.
-    pub body: Bytes,
+    /// The outcome in canonical form.
+    pub result: CallResult,
     /// Success or tool error.
     pub outcome: Outcome,
     /// The resolved tool id.
@@ -54,19 +55,29 @@ pub struct Completed {
 }
 
 /// Handles `POST /tools/call` from the raw body to the response body.
-pub async fn call_tool(gateway: &Gateway, body: &[u8]) -> Result<Completed, FrontError> {
-    let started = Instant::now();
+pub async fn call_tool(gateway: &Gateway, caller: &Caller, body: &[u8]) -> Result<(Bytes, Completed), FrontError> {
     let call = parse_call(body)?;
+    let completed = execute_call(gateway, caller, call).await?;
+    Ok((render_result(&completed.result), completed))
+}
+
+/// Runs a parsed call for a caller: the part of a call every front (OTC,
+/// MCP) shares.
+pub async fn execute_call(gateway: &Gateway, caller: &Caller, call: ParsedCall) -> Result<Completed, FrontError> {
+    let started = Instant::now();
+    let runtime = gateway.runtime();
     let catalog = gateway.catalog.load();
     let route = resolve_tool(&catalog, &call.tool_id)?;
     validate_input(route, &call.input)?;
-    let context = inject_context(call.context);
-    let max_response = gateway.runtime().config.server.max_body_bytes.max(MIN_RESPONSE_LIMIT);
-    let (target, forwarded) = forward_call(route, &call.call_id, call.trace_id.as_deref(), &call.input, &context, max_response).await?;
+    let context = inject_context(&runtime, &route.tool.definition, caller, call.context).await?;
+    let max_response = runtime.config.server.max_body_bytes.max(MIN_RESPONSE_LIMIT);
+    let (target, forwarded) =
+        forward_call(&runtime, route, &call.call_id, call.trace_id.as_deref(), &call.input, &context, max_response)
+            .await?;
     let result = rewrap_response(forwarded, target, call.call_id, started)?;
     Ok(Completed {
-        body: render_result(&result),
         outcome: if result.success { Outcome::Success } else { Outcome::ToolError },
+        result,
         tool: route.tool.definition.id.clone(),
         upstream: target.upstream.name.clone(),
     })
@@ -114,17 +125,102 @@ pub fn validate_input(route: &Route, input: &Value) -> Result<(), FrontError> {
     route.tool.validator.check(input).map_err(FrontError::InvalidInput)
 }
 
-/// Inject: the context the upstream receives. Secrets and per-user tokens
-/// are filled in here once the vault adapter exists; today the client's
-/// context passes through as it came.
-pub fn inject_context(context: CallContext) -> CallContext {
-    context
+/// Inject: fills `context` with what the gateway manages, so clients never
+/// hold a tool's secrets or a user's tokens.
+///
+/// - `user_id` is the authenticated caller's; a client cannot claim another.
+///   An anonymous caller's own `user_id` passes through (the gateway manages
+///   no identity then), but is never used to look up a stored token.
+/// - Each required secret configured in `[secrets]` is read and replaces any
+///   value the client sent; each required provider in `[authorization]` gets
+///   the caller's token. What the gateway does not manage passes through, and
+///   a requirement met by neither is refused before the call.
+pub async fn inject_context(
+    runtime: &Runtime,
+    tool: &ToolDefinition,
+    caller: &Caller,
+    mut context: CallContext,
+) -> Result<CallContext, FrontError> {
+    if caller.kind != CallerKind::Anonymous {
+        context.user_id = caller.user_id.clone();
+    }
+    let managed = &runtime.config.secrets;
+    context.secrets.retain(|s| !managed.contains_key(&s.id));
+    context.authorization.retain(|a| !runtime.config.authorization.contains_key(&a.id));
+    let Some(requirements) = &tool.requirements else { return Ok(context) };
+    let authenticated_user = caller.user_id.as_deref().filter(|_| caller.kind != CallerKind::Anonymous);
+    let mut missing = MissingRequirements {
+        user_id: requirements.user_id && context.user_id.is_none(),
+        ..MissingRequirements::default()
+    };
+    for secret in &requirements.secrets {
+        match managed.get(&secret.id) {
+            Some(reference) => {
+                let value = runtime.secrets.resolve(reference.get_ref(), authenticated_user).await.map_err(|source| {
+                    FrontError::RequirementUnavailable { requirement: format!("secret {}", secret.id), source }
+                })?;
+                context.secrets.push(SecretValue { id: secret.id.clone(), value: value.expose().to_owned(), extra: Default::default() });
+            }
+            None if context.secrets.iter().any(|s| s.id == secret.id) => {}
+            None => missing.secrets.push(secret.id.clone()),
+        }
+    }
+    for provider in &requirements.authorization {
+        match runtime.config.authorization.get(&provider.id) {
+            Some(section) => {
+                // A per-user token needs a caller the gateway authenticated.
+                let user = match (section.token.get_ref().uses_user_id(), authenticated_user) {
+                    (false, _) => None,
+                    (true, Some(user)) => Some(user),
+                    (true, None) => {
+                        missing.user_id = true;
+                        missing.authorization.push(challenge(&provider.id, section.authorize_url.as_deref(), None));
+                        continue;
+                    }
+                };
+                match runtime.secrets.resolve(section.token.get_ref(), user).await {
+                    Ok(token) => context.authorization.push(AuthorizationToken {
+                        id: provider.id.clone(),
+                        token: token.expose().to_owned(),
+                        extra: Default::default(),
+                    }),
+                    Err(e) if e.is_transient() => {
+                        return Err(FrontError::RequirementUnavailable {
+                            requirement: format!("authorization {}", provider.id),
+                            source: e,
+                        })
+                    }
+                    // No stored token for this user: they must authorize first.
+                    Err(e) => {
+                        tracing::debug!(provider = provider.id, error = %e, "no stored token for the caller");
+                        missing.authorization.push(challenge(&provider.id, section.authorize_url.as_deref(), user));
+                    }
+                }
+            }
+            None if context.authorization.iter().any(|a| a.id == provider.id) => {}
+            None => missing.authorization.push(challenge(&provider.id, None, None)),
+        }
+    }
+    if missing.is_empty() {
+        Ok(context)
+    } else {
+        Err(FrontError::MissingRequirements(missing))
+    }
+}
+
+/// One `missing_requirements.authorization[]` entry.
+fn challenge(provider: &str, authorize_url: Option<&str>, user: Option<&str>) -> AuthorizationChallenge {
+    AuthorizationChallenge {
+        id: provider.to_owned(),
+        url: authorize_url.map(|url| url.replace("{user_id}", user.unwrap_or_default())),
+    }
 }
 
 /// Forward: sends the call to the first target that accepts a connection.
 /// Only a connection that could not be made moves on to the next replica: a
 /// request that was sent is never sent again.
 pub async fn forward_call<'r>(
+    runtime: &Runtime,
     route: &'r Route,
     call_id: &str,
     trace_id: Option<&str>,
@@ -140,7 +236,10 @@ pub async fn forward_call<'r>(
         };
         // Serialising a Value-backed struct into a Vec cannot fail.
         let body = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
-        match target.upstream.call(body, &[], max_response).await {
+        let authorization = upstream_bearer(runtime, &target.upstream).await.map_err(|source| {
+            FrontError::RequirementUnavailable { requirement: format!("bearer_token of upstream {}", target.upstream.name), source }
+        })?;
+        match target.upstream.call(body, authorization, max_response).await {
             Err(e @ ForwardError::Connect { .. }) => {
                 tracing::warn!(upstream = target.upstream.name, error = %e, "upstream unreachable; trying the next replica if any");
                 unreachable.push(e.to_string());

@@ -15,6 +15,9 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
+use crate::auth::AuthConfig;
+use crate::vault::{SecretRef, VaultConfig};
+
 /// Why a config could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -49,18 +52,20 @@ pub struct Config {
     /// The tool servers behind the gateway, in priority-tie order.
     #[serde(default)]
     pub upstreams: Vec<UpstreamConfig>,
-    /// `[vault]`: not implemented by this build yet.
+    /// `[vault]`: where `vault:` secret references are read (KV v2).
     #[serde(default)]
-    pub vault: Option<Spanned<toml::Value>>,
-    /// `[secrets]`: not implemented by this build yet.
+    pub vault: Option<VaultConfig>,
+    /// `[secrets]`: secret id (as tools declare it in
+    /// `requirements.secrets`) to the reference its value is read from.
     #[serde(default)]
-    pub secrets: Option<Spanned<toml::Value>>,
-    /// `[authorization.<provider>]`: not implemented by this build yet.
+    pub secrets: BTreeMap<String, Spanned<SecretRef>>,
+    /// `[authorization.<provider>]`: where each provider's per-user token is
+    /// read from, for tools declaring `requirements.authorization`.
     #[serde(default)]
-    pub authorization: Option<Spanned<toml::Value>>,
-    /// `[auth]`: not implemented by this build yet.
+    pub authorization: BTreeMap<String, AuthorizationProvider>,
+    /// `[auth]`: how clients of the gateway authenticate.
     #[serde(default)]
-    pub auth: Option<Spanned<toml::Value>>,
+    pub auth: AuthConfig,
     /// `[idempotency]`: not implemented by this build yet.
     #[serde(default)]
     pub idempotency: Option<Spanned<toml::Value>>,
@@ -146,9 +151,23 @@ pub struct UpstreamConfig {
     /// The version for tools published without one.
     #[serde(default)]
     pub version: Option<ToolVersion>,
-    /// Sent as `Authorization: Bearer <value>` to this upstream (a secret reference).
+    /// Sent as `Authorization: Bearer <value>` on every catalog fetch and
+    /// call to this upstream (a secret reference, without `{user_id}`).
     #[serde(default)]
-    pub bearer_token: Option<Spanned<String>>,
+    pub bearer_token: Option<Spanned<SecretRef>>,
+}
+
+/// One `[authorization.<provider>]` section.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthorizationProvider {
+    /// The reference of the calling user's token; `{user_id}` is replaced by
+    /// the authenticated caller's id.
+    pub token: Spanned<SecretRef>,
+    /// Where a user without a token can authorize (sent back in
+    /// `missing_requirements.authorization[].url`); may contain `{user_id}`.
+    #[serde(default)]
+    pub authorize_url: Option<String>,
 }
 
 fn default_protocol() -> Spanned<Protocol> {
@@ -295,10 +314,6 @@ impl Config {
         // Refused rather than ignored: an ignored `[auth]` or `[[policy]]`
         // would open the gateway wider than its operator meant.
         let unsupported = [
-            ("vault", &self.vault),
-            ("secrets", &self.secrets),
-            ("authorization", &self.authorization),
-            ("auth", &self.auth),
             ("idempotency", &self.idempotency),
             ("policy", &self.policy),
             ("rate_limit", &self.rate_limit),
@@ -325,14 +340,37 @@ impl Config {
                 ));
             }
             if let Some(token) = &upstream.bearer_token {
-                return Err(format!(
-                    "line {}: upstreams[{i}].bearer_token: not supported by this build yet",
-                    line(token.span())
-                ));
+                if token.get_ref().uses_user_id() {
+                    return Err(format!(
+                        "line {}: upstreams[{i}].bearer_token: an upstream's token cannot depend on {{user_id}}",
+                        line(token.span())
+                    ));
+                }
+                self.check_vault_ref(token, &format!("upstreams[{i}].bearer_token"), text)?;
             }
+        }
+        for (id, reference) in &self.secrets {
+            self.check_vault_ref(reference, &format!("secrets.{id}"), text)?;
+        }
+        for (provider, section) in &self.authorization {
+            self.check_vault_ref(&section.token, &format!("authorization.{provider}.token"), text)?;
         }
         if self.server.max_body_bytes == 0 {
             return Err("server.max_body_bytes must be greater than zero".into());
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// A `vault:` reference needs a `[vault]` section to be read from.
+    fn check_vault_ref(&self, reference: &Spanned<SecretRef>, key: &str, text: &str) -> Result<(), String> {
+        if matches!(reference.get_ref(), SecretRef::Vault { .. }) && self.vault.is_none() {
+            return Err(format!(
+                "line {}: {key}: {} needs a [vault] section (address and token)",
+                line_of(text, reference.span().start),
+                reference.get_ref()
+            ));
         }
         Ok(())
     }

@@ -8,7 +8,9 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde_json::Value;
 
+use crate::auth::AuthError;
 use crate::catalog::LookupError;
+use crate::vault::VaultError;
 use crate::resolve::ToolIdError;
 use crate::wire::{ServerErrorBody, ValidationErrorBody, SCHEMA};
 
@@ -54,6 +56,20 @@ pub enum FrontError {
     /// No upstream serving the tool could be reached; nothing was sent.
     #[error("tool server unavailable: {0}")]
     Unavailable(String),
+    /// Missing or bad client credentials (401 with `WWW-Authenticate`).
+    #[error("unauthenticated: {0}")]
+    Unauthenticated(#[from] AuthError),
+    /// The tool needs something neither the gateway nor the client supplied.
+    #[error("missing requirements: {0:?}")]
+    MissingRequirements(MissingRequirements),
+    /// A secret or token the gateway manages could not be read right now.
+    #[error("{requirement}: {source}")]
+    RequirementUnavailable {
+        /// What it was for, e.g. `secret TWILIO_API_KEY`.
+        requirement: String,
+        /// Why (never the value).
+        source: VaultError,
+    },
     /// The upstream itself refused the call before running the tool (its 400
     /// or 422), passed on with its status.
     #[error("tool server refused the call with HTTP {status}")]
@@ -95,6 +111,8 @@ impl FrontError {
             FrontError::BodyTooLarge { .. } => 413,
             FrontError::InvalidInput(_) => 422,
             FrontError::UpstreamRefused { status, .. } => *status,
+            FrontError::Unauthenticated(_) => 401,
+            FrontError::MissingRequirements(_) | FrontError::RequirementUnavailable { .. } => 400,
             FrontError::BodyUnreadable(_)
             | FrontError::MalformedCall(_)
             | FrontError::UnsupportedSchema(_)
@@ -121,6 +139,11 @@ impl FrontError {
             FrontError::InvalidInput(_) => "Some input parameters are invalid".into(),
             FrontError::Unavailable(_) => "The tool server is temporarily unavailable".into(),
             FrontError::UpstreamRefused { .. } => "The tool server refused the call".into(),
+            FrontError::Unauthenticated(e) => format!("The gateway needs valid credentials: {}", e.public_message()),
+            FrontError::MissingRequirements(missing) => missing.describe(),
+            FrontError::RequirementUnavailable { requirement, .. } => {
+                format!("The tool's {requirement} is temporarily unavailable")
+            }
         }
     }
 
@@ -132,6 +155,12 @@ impl FrontError {
             }
             FrontError::MethodNotAllowed { allow } => Some(format!("send this path with {allow}; see the Allow header")),
             FrontError::InvalidInput(_) | FrontError::UpstreamRefused { .. } => None,
+            FrontError::Unauthenticated(_) => {
+                Some("send Authorization: Bearer <JWT or API key>, or OXP-API-Key: <key>".into())
+            }
+            FrontError::MissingRequirements(_) => {
+                Some("configure the missing secrets in [secrets] or send them in context; per-user tokens need an authenticated user with a stored token".into())
+            }
             FrontError::BodyTooLarge { .. } => Some("raise server.max_body_bytes to accept larger calls".into()),
             FrontError::UnsupportedSchema(_) => {
                 Some("supported: otc://1.0, urn:oxp:1.0, the 1.0 spec URLs, or no $schema".into())
@@ -163,19 +192,100 @@ impl FrontError {
                 schema: SCHEMA,
                 message: &message,
                 developer_message: self.developer_message().as_deref(),
-                missing_requirements: None,
+                missing_requirements: match self {
+                    FrontError::MissingRequirements(missing) => Some(missing.to_json()),
+                    _ => None,
+                }
+                .as_ref(),
             }),
         };
         let mut headers = Vec::new();
-        if let FrontError::MethodNotAllowed { allow } = self {
-            headers.push(("allow", (*allow).to_owned()));
+        match self {
+            FrontError::MethodNotAllowed { allow } => headers.push(("allow", (*allow).to_owned())),
+            FrontError::Unauthenticated(e) => headers.push(("www-authenticate", e.www_authenticate().to_owned())),
+            _ => {}
         }
         Reply {
             status,
             headers,
             // Serialising these plain structs cannot fail.
             body: Bytes::from(body.unwrap_or_default()),
-            close: matches!(self, FrontError::BodyTooLarge { .. } | FrontError::BodyUnreadable(_)),
+            // These are answered without reading the body, which may be large.
+            close: matches!(
+                self,
+                FrontError::BodyTooLarge { .. } | FrontError::BodyUnreadable(_) | FrontError::Unauthenticated(_)
+            ),
         }
+    }
+}
+
+/// What a tool needs that the call lacks (`missing_requirements`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct MissingRequirements {
+    /// Secret ids neither configured nor sent.
+    pub secrets: Vec<String>,
+    /// Providers the caller has no token for.
+    pub authorization: Vec<AuthorizationChallenge>,
+    /// Whether a user id is needed and unknown.
+    pub user_id: bool,
+}
+
+/// One provider the caller must authorize with (`ToolAuthorizationChallenge`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AuthorizationChallenge {
+    /// The provider id.
+    pub id: String,
+    /// Where to authorize, when `authorize_url` is configured.
+    pub url: Option<String>,
+}
+
+impl MissingRequirements {
+    /// Whether nothing is missing.
+    pub fn is_empty(&self) -> bool {
+        self.secrets.is_empty() && self.authorization.is_empty() && !self.user_id
+    }
+
+    /// A message naming every missing requirement.
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if !self.secrets.is_empty() {
+            parts.push(format!("the secret(s) {}", self.secrets.join(", ")));
+        }
+        if !self.authorization.is_empty() {
+            let ids: Vec<&str> = self.authorization.iter().map(|a| a.id.as_str()).collect();
+            parts.push(format!("authorization with {}", ids.join(", ")));
+        }
+        if self.user_id {
+            parts.push("an authenticated user id".into());
+        }
+        format!("The tool requires {}", parts.join(" and "))
+    }
+
+    /// The 1.0 openapi's `missing_requirements` object (plus `secrets`).
+    fn to_json(&self) -> Value {
+        let mut out = serde_json::Map::new();
+        if !self.authorization.is_empty() {
+            let challenges = self
+                .authorization
+                .iter()
+                .map(|a| {
+                    let mut c = serde_json::Map::new();
+                    c.insert("id".into(), Value::String(a.id.clone()));
+                    if let Some(url) = &a.url {
+                        c.insert("url".into(), Value::String(url.clone()));
+                    }
+                    Value::Object(c)
+                })
+                .collect();
+            out.insert("authorization".into(), Value::Array(challenges));
+        }
+        if !self.secrets.is_empty() {
+            let secrets = self.secrets.iter().map(|id| serde_json::json!({ "id": id })).collect();
+            out.insert("secrets".into(), Value::Array(secrets));
+        }
+        if self.user_id {
+            out.insert("user_id".into(), Value::Bool(true));
+        }
+        Value::Object(out)
     }
 }

@@ -6,15 +6,26 @@
 
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use arc_swap::{ArcSwap, Guard};
+use http::HeaderValue;
 
 use crate::catalog::poll::{CatalogStore, PollSettings};
+use crate::auth::{AuthError, Authenticator};
 use crate::config::Config;
+use crate::vault::{SecretResolver, VaultError};
 use crate::upstream::Upstream;
 
 /// Why a config could not be turned into a runtime.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
+    /// The vault or a secret the config needs at start could not be read.
+    #[error("secrets: {0}")]
+    Vault(#[from] VaultError),
+    /// `[auth]` could not be set up (its secrets, its JWKS).
+    #[error("auth: {0}")]
+    Auth(#[from] AuthError),
     /// An upstream URL that http cannot use.
     #[error("upstream {name}: {source}")]
     UpstreamUrl {
@@ -34,11 +45,19 @@ pub struct Runtime {
     pub upstreams: Vec<Arc<Upstream>>,
     /// Catalog polling settings.
     pub poll: PollSettings,
+    /// Reads secret references (env, file, vault).
+    pub secrets: SecretResolver,
+    /// Checks client credentials.
+    pub authenticator: Authenticator,
 }
 
 impl Runtime {
-    /// Builds a runtime from a validated config.
-    pub fn build(config: Config) -> Result<Runtime, BuildError> {
+    /// Builds a runtime from a validated config: resolves what `[auth]`
+    /// needs and loads its keys, so it runs inside a tokio runtime.
+    pub async fn build(config: Config) -> Result<Runtime, BuildError> {
+        let vault_timeout = config.vault.as_ref().map_or(Duration::from_secs(2), |v| v.timeout);
+        let secrets = SecretResolver::new(config.vault.clone(), vault_timeout)?;
+        let authenticator = Authenticator::new(&config.auth, &secrets).await?;
         let upstreams = config
             .upstreams
             .iter()
@@ -55,7 +74,7 @@ impl Runtime {
             timeout: config.catalog.request_timeout.0,
             max_bytes: config.catalog.max_catalog_bytes,
         };
-        Ok(Runtime { config, upstreams, poll })
+        Ok(Runtime { config, upstreams, poll, secrets, authenticator })
     }
 }
 
@@ -68,8 +87,8 @@ pub struct Gateway {
 
 impl Gateway {
     /// A gateway for a config; nothing runs until [`Gateway::start_polling`].
-    pub fn new(config: Config) -> Result<Arc<Gateway>, BuildError> {
-        let runtime = Runtime::build(config)?;
+    pub async fn new(config: Config) -> Result<Arc<Gateway>, BuildError> {
+        let runtime = Runtime::build(config).await?;
         let gateway = Arc::new(Gateway { runtime: ArcSwap::from_pointee(runtime), catalog: CatalogStore::default() });
         gateway.catalog.publish(&gateway.runtime().upstreams);
         Ok(gateway)
@@ -104,8 +123,26 @@ async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
         if !gateway.is_current(&upstream) {
             return;
         }
-        if gateway.catalog.refresh(&upstream, settings).await && gateway.is_current(&upstream) {
+        let bearer = match upstream_bearer(&gateway.runtime(), &upstream).await {
+            Ok(bearer) => bearer,
+            Err(e) => {
+                tracing::warn!(upstream = upstream.name, error = %e, "cannot read the upstream's bearer_token; catalog not fetched");
+                continue;
+            }
+        };
+        if gateway.catalog.refresh(&upstream, bearer, settings).await && gateway.is_current(&upstream) {
             gateway.catalog.publish(&gateway.runtime().upstreams);
         }
     }
+}
+
+/// The `Authorization` header for an upstream with a `bearer_token`, read
+/// from its secret reference (the resolver caches vault values).
+pub async fn upstream_bearer(runtime: &Runtime, upstream: &Upstream) -> Result<Option<HeaderValue>, VaultError> {
+    let Some(reference) = &upstream.bearer_token else { return Ok(None) };
+    let token = runtime.secrets.resolve(reference, None).await?;
+    let mut value = HeaderValue::try_from(format!("Bearer {}", token.expose()))
+        .map_err(|_| VaultError::Config(format!("{reference} holds characters a header cannot carry")))?;
+    value.set_sensitive(true);
+    Ok(Some(value))
 }

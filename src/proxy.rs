@@ -16,6 +16,7 @@ use pingora::prelude::{HttpPeer, ProxyHttp, Session};
 use pingora::proxy::FailToProxy;
 use pingora::{Error, ErrorType, Result};
 
+use crate::auth::Caller;
 use crate::call::call_tool;
 use crate::error::{FrontError, Reply};
 use crate::gateway::Gateway;
@@ -56,7 +57,9 @@ impl OtcProxy {
             "/tools" => {
                 ctx.route = "/tools";
                 match method {
-                    http::Method::GET | http::Method::HEAD => Ok(Reply::ok(self.gateway.catalog.load().listing())),
+                    http::Method::GET | http::Method::HEAD => {
+                        self.authenticate(session).map(|_| Reply::ok(self.gateway.catalog.load().listing()))
+                    }
                     _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
                 }
             }
@@ -80,11 +83,21 @@ impl OtcProxy {
         Reply::ok(Bytes::from(format!(r#"{{"$schema":"otc://1.0","status":"ok","tools":{tools}}}"#)))
     }
 
+    /// Who is calling, from the request's credentials.
+    fn authenticate(&self, session: &Session) -> Result<Caller, FrontError> {
+        self.gateway.runtime().authenticator.authenticate(&session.req_header().headers).map_err(|e| {
+            tracing::debug!(error = %e, "request refused: bad or missing credentials");
+            FrontError::Unauthenticated(e)
+        })
+    }
+
     async fn call(&self, session: &mut Session) -> Result<Reply, FrontError> {
+        // Credentials first: an unauthenticated client's body is not read.
+        let caller = self.authenticate(session)?;
         let limit = self.gateway.runtime().config.server.max_body_bytes;
         let body = read_body(session, limit).await?;
-        let completed = call_tool(&self.gateway, &body).await?;
-        Ok(Reply::ok(completed.body))
+        let (body, _completed) = call_tool(&self.gateway, &caller, &body).await?;
+        Ok(Reply::ok(body))
     }
 }
 

@@ -63,7 +63,7 @@ pub fn run(config: Config, control: ControlPlane, banner: Option<String>) -> Res
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    let gateway = Gateway::new(config)?;
+    let gateway = control.handle().block_on(Gateway::new(config))?;
     let admin_addr = gateway.runtime().config.server.admin_listen.clone();
     let admin = control
         .handle()

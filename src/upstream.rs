@@ -6,14 +6,15 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_TYPE, ETAG, IF_NONE_MATCH};
-use http::{Request, StatusCode, Uri};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, ETAG, IF_NONE_MATCH};
+use http::{HeaderValue, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::config::{Protocol, UpstreamConfig};
+use crate::vault::SecretRef;
 
 /// A configured upstream, ready to be called.
 #[derive(Debug)]
@@ -32,6 +33,8 @@ pub struct Upstream {
     pub version: Option<String>,
     /// How long a call may take once sent.
     pub call_timeout: Duration,
+    /// Sent as `Authorization: Bearer` on every fetch and call.
+    pub bearer_token: Option<SecretRef>,
     tools_uri: Uri,
     call_uri: Uri,
     client: Client<HttpConnector, Full<Bytes>>,
@@ -136,6 +139,7 @@ impl Upstream {
             toolkit: config.toolkit.as_ref().map(|t| t.0.clone()),
             version: config.version.as_ref().map(|v| v.0.clone()),
             call_timeout: config.call_timeout.0,
+            bearer_token: config.bearer_token.as_ref().map(|t| t.get_ref().clone()),
             tools_uri: format!("{base}/tools").parse()?,
             call_uri: format!("{base}/tools/call").parse()?,
             client,
@@ -145,6 +149,7 @@ impl Upstream {
     /// GET /tools, with If-None-Match when an ETag is known.
     pub async fn fetch_catalog(
         &self,
+        authorization: Option<HeaderValue>,
         etag: Option<&str>,
         timeout: Duration,
         max_bytes: usize,
@@ -152,6 +157,9 @@ impl Upstream {
         let mut request = Request::get(self.tools_uri.clone()).header(ACCEPT, "application/json");
         if let Some(etag) = etag {
             request = request.header(IF_NONE_MATCH, etag);
+        }
+        if let Some(authorization) = authorization {
+            request = request.header(AUTHORIZATION, authorization);
         }
         let request = request
             .body(Full::new(Bytes::new()))
@@ -184,12 +192,17 @@ impl Upstream {
     /// POST /tools/call with a ready body. The whole exchange is bounded by
     /// `call_timeout`; a failure to connect is told apart from one after the
     /// request went out, because only the former may be retried elsewhere.
-    pub async fn call(&self, body: Bytes, headers: &[(http::HeaderName, http::HeaderValue)], max_bytes: usize) -> Result<CallReply, ForwardError> {
+    pub async fn call(
+        &self,
+        body: Bytes,
+        authorization: Option<HeaderValue>,
+        max_bytes: usize,
+    ) -> Result<CallReply, ForwardError> {
         let mut request = Request::post(self.call_uri.clone())
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, "application/json");
-        for (name, value) in headers {
-            request = request.header(name, value);
+        if let Some(authorization) = authorization {
+            request = request.header(AUTHORIZATION, authorization);
         }
         let request = request.body(Full::new(body)).map_err(|e| ForwardError::Broken {
             upstream: self.name.clone(),

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::{ArcSwap, Guard};
+use http::HeaderValue;
 use serde::Serialize;
 
 use super::dialect::{normalise_catalog, DialectDefaults};
@@ -104,9 +105,9 @@ impl CatalogStore {
 
     /// Fetches one upstream's catalog once and records the outcome. Returns
     /// whether its tool list changed (and the catalog must be republished).
-    pub async fn refresh(&self, upstream: &Upstream, settings: PollSettings) -> bool {
+    pub async fn refresh(&self, upstream: &Upstream, authorization: Option<HeaderValue>, settings: PollSettings) -> bool {
         let etag = self.lock().get(&upstream.name).and_then(|u| u.etag.clone());
-        let outcome = upstream.fetch_catalog(etag.as_deref(), settings.timeout, settings.max_bytes).await;
+        let outcome = upstream.fetch_catalog(authorization, etag.as_deref(), settings.timeout, settings.max_bytes).await;
         let now = unix_now();
         let mut state = self.lock();
         let entry = state.entry(upstream.name.clone()).or_default();

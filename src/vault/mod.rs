@@ -471,6 +471,14 @@ pub struct VaultConfig {
     /// Vault Enterprise / OpenBao namespace, sent as `X-Vault-Namespace`.
     #[serde(default)]
     pub namespace: Option<String>,
+    /// The longest one request to the vault may take (default `"2s"`): a
+    /// value never fetched is an error after this, never a hang.
+    #[serde(default = "default_vault_timeout", deserialize_with = "deserialize_duration")]
+    pub timeout: Duration,
+}
+
+fn default_vault_timeout() -> Duration {
+    Duration::from_secs(2)
 }
 
 fn default_cache_ttl() -> Duration {
@@ -480,7 +488,13 @@ fn default_cache_ttl() -> Duration {
 impl VaultConfig {
     /// A config with the default cache TTL.
     pub fn new(address: impl Into<String>, token: SecretRef) -> Self {
-        Self { address: address.into(), token, cache_ttl: default_cache_ttl(), namespace: None }
+        Self {
+            address: address.into(),
+            token,
+            cache_ttl: default_cache_ttl(),
+            namespace: None,
+            timeout: default_vault_timeout(),
+        }
     }
 }
 
