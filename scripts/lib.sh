@@ -36,3 +36,8 @@ need_python_peers() {
   "$venv/bin/pip" install -q --disable-pip-version-check -r "$wanted"
   cp "$wanted" "$stamp"
 }
+
+# A real Prometheus server for tests/prometheus_scrape.rs (Debian's package).
+need_prometheus() {
+  command -v prometheus >/dev/null 2>&1 || [ -x /usr/bin/prometheus ] || apt_install prometheus
+}

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs every test. Installs what a fresh machine lacks first: cmake for
-# pingora's build, and the third-party peers the tests talk to.
+# pingora's build, and the third-party peers the tests talk to (Prometheus too).
 source "$(dirname "$0")/lib.sh"
 need_build_tools
 need_python_peers
+need_prometheus
 cd "$ROOT"
 export OTC_TEST_PYTHON="$ROOT/.venv/bin/python"
 # Two cores: two test binaries' worth of gateways at a time is plenty.

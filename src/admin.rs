@@ -47,15 +47,24 @@ pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) {
 fn route(gateway: &Gateway, request: Request<Incoming>) -> Response<Full<Bytes>> {
     match (request.method(), request.uri().path()) {
         (&Method::GET, "/status") => json(StatusCode::OK, &status(gateway)),
+        (&Method::GET, "/metrics") => {
+            let mut response = Response::new(Full::new(Bytes::from(gateway.metrics.render())));
+            response
+                .headers_mut()
+                .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(crate::metrics::CONTENT_TYPE));
+            response
+        }
         (&Method::GET, "/health") => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
-        (_, "/status" | "/health") => json(StatusCode::METHOD_NOT_ALLOWED, &serde_json::json!({"message": "use GET"})),
-        _ => json(StatusCode::NOT_FOUND, &serde_json::json!({"message": "admin endpoints: GET /status, GET /health"})),
+        (_, "/status" | "/health" | "/metrics") => json(StatusCode::METHOD_NOT_ALLOWED, &serde_json::json!({"message": "use GET"})),
+        _ => json(StatusCode::NOT_FOUND, &serde_json::json!({"message": "admin endpoints: GET /metrics, GET /status, GET /health"})),
     }
 }
 
 /// The body of GET /status.
 #[derive(Serialize)]
 struct Status {
+    generation: u64,
+    last_reload: Option<crate::gateway::ReloadReport>,
     upstreams: Vec<UpstreamReport>,
     tools: usize,
     conflicts: Vec<Conflict>,
@@ -77,7 +86,13 @@ fn status(gateway: &Gateway) -> Status {
         .iter()
         .map(|u| UpstreamReport { name: u.name.clone(), status: statuses.remove(&u.name).unwrap_or_default() })
         .collect();
-    Status { upstreams, tools: catalog.len(), conflicts: catalog.conflicts().to_vec() }
+    Status {
+        generation: gateway.generation(),
+        last_reload: gateway.last_reload(),
+        upstreams,
+        tools: catalog.len(),
+        conflicts: catalog.conflicts().to_vec(),
+    }
 }
 
 fn json<T: Serialize>(status: StatusCode, body: &T) -> Response<Full<Bytes>> {

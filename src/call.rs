@@ -1,15 +1,17 @@
 //! The life of a tool call, top to bottom: parse, resolve, validate, inject,
 //! forward, re-wrap. Each step is a function named for what it does.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use serde_json::Value;
 
 use crate::auth::{Caller, CallerKind};
 use crate::catalog::{Catalog, Route, Target};
+use crate::circuit::Admission;
 use crate::error::{AuthorizationChallenge, FrontError, MissingRequirements};
 use crate::gateway::{upstream_bearer, Gateway, Runtime};
+use crate::metrics::CallOutcome;
 use crate::resolve::parse_tool_id;
 use crate::upstream::{CallReply, ForwardError};
 use crate::wire::{
@@ -32,22 +34,13 @@ pub struct ParsedCall {
     pub context: CallContext,
 }
 
-/// How a call ended, for the caller's logs and metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The tool ran and succeeded.
-    Success,
-    /// The tool ran (or was sent) and failed.
-    ToolError,
-}
-
 /// A finished call: its canonical result and what to record about it.
 #[derive(Debug)]
 pub struct Completed {
     /// The outcome in canonical form.
     pub result: CallResult,
     /// Success or tool error.
-    pub outcome: Outcome,
+    pub outcome: CallOutcome,
     /// The resolved tool id.
     pub tool: String,
     /// The upstream that answered.
@@ -56,6 +49,10 @@ pub struct Completed {
 
 /// Handles `POST /tools/call` from the raw body to the response body.
 pub async fn call_tool(gateway: &Gateway, caller: &Caller, body: &[u8]) -> Result<(Bytes, Completed), FrontError> {
+    let max_depth = gateway.runtime().config.server.max_json_depth;
+    if !wire::nesting_within(body, max_depth) {
+        return Err(FrontError::TooDeep(max_depth));
+    }
     let call = parse_call(body)?;
     let completed = execute_call(gateway, caller, call).await?;
     Ok((render_result(&completed.result), completed))
@@ -68,19 +65,56 @@ pub async fn execute_call(gateway: &Gateway, caller: &Caller, call: ParsedCall) 
     let runtime = gateway.runtime();
     let catalog = gateway.catalog.load();
     let route = resolve_tool(&catalog, &call.tool_id)?;
+    let (call_id, trace_id) = (call.call_id.clone(), call.trace_id.clone());
+    let finished = run_resolved_call(&runtime, route, caller, call, started).await;
+    record_call(gateway, route, &call_id, trace_id.as_deref(), &finished, started);
+    finished
+}
+
+/// Everything after resolution: validate, inject, forward, re-wrap.
+async fn run_resolved_call(
+    runtime: &Runtime,
+    route: &Route,
+    caller: &Caller,
+    call: ParsedCall,
+    started: Instant,
+) -> Result<Completed, FrontError> {
     validate_input(route, &call.input)?;
-    let context = inject_context(&runtime, &route.tool.definition, caller, call.context).await?;
+    let context = inject_context(runtime, &route.tool.definition, caller, call.context).await?;
     let max_response = runtime.config.server.max_body_bytes.max(MIN_RESPONSE_LIMIT);
     let (target, forwarded) =
-        forward_call(&runtime, route, &call.call_id, call.trace_id.as_deref(), &call.input, &context, max_response)
+        forward_call(runtime, route, &call.call_id, call.trace_id.as_deref(), &call.input, &context, max_response)
             .await?;
     let result = rewrap_response(forwarded, target, call.call_id, started)?;
     Ok(Completed {
-        outcome: if result.success { Outcome::Success } else { Outcome::ToolError },
+        outcome: if result.success { CallOutcome::Success } else { CallOutcome::ToolError },
         result,
         tool: route.tool.definition.id.clone(),
         upstream: target.upstream.name.clone(),
     })
+}
+
+/// Counts a resolved call in the metrics and logs it once. Labels come from
+/// the catalog and the config only: the resolved id and the upstream (the
+/// one that answered, else the route's first).
+fn record_call(
+    gateway: &Gateway,
+    route: &Route,
+    call_id: &str,
+    trace_id: Option<&str>,
+    finished: &Result<Completed, FrontError>,
+    started: Instant,
+) {
+    let first_upstream = route.targets.first().map_or("", |t| t.upstream.name.as_str());
+    let (upstream, outcome) = match finished {
+        Ok(completed) => (completed.upstream.as_str(), completed.outcome),
+        Err(FrontError::InvalidInput(_)) => (first_upstream, CallOutcome::ValidationError),
+        Err(_) => (first_upstream, CallOutcome::ServerError),
+    };
+    let tool = route.tool.definition.id.as_str();
+    let seconds = started.elapsed().as_secs_f64();
+    gateway.metrics.record_call(tool, upstream, outcome, seconds);
+    tracing::info!(call_id, trace_id, tool, upstream, outcome = outcome.as_str(), duration_ms = seconds * 1000.0, "tool call");
 }
 
 /// Tool answers may be larger than requests; never below this many bytes.
@@ -229,7 +263,13 @@ pub async fn forward_call<'r>(
     max_response: usize,
 ) -> Result<(&'r Target, Result<CallReply, ForwardError>), FrontError> {
     let mut unreachable = Vec::new();
+    let mut retry_after: Option<Duration> = None;
     for target in route.targets_in_turn() {
+        if let Admission::Reject(wait) = target.upstream.circuit.admit() {
+            unreachable.push(format!("{}: circuit open", target.upstream.name));
+            retry_after = Some(retry_after.map_or(wait, |w| w.min(wait)));
+            continue;
+        }
         let body = UpstreamCallBody {
             schema: SCHEMA,
             request: UpstreamCallRequest { tool_id: &target.upstream_id, call_id, trace_id, input, context },
@@ -247,7 +287,7 @@ pub async fn forward_call<'r>(
             other => return Ok((target, other)),
         }
     }
-    Err(FrontError::Unavailable(unreachable.join("; ")))
+    Err(FrontError::Unavailable { detail: unreachable.join("; "), retry_after })
 }
 
 /// Re-wrap: the upstream's answer (or failure) as a canonical `CallResult`.

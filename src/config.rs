@@ -90,6 +90,17 @@ pub struct ServerConfig {
     pub max_body_bytes: usize,
     /// Worker threads of the data plane; 0 means one per CPU.
     pub threads: usize,
+    /// Larger request headers (all names and values together) get 431.
+    pub max_header_bytes: usize,
+    /// Deeper JSON nesting in a request body gets 400 (checked before parsing,
+    /// so a hostile body cannot exhaust the stack).
+    pub max_json_depth: usize,
+    /// The longest a client may take to send a request body.
+    pub body_timeout: Dur,
+    /// On SIGTERM: how long in-flight calls may take to finish before the
+    /// gateway exits anyway. It stops accepting at once, and exits as soon
+    /// as nothing is in flight.
+    pub shutdown_timeout: Dur,
 }
 
 impl Default for ServerConfig {
@@ -99,6 +110,10 @@ impl Default for ServerConfig {
             admin_listen: "127.0.0.1:9464".into(),
             max_body_bytes: 1024 * 1024,
             threads: 0,
+            max_header_bytes: 32 * 1024,
+            max_json_depth: 64,
+            body_timeout: Dur(Duration::from_secs(30)),
+            shutdown_timeout: Dur(Duration::from_secs(30)),
         }
     }
 }
@@ -145,6 +160,12 @@ pub struct UpstreamConfig {
     /// The longest a connection to the upstream may take to open.
     #[serde(default = "default_connect_timeout")]
     pub connect_timeout: Dur,
+    /// Consecutive connection failures that open the upstream's circuit.
+    #[serde(default = "default_circuit_failures")]
+    pub circuit_failures: u32,
+    /// How long an open circuit refuses calls before one probe is let through.
+    #[serde(default = "default_circuit_cooldown")]
+    pub circuit_cooldown: Dur,
     /// The toolkit for tools published with bare ids (no `Toolkit.` prefix).
     #[serde(default)]
     pub toolkit: Option<Toolkit>,
@@ -176,6 +197,14 @@ fn default_protocol() -> Spanned<Protocol> {
 
 fn default_call_timeout() -> Dur {
     Dur(Duration::from_secs(30))
+}
+
+fn default_circuit_failures() -> u32 {
+    5
+}
+
+fn default_circuit_cooldown() -> Dur {
+    Dur(Duration::from_secs(5))
 }
 
 fn default_connect_timeout() -> Dur {

@@ -35,6 +35,22 @@ pub enum FrontError {
     /// The body could not be read off the connection.
     #[error("could not read the request body: {0}")]
     BodyUnreadable(String),
+    /// The request headers exceed `server.max_header_bytes`.
+    #[error("request headers over {limit} bytes")]
+    HeadersTooLarge {
+        /// The limit.
+        limit: usize,
+    },
+    /// Both Content-Length and Transfer-Encoding, or several Content-Lengths:
+    /// the framing a request-smuggling attack relies on.
+    #[error("ambiguous request framing: {0}")]
+    AmbiguousFraming(&'static str),
+    /// The client did not send its body within `server.body_timeout`.
+    #[error("request body not received within {0:?}")]
+    BodyTimeout(std::time::Duration),
+    /// JSON nested deeper than `server.max_json_depth`.
+    #[error("JSON nested deeper than {0} levels")]
+    TooDeep(usize),
     /// Not JSON, not UTF-8, or fields of the wrong type.
     #[error("malformed call: {0}")]
     MalformedCall(String),
@@ -53,9 +69,15 @@ pub enum FrontError {
     /// The input does not match the tool's `input_schema`.
     #[error("invalid input: {0:?}")]
     InvalidInput(BTreeMap<String, String>),
-    /// No upstream serving the tool could be reached; nothing was sent.
-    #[error("tool server unavailable: {0}")]
-    Unavailable(String),
+    /// No upstream serving the tool could be reached (or all are behind an
+    /// open circuit); nothing was sent.
+    #[error("tool server unavailable: {detail}")]
+    Unavailable {
+        /// Why each was skipped.
+        detail: String,
+        /// When an open circuit will let a probe through.
+        retry_after: Option<std::time::Duration>,
+    },
     /// Missing or bad client credentials (401 with `WWW-Authenticate`).
     #[error("unauthenticated: {0}")]
     Unauthenticated(#[from] AuthError),
@@ -109,6 +131,9 @@ impl FrontError {
             FrontError::NotFound(_) => 404,
             FrontError::MethodNotAllowed { .. } => 405,
             FrontError::BodyTooLarge { .. } => 413,
+            FrontError::HeadersTooLarge { .. } => 431,
+            FrontError::BodyTimeout(_) => 408,
+            FrontError::AmbiguousFraming(_) | FrontError::TooDeep(_) => 400,
             FrontError::InvalidInput(_) => 422,
             FrontError::UpstreamRefused { status, .. } => *status,
             FrontError::Unauthenticated(_) => 401,
@@ -119,7 +144,7 @@ impl FrontError {
             | FrontError::MissingToolId
             | FrontError::InvalidToolId(_)
             | FrontError::Lookup(_)
-            | FrontError::Unavailable(_) => 400,
+            | FrontError::Unavailable { .. } => 400,
         }
     }
 
@@ -130,6 +155,10 @@ impl FrontError {
             FrontError::MethodNotAllowed { allow } => format!("This endpoint only accepts {allow}"),
             FrontError::BodyTooLarge { limit } => format!("The request body is larger than the {limit} bytes allowed"),
             FrontError::BodyUnreadable(_) => "The request body could not be read".into(),
+            FrontError::HeadersTooLarge { limit } => format!("The request headers are larger than the {limit} bytes allowed"),
+            FrontError::AmbiguousFraming(_) => "The request's length is ambiguous".into(),
+            FrontError::BodyTimeout(_) => "The request body took too long to arrive".into(),
+            FrontError::TooDeep(max) => format!("The request body is nested deeper than {max} levels"),
             FrontError::MalformedCall(_) => "The request body is not a valid tool call".into(),
             FrontError::UnsupportedSchema(s) => format!("OTC version {s:?} is not supported; use otc://1.0"),
             FrontError::MissingToolId => "The request has no tool_id".into(),
@@ -137,7 +166,7 @@ impl FrontError {
             FrontError::Lookup(LookupError::UnknownTool(key))
             | FrontError::Lookup(LookupError::UnknownVersion { key, .. }) => format!("Tool '{key}' was not found"),
             FrontError::InvalidInput(_) => "Some input parameters are invalid".into(),
-            FrontError::Unavailable(_) => "The tool server is temporarily unavailable".into(),
+            FrontError::Unavailable { .. } => "The tool server is temporarily unavailable".into(),
             FrontError::UpstreamRefused { .. } => "The tool server refused the call".into(),
             FrontError::Unauthenticated(e) => format!("The gateway needs valid credentials: {}", e.public_message()),
             FrontError::MissingRequirements(missing) => missing.describe(),
@@ -157,6 +186,9 @@ impl FrontError {
             FrontError::InvalidInput(_) | FrontError::UpstreamRefused { .. } => None,
             FrontError::Unauthenticated(_) => {
                 Some("send Authorization: Bearer <JWT or API key>, or OXP-API-Key: <key>".into())
+            }
+            FrontError::Unavailable { detail, retry_after: Some(wait) } => {
+                Some(format!("{detail}; retry_after_ms={}", wait.as_millis().max(1)))
             }
             FrontError::MissingRequirements(_) => {
                 Some("configure the missing secrets in [secrets] or send them in context; per-user tokens need an authenticated user with a stored token".into())
@@ -213,7 +245,12 @@ impl FrontError {
             // These are answered without reading the body, which may be large.
             close: matches!(
                 self,
-                FrontError::BodyTooLarge { .. } | FrontError::BodyUnreadable(_) | FrontError::Unauthenticated(_)
+                FrontError::BodyTooLarge { .. }
+                    | FrontError::BodyUnreadable(_)
+                    | FrontError::Unauthenticated(_)
+                    | FrontError::HeadersTooLarge { .. }
+                    | FrontError::AmbiguousFraming(_)
+                    | FrontError::BodyTimeout(_)
             ),
         }
     }

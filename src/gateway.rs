@@ -4,18 +4,20 @@
 //! lock. A reload swaps the whole runtime at once; in-flight calls keep the
 //! snapshot they started with.
 
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-
 use std::time::Duration;
 
 use arc_swap::{ArcSwap, Guard};
 use http::HeaderValue;
 
-use crate::catalog::poll::{CatalogStore, PollSettings};
 use crate::auth::{AuthError, Authenticator};
-use crate::config::Config;
-use crate::vault::{SecretResolver, VaultError};
+use crate::catalog::poll::{CatalogStore, PollSettings};
+use crate::config::{Config, ConfigError};
+use crate::metrics::Metrics;
 use crate::upstream::Upstream;
+use crate::vault::{SecretResolver, VaultError};
 
 /// Why a config could not be turned into a runtime.
 #[derive(Debug, thiserror::Error)]
@@ -83,15 +85,117 @@ pub struct Gateway {
     runtime: ArcSwap<Runtime>,
     /// The merged catalog and each upstream's last fetch.
     pub catalog: CatalogStore,
+    /// Prometheus metrics, served on the admin listener.
+    pub metrics: Metrics,
+    /// How many configs have been applied (1 = the one started with).
+    generation: AtomicU64,
+    /// The last reload's outcome, for /status.
+    last_reload: std::sync::Mutex<Option<ReloadReport>>,
+    /// Serialises reloads: the file watcher and SIGHUP may fire together.
+    reloading: tokio::sync::Mutex<()>,
+}
+
+/// How the last reload went.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReloadReport {
+    /// Seconds since the Unix epoch.
+    pub at: u64,
+    /// Whether the new config was applied.
+    pub ok: bool,
+    /// Why not, with the key and line.
+    pub error: Option<String>,
+}
+
+/// Why a reload was refused (the old config keeps serving).
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    /// The file does not parse or validate.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// It validates but cannot be built (a secret `[auth]` needs, a JWKS).
+    #[error(transparent)]
+    Build(#[from] BuildError),
 }
 
 impl Gateway {
     /// A gateway for a config; nothing runs until [`Gateway::start_polling`].
     pub async fn new(config: Config) -> Result<Arc<Gateway>, BuildError> {
         let runtime = Runtime::build(config).await?;
-        let gateway = Arc::new(Gateway { runtime: ArcSwap::from_pointee(runtime), catalog: CatalogStore::default() });
+        let gateway = Arc::new(Gateway {
+            runtime: ArcSwap::from_pointee(runtime),
+            catalog: CatalogStore::default(),
+            metrics: Metrics::new(),
+            generation: AtomicU64::new(1),
+            last_reload: std::sync::Mutex::new(None),
+            reloading: tokio::sync::Mutex::new(()),
+        });
+        gateway.metrics.set_generation(1);
         gateway.catalog.publish(&gateway.runtime().upstreams);
         Ok(gateway)
+    }
+
+    /// The config generation: 1 at start, one more per applied reload.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// The last reload's outcome, if there was one.
+    pub fn last_reload(&self) -> Option<ReloadReport> {
+        self.last_reload.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Reloads the config file: parses and validates the whole file and
+    /// builds the new runtime before anything changes; then swaps it in at
+    /// once. On any error the old config keeps serving. In-flight calls
+    /// finish on the runtime they started with.
+    pub async fn reload(self: &Arc<Self>, path: &Path) -> Result<(), ReloadError> {
+        let _one_at_a_time = self.reloading.lock().await;
+        let outcome = self.apply(path).await;
+        let report = ReloadReport {
+            at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
+            ok: outcome.is_ok(),
+            error: outcome.as_ref().err().map(ToString::to_string),
+        };
+        *self.last_reload.lock().unwrap_or_else(|p| p.into_inner()) = Some(report);
+        self.metrics.record_reload(outcome.is_ok());
+        match &outcome {
+            Ok(()) => tracing::info!(generation = self.generation(), "config reloaded"),
+            Err(e) => tracing::error!(error = %e, "config reload refused; still serving the previous config"),
+        }
+        outcome
+    }
+
+    async fn apply(self: &Arc<Self>, path: &Path) -> Result<(), ReloadError> {
+        let config = Config::load(path)?;
+        let old = self.runtime();
+        for (key, old_value, new_value) in [
+            ("server.listen", &old.config.server.listen, &config.server.listen),
+            ("server.admin_listen", &old.config.server.admin_listen, &config.server.admin_listen),
+        ] {
+            if old_value != new_value {
+                tracing::warn!(key, old = old_value, new = new_value, "a listen address cannot move without a restart; keeping the old one");
+            }
+        }
+        let runtime = Runtime::build(config).await?;
+        let removed: Vec<String> = old
+            .upstreams
+            .iter()
+            .filter(|u| !runtime.upstreams.iter().any(|n| n.name == u.name))
+            .map(|u| u.name.clone())
+            .collect();
+        self.runtime.store(Arc::new(runtime));
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        self.metrics.set_generation(generation);
+        for name in &removed {
+            self.metrics.forget_upstream(name);
+        }
+        // Toolkit or version defaults may have changed: parse every catalog
+        // again. Removed upstreams' tools leave the catalog now; every
+        // upstream (new ones included) is polled at once.
+        self.catalog.forget_validators();
+        self.catalog.publish(&self.runtime().upstreams);
+        self.start_polling();
+        Ok(())
     }
 
     /// The current runtime: one atomic load.
@@ -130,8 +234,15 @@ async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
                 continue;
             }
         };
-        if gateway.catalog.refresh(&upstream, bearer, settings).await && gateway.is_current(&upstream) {
+        let changed = gateway.catalog.refresh(&upstream, bearer, settings).await;
+        if !gateway.is_current(&upstream) {
+            return;
+        }
+        if changed {
             gateway.catalog.publish(&gateway.runtime().upstreams);
+        }
+        if let Some(status) = gateway.catalog.statuses().get(&upstream.name) {
+            gateway.metrics.set_upstream(&upstream.name, status.up, status.tools);
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod admin;
 pub mod auth;
 pub mod call;
 pub mod catalog;
+pub mod circuit;
 pub mod config;
 pub mod demo;
 pub mod error;

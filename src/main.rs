@@ -66,7 +66,7 @@ fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            start(config, None)
+            start(config, cli.config)
         }
     }
 }
@@ -86,18 +86,18 @@ fn run_demo(listen: &str, admin_listen: &str) -> ExitCode {
         Err(e) => return fail(e),
     };
     let banner = listen.parse().map(demo::demo_banner).ok();
-    match server::run(config, control, banner) {
+    match server::run(config, None, control, banner) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
     }
 }
 
-fn start(config: Config, banner: Option<String>) -> ExitCode {
+fn start(config: Config, path: PathBuf) -> ExitCode {
     let control = match ControlPlane::new() {
         Ok(control) => control,
         Err(e) => return fail(e),
     };
-    match server::run(config, control, banner) {
+    match server::run(config, Some(path), control, None) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
     }

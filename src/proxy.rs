@@ -7,6 +7,7 @@
 //! is made with the gateway's own pooled client, the response is written, and
 //! pingora never picks a peer of its own.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -24,6 +25,23 @@ use crate::gateway::Gateway;
 /// The gateway's front as a pingora `ProxyHttp`.
 pub struct OtcProxy {
     gateway: Arc<Gateway>,
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// Counts a request as in flight until dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn enter(counter: &Arc<AtomicUsize>) -> InFlight {
+        counter.fetch_add(1, Ordering::AcqRel);
+        InFlight(counter.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Per-request state pingora carries between phases.
@@ -36,13 +54,18 @@ pub struct RequestCtx {
 }
 
 impl OtcProxy {
-    /// A front over the given gateway state.
-    pub fn new(gateway: Arc<Gateway>) -> OtcProxy {
-        OtcProxy { gateway }
+    /// A front over the given gateway state; `in_flight` counts the
+    /// requests being served, for graceful shutdown.
+    pub fn new(gateway: Arc<Gateway>, in_flight: Arc<AtomicUsize>) -> OtcProxy {
+        OtcProxy { gateway, in_flight }
     }
 
     /// Dispatches on method and path.
     async fn serve(&self, session: &mut Session, ctx: &mut RequestCtx) -> Reply {
+        if let Err(e) = check_framing(session, self.gateway.runtime().config.server.max_header_bytes) {
+            ctx.route = "other";
+            return e.to_reply();
+        }
         let header = session.req_header();
         let method = header.method.clone();
         let path = header.uri.path().to_owned();
@@ -94,11 +117,37 @@ impl OtcProxy {
     async fn call(&self, session: &mut Session) -> Result<Reply, FrontError> {
         // Credentials first: an unauthenticated client's body is not read.
         let caller = self.authenticate(session)?;
-        let limit = self.gateway.runtime().config.server.max_body_bytes;
-        let body = read_body(session, limit).await?;
+        let (limit, deadline) = {
+            let runtime = self.gateway.runtime();
+            (runtime.config.server.max_body_bytes, runtime.config.server.body_timeout.0)
+        };
+        let body = tokio::time::timeout(deadline, read_body(session, limit))
+            .await
+            .map_err(|_| FrontError::BodyTimeout(deadline))??;
         let (body, _completed) = call_tool(&self.gateway, &caller, &body).await?;
         Ok(Reply::ok(body))
     }
+}
+
+/// Refuses oversized headers and the framing request smuggling relies on:
+/// Content-Length together with Transfer-Encoding, or Content-Lengths that
+/// disagree.
+fn check_framing(session: &Session, max_header_bytes: usize) -> Result<(), FrontError> {
+    let headers = &session.req_header().headers;
+    let size: usize = headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+    if size > max_header_bytes {
+        return Err(FrontError::HeadersTooLarge { limit: max_header_bytes });
+    }
+    let mut lengths = headers.get_all(http::header::CONTENT_LENGTH).iter();
+    if let Some(first) = lengths.next() {
+        if headers.contains_key(http::header::TRANSFER_ENCODING) {
+            return Err(FrontError::AmbiguousFraming("both Content-Length and Transfer-Encoding"));
+        }
+        if lengths.any(|other| other != first) {
+            return Err(FrontError::AmbiguousFraming("several different Content-Lengths"));
+        }
+    }
+    Ok(())
 }
 
 /// Reads the whole request body, refusing more than `limit` bytes: by the
@@ -159,8 +208,10 @@ impl ProxyHttp for OtcProxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+        let _in_flight = InFlight::enter(&self.in_flight);
         let reply = self.serve(session, ctx).await;
         ctx.status = reply.status;
+        self.gateway.metrics.record_http(ctx.route, reply.status);
         write_reply(session, reply).await?;
         Ok(true)
     }

@@ -1,7 +1,10 @@
 //! Starting the gateway: the pingora data plane on `listen`, and a small
 //! control runtime for catalog polling and the admin listener.
 
+use std::path::PathBuf;
 use std::net::{SocketAddr, TcpListener as StdListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pingora::proxy::http_proxy_service;
@@ -11,6 +14,7 @@ use pingora::server::Server;
 use crate::config::Config;
 use crate::gateway::Gateway;
 use crate::proxy::OtcProxy;
+use crate::reload::ConfigWatcher;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +33,9 @@ pub enum StartError {
     /// The control runtime could not start.
     #[error("cannot start the control runtime: {0}")]
     Runtime(std::io::Error),
+    /// The config file cannot be watched for reloads.
+    #[error("cannot watch the config for reloads: {0}")]
+    Reload(String),
 }
 
 /// A started control plane: the runtime that polls catalogs and serves admin.
@@ -56,48 +63,111 @@ impl ControlPlane {
 }
 
 /// Runs the gateway with `config` until it is told to stop; never returns.
-/// `banner` is printed after the ready line (the demo's curl examples).
-pub fn run(config: Config, control: ControlPlane, banner: Option<String>) -> Result<(), StartError> {
+/// With `config_path`, the file is watched and reloaded on change and on
+/// SIGHUP. `banner` is printed after the ready line (the demo's curl lines).
+pub fn run(
+    config: Config,
+    config_path: Option<PathBuf>,
+    control: ControlPlane,
+    banner: Option<String>,
+) -> Result<(), StartError> {
     let listen = concrete_addr(&config.server.listen)?;
     let threads = match config.server.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    let gateway = control.handle().block_on(Gateway::new(config))?;
+    let shutdown_timeout = config.server.shutdown_timeout.0;
+    let handle = control.handle().clone();
+    let gateway = handle.block_on(Gateway::new(config))?;
     let admin_addr = gateway.runtime().config.server.admin_listen.clone();
-    let admin = control
-        .handle()
+    let admin = handle
         .block_on(tokio::net::TcpListener::bind(&admin_addr))
         .map_err(|e| StartError::Listen { addr: admin_addr.clone(), detail: e.to_string() })?;
     let admin_local = admin.local_addr().map_err(|e| StartError::Listen { addr: admin_addr, detail: e.to_string() })?;
+    let in_flight = Arc::new(AtomicUsize::new(0));
 
-    {
-        let _entered = control.handle().enter();
+    let watcher = {
+        let _entered = handle.enter();
         gateway.start_polling();
-    }
-    control.handle().spawn(crate::admin::serve_admin(admin, gateway.clone()));
+        handle.spawn(crate::admin::serve_admin(admin, gateway.clone()));
+        handle.spawn(drain_on_sigterm(in_flight.clone(), shutdown_timeout));
+        match config_path {
+            Some(path) => Some(watch_for_reloads(&gateway, &handle, path)?),
+            None => None,
+        }
+    };
     std::thread::Builder::new()
         .name("otc-control".into())
         .spawn(move || {
+            let _watcher = watcher;
             announce_when_ready(listen, admin_local, banner);
-            // Keep the control runtime (pollers, admin) alive for the life of
-            // the process.
+            // Keep the control runtime (pollers, admin, reloads) alive for
+            // the life of the process.
             control.runtime.block_on(std::future::pending::<()>());
         })
         .map_err(StartError::Runtime)?;
 
+    // pingora stops accepting on SIGTERM and then waits out its grace period;
+    // `drain_on_sigterm` exits as soon as nothing is in flight, well within it.
     let conf = ServerConf {
         threads,
-        grace_period_seconds: Some(0),
-        graceful_shutdown_timeout_seconds: Some(10),
+        grace_period_seconds: Some(shutdown_timeout.as_secs() + 2),
+        graceful_shutdown_timeout_seconds: Some(1),
         ..ServerConf::default()
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
-    let mut service = http_proxy_service(&server.configuration, OtcProxy::new(gateway));
+    let mut service = http_proxy_service(&server.configuration, OtcProxy::new(gateway, in_flight));
     service.add_tcp(&listen.to_string());
     server.add_service(service);
     server.run_forever()
+}
+
+/// Reloads the config when its file changes (including an atomic rename or a
+/// Kubernetes ConfigMap symlink swap) and on SIGHUP.
+fn watch_for_reloads(
+    gateway: &Arc<Gateway>,
+    handle: &tokio::runtime::Handle,
+    path: PathBuf,
+) -> Result<ConfigWatcher, StartError> {
+    let reload = {
+        let (gateway, handle, path) = (gateway.clone(), handle.clone(), path.clone());
+        move || {
+            let (gateway, path) = (gateway.clone(), path.clone());
+            // The outcome is logged, counted and shown in /status by reload().
+            handle.spawn(async move { gateway.reload(&path).await.ok() });
+        }
+    };
+    let watcher = crate::reload::watch_config(&path, Duration::from_millis(200), reload.clone())
+        .map_err(|e| StartError::Reload(e.to_string()))?;
+    crate::reload::on_sighup(reload).map_err(|e| StartError::Reload(e.to_string()))?;
+    Ok(watcher)
+}
+
+/// On SIGTERM, waits until no request is in flight (or `deadline` passes),
+/// then exits 0. pingora has stopped accepting by then.
+async fn drain_on_sigterm(in_flight: Arc<AtomicUsize>, deadline: Duration) {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; pingora's own shutdown applies");
+            return;
+        }
+    };
+    term.recv().await;
+    tracing::info!(in_flight = in_flight.load(Ordering::Acquire), ?deadline, "SIGTERM: draining in-flight calls");
+    let until = Instant::now() + deadline;
+    // A moment for requests accepted just before the signal to be counted.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    while in_flight.load(Ordering::Acquire) > 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let left = in_flight.load(Ordering::Acquire);
+    if left > 0 {
+        tracing::warn!(left, "shutdown deadline reached with calls still in flight");
+    }
+    tracing::info!("otc-gateway stopped");
+    std::process::exit(0);
 }
 
 /// A listen address with port 0 replaced by a free port, because pingora

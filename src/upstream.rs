@@ -13,6 +13,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
+use crate::circuit::Circuit;
 use crate::config::{Protocol, UpstreamConfig};
 use crate::vault::SecretRef;
 
@@ -35,6 +36,8 @@ pub struct Upstream {
     pub call_timeout: Duration,
     /// Sent as `Authorization: Bearer` on every fetch and call.
     pub bearer_token: Option<SecretRef>,
+    /// Fails calls fast while the upstream refuses connections.
+    pub circuit: Circuit,
     tools_uri: Uri,
     call_uri: Uri,
     client: Client<HttpConnector, Full<Bytes>>,
@@ -140,6 +143,7 @@ impl Upstream {
             version: config.version.as_ref().map(|v| v.0.clone()),
             call_timeout: config.call_timeout.0,
             bearer_token: config.bearer_token.as_ref().map(|t| t.get_ref().clone()),
+            circuit: Circuit::new(config.circuit_failures, config.circuit_cooldown.0),
             tools_uri: format!("{base}/tools").parse()?,
             call_uri: format!("{base}/tools/call").parse()?,
             client,
@@ -166,7 +170,13 @@ impl Upstream {
             .map_err(|e| FetchError::Unreachable(e.to_string()))?;
         let exchange = async {
             let response =
-                self.client.request(request).await.map_err(|e| FetchError::Unreachable(error_chain(&e)))?;
+                self.client.request(request).await.map_err(|e| {
+                    if e.is_connect() {
+                        self.circuit.record_failure();
+                    }
+                    FetchError::Unreachable(error_chain(&e))
+                })?;
+            self.circuit.record_success();
             match response.status() {
                 StatusCode::NOT_MODIFIED => return Ok(Fetched::NotModified),
                 StatusCode::OK => {}
@@ -211,11 +221,13 @@ impl Upstream {
         let exchange = async {
             let response = self.client.request(request).await.map_err(|e| {
                 if e.is_connect() {
+                    self.circuit.record_failure();
                     ForwardError::Connect { upstream: self.name.clone(), detail: error_chain(&e) }
                 } else {
                     ForwardError::Broken { upstream: self.name.clone(), detail: error_chain(&e) }
                 }
             })?;
+            self.circuit.record_success();
             let status = response.status();
             let is_json = response
                 .headers()

@@ -326,6 +326,36 @@ pub struct ValidationErrorBody<'a> {
     pub parameter_errors: &'a std::collections::BTreeMap<String, String>,
 }
 
+/// Whether `body`'s JSON nesting stays within `max` levels. A byte scan
+/// (strings skipped) that runs before the parser, so nesting far beyond any
+/// real tool input is refused without recursing into it.
+pub fn nesting_within(body: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in body {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > max {
+                    return false;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    true
+}
+
 /// Whether a client's `$schema` names a version the gateway speaks.
 pub fn is_supported_schema(schema: &str) -> bool {
     match schema {
@@ -372,6 +402,15 @@ mod tests {
         assert!(normalise_tool_response(b"<html>").is_err());
         assert!(normalise_tool_response(b"[1,2]").is_err());
         assert!(normalise_tool_response(br#"{"success": false}"#).is_err());
+    }
+
+    #[test]
+    fn nesting_is_measured_outside_strings() {
+        assert!(nesting_within(br#"{"a": [[1]]}"#, 3));
+        assert!(!nesting_within(br#"{"a": [[1]]}"#, 2));
+        assert!(nesting_within(br#"{"a": "[[[[[[\"[["}"#, 1));
+        let deep = format!("{}{}", "[".repeat(200_000), "]".repeat(200_000));
+        assert!(!nesting_within(deep.as_bytes(), 64));
     }
 
     #[test]

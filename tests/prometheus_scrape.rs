@@ -1,0 +1,302 @@
+//! A real Prometheus server scrapes our metrics and answers queries on them.
+//!
+//! Needs Debian's `prometheus` package (`scripts/test.sh` installs it): the
+//! binary is taken from `OTC_TEST_PROMETHEUS`, else `prometheus` on PATH,
+//! else /usr/bin/prometheus.
+//!
+//! The scrape target is one address, [`start_target`]'s; everything after it
+//! (Prometheus's config, the queries) only knows that address.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::service::service_fn;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use otc_gateway::metrics::{CallOutcome, Metrics, CONTENT_TYPE};
+use serde_json::Value;
+use tokio::net::TcpListener;
+
+/// A temp dir removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new() -> TempDir {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+        let dir = std::env::temp_dir().join(format!("otc-prometheus-{}-{nanos}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The Prometheus server process, killed on drop (so on a failed assertion too).
+struct Prometheus {
+    child: Child,
+    addr: SocketAddr,
+    log: PathBuf,
+}
+
+impl Prometheus {
+    /// Starts Prometheus on a free loopback port, scraping `target` every second.
+    fn start(dir: &Path, target: SocketAddr) -> Prometheus {
+        let config = dir.join("prometheus.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\n\
+                 scrape_configs:\n  - job_name: otc-gateway\n    metrics_path: /metrics\n    \
+                 static_configs:\n      - targets: ['{target}']\n"
+            ),
+        )
+        .unwrap();
+        let addr = free_addr();
+        let log = dir.join("prometheus.log");
+        let log_file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(prometheus_binary())
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+            .arg(format!("--web.listen-address={addr}"))
+            .arg("--log.level=warn")
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().unwrap())
+            .stderr(log_file)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start prometheus ({}): {e}", prometheus_binary().display()));
+        Prometheus { child, addr, log }
+    }
+
+    /// Prometheus's own log, for failure messages.
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Panics (with the log) if the process has exited.
+    fn assert_running(&mut self) {
+        if let Ok(Some(status)) = self.child.try_wait() {
+            panic!("prometheus exited with {status}:\n{}", self.log());
+        }
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The Prometheus binary to run.
+fn prometheus_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("OTC_TEST_PROMETHEUS") {
+        return PathBuf::from(path);
+    }
+    let on_path = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .map(|dir| dir.join("prometheus"))
+        .find(|candidate| candidate.is_file());
+    let binary = on_path.unwrap_or_else(|| PathBuf::from("/usr/bin/prometheus"));
+    assert!(
+        binary.is_file(),
+        "no prometheus binary: install Debian's `prometheus` package (scripts/test.sh does) or set OTC_TEST_PROMETHEUS"
+    );
+    binary
+}
+
+/// A loopback address with a port that was free a moment ago.
+fn free_addr() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// Serves `GET /metrics` with `metrics.render()` on a free loopback port.
+async fn serve_metrics(metrics: Arc<Metrics>) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let metrics = metrics.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
+                    let metrics = metrics.clone();
+                    async move {
+                        let response = if request.uri().path() == "/metrics" {
+                            http::Response::builder()
+                                .header(http::header::CONTENT_TYPE, CONTENT_TYPE)
+                                .body(Full::new(Bytes::from(metrics.render())))
+                        } else {
+                            http::Response::builder().status(404).body(Full::new(Bytes::new()))
+                        };
+                        Ok::<_, Infallible>(response.unwrap())
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    });
+    addr
+}
+
+/// Records calls like a gateway under light load would, every 20 ms.
+fn keep_calling(metrics: Arc<Metrics>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let durations = [0.0008, 0.003, 0.012, 0.04, 0.2];
+        for i in 0usize.. {
+            let (tool, upstream) =
+                if i % 3 == 0 { ("Calculator.Add@2.0.0", "math-v2") } else { ("Calculator.Add@1.0.0", "math") };
+            let outcome = if i % 7 == 0 { CallOutcome::ToolError } else { CallOutcome::Success };
+            metrics.record_call(tool, upstream, outcome, durations[i % durations.len()]);
+            metrics.record_http("/tools/call", 200);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+}
+
+/// The scrape target: the address Prometheus scrapes `/metrics` from, with
+/// calls being recorded behind it. (To scrape the gateway itself, start it
+/// here, send it calls, and return its admin address.)
+async fn start_target() -> (SocketAddr, tokio::task::JoinHandle<()>) {
+    let metrics = Arc::new(Metrics::new());
+    metrics.set_upstream("math", true, 1);
+    metrics.set_upstream("math-v2", true, 1);
+    metrics.set_generation(1);
+    metrics.record_call("Calculator.Add@1.0.0", "math", CallOutcome::Success, 0.004);
+    metrics.record_call("Calculator.Add@1.0.0", "math", CallOutcome::ValidationError, 0.0006);
+    let load = keep_calling(metrics.clone());
+    (serve_metrics(metrics).await, load)
+}
+
+type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>;
+
+/// GETs `url`, returning the status and body (None if it could not connect).
+async fn get(client: &HttpClient, url: &str) -> Option<(u16, String)> {
+    let response = tokio::time::timeout(Duration::from_secs(5), client.get(url.parse().unwrap())).await.ok()?.ok()?;
+    let status = response.status().as_u16();
+    let body = response.into_body().collect().await.ok()?.to_bytes();
+    Some((status, String::from_utf8_lossy(&body).into_owned()))
+}
+
+/// Percent-encodes a PromQL query for a URL's query string.
+fn encode(query: &str) -> String {
+    query
+        .bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// Runs an instant query; the `data.result` vector, if the query succeeded.
+async fn query(client: &HttpClient, prometheus: SocketAddr, promql: &str) -> Option<Vec<Value>> {
+    let (status, body) = get(client, &format!("http://{prometheus}/api/v1/query?query={}", encode(promql))).await?;
+    assert!(status == 200 || status == 503, "query {promql:?} answered {status}: {body}");
+    let body: Value = serde_json::from_str(&body).ok()?;
+    if body["status"] != "success" {
+        return None;
+    }
+    body["data"]["result"].as_array().cloned()
+}
+
+/// The number in a vector sample's `value: [time, "number"]`.
+fn sample_value(sample: &Value) -> f64 {
+    sample["value"][1].as_str().and_then(|v| v.parse().ok()).unwrap_or(f64::NAN)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_scrapes_calls_and_computes_a_quantile() {
+    let (target, load) = start_target().await;
+
+    let dir = TempDir::new();
+    let mut prometheus = Prometheus::start(&dir.0, target);
+    let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
+
+    // Ready.
+    let ready_by = Instant::now() + Duration::from_secs(30);
+    loop {
+        prometheus.assert_running();
+        if let Some((200, _)) = get(&client, &format!("http://{}/-/ready", prometheus.addr)).await {
+            break;
+        }
+        assert!(Instant::now() < ready_by, "prometheus not ready after 30 s:\n{}", prometheus.log());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    // Scraped: the call counter with its labels, then a quantile over the histogram.
+    let calls_query = "otc_gateway_tool_calls_total";
+    let quantile_query =
+        "histogram_quantile(0.5, sum by (le) (rate(otc_gateway_tool_call_duration_seconds_bucket[1m])))";
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut calls = Vec::new();
+    let mut median = f64::NAN;
+    while Instant::now() < deadline {
+        prometheus.assert_running();
+        if calls.is_empty() {
+            calls = query(&client, prometheus.addr, calls_query).await.unwrap_or_default();
+        }
+        if !calls.is_empty() {
+            if let Some(result) = query(&client, prometheus.addr, quantile_query).await {
+                if let Some(value) = result.first().map(sample_value).filter(|v| v.is_finite()) {
+                    median = value;
+                    break;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let targets = get(&client, &format!("http://{}/api/v1/targets", prometheus.addr)).await;
+    assert!(
+        !calls.is_empty(),
+        "{calls_query} never appeared in Prometheus\ntargets: {targets:?}\nlog:\n{}",
+        prometheus.log()
+    );
+    assert!(
+        median.is_finite(),
+        "{quantile_query} never returned a number\ntargets: {targets:?}\nlog:\n{}",
+        prometheus.log()
+    );
+
+    eprintln!("prometheus at {} scraped {target}: {} call series, median {median:.4} s", prometheus.addr, calls.len());
+
+    // The series carry the labels dashboards group by.
+    let success = calls
+        .iter()
+        .find(|s| {
+            s["metric"]["tool"] == "Calculator.Add@1.0.0"
+                && s["metric"]["upstream"] == "math"
+                && s["metric"]["outcome"] == "success"
+        })
+        .unwrap_or_else(|| panic!("no success series for Calculator.Add@1.0.0 on math: {calls:?}"));
+    assert_eq!(success["metric"]["job"], "otc-gateway");
+    assert!(sample_value(success) >= 1.0, "{success}");
+    for outcome in ["tool_error", "validation_error"] {
+        assert!(calls.iter().any(|s| s["metric"]["outcome"] == outcome), "no {outcome} series: {calls:?}");
+    }
+    // Calls last 0.8 ms to 200 ms; the median lies in that range (bucket interpolation included).
+    assert!(median > 0.0 && median <= 0.25, "median {median}");
+
+    // The other metrics made it too.
+    let up = query(&client, prometheus.addr, "otc_gateway_upstream_up").await.unwrap_or_default();
+    assert_eq!(up.len(), 2, "{up:?}");
+    assert!(up.iter().all(|s| sample_value(s) == 1.0), "{up:?}");
+    let http = query(&client, prometheus.addr, r#"otc_gateway_http_requests_total{route="/tools/call",status="200"}"#)
+        .await
+        .unwrap_or_default();
+    assert_eq!(http.len(), 1, "{http:?}");
+
+    load.abort();
+    drop(prometheus);
+}

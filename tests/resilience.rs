@@ -1,0 +1,311 @@
+//! Nothing a client or an upstream does may take the gateway down, hang it,
+//! or make a call run twice: circuit breaking, hostile framing and bodies,
+//! slow clients, many calls at once, lying upstreams, graceful shutdown.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{add, add_schema, catalog, tool, Gateway, ToolServer};
+use serde_json::{json, Value};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// A gateway config with every listener on port 0 and fast polling.
+fn config(server_extra: &str, upstreams: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{server_extra}\n\
+         [catalog]\npoll_interval = \"200ms\"\nrequest_timeout = \"1s\"\n\n{upstreams}"
+    )
+}
+
+fn upstream(name: &str, url: &str, extra: &str) -> String {
+    format!("[[upstreams]]\nname = \"{name}\"\nurl = \"{url}\"\n{extra}\n")
+}
+
+async fn calculator() -> ToolServer {
+    let server = ToolServer::start(catalog(vec![tool("Calculator.Add", "1.0.0", add_schema())])).await;
+    server.on_call(add);
+    server
+}
+
+/// Writes raw bytes on a new connection and reads until the gateway closes it
+/// or `limit` passes; returns what came back and whether it was closed.
+async fn raw_exchange(gw: &Gateway, request: &[u8], limit: Duration) -> (String, bool) {
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    stream.write_all(request).await.expect("write");
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&out).into_owned(), true),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+            Err(_) => return (String::from_utf8_lossy(&out).into_owned(), false),
+        }
+    }
+}
+
+fn add_call_body() -> String {
+    json!({"request": {"tool_id": "Calculator.Add@1.0.0", "input": {"a": 1, "b": 2}}}).to_string()
+}
+
+#[tokio::test]
+async fn an_upstream_refusing_connections_opens_its_circuit_and_a_probe_closes_it() {
+    let mut server = calculator().await;
+    let gw = Gateway::start(&config(
+        "",
+        &upstream("calc", &server.url(), "circuit_failures = 2\ncircuit_cooldown = \"700ms\""),
+    ))
+    .await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+
+    server.stop().await;
+    // Connection failures (calls and catalog polls alike) open the circuit;
+    // then calls fail fast with a retry hint, the catalog being kept.
+    let mut saw_open = false;
+    for _ in 0..50 {
+        let resp = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await;
+        let body = resp.server_error(400);
+        assert!(body["message"].as_str().unwrap().contains("temporarily unavailable"), "{body}");
+        let detail = body["developer_message"].as_str().unwrap_or_default();
+        if detail.contains("circuit open") {
+            assert!(detail.contains("retry_after_ms="), "{detail}");
+            saw_open = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(saw_open, "the circuit never opened");
+
+    server.restart().await;
+    // After the cooldown one probe goes through, succeeds, and closes it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let resp = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await;
+        if resp.status == 200 {
+            assert_eq!(resp.result()["value"], json!(3));
+            break;
+        }
+        assert!(Instant::now() < deadline, "the circuit never closed again: {}", resp.text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(server.call_count() >= 1);
+}
+
+#[tokio::test]
+async fn content_length_with_transfer_encoding_is_refused_and_the_connection_closed() {
+    let server = calculator().await;
+    let gw = Gateway::start(&config("", &upstream("calc", &server.url(), ""))).await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let body = add_call_body();
+    let request = format!(
+        "POST /tools/call HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n{body}",
+        body.len()
+    );
+    let (answer, closed) = raw_exchange(&gw, request.as_bytes(), Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(closed, "the connection must be closed after ambiguous framing");
+    assert_eq!(server.call_count(), 0, "a smuggling attempt must never reach the upstream");
+}
+
+#[tokio::test]
+async fn two_content_lengths_are_refused_and_the_connection_closed() {
+    let server = calculator().await;
+    let gw = Gateway::start(&config("", &upstream("calc", &server.url(), ""))).await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let body = add_call_body();
+    let request = format!(
+        "POST /tools/call HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nContent-Length: 3\r\n\r\n{body}",
+        body.len()
+    );
+    let (answer, closed) = raw_exchange(&gw, request.as_bytes(), Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(closed);
+    assert_eq!(server.call_count(), 0);
+}
+
+#[tokio::test]
+async fn oversized_headers_are_431() {
+    let gw = Gateway::start(&config("max_header_bytes = 4096", "")).await;
+    let request = format!("GET /tools HTTP/1.1\r\nHost: x\r\nX-Padding: {}\r\n\r\n", "a".repeat(8000));
+    let (answer, _) = raw_exchange(&gw, request.as_bytes(), Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+    assert_eq!(gw.get("/health").await.status, 200, "the gateway keeps serving");
+}
+
+#[tokio::test]
+async fn a_200000_deep_array_is_a_400_not_a_crash() {
+    let server = calculator().await;
+    let gw = Gateway::start(&config("", &upstream("calc", &server.url(), ""))).await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let deep_input = format!(
+        r#"{{"request": {{"tool_id": "Calculator.Add@1.0.0", "input": {{"a": {}1{}, "b": 2}}}}}}"#,
+        "[".repeat(200_000),
+        "]".repeat(200_000)
+    );
+    let resp = gw.post_raw("/tools/call", deep_input, "application/json").await;
+    let body = resp.server_error(400);
+    assert!(body["message"].as_str().unwrap().contains("nested deeper"), "{body}");
+    assert_eq!(server.call_count(), 0);
+    let ok = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await;
+    assert_eq!(ok.status, 200, "the gateway is alive and answering");
+}
+
+#[tokio::test]
+async fn a_client_that_stops_sending_its_body_is_cut_off_and_holds_nobody_up() {
+    let server = calculator().await;
+    let gw = Gateway::start(&config("body_timeout = \"500ms\"", &upstream("calc", &server.url(), ""))).await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let started = Instant::now();
+    let stalled = async {
+        let request = "POST /tools/call HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"request\":";
+        raw_exchange(&gw, request.as_bytes(), Duration::from_secs(10)).await
+    };
+    let meanwhile = async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await
+    };
+    let ((answer, closed), ok) = tokio::join!(stalled, meanwhile);
+    assert_eq!(ok.status, 200, "another client's call is not held up");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(closed);
+    assert!(started.elapsed() < Duration::from_secs(8), "cut off near body_timeout");
+}
+
+#[tokio::test]
+async fn two_hundred_half_open_slowloris_connections_do_not_stop_calls() {
+    let server = calculator().await;
+    let gw = Gateway::start(&config("", &upstream("calc", &server.url(), ""))).await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let mut idle = Vec::new();
+    for _ in 0..200 {
+        let mut s = TcpStream::connect(gw.addr).await.expect("connect");
+        s.write_all(b"POST /tools/call HTTP/1.1\r\nHost: x\r\nX-Slow: ").await.expect("write");
+        idle.push(s);
+    }
+    for _ in 0..5 {
+        let resp = gw.call("Calculator.Add@1.0.0", json!({"a": 2, "b": 2})).await;
+        assert_eq!(resp.status, 200, "{}", resp.text());
+        assert_eq!(resp.result()["value"], json!(4));
+    }
+    drop(idle);
+    assert_eq!(gw.get("/health").await.status, 200);
+}
+
+#[tokio::test]
+async fn three_hundred_concurrent_calls_all_succeed() {
+    let server = calculator().await;
+    server.set_call_delay(Duration::from_millis(20));
+    let gw = Gateway::start(&config("", &upstream("calc", &server.url(), ""))).await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let calls = (0..300).map(|i| {
+        let gw = &gw;
+        async move { gw.call("Calculator.Add@1.0.0", json!({"a": i, "b": 1})).await }
+    });
+    let answers = futures_join_all(calls).await;
+    for (i, resp) in answers.iter().enumerate() {
+        assert_eq!(resp.status, 200, "call {i}: {}", resp.text());
+        assert_eq!(resp.result()["value"], json!(i + 1), "call {i} got another call's answer");
+    }
+    assert_eq!(server.call_count(), 300, "each call ran exactly once");
+}
+
+/// `join_all` without a futures dependency.
+async fn futures_join_all<F: std::future::Future>(futures: impl Iterator<Item = F>) -> Vec<F::Output> {
+    let pinned: Vec<_> = futures.map(Box::pin).collect();
+    let mut out = Vec::with_capacity(pinned.len());
+    let mut pending: Vec<_> = pinned.into_iter().map(Some).collect();
+    let mut results: Vec<Option<F::Output>> = (0..pending.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut all_done = true;
+        for (i, slot) in pending.iter_mut().enumerate() {
+            if let Some(fut) = slot {
+                match fut.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => {
+                        results[i] = Some(v);
+                        *slot = None;
+                    }
+                    std::task::Poll::Pending => all_done = false,
+                }
+            }
+        }
+        if all_done {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    out.extend(results.into_iter().flatten());
+    out
+}
+
+/// An upstream that serves a catalog, then answers each call with the start
+/// of a response and resets the connection.
+async fn lying_upstream() -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let catalog = catalog(vec![tool("Calculator.Add", "1.0.0", add_schema())]).to_string();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut stream, _)) = listener.accept().await else { return };
+            let catalog = catalog.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 65536];
+                let Ok(n) = stream.read(&mut buf).await else { return };
+                let head = String::from_utf8_lossy(&buf[..n]);
+                if head.starts_with("GET /tools") {
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{catalog}",
+                        catalog.len()
+                    );
+                    let _ = stream.write_all(answer.as_bytes()).await;
+                } else {
+                    let partial = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{\"result\": {\"succ";
+                    let _ = stream.write_all(partial.as_bytes()).await;
+                    // Reset rather than close: SO_LINGER 0.
+                    let _ = stream.set_linger(Some(Duration::ZERO));
+                }
+            });
+        }
+    });
+    addr
+}
+
+#[tokio::test]
+async fn an_upstream_that_resets_mid_answer_is_a_200_failure_and_not_retried() {
+    let addr = lying_upstream().await;
+    let gw = Gateway::start(&config("", &upstream("liar", &format!("http://{addr}"), ""))).await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let resp = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await;
+    let result = resp.result();
+    assert_eq!(result["success"], json!(false), "{result}");
+    assert_ne!(result["error"]["can_retry"], json!(true), "a call that was sent may have run: no retry hint");
+    assert!(result["error"]["developer_message"].as_str().is_some());
+    assert_eq!(gw.get("/health").await.status, 200);
+}
+
+#[tokio::test]
+async fn sigterm_lets_an_in_flight_call_finish_then_exits_0() {
+    let server = calculator().await;
+    server.set_call_delay(Duration::from_millis(1500));
+    let mut gw = Gateway::start(&config("", &upstream("calc", &server.url(), ""))).await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let in_flight = {
+        let addr = gw.addr;
+        tokio::spawn(async move {
+            let body = bytes::Bytes::from(add_call_body());
+            common::send(addr, "POST", "/tools/call", body, Some("application/json")).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.signal("TERM");
+    let resp = in_flight.await.expect("the call task");
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let result: Value = resp.result();
+    assert_eq!(result["value"], json!(3));
+    let status = gw.wait_exit(Duration::from_secs(20)).await.expect("the gateway exits after draining");
+    assert!(status.success(), "exit status {status:?}");
+}
