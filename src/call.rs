@@ -32,6 +32,8 @@ pub struct ParsedCall {
     pub input: Value,
     /// The client's context.
     pub context: CallContext,
+    /// The client's W3C `traceparent` header, continued upstream.
+    pub traceparent: Option<String>,
 }
 
 /// A finished call: its canonical result and what to record about it.
@@ -48,12 +50,17 @@ pub struct Completed {
 }
 
 /// Handles `POST /tools/call` from the raw body to the response body.
-pub async fn call_tool(gateway: &Gateway, caller: &Caller, body: &[u8]) -> Result<(Bytes, Completed), FrontError> {
+pub async fn call_tool(
+    gateway: &Gateway,
+    caller: &Caller,
+    body: &[u8],
+    traceparent: Option<String>,
+) -> Result<(Bytes, Completed), FrontError> {
     let max_depth = gateway.runtime().config.server.max_json_depth;
     if !wire::nesting_within(body, max_depth) {
         return Err(FrontError::TooDeep(max_depth));
     }
-    let call = parse_call(body)?;
+    let call = ParsedCall { traceparent, ..parse_call(body)? };
     let completed = execute_call(gateway, caller, call).await?;
     Ok((render_result(&completed.result), completed))
 }
@@ -82,9 +89,8 @@ async fn run_resolved_call(
     validate_input(route, &call.input)?;
     let context = inject_context(runtime, &route.tool.definition, caller, call.context).await?;
     let max_response = runtime.config.server.max_body_bytes.max(MIN_RESPONSE_LIMIT);
-    let (target, forwarded) =
-        forward_call(runtime, route, &call.call_id, call.trace_id.as_deref(), &call.input, &context, max_response)
-            .await?;
+    let trace = OutgoingTrace { trace_id: call.trace_id.as_deref(), traceparent: call.traceparent.as_deref() };
+    let (target, forwarded) = forward_call(runtime, route, &call.call_id, trace, &call.input, &context, max_response).await?;
     let result = rewrap_response(forwarded, target, call.call_id, started)?;
     Ok(Completed {
         outcome: if result.success { CallOutcome::Success } else { CallOutcome::ToolError },
@@ -145,6 +151,7 @@ pub fn parse_call(body: &[u8]) -> Result<ParsedCall, FrontError> {
         trace_id: request.trace_id,
         input: Value::Object(input),
         context: request.context.unwrap_or_default(),
+        traceparent: None,
     })
 }
 
@@ -257,7 +264,7 @@ pub async fn forward_call<'r>(
     runtime: &Runtime,
     route: &'r Route,
     call_id: &str,
-    trace_id: Option<&str>,
+    trace: OutgoingTrace<'_>,
     input: &Value,
     context: &CallContext,
     max_response: usize,
@@ -272,14 +279,15 @@ pub async fn forward_call<'r>(
         }
         let body = UpstreamCallBody {
             schema: SCHEMA,
-            request: UpstreamCallRequest { tool_id: &target.upstream_id, call_id, trace_id, input, context },
+            request: UpstreamCallRequest { tool_id: &target.upstream_id, call_id, trace_id: trace.trace_id, input, context },
         };
         // Serialising a Value-backed struct into a Vec cannot fail.
         let body = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
         let authorization = upstream_bearer(runtime, &target.upstream).await.map_err(|source| {
             FrontError::RequirementUnavailable { requirement: format!("bearer_token of upstream {}", target.upstream.name), source }
         })?;
-        match target.upstream.call(body, authorization, max_response).await {
+        let traceparent = crate::trace::traceparent(trace.traceparent, trace.trace_id);
+        match target.upstream.call(body, authorization, traceparent, max_response).await {
             Err(e @ ForwardError::Connect { .. }) => {
                 tracing::warn!(upstream = target.upstream.name, error = %e, "upstream unreachable; trying the next replica if any");
                 unreachable.push(e.to_string());
@@ -288,6 +296,16 @@ pub async fn forward_call<'r>(
         }
     }
     Err(FrontError::Unavailable { detail: unreachable.join("; "), retry_after })
+}
+
+/// What a call carries for tracing: the body's `trace_id` and the client's
+/// `traceparent` header.
+#[derive(Debug, Clone, Copy)]
+pub struct OutgoingTrace<'a> {
+    /// The client's `trace_id`, forwarded in the body.
+    pub trace_id: Option<&'a str>,
+    /// The client's `traceparent`, continued in the upstream's header.
+    pub traceparent: Option<&'a str>,
 }
 
 /// Re-wrap: the upstream's answer (or failure) as a canonical `CallResult`.

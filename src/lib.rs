@@ -19,6 +19,7 @@ pub mod reload;
 pub mod resolve;
 pub mod secret;
 pub mod server;
+pub mod trace;
 pub mod upstream;
 pub mod validate;
 pub mod vault;

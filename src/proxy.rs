@@ -124,7 +124,13 @@ impl OtcProxy {
         let body = tokio::time::timeout(deadline, read_body(session, limit))
             .await
             .map_err(|_| FrontError::BodyTimeout(deadline))??;
-        let (body, _completed) = call_tool(&self.gateway, &caller, &body).await?;
+        let traceparent = session
+            .req_header()
+            .headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let (body, _completed) = call_tool(&self.gateway, &caller, &body, traceparent).await?;
         Ok(Reply::ok(body))
     }
 }

@@ -206,11 +206,13 @@ impl Upstream {
         &self,
         body: Bytes,
         authorization: Option<HeaderValue>,
+        traceparent: HeaderValue,
         max_bytes: usize,
     ) -> Result<CallReply, ForwardError> {
         let mut request = Request::post(self.call_uri.clone())
             .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "application/json");
+            .header(ACCEPT, "application/json")
+            .header("traceparent", traceparent);
         if let Some(authorization) = authorization {
             request = request.header(AUTHORIZATION, authorization);
         }
