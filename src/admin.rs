@@ -48,6 +48,11 @@ fn route(gateway: &Gateway, request: Request<Incoming>) -> Response<Full<Bytes>>
     match (request.method(), request.uri().path()) {
         (&Method::GET, "/status") => json(StatusCode::OK, &status(gateway)),
         (&Method::GET, "/metrics") => {
+            let runtime = gateway.runtime();
+            if runtime.secrets.has_vault() {
+                let stats = runtime.secrets.stats();
+                gateway.metrics.sync_vault_totals("vault", stats.requests_ok, stats.requests_error, stats.stale_served);
+            }
             let mut response = Response::new(Full::new(Bytes::from(gateway.metrics.render())));
             response
                 .headers_mut()

@@ -48,7 +48,7 @@ pub struct Runtime {
     /// Catalog polling settings.
     pub poll: PollSettings,
     /// Reads secret references (env, file, vault).
-    pub secrets: SecretResolver,
+    pub secrets: Arc<SecretResolver>,
     /// Checks client credentials.
     pub authenticator: Authenticator,
 }
@@ -56,9 +56,16 @@ pub struct Runtime {
 impl Runtime {
     /// Builds a runtime from a validated config: resolves what `[auth]`
     /// needs and loads its keys, so it runs inside a tokio runtime.
-    pub async fn build(config: Config) -> Result<Runtime, BuildError> {
-        let vault_timeout = config.vault.as_ref().map_or(Duration::from_secs(2), |v| v.timeout);
-        let secrets = SecretResolver::new(config.vault.clone(), vault_timeout)?;
+    pub async fn build(config: Config, previous: Option<&Runtime>) -> Result<Runtime, BuildError> {
+        // The same [vault] keeps its resolver, and so its cache: values
+        // fetched before a reload are still served while the vault is down.
+        let secrets = match previous {
+            Some(old) if old.config.vault == config.vault => old.secrets.clone(),
+            _ => {
+                let vault_timeout = config.vault.as_ref().map_or(Duration::from_secs(2), |v| v.timeout);
+                Arc::new(SecretResolver::new(config.vault.clone(), vault_timeout)?)
+            }
+        };
         let authenticator = Authenticator::new(&config.auth, &secrets).await?;
         let upstreams = config
             .upstreams
@@ -120,7 +127,7 @@ pub enum ReloadError {
 impl Gateway {
     /// A gateway for a config; nothing runs until [`Gateway::start_polling`].
     pub async fn new(config: Config) -> Result<Arc<Gateway>, BuildError> {
-        let runtime = Runtime::build(config).await?;
+        let runtime = Runtime::build(config, None).await?;
         let gateway = Arc::new(Gateway {
             runtime: ArcSwap::from_pointee(runtime),
             catalog: CatalogStore::default(),
@@ -176,7 +183,7 @@ impl Gateway {
                 tracing::warn!(key, old = old_value, new = new_value, "a listen address cannot move without a restart; keeping the old one");
             }
         }
-        let runtime = Runtime::build(config).await?;
+        let runtime = Runtime::build(config, Some(&old)).await?;
         let removed: Vec<String> = old
             .upstreams
             .iter()

@@ -137,6 +137,8 @@ pub struct Metrics {
     reload_success: IntCounter,
     reload_error: IntCounter,
     calls: RwLock<CallCache>,
+    /// The vault totals last synced, per backend (see `sync_vault_totals`).
+    vault_last_totals: std::sync::Mutex<HashMap<String, [u64; 3]>>,
 }
 
 impl Default for Metrics {
@@ -247,6 +249,7 @@ impl Metrics {
             reload_success,
             reload_error,
             calls: RwLock::new(HashMap::new()),
+            vault_last_totals: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -365,6 +368,18 @@ impl Metrics {
     /// `not_found`).
     pub fn record_vault(&self, backend: &str, outcome: &str) {
         self.vault_requests.with_label_values(&[backend, outcome]).inc();
+    }
+
+    /// Brings the vault counters up to the backend's running totals (read
+    /// from its stats when /metrics is scraped). Totals that went down mean a
+    /// new backend (the `[vault]` section changed): they count from zero.
+    pub fn sync_vault_totals(&self, backend: &str, ok: u64, error: u64, stale: u64) {
+        let mut last = self.vault_last_totals.lock().unwrap_or_else(|p| p.into_inner());
+        let previous = last.insert(backend.to_owned(), [ok, error, stale]).unwrap_or([0; 3]);
+        let delta = |now: u64, before: u64| if now >= before { now - before } else { now };
+        self.vault_requests.with_label_values(&[backend, "ok"]).inc_by(delta(ok, previous[0]));
+        self.vault_requests.with_label_values(&[backend, "error"]).inc_by(delta(error, previous[1]));
+        self.vault_stale_served.with_label_values(&[backend]).inc_by(delta(stale, previous[2]));
     }
 
     /// Counts a secret served from a stale cache entry because its backend

@@ -452,7 +452,7 @@ impl Serialize for SecretRef {
 }
 
 /// The `[vault]` section: a HashiCorp Vault or OpenBao server with KV v2.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct VaultConfig {
     /// Base URL of the server, e.g. `http://127.0.0.1:8200` (http or https;
