@@ -45,7 +45,8 @@ enum LogFormat {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    // Held for the life of the process: dropping it would stop the log writer.
+    let _log_writer = init_logging(cli.log_format);
     match cli.command {
         Some(Command::Check) => match Config::load(&cli.config) {
             Ok(config) => {
@@ -108,12 +109,16 @@ fn fail(error: impl std::fmt::Display) -> ExitCode {
     ExitCode::FAILURE
 }
 
-fn init_logging(format: LogFormat) {
+/// Logs go to stderr through a background writer, so a call never waits on
+/// the terminal or a log pipe.
+fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+    guard
 }
