@@ -112,8 +112,16 @@ fn fail(error: impl std::fmt::Display) -> ExitCode {
 /// Logs go to stderr through a background writer, so a call never waits on
 /// the terminal or a log pipe.
 fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // These crates print whole request headers (Authorization included) at
+    // trace level; capped at debug whatever RUST_LOG says, so no token ever
+    // reaches the log.
+    for noisy in ["pingora=debug", "pingora_core=debug", "pingora_proxy=debug", "hyper=debug", "hyper_util=debug", "rustls=debug"] {
+        if let Ok(directive) = noisy.parse() {
+            filter = filter.add_directive(directive);
+        }
+    }
     let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
     match format {

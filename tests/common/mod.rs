@@ -850,6 +850,18 @@ impl Resp {
 
 /// One request on a fresh connection, bounded by [`REQUEST_TIMEOUT`].
 pub async fn send(addr: SocketAddr, method: &str, path: &str, body: Bytes, content_type: Option<&str>) -> Resp {
+    let headers: Vec<(&str, &str)> = content_type.map(|ct| ("content-type", ct)).into_iter().collect();
+    send_with_headers(addr, method, path, body, &headers).await
+}
+
+/// One request with extra headers (e.g. `authorization`) on a fresh connection.
+pub async fn send_with_headers(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Bytes,
+    extra_headers: &[(&str, &str)],
+) -> Resp {
     let what = format!("{method} {path} to {addr}");
     let fut = async {
         let stream = TcpStream::connect(addr).await.unwrap_or_else(|e| panic!("{what}: cannot connect: {e}"));
@@ -860,8 +872,8 @@ pub async fn send(addr: SocketAddr, method: &str, path: &str, body: Bytes, conte
             let _ = conn.await;
         });
         let mut req = Request::builder().method(method).uri(path).header("host", addr.to_string());
-        if let Some(ct) = content_type {
-            req = req.header("content-type", ct);
+        for (name, value) in extra_headers {
+            req = req.header(*name, *value);
         }
         let resp = sender
             .send_request(req.body(Full::new(body)).unwrap())
