@@ -123,7 +123,9 @@ fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
         }
     }
     let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(writer);
+    // Colours only for a person at a terminal, never in files or pipes.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(writer);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -566,6 +566,13 @@ impl Gateway {
     /// Starts the gateway with extra environment variables (e.g. `RUST_LOG`).
     pub async fn start_with_env(toml: &str, env: &[(&str, &str)]) -> Gateway {
         let config_path = temp_file("config", "toml", toml);
+        Self::start_at(config_path, env).await
+    }
+
+    /// Starts the gateway on a config file prepared by the test (e.g. behind
+    /// a ConfigMap-style symlink). The file is removed on drop.
+    pub async fn start_at(config_path: PathBuf, env: &[(&str, &str)]) -> Gateway {
+        let toml = std::fs::read_to_string(&config_path).unwrap_or_default();
         let log_path = temp_file("stderr", "log", "");
         let log = std::fs::File::create(&log_path).unwrap();
         let mut cmd = Command::new(gateway_bin());
@@ -614,6 +621,19 @@ impl Gateway {
         gw.addr = front;
         gw.admin = admin;
         gw
+    }
+
+    /// The config file the gateway was started with.
+    pub fn config_path(&self) -> &std::path::Path {
+        &self.config_path
+    }
+
+    /// Replaces the config file atomically (write a sibling, rename over),
+    /// as editors and config management do.
+    pub fn rewrite_config(&self, toml: &str) {
+        let tmp = self.config_path.with_extension("toml.tmp");
+        std::fs::write(&tmp, toml).unwrap();
+        std::fs::rename(&tmp, &self.config_path).unwrap();
     }
 
     /// The gateway's process id (to send it signals).
