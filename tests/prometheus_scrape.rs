@@ -5,9 +5,9 @@
 //! else /usr/bin/prometheus.
 //!
 //! The scrape target is one address, [`start_target`]'s; everything after it
-//! (Prometheus's config, the queries) only knows that address.
+//! (Prometheus's config, the queries) only knows that address: the real
+//! gateway's admin listener.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -15,13 +15,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Full};
-use hyper::service::service_fn;
+use common::{add, add_schema, catalog, tool, Gateway, GatewayConfig, ToolServer};
+use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use otc_gateway::metrics::{CallOutcome, Metrics, CONTENT_TYPE};
+use hyper_util::rt::TokioExecutor;
 use serde_json::Value;
-use tokio::net::TcpListener;
+
+mod common;
 
 /// A temp dir removed on drop.
 struct TempDir(PathBuf);
@@ -121,62 +121,52 @@ fn free_addr() -> SocketAddr {
     listener.local_addr().unwrap()
 }
 
-/// Serves `GET /metrics` with `metrics.render()` on a free loopback port.
-async fn serve_metrics(metrics: Arc<Metrics>) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
-            let metrics = metrics.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |request: http::Request<hyper::body::Incoming>| {
-                    let metrics = metrics.clone();
-                    async move {
-                        let response = if request.uri().path() == "/metrics" {
-                            http::Response::builder()
-                                .header(http::header::CONTENT_TYPE, CONTENT_TYPE)
-                                .body(Full::new(Bytes::from(metrics.render())))
-                        } else {
-                            http::Response::builder().status(404).body(Full::new(Bytes::new()))
-                        };
-                        Ok::<_, Infallible>(response.unwrap())
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
-            });
+/// What keeps the scrape target alive: the gateway and its tool servers.
+struct Target {
+    _gateway: Arc<Gateway>,
+    _servers: Vec<ToolServer>,
+}
+
+/// The scrape target: the real gateway's admin listener, fronting two tool
+/// servers, with calls flowing through it (successes, tool errors and
+/// validation errors) for as long as the test runs.
+async fn start_target() -> (SocketAddr, tokio::task::JoinHandle<()>, Target) {
+    let math = ToolServer::start(catalog(vec![
+        tool("Calculator.Add", "1.0.0", add_schema()),
+        tool("Calculator.Fail", "1.0.0", serde_json::json!({"type": "object"})),
+    ]))
+    .await;
+    math.on_call(|req| {
+        if common::forwarded(req)["tool_id"] == "Calculator.Fail@1.0.0" {
+            common::tool_error(req, serde_json::json!({"message": "failed on purpose"}))
+        } else {
+            add(req)
         }
     });
-    addr
-}
-
-/// Records calls like a gateway under light load would, every 20 ms.
-fn keep_calling(metrics: Arc<Metrics>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        let durations = [0.0008, 0.003, 0.012, 0.04, 0.2];
-        for i in 0usize.. {
-            let (tool, upstream) =
-                if i % 3 == 0 { ("Calculator.Add@2.0.0", "math-v2") } else { ("Calculator.Add@1.0.0", "math") };
-            let outcome = if i % 7 == 0 { CallOutcome::ToolError } else { CallOutcome::Success };
-            metrics.record_call(tool, upstream, outcome, durations[i % durations.len()]);
-            metrics.record_http("/tools/call", 200);
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-}
-
-/// The scrape target: the address Prometheus scrapes `/metrics` from, with
-/// calls being recorded behind it. (To scrape the gateway itself, start it
-/// here, send it calls, and return its admin address.)
-async fn start_target() -> (SocketAddr, tokio::task::JoinHandle<()>) {
-    let metrics = Arc::new(Metrics::new());
-    metrics.set_upstream("math", true, 1);
-    metrics.set_upstream("math-v2", true, 1);
-    metrics.set_generation(1);
-    metrics.record_call("Calculator.Add@1.0.0", "math", CallOutcome::Success, 0.004);
-    metrics.record_call("Calculator.Add@1.0.0", "math", CallOutcome::ValidationError, 0.0006);
-    let load = keep_calling(metrics.clone());
-    (serve_metrics(metrics).await, load)
+    let math_v2 = ToolServer::start(catalog(vec![tool("Calculator.Add", "2.0.0", add_schema())])).await;
+    math_v2.on_call(add);
+    let gateway = Arc::new(
+        GatewayConfig::new().upstream("math", &math.url()).upstream("math-v2", &math_v2.url()).start().await,
+    );
+    gateway.wait_for_tool("Calculator.Add@2.0.0").await;
+    gateway.wait_for_tool("Calculator.Fail@1.0.0").await;
+    let load = {
+        let gateway = gateway.clone();
+        tokio::spawn(async move {
+            for i in 0u64.. {
+                let (tool_id, input) = match i % 4 {
+                    0 => ("Calculator.Add@2.0.0", serde_json::json!({"a": i, "b": 1})),
+                    1 => ("Calculator.Fail@1.0.0", serde_json::json!({})),
+                    2 => ("Calculator.Add@1.0.0", serde_json::json!({"a": "not a number"})),
+                    _ => ("Calculator.Add@1.0.0", serde_json::json!({"a": i, "b": 2})),
+                };
+                gateway.call(tool_id, input).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let admin = gateway.admin;
+    (admin, load, Target { _gateway: gateway, _servers: vec![math, math_v2] })
 }
 
 type HttpClient = Client<hyper_util::client::legacy::connect::HttpConnector, Empty<Bytes>>;
@@ -218,7 +208,7 @@ fn sample_value(sample: &Value) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn prometheus_scrapes_calls_and_computes_a_quantile() {
-    let (target, load) = start_target().await;
+    let (target, load, _keep) = start_target().await;
 
     let dir = TempDir::new();
     let mut prometheus = Prometheus::start(&dir.0, target);
