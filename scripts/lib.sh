@@ -26,15 +26,23 @@ need_build_tools() {
   command -v cmake >/dev/null 2>&1 || apt_install cmake
 }
 
-# The Python peers the tests talk to, in .venv (pinned versions).
-need_python_peers() {
-  local venv="$ROOT/.venv"
+# make_venv DIR REQUIREMENTS: a virtual environment with exactly these pins,
+# rebuilt only when the requirements file changes.
+make_venv() {
+  local venv="$1" wanted="$2"
   local stamp="$venv/.peers-installed"
-  local wanted="$ROOT/tests/peers/requirements.txt"
   if [ -f "$stamp" ] && cmp -s "$stamp" "$wanted"; then return 0; fi
+  rm -rf "$venv"
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q --disable-pip-version-check -r "$wanted"
   cp "$wanted" "$stamp"
+}
+
+# The Python peers the tests talk to. langchain-tool-server needs the 1.x MCP
+# SDK while the MCP tests use the newest, so it has a virtualenv of its own.
+need_python_peers() {
+  make_venv "$ROOT/.venv" "$ROOT/tests/peers/requirements.txt"
+  make_venv "$ROOT/.venv-langchain" "$ROOT/tests/peers/langchain-requirements.txt"
 }
 
 # A real Prometheus server for tests/prometheus_scrape.rs (Debian's package).

@@ -7,5 +7,6 @@ need_python_peers
 need_prometheus
 cd "$ROOT"
 export OTC_TEST_PYTHON="$ROOT/.venv/bin/python"
+export OTC_TEST_LANGCHAIN_PYTHON="$ROOT/.venv-langchain/bin/python"
 # Two cores: two test binaries' worth of gateways at a time is plenty.
 exec cargo test --locked -j 2 "$@" -- --test-threads=2
