@@ -49,3 +49,8 @@ need_python_peers() {
 need_prometheus() {
   command -v prometheus >/dev/null 2>&1 || [ -x /usr/bin/prometheus ] || apt_install prometheus
 }
+
+# A real Redis server for the idempotency tests across replicas.
+need_redis() {
+  command -v redis-server >/dev/null 2>&1 || apt_install redis-server
+}

@@ -5,6 +5,7 @@ source "$(dirname "$0")/lib.sh"
 need_build_tools
 need_python_peers
 need_prometheus
+need_redis
 cd "$ROOT"
 export OTC_TEST_PYTHON="$ROOT/.venv/bin/python"
 export OTC_TEST_LANGCHAIN_PYTHON="$ROOT/.venv-langchain/bin/python"

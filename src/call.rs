@@ -11,6 +11,7 @@ use crate::catalog::{Catalog, Route, Target};
 use crate::circuit::Admission;
 use crate::error::{AuthorizationChallenge, FrontError, MissingRequirements};
 use crate::gateway::{upstream_bearer, Gateway, Runtime};
+use crate::idempotency::{Claim, Fingerprint, StoredCall};
 use crate::metrics::CallOutcome;
 use crate::resolve::parse_tool_id;
 use crate::upstream::{CallReply, ForwardError};
@@ -26,6 +27,8 @@ pub struct ParsedCall {
     pub tool_id: String,
     /// The client's call id, or one the gateway made.
     pub call_id: String,
+    /// Whether the client sent the call id (only those are idempotency keys).
+    pub client_call_id: bool,
     /// The client's trace id.
     pub trace_id: Option<String>,
     /// The input, always a JSON object.
@@ -88,16 +91,85 @@ async fn run_resolved_call(
 ) -> Result<Completed, FrontError> {
     validate_input(route, &call.input)?;
     let context = inject_context(runtime, &route.tool.definition, caller, call.context).await?;
+    let fingerprint = match claim_call_id(runtime, route, &call.call_id, call.client_call_id, &call.input).await? {
+        Claimed::Replay(completed) => return Ok(completed),
+        Claimed::Run(fingerprint) => fingerprint,
+    };
     let max_response = runtime.config.server.max_body_bytes.max(MIN_RESPONSE_LIMIT);
     let trace = OutgoingTrace { trace_id: call.trace_id.as_deref(), traceparent: call.traceparent.as_deref() };
-    let (target, forwarded) = forward_call(runtime, route, &call.call_id, trace, &call.input, &context, max_response).await?;
-    let result = rewrap_response(forwarded, target, call.call_id, started)?;
-    Ok(Completed {
-        outcome: if result.success { CallOutcome::Success } else { CallOutcome::ToolError },
-        result,
-        tool: route.tool.definition.id.clone(),
-        upstream: target.upstream.name.clone(),
-    })
+    let forwarded = forward_call(runtime, route, &call.call_id, trace, &call.input, &context, max_response).await;
+    let finished = forwarded.and_then(|(target, forwarded)| {
+        let result = rewrap_response(forwarded, target, call.call_id.clone(), started)?;
+        Ok(Completed {
+            outcome: if result.success { CallOutcome::Success } else { CallOutcome::ToolError },
+            result,
+            tool: route.tool.definition.id.clone(),
+            upstream: target.upstream.name.clone(),
+        })
+    });
+    if let Some(fingerprint) = fingerprint {
+        remember_call(runtime, &call.call_id, &fingerprint, &finished).await;
+    }
+    finished
+}
+
+/// What the idempotency store said about a call.
+enum Claimed {
+    /// Run it; with a fingerprint when its answer is to be remembered.
+    Run(Option<Fingerprint>),
+    /// A duplicate: the first call's answer.
+    Replay(Completed),
+}
+
+/// Claims a client-sent `call_id` (gateway-made ids are never repeated). A
+/// store that cannot answer lets the call run undeduplicated: refusing every
+/// call while Redis is down would be worse than a rare double run.
+async fn claim_call_id(
+    runtime: &Runtime,
+    route: &Route,
+    call_id: &str,
+    client_call_id: bool,
+    input: &Value,
+) -> Result<Claimed, FrontError> {
+    if !client_call_id {
+        return Ok(Claimed::Run(None));
+    }
+    let tool = &route.tool.definition.id;
+    let fingerprint = Fingerprint::of(tool, input);
+    // A concurrent duplicate waits as long as the first call may take.
+    let longest = route.targets.iter().map(|t| t.upstream.call_timeout).max().unwrap_or_default();
+    match runtime.idempotency.claim(call_id, &fingerprint, longest + Duration::from_secs(5)).await {
+        Ok(Claim::Run) => Ok(Claimed::Run(Some(fingerprint))),
+        Ok(Claim::Replay(stored)) => Ok(Claimed::Replay(Completed {
+            outcome: if stored.result.success { CallOutcome::Success } else { CallOutcome::ToolError },
+            result: stored.result,
+            tool: tool.clone(),
+            upstream: stored.upstream,
+        })),
+        Ok(Claim::Conflict) => Err(FrontError::CallIdReused),
+        Ok(Claim::InProgress) => Err(FrontError::CallInProgress),
+        Err(e) => {
+            tracing::warn!(error = %e, "idempotency store unavailable; running the call without deduplication");
+            Ok(Claimed::Run(None))
+        }
+    }
+}
+
+/// Stores a completed call's answer for its duplicates, or gives the claim up
+/// when the call ended before the tool ran (a retry may then run it).
+async fn remember_call(
+    runtime: &Runtime,
+    call_id: &str,
+    fingerprint: &Fingerprint,
+    finished: &Result<Completed, FrontError>,
+) {
+    match finished {
+        Ok(completed) => {
+            let stored = StoredCall { result: completed.result.clone(), upstream: completed.upstream.clone() };
+            runtime.idempotency.complete(call_id, fingerprint, &stored).await;
+        }
+        Err(_) => runtime.idempotency.release(call_id).await,
+    }
 }
 
 /// Counts a resolved call in the metrics and logs it once. Labels come from
@@ -140,14 +212,15 @@ pub fn parse_call(body: &[u8]) -> Result<ParsedCall, FrontError> {
         }
     }
     let tool_id = request.tool_id.ok_or(FrontError::MissingToolId)?;
-    let call_id = match request.call_id {
-        Some(id) if !id.is_empty() => id,
-        _ => uuid::Uuid::new_v4().to_string(),
+    let (call_id, client_call_id) = match request.call_id {
+        Some(id) if !id.is_empty() => (id, true),
+        _ => (uuid::Uuid::new_v4().to_string(), false),
     };
     let input = request.input.or(request.inputs).unwrap_or_default();
     Ok(ParsedCall {
         tool_id,
         call_id,
+        client_call_id,
         trace_id: request.trace_id,
         input: Value::Object(input),
         context: request.context.unwrap_or_default(),

@@ -16,6 +16,7 @@ use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
 use crate::auth::AuthConfig;
+use crate::idempotency::IdempotencyConfig;
 use crate::vault::{SecretRef, VaultConfig};
 
 /// Why a config could not be used.
@@ -66,9 +67,9 @@ pub struct Config {
     /// `[auth]`: how clients of the gateway authenticate.
     #[serde(default)]
     pub auth: AuthConfig,
-    /// `[idempotency]`: not implemented by this build yet.
+    /// `[idempotency]`: repeated `call_id`s answered from the first call.
     #[serde(default)]
-    pub idempotency: Option<Spanned<toml::Value>>,
+    pub idempotency: IdempotencyConfig,
     /// `[[policy]]`: not implemented by this build yet.
     #[serde(default)]
     pub policy: Option<Spanned<toml::Value>>,
@@ -343,7 +344,6 @@ impl Config {
         // Refused rather than ignored: an ignored `[auth]` or `[[policy]]`
         // would open the gateway wider than its operator meant.
         let unsupported = [
-            ("idempotency", &self.idempotency),
             ("policy", &self.policy),
             ("rate_limit", &self.rate_limit),
         ];
@@ -383,6 +383,11 @@ impl Config {
         }
         for (provider, section) in &self.authorization {
             self.check_vault_ref(&section.token, &format!("authorization.{provider}.token"), text)?;
+        }
+        if let Some(store) = &self.idempotency.store {
+            if !store.starts_with("redis://") {
+                return Err(format!("idempotency.store: {store:?} must be a redis://host:port[/db] URL"));
+            }
         }
         if self.server.max_body_bytes == 0 {
             return Err("server.max_body_bytes must be greater than zero".into());

@@ -92,6 +92,12 @@ pub enum FrontError {
         /// Why (never the value).
         source: VaultError,
     },
+    /// The `call_id` was already used for another tool or input.
+    #[error("call_id reused for a different call")]
+    CallIdReused,
+    /// The first call with this `call_id` is still running.
+    #[error("a call with this call_id is still running")]
+    CallInProgress,
     /// The upstream itself refused the call before running the tool (its 400
     /// or 422), passed on with its status.
     #[error("tool server refused the call with HTTP {status}")]
@@ -144,7 +150,9 @@ impl FrontError {
             | FrontError::MissingToolId
             | FrontError::InvalidToolId(_)
             | FrontError::Lookup(_)
-            | FrontError::Unavailable { .. } => 400,
+            | FrontError::Unavailable { .. }
+            | FrontError::CallIdReused
+            | FrontError::CallInProgress => 400,
         }
     }
 
@@ -168,6 +176,10 @@ impl FrontError {
             FrontError::InvalidInput(_) => "Some input parameters are invalid".into(),
             FrontError::Unavailable { .. } => "The tool server is temporarily unavailable".into(),
             FrontError::UpstreamRefused { .. } => "The tool server refused the call".into(),
+            FrontError::CallIdReused => {
+                "This call_id was already used for a different call; use a new call_id".into()
+            }
+            FrontError::CallInProgress => "A call with this call_id is still running; retry later".into(),
             FrontError::Unauthenticated(e) => format!("The gateway needs valid credentials: {}", e.public_message()),
             FrontError::MissingRequirements(missing) => missing.describe(),
             FrontError::RequirementUnavailable { requirement, .. } => {

@@ -15,6 +15,7 @@ use http::HeaderValue;
 use crate::auth::{AuthError, Authenticator};
 use crate::catalog::poll::{CatalogStore, PollSettings};
 use crate::config::{Config, ConfigError};
+use crate::idempotency::{IdempotencyError, IdempotencyStore};
 use crate::metrics::Metrics;
 use crate::upstream::Upstream;
 use crate::vault::{SecretResolver, VaultError};
@@ -28,6 +29,9 @@ pub enum BuildError {
     /// `[auth]` could not be set up (its secrets, its JWKS).
     #[error("auth: {0}")]
     Auth(#[from] AuthError),
+    /// The idempotency store (Redis) could not be reached.
+    #[error("idempotency: {0}")]
+    Idempotency(#[from] IdempotencyError),
     /// An upstream URL that http cannot use.
     #[error("upstream {name}: {source}")]
     UpstreamUrl {
@@ -51,6 +55,8 @@ pub struct Runtime {
     pub secrets: Arc<SecretResolver>,
     /// Checks client credentials.
     pub authenticator: Authenticator,
+    /// Answers repeated `call_id`s.
+    pub idempotency: Arc<IdempotencyStore>,
 }
 
 impl Runtime {
@@ -67,6 +73,11 @@ impl Runtime {
             }
         };
         let authenticator = Authenticator::new(&config.auth, &secrets).await?;
+        // An unchanged [idempotency] keeps its entries across reloads.
+        let idempotency = match previous {
+            Some(old) if old.config.idempotency == config.idempotency => old.idempotency.clone(),
+            _ => Arc::new(IdempotencyStore::build(&config.idempotency).await?),
+        };
         let upstreams = config
             .upstreams
             .iter()
@@ -83,7 +94,7 @@ impl Runtime {
             timeout: config.catalog.request_timeout.0,
             max_bytes: config.catalog.max_catalog_bytes,
         };
-        Ok(Runtime { config, upstreams, poll, secrets, authenticator })
+        Ok(Runtime { config, upstreams, poll, secrets, authenticator, idempotency })
     }
 }
 

@@ -13,6 +13,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod gateway;
+pub mod idempotency;
 pub mod metrics;
 pub mod proxy;
 pub mod reload;

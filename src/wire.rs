@@ -192,7 +192,7 @@ pub struct UpstreamCallRequest<'a> {
 }
 
 /// A call's outcome in canonical form (`CallToolResponse`).
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct CallResult {
     /// The call id.
     pub call_id: String,
