@@ -98,6 +98,9 @@ pub struct ServerConfig {
     pub max_json_depth: usize,
     /// The longest a client may take to send a request body.
     pub body_timeout: Dur,
+    /// The most requests served at once; more get 503 with `Retry-After`
+    /// (a bound on the memory and upstream connections a burst can take).
+    pub max_in_flight: usize,
     /// On SIGTERM: how long in-flight calls may take to finish before the
     /// gateway exits anyway. It stops accepting at once, and exits as soon
     /// as nothing is in flight.
@@ -115,6 +118,7 @@ impl Default for ServerConfig {
             max_json_depth: 64,
             body_timeout: Dur(Duration::from_secs(30)),
             shutdown_timeout: Dur(Duration::from_secs(30)),
+            max_in_flight: 10_000,
         }
     }
 }

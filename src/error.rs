@@ -92,6 +92,9 @@ pub enum FrontError {
         /// Why (never the value).
         source: VaultError,
     },
+    /// More requests in flight than `server.max_in_flight`.
+    #[error("over {0} requests in flight")]
+    Overloaded(usize),
     /// The `call_id` was already used for another tool or input.
     #[error("call_id reused for a different call")]
     CallIdReused,
@@ -143,6 +146,7 @@ impl FrontError {
             FrontError::InvalidInput(_) => 422,
             FrontError::UpstreamRefused { status, .. } => *status,
             FrontError::Unauthenticated(_) => 401,
+            FrontError::Overloaded(_) => 503,
             FrontError::MissingRequirements(_) | FrontError::RequirementUnavailable { .. } => 400,
             FrontError::BodyUnreadable(_)
             | FrontError::MalformedCall(_)
@@ -176,6 +180,7 @@ impl FrontError {
             FrontError::InvalidInput(_) => "Some input parameters are invalid".into(),
             FrontError::Unavailable { .. } => "The tool server is temporarily unavailable".into(),
             FrontError::UpstreamRefused { .. } => "The tool server refused the call".into(),
+            FrontError::Overloaded(_) => "The gateway is at capacity; retry shortly".into(),
             FrontError::CallIdReused => {
                 "This call_id was already used for a different call; use a new call_id".into()
             }
@@ -247,6 +252,7 @@ impl FrontError {
         match self {
             FrontError::MethodNotAllowed { allow } => headers.push(("allow", (*allow).to_owned())),
             FrontError::Unauthenticated(e) => headers.push(("www-authenticate", e.www_authenticate().to_owned())),
+            FrontError::Overloaded(_) => headers.push(("retry-after", "1".to_owned())),
             _ => {}
         }
         Reply {
@@ -263,6 +269,7 @@ impl FrontError {
                     | FrontError::HeadersTooLarge { .. }
                     | FrontError::AmbiguousFraming(_)
                     | FrontError::BodyTimeout(_)
+                    | FrontError::Overloaded(_)
             ),
         }
     }

@@ -32,9 +32,10 @@ pub struct OtcProxy {
 struct InFlight(Arc<AtomicUsize>);
 
 impl InFlight {
-    fn enter(counter: &Arc<AtomicUsize>) -> InFlight {
-        counter.fetch_add(1, Ordering::AcqRel);
-        InFlight(counter.clone())
+    /// Counts one more; also returns how many are in flight with it.
+    fn enter(counter: &Arc<AtomicUsize>) -> (InFlight, usize) {
+        let now = counter.fetch_add(1, Ordering::AcqRel) + 1;
+        (InFlight(counter.clone()), now)
     }
 }
 
@@ -214,8 +215,14 @@ impl ProxyHttp for OtcProxy {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        let _in_flight = InFlight::enter(&self.in_flight);
-        let reply = self.serve(session, ctx).await;
+        let (_in_flight, count) = InFlight::enter(&self.in_flight);
+        let limit = self.gateway.runtime().config.server.max_in_flight;
+        let reply = if count > limit {
+            ctx.route = "other";
+            FrontError::Overloaded(limit).to_reply()
+        } else {
+            self.serve(session, ctx).await
+        };
         ctx.status = reply.status;
         self.gateway.metrics.record_http(ctx.route, reply.status);
         write_reply(session, reply).await?;

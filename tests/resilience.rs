@@ -309,3 +309,27 @@ async fn sigterm_lets_an_in_flight_call_finish_then_exits_0() {
     let status = gw.wait_exit(Duration::from_secs(20)).await.expect("the gateway exits after draining");
     assert!(status.success(), "exit status {status:?}");
 }
+
+#[tokio::test]
+async fn over_max_in_flight_requests_get_503_with_retry_after_and_the_rest_succeed() {
+    let server = calculator().await;
+    server.set_call_delay(Duration::from_millis(600));
+    let gw = Gateway::start(&config("max_in_flight = 2", &upstream("calc", &server.url(), ""))).await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let body = bytes::Bytes::from(add_call_body());
+    let slow: Vec<_> = (0..2)
+        .map(|_| {
+            let (addr, body) = (gw.addr, body.clone());
+            tokio::spawn(async move { common::send(addr, "POST", "/tools/call", body, Some("application/json")).await })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let refused = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await;
+    let body_json = refused.server_error(503);
+    assert!(body_json["message"].as_str().unwrap().contains("capacity"), "{body_json}");
+    assert_eq!(refused.header("retry-after").as_deref(), Some("1"));
+    for call in slow {
+        assert_eq!(call.await.expect("join").status, 200);
+    }
+    assert_eq!(gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await.status, 200, "capacity comes back");
+}
