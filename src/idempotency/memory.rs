@@ -1,12 +1,23 @@
 //! Idempotency entries in this process's memory, bounded in count and bytes.
+//!
+//! One map from `call_id` to its entry, and a queue of keys in claim order
+//! for evicting the oldest first. A running call's entry holds a
+//! `tokio::sync::watch` sender that its duplicates wait on; completing the
+//! call sends the answer, releasing it drops the sender (the waiters then try
+//! to claim the key themselves).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use super::{Claim, Fingerprint, StoredCall};
+use super::{Claim, Fingerprint, IdempotencyError, Store, StoredCall, Token};
+
+/// What an entry costs beyond its answer's JSON: the key twice (map and
+/// queue), the fingerprint, the channel. An estimate, so that many tiny
+/// answers still count against `max_bytes`.
+const ENTRY_OVERHEAD: usize = 256;
 
 /// The in-memory store.
 pub struct MemoryStore {
@@ -19,102 +30,162 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct State {
     entries: HashMap<String, Entry>,
-    /// Insertion order, for evicting the oldest first.
+    /// `(call_id, claim)` in claim order, for evicting the oldest first. A
+    /// pair whose entry is gone or was claimed again is stale and skipped.
     order: VecDeque<(String, u64)>,
+    /// Bytes of the answers held (see [`ENTRY_OVERHEAD`]).
     bytes: usize,
-    next_seq: u64,
+    next_claim: u64,
 }
 
 struct Entry {
     fingerprint: Fingerprint,
-    seq: u64,
+    /// Which claim made this entry.
+    claim: u64,
+    /// When it was claimed, then when it was answered: the ttl counts from
+    /// the answer, as it does in Redis.
     at: Instant,
+    /// What the answer counts against `max_bytes`; 0 while running.
+    size: usize,
     /// `None` while the first call runs; then its answer.
-    done: watch::Sender<Option<(StoredCall, usize)>>,
+    answer: watch::Sender<Option<Arc<StoredCall>>>,
+}
+
+impl Entry {
+    fn is_answered(&self) -> bool {
+        self.answer.borrow().is_some()
+    }
 }
 
 impl MemoryStore {
-    /// An empty store.
+    /// An empty store keeping answers for `ttl`, at most `max_entries` of
+    /// them and `max_bytes` in all.
     pub fn new(ttl: Duration, max_entries: usize, max_bytes: usize) -> MemoryStore {
         MemoryStore { ttl, max_entries: max_entries.max(1), max_bytes, state: Mutex::new(State::default()) }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // Nothing below panics while holding the lock; a poisoned lock's
+        // data is still consistent.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// See [`super::IdempotencyStore::claim`].
-    pub async fn claim(&self, call_id: &str, fingerprint: &Fingerprint, wait: Duration) -> Claim {
-        let deadline = Instant::now() + wait;
+    /// See [`Store::claim`].
+    pub async fn claim_now(&self, call_id: &str, fingerprint: &Fingerprint, wait: Duration) -> Claim {
+        let deadline = tokio::time::Instant::now() + wait;
         loop {
-            let mut waiting = {
+            let mut answer = {
                 let mut state = self.lock();
-                let expired = state.entries.get(call_id).is_some_and(|e| e.at.elapsed() > self.ttl);
+                let expired = state
+                    .entries
+                    .get(call_id)
+                    .is_some_and(|e| e.is_answered() && e.at.elapsed() > self.ttl);
                 if expired {
                     remove(&mut state, call_id);
                 }
                 match state.entries.get(call_id) {
                     None => {
-                        let seq = state.next_seq;
-                        state.next_seq += 1;
-                        let (done, _) = watch::channel(None);
-                        state.entries.insert(call_id.to_owned(), Entry { fingerprint: fingerprint.clone(), seq, at: Instant::now(), done });
-                        state.order.push_back((call_id.to_owned(), seq));
+                        let claim = state.next_claim;
+                        state.next_claim += 1;
+                        let (answer, _) = watch::channel(None);
+                        let entry = Entry { fingerprint: fingerprint.clone(), claim, at: Instant::now(), size: 0, answer };
+                        state.entries.insert(call_id.to_owned(), entry);
+                        state.order.push_back((call_id.to_owned(), claim));
                         self.evict(&mut state);
-                        return Claim::Run;
+                        return Claim::Run(Token(u128::from(claim)));
                     }
                     Some(entry) if entry.fingerprint != *fingerprint => return Claim::Conflict,
                     Some(entry) => {
-                        if let Some((call, _)) = entry.done.borrow().as_ref() {
+                        if let Some(call) = entry.answer.borrow().as_ref() {
                             return Claim::Replay(call.clone());
                         }
-                        entry.done.subscribe()
+                        entry.answer.subscribe()
                     }
                 }
             };
             // The first call is still running: wait for its answer, or for
-            // its release (then try to claim again).
-            let left = deadline.saturating_duration_since(Instant::now());
-            let answer = match tokio::time::timeout(left, waiting.wait_for(|v| v.is_some())).await {
-                Ok(Ok(answer)) => answer.as_ref().map(|(call, _)| call.clone()),
-                // Released: try to claim again.
+            // its release (then try to claim the key again).
+            let answered = match tokio::time::timeout_at(deadline, answer.wait_for(Option::is_some)).await {
+                Ok(Ok(answer)) => answer.as_ref().cloned(),
                 Ok(Err(_released)) => None,
                 Err(_timeout) => return Claim::InProgress,
             };
-            if let Some(call) = answer {
+            if let Some(call) = answered {
                 return Claim::Replay(call);
             }
         }
     }
 
-    /// Stores the answer of a claimed call and wakes its waiters.
-    pub fn complete(&self, call_id: &str, call: &StoredCall) {
-        let size = serde_json::to_vec(call).map_or(0, |b| b.len()) + call_id.len();
+    /// Stores the answer of claim `token` and wakes its waiters. A claim that
+    /// is no longer the key's (which cannot happen in memory, as running
+    /// entries are neither expired nor evicted) stores nothing.
+    pub fn complete_now(&self, call_id: &str, token: Token, call: &StoredCall) {
+        let size = serde_json::to_vec(call).map_or(0, |b| b.len()) + call_id.len() + ENTRY_OVERHEAD;
         let mut state = self.lock();
-        if let Some(entry) = state.entries.get(call_id) {
-            entry.done.send_replace(Some((call.clone(), size)));
-            state.bytes += size;
-            self.evict(&mut state);
+        let Some(entry) = state.entries.get_mut(call_id).filter(|e| u128::from(e.claim) == token.0) else {
+            return;
+        };
+        entry.answer.send_replace(Some(Arc::new(call.clone())));
+        entry.size = size;
+        entry.at = Instant::now();
+        state.bytes += size;
+        self.evict(&mut state);
+    }
+
+    /// Drops claim `token` if it is still the key's; its waiters try again.
+    pub fn release_now(&self, call_id: &str, token: Token) {
+        let mut state = self.lock();
+        let ours = state.entries.get(call_id).is_some_and(|e| u128::from(e.claim) == token.0 && !e.is_answered());
+        if ours {
+            remove(&mut state, call_id);
         }
     }
 
-    /// Drops a claim; waiters try again.
-    pub fn release(&self, call_id: &str) {
-        let mut state = self.lock();
-        remove(&mut state, call_id);
-    }
-
-    /// Oldest first, until within both bounds.
+    /// Drops expired answers and stale queue pairs at the front, then the
+    /// oldest answers until within both bounds. Running calls are never
+    /// evicted: their duplicates would run the tool again. They are few (one
+    /// per call in flight) and hold no answer bytes.
     fn evict(&self, state: &mut State) {
-        while state.entries.len() > self.max_entries || state.bytes > self.max_bytes {
-            let Some((key, seq)) = state.order.pop_front() else { break };
-            if state.entries.get(&key).is_some_and(|e| e.seq == seq) {
-                remove(state, &key);
+        let State { entries, order, bytes, .. } = state;
+        loop {
+            // `Some(size)`: an expired answer to drop; `None`: a stale pair.
+            let expired = match order.front() {
+                None => break,
+                Some((key, claim)) => match entries.get(key) {
+                    Some(e) if e.claim == *claim && e.is_answered() && e.at.elapsed() > self.ttl => Some(e.size),
+                    Some(e) if e.claim == *claim => break,
+                    _ => None,
+                },
+            };
+            let Some((key, _)) = order.pop_front() else { break };
+            if let Some(size) = expired {
+                *bytes = bytes.saturating_sub(size);
+                entries.remove(&key);
             }
         }
+        let mut running = Vec::new();
+        while entries.len() > self.max_entries || *bytes > self.max_bytes {
+            let Some((key, claim)) = order.pop_front() else { break };
+            match entries.get(&key) {
+                Some(e) if e.claim == claim && !e.is_answered() => running.push((key, claim)),
+                Some(e) if e.claim == claim => {
+                    *bytes = bytes.saturating_sub(e.size);
+                    entries.remove(&key);
+                }
+                _ => {}
+            }
+        }
+        for pair in running.into_iter().rev() {
+            order.push_front(pair);
+        }
+        // Released claims leave stale pairs behind live ones; keep the queue
+        // within a small multiple of the map so it cannot grow without bound.
+        if order.len() > 2 * entries.len() + 1024 {
+            order.retain(|(key, claim)| entries.get(key).is_some_and(|e| e.claim == *claim));
+        }
     }
 
-    /// How many entries are held (for tests).
+    /// How many entries are held, running calls included.
     pub fn len(&self) -> usize {
         self.lock().entries.len()
     }
@@ -123,22 +194,56 @@ impl MemoryStore {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Bytes counted against `max_bytes`, and the length of the eviction
+    /// queue (for tests of the bounds).
+    pub fn footprint(&self) -> (usize, usize) {
+        let state = self.lock();
+        (state.bytes, state.order.len())
+    }
 }
 
 fn remove(state: &mut State, key: &str) {
     if let Some(entry) = state.entries.remove(key) {
-        if let Some((_, size)) = entry.done.borrow().as_ref() {
-            state.bytes = state.bytes.saturating_sub(*size);
-        }
+        state.bytes = state.bytes.saturating_sub(entry.size);
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for MemoryStore {
+    async fn claim(&self, call_id: &str, fingerprint: &Fingerprint, wait: Duration) -> Result<Claim, IdempotencyError> {
+        Ok(self.claim_now(call_id, fingerprint, wait).await)
+    }
+
+    async fn complete(
+        &self,
+        call_id: &str,
+        _fingerprint: &Fingerprint,
+        token: Token,
+        call: &StoredCall,
+    ) -> Result<(), IdempotencyError> {
+        self.complete_now(call_id, token, call);
+        Ok(())
+    }
+
+    async fn release(&self, call_id: &str, _fingerprint: &Fingerprint, token: Token) -> Result<(), IdempotencyError> {
+        self.release_now(call_id, token);
+        Ok(())
+    }
+
+    fn release_detached(self: Arc<Self>, call_id: String, _fingerprint: Fingerprint, token: Token) {
+        self.release_now(&call_id, token);
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::{Decision, IdempotencyStore};
     use super::*;
     use crate::wire::CallResult;
     use serde_json::json;
-    use std::sync::Arc;
+
+    const WAIT: Duration = Duration::from_secs(1);
 
     fn stored(value: i64) -> StoredCall {
         StoredCall {
@@ -151,63 +256,182 @@ mod tests {
         Fingerprint::of("T.t@1.0.0", &json!({"x": input}))
     }
 
+    fn run(claim: Claim) -> Token {
+        match claim {
+            Claim::Run(token) => token,
+            other => panic!("expected Run, got {other:?}"),
+        }
+    }
+
+    fn replayed(claim: Claim) -> i64 {
+        match claim {
+            Claim::Replay(call) => call.result.value.as_ref().and_then(|v| v.as_i64()).expect("a number"),
+            other => panic!("expected Replay, got {other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn a_duplicate_replays_and_a_mismatch_conflicts() {
         let store = MemoryStore::new(Duration::from_secs(60), 10, 1 << 20);
-        assert!(matches!(store.claim("a", &fp(1), Duration::from_secs(1)).await, Claim::Run));
-        store.complete("a", &stored(7));
-        match store.claim("a", &fp(1), Duration::from_secs(1)).await {
-            Claim::Replay(call) => assert_eq!(call.result.value, Some(json!(7))),
-            other => panic!("{other:?}"),
-        }
-        assert!(matches!(store.claim("a", &fp(2), Duration::from_secs(1)).await, Claim::Conflict));
+        let token = run(store.claim_now("a", &fp(1), WAIT).await);
+        store.complete_now("a", token, &stored(7));
+        assert_eq!(replayed(store.claim_now("a", &fp(1), WAIT).await), 7);
+        assert!(matches!(store.claim_now("a", &fp(2), WAIT).await, Claim::Conflict));
+        // Another tool with the same input is another call too.
+        let other_tool = Fingerprint::of("T.t@2.0.0", &json!({"x": 1}));
+        assert!(matches!(store.claim_now("a", &other_tool, WAIT).await, Claim::Conflict));
+        // The conflict changed nothing.
+        assert_eq!(replayed(store.claim_now("a", &fp(1), WAIT).await), 7);
     }
 
     #[tokio::test]
-    async fn a_concurrent_duplicate_waits_for_the_first() {
+    async fn concurrent_duplicates_wait_for_the_first() {
         let store = Arc::new(MemoryStore::new(Duration::from_secs(60), 10, 1 << 20));
-        assert!(matches!(store.claim("a", &fp(1), Duration::from_secs(1)).await, Claim::Run));
+        let token = run(store.claim_now("a", &fp(1), WAIT).await);
+        let waiters: Vec<_> = (0..5)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move { store.claim_now("a", &fp(1), Duration::from_secs(5)).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        store.complete_now("a", token, &stored(9));
+        for waiter in waiters {
+            assert_eq!(replayed(waiter.await.expect("join")), 9);
+        }
+    }
+
+    #[tokio::test]
+    async fn a_duplicate_gives_up_waiting_at_its_deadline() {
+        let store = MemoryStore::new(Duration::from_secs(60), 10, 1 << 20);
+        run(store.claim_now("a", &fp(1), WAIT).await);
+        let started = Instant::now();
+        assert!(matches!(store.claim_now("a", &fp(1), Duration::from_millis(50)).await, Claim::InProgress));
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[tokio::test]
+    async fn a_released_claim_lets_a_retry_or_a_waiter_run() {
+        let store = Arc::new(MemoryStore::new(Duration::from_secs(60), 10, 1 << 20));
+        let token = run(store.claim_now("a", &fp(1), WAIT).await);
+        store.release_now("a", token);
+        let token = run(store.claim_now("a", &fp(1), WAIT).await);
+        // A waiter on a claim that is then released claims the key itself.
         let waiter = {
             let store = store.clone();
-            tokio::spawn(async move { store.claim("a", &fp(1), Duration::from_secs(5)).await })
+            tokio::spawn(async move { store.claim_now("a", &fp(1), Duration::from_secs(5)).await })
         };
         tokio::time::sleep(Duration::from_millis(50)).await;
-        store.complete("a", &stored(9));
-        match waiter.await.expect("join") {
-            Claim::Replay(call) => assert_eq!(call.result.value, Some(json!(9))),
-            other => panic!("{other:?}"),
-        }
+        store.release_now("a", token);
+        let second = run(waiter.await.expect("join"));
+        // The first claimer's stale token neither releases nor completes the
+        // waiter's claim.
+        store.release_now("a", token);
+        store.complete_now("a", token, &stored(1));
+        assert_eq!(store.len(), 1);
+        store.complete_now("a", second, &stored(2));
+        assert_eq!(replayed(store.claim_now("a", &fp(1), WAIT).await), 2);
+        // Releasing after completion keeps the answer.
+        store.release_now("a", second);
+        assert_eq!(replayed(store.claim_now("a", &fp(1), WAIT).await), 2);
     }
 
     #[tokio::test]
-    async fn a_released_claim_lets_a_retry_run() {
-        let store = MemoryStore::new(Duration::from_secs(60), 10, 1 << 20);
-        assert!(matches!(store.claim("a", &fp(1), Duration::from_secs(1)).await, Claim::Run));
-        store.release("a");
-        assert!(matches!(store.claim("a", &fp(1), Duration::from_secs(1)).await, Claim::Run));
-    }
-
-    #[tokio::test]
-    async fn the_oldest_go_first_by_count_by_bytes_and_by_ttl() {
+    async fn the_oldest_go_first_by_count() {
         let store = MemoryStore::new(Duration::from_secs(60), 2, 1 << 20);
         for id in ["a", "b", "c"] {
-            assert!(matches!(store.claim(id, &fp(1), Duration::from_secs(1)).await, Claim::Run));
-            store.complete(id, &stored(1));
+            let token = run(store.claim_now(id, &fp(1), WAIT).await);
+            store.complete_now(id, token, &stored(1));
         }
         assert_eq!(store.len(), 2);
-        assert!(matches!(store.claim("a", &fp(1), Duration::from_secs(1)).await, Claim::Run), "a was evicted");
+        assert_eq!(replayed(store.claim_now("c", &fp(1), WAIT).await), 1);
+        assert_eq!(replayed(store.claim_now("b", &fp(1), WAIT).await), 1);
+        run(store.claim_now("a", &fp(2), WAIT).await);
+    }
 
-        let small = MemoryStore::new(Duration::from_secs(60), 100, 300);
+    #[tokio::test]
+    async fn the_oldest_go_first_by_bytes() {
+        let one = serde_json::to_vec(&stored(1)).expect("json").len() + 1 + ENTRY_OVERHEAD;
+        // Room for three answers, not four.
+        let store = MemoryStore::new(Duration::from_secs(60), 100, 3 * one + one / 2);
         for id in ["a", "b", "c", "d"] {
-            assert!(matches!(small.claim(id, &fp(1), Duration::from_secs(1)).await, Claim::Run));
-            small.complete(id, &stored(1));
+            let token = run(store.claim_now(id, &fp(1), WAIT).await);
+            store.complete_now(id, token, &stored(1));
         }
-        assert!(small.len() < 4, "bytes bound evicts");
+        assert_eq!(store.len(), 3);
+        assert_eq!(store.footprint().0, 3 * one);
+        assert_eq!(replayed(store.claim_now("d", &fp(1), WAIT).await), 1);
+        run(store.claim_now("a", &fp(2), WAIT).await);
+        // An answer bigger than the whole budget is not kept.
+        let tiny = MemoryStore::new(Duration::from_secs(60), 100, 10);
+        let token = run(tiny.claim_now("a", &fp(1), WAIT).await);
+        tiny.complete_now("a", token, &stored(1));
+        assert_eq!(tiny.footprint().0, 0);
+        run(tiny.claim_now("a", &fp(1), WAIT).await);
+    }
 
-        let short = MemoryStore::new(Duration::from_millis(20), 10, 1 << 20);
-        assert!(matches!(short.claim("a", &fp(1), Duration::from_secs(1)).await, Claim::Run));
-        short.complete("a", &stored(1));
-        tokio::time::sleep(Duration::from_millis(40)).await;
-        assert!(matches!(short.claim("a", &fp(2), Duration::from_secs(1)).await, Claim::Run), "expired");
+    #[tokio::test]
+    async fn running_calls_are_not_evicted() {
+        let store = MemoryStore::new(Duration::from_secs(60), 2, 1 << 20);
+        let running = run(store.claim_now("slow", &fp(1), WAIT).await);
+        for id in ["a", "b", "c"] {
+            let token = run(store.claim_now(id, &fp(1), WAIT).await);
+            store.complete_now(id, token, &stored(1));
+        }
+        assert!(matches!(store.claim_now("slow", &fp(1), Duration::from_millis(10)).await, Claim::InProgress));
+        store.complete_now("slow", running, &stored(5));
+        assert_eq!(replayed(store.claim_now("slow", &fp(1), WAIT).await), 5);
+    }
+
+    #[tokio::test]
+    async fn answers_expire_after_the_ttl() {
+        let store = MemoryStore::new(Duration::from_millis(30), 10, 1 << 20);
+        let token = run(store.claim_now("a", &fp(1), WAIT).await);
+        store.complete_now("a", token, &stored(1));
+        assert_eq!(replayed(store.claim_now("a", &fp(1), WAIT).await), 1);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        // Expired: the id is free again, even for another input.
+        let token = run(store.claim_now("a", &fp(2), WAIT).await);
+        store.complete_now("a", token, &stored(2));
+        // Expired answers at the front are dropped by any later claim too.
+        let token = run(store.claim_now("b", &fp(1), WAIT).await);
+        store.complete_now("b", token, &stored(1));
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        run(store.claim_now("c", &fp(1), WAIT).await);
+        assert_eq!(store.len(), 1, "a and b expired; c runs");
+        assert_eq!(store.footprint(), (0, 1));
+    }
+
+    #[tokio::test]
+    async fn released_claims_do_not_grow_the_queue() {
+        let store = MemoryStore::new(Duration::from_secs(60), 10, 1 << 20);
+        // One answer stays at the front of the queue for the whole test.
+        let token = run(store.claim_now("keep", &fp(1), WAIT).await);
+        store.complete_now("keep", token, &stored(1));
+        for i in 0..10_000 {
+            let id = format!("failing-{i}");
+            let token = run(store.claim_now(&id, &fp(1), WAIT).await);
+            store.release_now(&id, token);
+        }
+        assert_eq!(store.len(), 1);
+        assert!(store.footprint().1 < 1100, "queue {}", store.footprint().1);
+    }
+
+    #[tokio::test]
+    async fn a_dropped_claim_is_released() {
+        let store = IdempotencyStore::memory(Duration::from_secs(60), 10, 1 << 20);
+        let Ok(Decision::Run(pending)) = store.claim("a", &fp(1), WAIT).await else { panic!("expected Run") };
+        // The request future was dropped (client gone): nothing stored, and
+        // the next call with the id runs.
+        drop(pending);
+        let Ok(Decision::Run(pending)) = store.claim("a", &fp(1), WAIT).await else { panic!("expected Run") };
+        pending.complete(&stored(3)).await;
+        match store.claim("a", &fp(1), WAIT).await {
+            Ok(Decision::Replay(call)) => assert_eq!(call.result.value, Some(json!(3))),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(store.claim("a", &fp(2), WAIT).await, Ok(Decision::Conflict)));
+        let stats = store.stats();
+        assert_eq!((stats.stored, stats.replayed, stats.conflict), (1, 1, 1));
     }
 }

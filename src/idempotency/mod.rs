@@ -5,14 +5,25 @@
 //! without the tool being called. A duplicate that arrives while the first is
 //! still running waits for it. The same `call_id` with another tool or input
 //! is refused. Entries live in memory ([`memory`]) or, to share them between
-//! replicas, in Redis ([`redis`]).
+//! replicas, in Redis ([`redis`]); both implement [`Store`].
+//!
+//! The life of a key: [`IdempotencyStore::claim`] either hands back the
+//! stored answer or a [`Pending`] claim. The caller runs the call and then
+//! [`Pending::complete`]s it (its answer is stored) or
+//! [`Pending::release`]s it (nothing is stored, a retry may run). A claim
+//! that is dropped without either, because the request future was cancelled
+//! or panicked, is released by its `Drop`, so a vanished client cannot block
+//! its `call_id` for the whole ttl.
 
 pub mod memory;
 pub mod redis;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::config::Dur;
@@ -44,30 +55,62 @@ impl Default for IdempotencyConfig {
     }
 }
 
-/// What makes two calls with one `call_id` the same call.
+/// What makes two calls with one `call_id` the same call: the resolved tool
+/// id and the input, hashed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fingerprint(String);
 
 impl Fingerprint {
-    /// The resolved tool id and a hash of the input (serde_json writes object
-    /// keys in sorted order, so equal inputs hash equally).
-    pub fn of(tool: &str, input: &serde_json::Value) -> Fingerprint {
+    /// Hashes the resolved tool id (version included) and the input in a
+    /// canonical form: object keys sorted at every level. Sorting here rather
+    /// than relying on serde_json's default `BTreeMap` keeps two equal inputs
+    /// equal even if some dependency turns serde_json's `preserve_order` on.
+    pub fn of(tool: &str, input: &Value) -> Fingerprint {
         let mut hasher = Sha256::new();
         hasher.update(tool.as_bytes());
         hasher.update([0]);
-        hasher.update(serde_json::to_vec(input).unwrap_or_default());
+        canonical(&mut hasher, input);
         let digest = hasher.finalize();
         Fingerprint(digest.iter().map(|b| format!("{b:02x}")).collect())
     }
 
-    /// As text, for storage.
+    /// As text (64 hex digits), for storage.
     pub fn as_str(&self) -> &str {
         &self.0
     }
 }
 
+/// Feeds `value` as JSON with sorted object keys. Scalars are written by
+/// serde_json (strings escaped), so no two different values feed the same
+/// bytes. The depth is bounded: serde_json refuses to parse deeper than 128.
+fn canonical(hasher: &mut Sha256, value: &Value) {
+    match value {
+        Value::Object(map) => {
+            let mut fields: Vec<_> = map.iter().collect();
+            fields.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            hasher.update(b"{");
+            for (key, field) in fields {
+                hasher.update(Value::String(key.clone()).to_string().as_bytes());
+                hasher.update(b":");
+                canonical(hasher, field);
+                hasher.update(b",");
+            }
+            hasher.update(b"}");
+        }
+        Value::Array(items) => {
+            hasher.update(b"[");
+            for item in items {
+                canonical(hasher, item);
+                hasher.update(b",");
+            }
+            hasher.update(b"]");
+        }
+        scalar => hasher.update(scalar.to_string().as_bytes()),
+    }
+}
+
 /// A finished call as stored: what is replayed to a duplicate.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredCall {
     /// The answer.
     pub result: CallResult,
@@ -75,79 +118,275 @@ pub struct StoredCall {
     pub upstream: String,
 }
 
-/// What to do with a call.
+/// Identifies one claim of a key, so that a claimer whose claim was lost
+/// (expired, then claimed by another) never completes or releases someone
+/// else's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Token(pub u128);
+
+/// What a [`Store`] said about a call.
 #[derive(Debug)]
 pub enum Claim {
-    /// First of its `call_id`: run it, then `complete` or `release`.
-    Run,
+    /// First of its `call_id`: run it, then complete or release this claim.
+    Run(Token),
     /// A duplicate: this is the first call's answer.
-    Replay(StoredCall),
+    Replay(Arc<StoredCall>),
     /// The `call_id` was used for another tool or input.
     Conflict,
-    /// The first call with this `call_id` is still running after the wait.
+    /// The first call with this `call_id` was still running when the wait
+    /// ended.
     InProgress,
 }
 
-/// Why the store could not answer (the call then runs without deduplication).
+/// Why a store could not answer (the call then runs without deduplication).
 #[derive(Debug, thiserror::Error)]
 pub enum IdempotencyError {
-    /// Redis could not be reached or answered an error.
+    /// Redis could not be reached, answered an error, or held something
+    /// unreadable.
     #[error("idempotency store unavailable: {0}")]
     Unavailable(String),
-    /// `store` is not a `redis://` URL.
+    /// `store` is not a usable `redis://` URL.
     #[error("idempotency store {0:?} is not a redis:// URL")]
     BadStore(String),
 }
 
-/// Where entries live.
-pub enum IdempotencyStore {
-    /// This process only.
-    Memory(memory::MemoryStore),
-    /// Shared by every replica using the same Redis.
-    Redis(redis::RedisStore),
+/// Where entries live: implemented in memory and in Redis.
+#[async_trait::async_trait]
+pub trait Store: Send + Sync {
+    /// Claims `call_id` for `fingerprint`, waiting up to `wait` for a
+    /// concurrent first call to finish.
+    async fn claim(&self, call_id: &str, fingerprint: &Fingerprint, wait: Duration) -> Result<Claim, IdempotencyError>;
+
+    /// Stores the answer of the call claimed with `token`; its waiters get it.
+    async fn complete(
+        &self,
+        call_id: &str,
+        fingerprint: &Fingerprint,
+        token: Token,
+        call: &StoredCall,
+    ) -> Result<(), IdempotencyError>;
+
+    /// Gives the claim made with `token` up: the next claim of `call_id` runs.
+    async fn release(&self, call_id: &str, fingerprint: &Fingerprint, token: Token) -> Result<(), IdempotencyError>;
+
+    /// [`Store::release`] from synchronous code (a dropped [`Pending`]): at
+    /// once, or on a spawned task.
+    fn release_detached(self: Arc<Self>, call_id: String, fingerprint: Fingerprint, token: Token);
+}
+
+/// Counts of what the store decided, for `otc_gateway_idempotency_total`.
+#[derive(Debug, Default)]
+struct Counters {
+    replayed: AtomicU64,
+    conflict: AtomicU64,
+    in_progress: AtomicU64,
+    stored: AtomicU64,
+    unavailable: AtomicU64,
+}
+
+impl Counters {
+    fn bump(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Totals since the store was built, by the `result` label of
+/// `otc_gateway_idempotency_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IdempotencyStats {
+    /// Duplicates answered from a stored call.
+    pub replayed: u64,
+    /// `call_id`s reused for another call (400).
+    pub conflict: u64,
+    /// Duplicates whose first call was still running after the wait (400).
+    pub in_progress: u64,
+    /// Answers stored.
+    pub stored: u64,
+    /// Claims or stores the store could not answer (calls ran without
+    /// deduplication).
+    pub unavailable: u64,
+}
+
+impl IdempotencyStats {
+    /// `(result label, total)` pairs.
+    pub fn by_result(&self) -> [(&'static str, u64); 5] {
+        [
+            ("replayed", self.replayed),
+            ("conflict", self.conflict),
+            ("in_progress", self.in_progress),
+            ("stored", self.stored),
+            ("store_unavailable", self.unavailable),
+        ]
+    }
+}
+
+/// What to do with a call, as [`IdempotencyStore::claim`] decided.
+#[derive(Debug)]
+pub enum Decision {
+    /// Run it, then [`Pending::complete`] or [`Pending::release`].
+    Run(Pending),
+    /// A duplicate: the first call's answer.
+    Replay(Arc<StoredCall>),
+    /// The `call_id` was used for another tool or input.
+    Conflict,
+    /// The first call with this `call_id` is still running.
+    InProgress,
+}
+
+/// The configured store, with counters.
+pub struct IdempotencyStore {
+    store: Arc<dyn Store>,
+    kind: &'static str,
+    counters: Arc<Counters>,
 }
 
 impl IdempotencyStore {
-    /// Builds the store the config names.
+    /// Builds the store the config names. A Redis that cannot be reached yet
+    /// is not an error (see [`redis::RedisStore::connect`]); a URL that is
+    /// not one is.
     pub async fn build(config: &IdempotencyConfig) -> Result<IdempotencyStore, IdempotencyError> {
         match &config.store {
-            None => Ok(IdempotencyStore::Memory(memory::MemoryStore::new(config.ttl.0, config.max_entries, config.max_bytes))),
-            Some(url) => Ok(IdempotencyStore::Redis(redis::RedisStore::connect(url, config.ttl.0).await?)),
+            None => Ok(IdempotencyStore::memory(config.ttl.0, config.max_entries, config.max_bytes)),
+            Some(url) => Ok(IdempotencyStore::with(Arc::new(redis::RedisStore::connect(url, config.ttl.0).await?), "redis")),
         }
+    }
+
+    /// An in-memory store.
+    pub fn memory(ttl: Duration, max_entries: usize, max_bytes: usize) -> IdempotencyStore {
+        IdempotencyStore::with(Arc::new(memory::MemoryStore::new(ttl, max_entries, max_bytes)), "memory")
+    }
+
+    fn with(store: Arc<dyn Store>, kind: &'static str) -> IdempotencyStore {
+        IdempotencyStore { store, kind, counters: Arc::default() }
     }
 
     /// Claims `call_id` for this fingerprint, waiting up to `wait` for a
-    /// concurrent first call to finish.
-    pub async fn claim(&self, call_id: &str, fingerprint: &Fingerprint, wait: Duration) -> Result<Claim, IdempotencyError> {
-        match self {
-            IdempotencyStore::Memory(m) => Ok(m.claim(call_id, fingerprint, wait).await),
-            IdempotencyStore::Redis(r) => r.claim(call_id, fingerprint, wait).await,
+    /// concurrent first call to finish. An error means the store could not
+    /// answer; the caller decides what to do (the gateway runs the call).
+    pub async fn claim(&self, call_id: &str, fingerprint: &Fingerprint, wait: Duration) -> Result<Decision, IdempotencyError> {
+        let counters = &self.counters;
+        match self.store.claim(call_id, fingerprint, wait).await {
+            Ok(Claim::Run(token)) => Ok(Decision::Run(Pending {
+                store: self.store.clone(),
+                counters: self.counters.clone(),
+                call_id: call_id.to_owned(),
+                fingerprint: fingerprint.clone(),
+                token,
+                settled: false,
+            })),
+            Ok(Claim::Replay(call)) => {
+                Counters::bump(&counters.replayed);
+                Ok(Decision::Replay(call))
+            }
+            Ok(Claim::Conflict) => {
+                Counters::bump(&counters.conflict);
+                Ok(Decision::Conflict)
+            }
+            Ok(Claim::InProgress) => {
+                Counters::bump(&counters.in_progress);
+                Ok(Decision::InProgress)
+            }
+            Err(e) => {
+                Counters::bump(&counters.unavailable);
+                Err(e)
+            }
         }
     }
 
-    /// Stores the answer of a claimed call.
-    pub async fn complete(&self, call_id: &str, fingerprint: &Fingerprint, call: &StoredCall) {
-        match self {
-            IdempotencyStore::Memory(m) => m.complete(call_id, call),
-            IdempotencyStore::Redis(r) => r.complete(call_id, fingerprint, call).await,
-        }
-    }
-
-    /// Gives a claim up (the call failed before the tool ran): a retry with
-    /// the same `call_id` may run.
-    pub async fn release(&self, call_id: &str) {
-        match self {
-            IdempotencyStore::Memory(m) => m.release(call_id),
-            IdempotencyStore::Redis(r) => r.release(call_id).await,
+    /// Totals since this store was built.
+    pub fn stats(&self) -> IdempotencyStats {
+        let c = &self.counters;
+        IdempotencyStats {
+            replayed: c.replayed.load(Ordering::Relaxed),
+            conflict: c.conflict.load(Ordering::Relaxed),
+            in_progress: c.in_progress.load(Ordering::Relaxed),
+            stored: c.stored.load(Ordering::Relaxed),
+            unavailable: c.unavailable.load(Ordering::Relaxed),
         }
     }
 }
 
 impl std::fmt::Debug for IdempotencyStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            IdempotencyStore::Memory(_) => f.write_str("IdempotencyStore::Memory"),
-            IdempotencyStore::Redis(_) => f.write_str("IdempotencyStore::Redis"),
+        f.debug_struct("IdempotencyStore").field("kind", &self.kind).finish_non_exhaustive()
+    }
+}
+
+/// A claimed `call_id` whose call is running. Released when dropped unless
+/// completed or released first.
+pub struct Pending {
+    store: Arc<dyn Store>,
+    counters: Arc<Counters>,
+    call_id: String,
+    fingerprint: Fingerprint,
+    token: Token,
+    settled: bool,
+}
+
+impl Pending {
+    /// Stores the call's answer for its duplicates. A store that fails here
+    /// is logged and counted; the claim is then released (by `Drop`) so that
+    /// duplicates are not left waiting for an answer that never comes.
+    pub async fn complete(mut self, call: &StoredCall) {
+        match self.store.complete(&self.call_id, &self.fingerprint, self.token, call).await {
+            Ok(()) => {
+                Counters::bump(&self.counters.stored);
+                self.settled = true;
+            }
+            Err(e) => {
+                Counters::bump(&self.counters.unavailable);
+                tracing::warn!(error = %e, "could not store a call's answer for idempotency");
+            }
         }
+    }
+
+    /// Gives the claim up: the call ended before the tool answered, so a
+    /// retry with the same `call_id` may run it.
+    pub async fn release(mut self) {
+        // Marked first: if this fails there is nothing better to do than the
+        // same attempt again in `Drop`; the claim expires in the store anyway.
+        self.settled = true;
+        if let Err(e) = self.store.release(&self.call_id, &self.fingerprint, self.token).await {
+            Counters::bump(&self.counters.unavailable);
+            tracing::warn!(error = %e, "could not release an idempotency claim");
+        }
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.settled {
+            let call_id = std::mem::take(&mut self.call_id);
+            let fingerprint = self.fingerprint.clone();
+            self.store.clone().release_detached(call_id, fingerprint, self.token);
+        }
+    }
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pending").field("call_id", &self.call_id).field("token", &self.token).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_fingerprint_ignores_key_order_and_sees_everything_else() {
+        let a = Fingerprint::of("T.t@1.0.0", &json!({"a": 1, "b": {"x": [1, 2], "y": "s"}}));
+        let reordered: Value = serde_json::from_str(r#"{"b": {"y": "s", "x": [1, 2]}, "a": 1}"#).expect("json");
+        assert_eq!(a, Fingerprint::of("T.t@1.0.0", &reordered));
+        assert_ne!(a, Fingerprint::of("T.t@1.0.1", &reordered), "the version counts");
+        assert_ne!(a, Fingerprint::of("T.t@1.0.0", &json!({"a": 1, "b": {"x": [2, 1], "y": "s"}})));
+        assert_ne!(a, Fingerprint::of("T.t@1.0.0", &json!({"a": "1", "b": {"x": [1, 2], "y": "s"}})));
+        // A key that looks like a separator cannot fake another structure.
+        assert_ne!(
+            Fingerprint::of("T", &json!({"a": {"b": 1}})),
+            Fingerprint::of("T", &serde_json::from_str(r#"{"a\":{\"b": 1}"#).expect("json"))
+        );
+        assert_eq!(a.as_str().len(), 64);
     }
 }

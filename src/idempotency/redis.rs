@@ -1,106 +1,210 @@
 //! Idempotency entries in Redis, shared by every replica.
 //!
-//! A key holds `P <fingerprint>` while its first call runs (set with NX, so
-//! exactly one replica claims it) and `D <fingerprint> <answer JSON>` once it
-//! finished, both expiring after the ttl. Duplicates poll until the answer is
-//! there.
+//! A key `otc-gateway:idem:<call_id>` holds `P <fingerprint> <token>` while
+//! its first call runs and `D <fingerprint> <answer JSON>` once it answered.
+//! The claim is `SET key P… NX PX <wait>`: exactly one replica wins it, and
+//! a replica that dies mid-call leaves a claim that expires once the call
+//! could no longer be running (the upstream's call timeout plus a margin),
+//! not after the whole ttl. The answer is stored with `PX <ttl>`. Duplicates,
+//! on any replica, poll the key with backoff until it holds the answer.
+//!
+//! Completing and releasing are compare-and-set scripts on the claim's
+//! token, so a replica whose claim expired never overwrites or deletes
+//! another replica's.
+//!
+//! Redis trouble never fails a call: every command is bounded by
+//! [`COMMAND_TIMEOUT`], an error is returned to the caller (which runs the
+//! call without deduplication), and for [`DOWN_PAUSE`] after a failure claims
+//! do not even try, so an outage adds no latency to every call.
 
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
-use redis::AsyncCommands;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::FromRedisValue;
 
-use super::{Claim, Fingerprint, IdempotencyError, StoredCall};
+use super::{Claim, Fingerprint, IdempotencyError, Store, StoredCall, Token};
 
-const PREFIX: &str = "otc-gateway:idem:";
+/// Every key this store writes starts with this.
+pub const PREFIX: &str = "otc-gateway:idem:";
+
+/// The longest one Redis command may take, connecting included.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// After a failed command, claims skip Redis this long.
+pub const DOWN_PAUSE: Duration = Duration::from_secs(1);
+
+/// First and longest pause between two polls of a running call's key.
+const POLL_FIRST: Duration = Duration::from_millis(10);
+const POLL_MAX: Duration = Duration::from_millis(100);
+
+/// Stores the answer if the key still holds this claim, or nothing (the
+/// claim expired while the call ran and nobody claimed it since).
+const COMPLETE: &str = r"
+local v = redis.call('GET', KEYS[1])
+if v == false or v == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+";
+
+/// Deletes the key if it still holds this claim.
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0
+";
 
 /// The Redis store.
 pub struct RedisStore {
     connection: ConnectionManager,
     ttl: Duration,
+    /// Until when claims skip Redis after a failure.
+    down_until: Mutex<Option<Instant>>,
 }
 
 impl RedisStore {
-    /// Connects (with reconnection handled by the connection manager).
+    /// Sets the connection up. A URL that is not one is an error; a Redis
+    /// that does not answer yet is not: it is logged, and calls run without
+    /// deduplication until it answers (the connection manager reconnects).
+    /// Refusing to start would make a cache outage stop deploys and restarts
+    /// of a gateway that works fine without it.
     pub async fn connect(url: &str, ttl: Duration) -> Result<RedisStore, IdempotencyError> {
+        let shown = redact(url);
         if !url.starts_with("redis://") {
-            return Err(IdempotencyError::BadStore(url.to_owned()));
+            return Err(IdempotencyError::BadStore(shown));
         }
-        let client = redis::Client::open(url).map_err(|e| IdempotencyError::BadStore(format!("{url}: {e}")))?;
-        let connection = tokio::time::timeout(Duration::from_secs(5), ConnectionManager::new(client))
-            .await
-            .map_err(|_| IdempotencyError::Unavailable(format!("{url}: no connection within 5s")))?
-            .map_err(|e| IdempotencyError::Unavailable(e.to_string()))?;
-        Ok(RedisStore { connection, ttl })
+        let client = redis::Client::open(url).map_err(|e| IdempotencyError::BadStore(format!("{shown}: {e}")))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(COMMAND_TIMEOUT))
+            .set_response_timeout(Some(COMMAND_TIMEOUT))
+            .set_number_of_retries(2);
+        let connection = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|e| IdempotencyError::BadStore(format!("{shown}: {e}")))?;
+        let store = RedisStore { connection, ttl, down_until: Mutex::new(None) };
+        match store.run::<String>(&redis::cmd("PING")).await {
+            Ok(_) => tracing::info!(store = %shown, "idempotency store connected"),
+            Err(e) => tracing::error!(
+                store = %shown,
+                error = %e,
+                "idempotency store unreachable; calls run without deduplication until it answers"
+            ),
+        }
+        Ok(store)
     }
 
-    fn ttl_ms(&self) -> u64 {
-        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX).max(1)
-    }
-
-    /// See [`super::IdempotencyStore::claim`].
-    pub async fn claim(&self, call_id: &str, fingerprint: &Fingerprint, wait: Duration) -> Result<Claim, IdempotencyError> {
-        let key = format!("{PREFIX}{call_id}");
-        let pending = format!("P {}", fingerprint.as_str());
-        let deadline = Instant::now() + wait;
+    /// Runs one command within [`COMMAND_TIMEOUT`]; a failure pauses claims.
+    async fn run<T: FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, IdempotencyError> {
         let mut connection = self.connection.clone();
+        let error = match tokio::time::timeout(COMMAND_TIMEOUT, command.query_async::<T>(&mut connection)).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e)) => IdempotencyError::Unavailable(e.to_string()),
+            Err(_) => IdempotencyError::Unavailable(format!("no answer within {COMMAND_TIMEOUT:?}")),
+        };
+        *self.down_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + DOWN_PAUSE);
+        Err(error)
+    }
+
+    fn paused(&self) -> bool {
+        self.down_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|until| Instant::now() < until)
+    }
+}
+
+fn key(call_id: &str) -> String {
+    format!("{PREFIX}{call_id}")
+}
+
+fn pending_value(fingerprint: &Fingerprint, token: Token) -> String {
+    format!("P {} {:032x}", fingerprint.as_str(), token.0)
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+#[async_trait::async_trait]
+impl Store for RedisStore {
+    async fn claim(&self, call_id: &str, fingerprint: &Fingerprint, wait: Duration) -> Result<Claim, IdempotencyError> {
+        if self.paused() {
+            return Err(IdempotencyError::Unavailable("paused after a recent failure".into()));
+        }
+        let key = key(call_id);
+        let token = Token(uuid::Uuid::new_v4().as_u128());
+        let pending = pending_value(fingerprint, token);
+        let deadline = Instant::now() + wait;
+        let mut pause = POLL_FIRST;
         loop {
-            let claimed: Option<String> = redis::cmd("SET")
-                .arg(&key)
-                .arg(&pending)
-                .arg("NX")
-                .arg("PX")
-                .arg(self.ttl_ms())
-                .query_async(&mut connection)
-                .await
-                .map_err(unavailable)?;
-            if claimed.is_some() {
-                return Ok(Claim::Run);
+            let mut set = redis::cmd("SET");
+            set.arg(&key).arg(&pending).arg("NX").arg("PX").arg(millis(wait));
+            if self.run::<Option<String>>(&set).await?.is_some() {
+                return Ok(Claim::Run(token));
             }
-            let current: Option<String> = connection.get(&key).await.map_err(unavailable)?;
+            let current: Option<String> = self.run(redis::cmd("GET").arg(&key)).await?;
             match current.as_deref().map(parse) {
                 // Released or expired between the two commands: claim again.
                 None => continue,
-                Some(Stored::Other) => return Ok(Claim::Conflict),
-                Some(Stored::Pending(fp)) if fp != fingerprint.as_str() => return Ok(Claim::Conflict),
-                Some(Stored::Done(fp, _)) if fp != fingerprint.as_str() => return Ok(Claim::Conflict),
-                Some(Stored::Done(_, answer)) => {
-                    return serde_json::from_str(answer)
-                        .map(Claim::Replay)
-                        .map_err(|e| IdempotencyError::Unavailable(format!("unreadable stored answer: {e}")))
-                }
-                Some(Stored::Pending(_)) => {
-                    if Instant::now() > deadline {
+                Some(Stored::Pending(fp)) if fp == fingerprint.as_str() => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
                         return Ok(Claim::InProgress);
                     }
-                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    tokio::time::sleep(pause.min(left)).await;
+                    pause = (pause * 2).min(POLL_MAX);
                 }
+                Some(Stored::Done(fp, answer)) if fp == fingerprint.as_str() => {
+                    return serde_json::from_str::<StoredCall>(answer)
+                        .map(|call| Claim::Replay(Arc::new(call)))
+                        .map_err(|e| IdempotencyError::Unavailable(format!("unreadable stored answer: {e}")));
+                }
+                // Another fingerprint, or a value this store did not write:
+                // either way not this call's, so not to be run as if it were.
+                Some(_) => return Ok(Claim::Conflict),
             }
         }
     }
 
-    /// Stores the answer of a claimed call.
-    pub async fn complete(&self, call_id: &str, fingerprint: &Fingerprint, call: &StoredCall) {
-        let Ok(answer) = serde_json::to_string(call) else { return };
-        let mut connection = self.connection.clone();
-        let stored: Result<(), _> = redis::cmd("SET")
-            .arg(format!("{PREFIX}{call_id}"))
+    async fn complete(
+        &self,
+        call_id: &str,
+        fingerprint: &Fingerprint,
+        token: Token,
+        call: &StoredCall,
+    ) -> Result<(), IdempotencyError> {
+        let answer = serde_json::to_string(call).map_err(|e| IdempotencyError::Unavailable(e.to_string()))?;
+        let mut script = redis::cmd("EVAL");
+        script
+            .arg(COMPLETE)
+            .arg(1)
+            .arg(key(call_id))
+            .arg(pending_value(fingerprint, token))
             .arg(format!("D {} {answer}", fingerprint.as_str()))
-            .arg("PX")
-            .arg(self.ttl_ms())
-            .query_async(&mut connection)
-            .await;
-        if let Err(e) = stored {
-            tracing::warn!(error = %e, "could not store a call's answer for idempotency");
+            .arg(millis(self.ttl));
+        if self.run::<i64>(&script).await? == 0 {
+            // Our claim expired and another call claimed the id: its answer
+            // is the one duplicates will get.
+            tracing::debug!(call_id, "idempotency claim lost before the answer; not stored");
         }
+        Ok(())
     }
 
-    /// Drops a claim so a retry may run.
-    pub async fn release(&self, call_id: &str) {
-        let mut connection = self.connection.clone();
-        let removed: Result<(), _> = connection.del(format!("{PREFIX}{call_id}")).await;
-        if let Err(e) = removed {
-            tracing::warn!(error = %e, "could not release an idempotency claim");
+    async fn release(&self, call_id: &str, fingerprint: &Fingerprint, token: Token) -> Result<(), IdempotencyError> {
+        let mut script = redis::cmd("EVAL");
+        script.arg(RELEASE).arg(1).arg(key(call_id)).arg(pending_value(fingerprint, token));
+        self.run::<i64>(&script).await.map(drop)
+    }
+
+    fn release_detached(self: Arc<Self>, call_id: String, fingerprint: Fingerprint, token: Token) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move {
+                    if let Err(e) = self.release(&call_id, &fingerprint, token).await {
+                        tracing::warn!(error = %e, "could not release an abandoned idempotency claim; it expires by itself");
+                    }
+                });
+            }
+            Err(_) => tracing::debug!("no runtime to release an idempotency claim; it expires by itself"),
         }
     }
 }
@@ -114,12 +218,32 @@ enum Stored<'a> {
 fn parse(value: &str) -> Stored<'_> {
     let mut parts = value.splitn(3, ' ');
     match (parts.next(), parts.next(), parts.next()) {
-        (Some("P"), Some(fp), None) => Stored::Pending(fp),
+        (Some("P"), Some(fp), Some(_token)) => Stored::Pending(fp),
         (Some("D"), Some(fp), Some(answer)) => Stored::Done(fp, answer),
         _ => Stored::Other,
     }
 }
 
-fn unavailable(e: redis::RedisError) -> IdempotencyError {
-    IdempotencyError::Unavailable(e.to_string())
+/// The URL without its password, for logs and errors.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => format!("{}***{}", &url[..scheme + 3], &url[at..]),
+        _ => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_parse_and_passwords_are_hidden() {
+        let fp = Fingerprint::of("T", &serde_json::json!({}));
+        let pending = pending_value(&fp, Token(7));
+        assert!(matches!(parse(&pending), Stored::Pending(f) if f == fp.as_str()));
+        assert!(matches!(parse("D abc {\"x\": 1}"), Stored::Done("abc", "{\"x\": 1}")));
+        assert!(matches!(parse("junk"), Stored::Other));
+        assert_eq!(redact("redis://:hunter2@cache:6379/1"), "redis://***@cache:6379/1");
+        assert_eq!(redact("redis://cache:6379"), "redis://cache:6379");
+    }
 }
