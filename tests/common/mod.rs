@@ -553,6 +553,8 @@ pub struct Gateway {
     child: Child,
     config_path: PathBuf,
     log_path: PathBuf,
+    /// Everything the gateway wrote to stdout (the reader thread appends).
+    stdout_text: Arc<Mutex<String>>,
 }
 
 const LISTENING: &str = "otc-gateway listening on ";
@@ -586,10 +588,16 @@ impl Gateway {
         // Read stdout on a thread: the first listening line goes through the
         // channel, the rest is drained so the gateway never blocks on a full pipe.
         let (tx, rx) = tokio::sync::oneshot::channel::<String>();
+        let stdout_text = Arc::new(Mutex::new(String::new()));
+        let captured = stdout_text.clone();
         std::thread::spawn(move || {
             let mut tx = Some(tx);
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
+                if let Ok(mut text) = captured.lock() {
+                    text.push_str(&line);
+                    text.push('\n');
+                }
                 if line.starts_with(LISTENING) {
                     if let Some(tx) = tx.take() {
                         let _ = tx.send(line);
@@ -604,6 +612,7 @@ impl Gateway {
             child,
             config_path,
             log_path,
+            stdout_text,
         };
         let line = match tokio::time::timeout(START_TIMEOUT, rx).await {
             Ok(Ok(line)) => line,
@@ -669,6 +678,16 @@ impl Gateway {
     /// Everything the gateway wrote to stderr so far.
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Everything the gateway wrote to stdout so far (line by line).
+    pub fn stdout(&self) -> String {
+        self.stdout_text.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    /// Everything the gateway wrote so far: stdout, then stderr.
+    pub fn output(&self) -> String {
+        format!("{}{}", self.stdout(), self.logs())
     }
 
     /// Waits until the gateway's stderr contains every one of `needles`.

@@ -1,7 +1,17 @@
-"""A langchain-tool-server with two tools, on 127.0.0.1:<port> (argv[1]).
+"""A langchain-tool-server (PyPI `langchain-tool-server`) with three tools,
+on 127.0.0.1:<port> (argv[1]).
 
-It publishes bare tool ids ("add") in a bare JSON list: the gateway completes
-them from the upstream's `toolkit` and `version`.
+What it speaks, as the gateway sees it:
+- GET /tools: a bare JSON list of definitions whose `id` is the bare function
+  name ("add"), with no `version`, a flat `input_schema` (pydantic's, with
+  `title`s) and an `output_schema`; the gateway completes the ids from the
+  upstream's `toolkit` and `version`.
+- POST /tools/call: only the wrapped form `{"$schema"?, "request": {tool_id,
+  input}}` (a bare request is a 422 from it); `$schema` must be absent,
+  "urn:oxp:1.0" or "otc://1.0". It answers a bare, unwrapped result
+  `{"execution_id", "success": true, "value"}`, ignoring the call_id it was
+  given. A tool that raises is an HTTP 500 with the text/plain body
+  "Internal Server Error"; bad input is its own 400 `{"detail": ...}`.
 """
 import sys
 
@@ -16,11 +26,17 @@ def add(a: int, b: int) -> int:
 
 
 @tool
+def stats(numbers: list[int]) -> dict:
+    """Counts and sums a list of integers."""
+    return {"count": len(numbers), "sum": sum(numbers)}
+
+
+@tool
 def explode(reason: str) -> str:
     """Always fails, with the given reason."""
     raise ValueError(reason)
 
 
 server = Server()
-server._add_tools(add, explode)
+server._add_tools(add, stats, explode)
 uvicorn.run(server, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")

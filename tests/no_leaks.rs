@@ -1,0 +1,327 @@
+//! Nothing leaked: the real gateway runs at `RUST_LOG=trace` while it injects
+//! secrets from env, file and vault, a per-user OAuth token and upstream
+//! bearer tokens, refuses real-looking bad credentials, and fails to reach a
+//! sealed, unreachable and token-rejecting vault. Then none of the secret
+//! values, the vault token, the JWT secret, the API keys or the clients'
+//! tokens may appear in anything the gateway wrote (stdout and stderr), in any
+//! response body it gave a client, in the admin `/status` and `/metrics`, or
+//! (for the clients' credentials) in what the upstreams received.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use bytes::Bytes;
+use common::kv2::Kv2Server;
+use common::{echo, send_with_headers, temp_file, tool, Gateway, GatewayConfig, Resp, ToolServer};
+use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
+use serde_json::{json, Value};
+
+// The gateway's secrets.
+const VAULT_TOKEN: &str = "hvs.CAESIleakcanaryvaulttoken6e6e";
+const JWT_SECRET: &str = "leak-canary-jwt-hs256-secret-0b0b0b0b";
+const VAULT_TWILIO: &str = "AC-leak-canary-vault-twilio-8f2a";
+const FILE_KEY: &str = "leak-canary-file-key-51c9";
+const ENV_KEY: &str = "leak-canary-env-key-0d3e";
+const ALICE_OAUTH: &str = "ya29.leak-canary-alice-oauth-77b1";
+const BEARER_ENV: &str = "leak-canary-upstream-bearer-env-2a2a";
+const BEARER_VAULT: &str = "leak-canary-upstream-bearer-vault-4c4c";
+const NEVER_FETCHED: &str = "leak-canary-never-fetched-9999";
+const API_KEY_ENV: &str = "ak_live_leak-canary-env-key-1f1f";
+const API_KEY_FILE: &str = "ak_live_leak-canary-file-key-2e2e";
+// The clients' own bad credentials.
+const WRONG_API_KEY: &str = "sk_live_leak-canary-wrong-key-3d3d";
+const GARBAGE_TOKEN: &str = "ghp_leakcanarygarbagetoken5a5a5a5a5a5a";
+const BASIC_CREDS: &str = "YWxpY2U6bGVhay1jYW5hcnktcGFzc3dvcmQ="; // alice:leak-canary-password
+
+fn needing(key: &str, requirements: Value) -> Value {
+    let mut t = tool(key, "1.0.0", json!({"type": "object"}));
+    t["requirements"] = requirements;
+    t
+}
+
+fn hs256(claims: &Value, secret: &[u8]) -> String {
+    encode(&Header::new(Algorithm::HS256), claims, &EncodingKey::from_secret(secret)).expect("sign")
+}
+
+fn claims(sub: &str, exp: u64) -> Value {
+    json!({"sub": sub, "iss": "https://auth.example.com", "aud": "otc-gateway", "exp": exp, "iat": get_current_timestamp()})
+}
+
+async fn call(gw: &Gateway, headers: &[(&str, &str)], tool_id: &str) -> Resp {
+    let body =
+        Bytes::from(json!({"$schema": "otc://1.0", "request": {"tool_id": tool_id, "input": {"n": 1}}}).to_string());
+    let mut all = vec![("content-type", "application/json")];
+    all.extend_from_slice(headers);
+    send_with_headers(gw.addr, "POST", "/tools/call", body, &all).await
+}
+
+/// Every place a canary was found: `(where, canary, the surrounding text)`.
+fn leaks(place: &str, text: &str, canaries: &[(String, String)]) -> Vec<String> {
+    let mut found = Vec::new();
+    for (name, canary) in canaries {
+        if let Some(at) = text.find(canary.as_str()) {
+            let start = text[..at].char_indices().rev().nth(120).map_or(0, |(i, _)| i);
+            let end = (at + canary.len() + 120).min(text.len());
+            let end = (end..=text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
+            found.push(format!("{name} leaked into {place}: …{}…", text[start..end].replace('\n', " ⏎ ")));
+        }
+    }
+    found
+}
+
+#[tokio::test]
+async fn no_secret_or_token_appears_in_output_responses_status_or_metrics() {
+    // --- the upstreams, the vault, the files ------------------------------
+    let tools = ToolServer::start(common::catalog(vec![
+        needing("Sms.Send", json!({"secrets": [{"id": "TWILIO_API_KEY"}, {"id": "FILE_KEY"}, {"id": "ENV_KEY"}]})),
+        needing("Gmail.Read", json!({"authorization": [{"id": "google"}], "user_id": true})),
+        needing("Never.Fetched", json!({"secrets": [{"id": "NEVER_FETCHED"}]})),
+    ]))
+    .await;
+    tools.on_call(echo);
+    let mail = ToolServer::start(common::catalog(vec![tool("Mail.Send", "1.0.0", json!({"type": "object"}))])).await;
+    mail.on_call(echo);
+
+    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    vault.put("secret/tools/twilio", json!({"api_key": VAULT_TWILIO}));
+    vault.put("secret/tools/never", json!({"key": NEVER_FETCHED}));
+    vault.put("secret/oauth/google/alice", json!({"access_token": ALICE_OAUTH}));
+    vault.put("secret/upstreams/mail", json!({"token": BEARER_VAULT}));
+    let file_key = temp_file("leak-file-key", "txt", &format!("{FILE_KEY}\n"));
+    let api_key_file = temp_file("leak-api-key", "txt", &format!("{API_KEY_FILE}\n"));
+
+    let toml = GatewayConfig::new()
+        .upstream_with("tools", &tools.url(), "bearer_token = \"env:NL_UPSTREAM_TOKEN\"")
+        .upstream_with("mail", &mail.url(), "bearer_token = \"vault:secret/upstreams/mail#token\"")
+        .raw(&format!(
+            "[vault]\naddress = \"{}\"\ntoken = \"env:NL_VAULT_TOKEN\"\ncache_ttl = \"60s\"\ntimeout = \"1s\"\n\n\
+             [secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\nFILE_KEY = \"file:{}\"\n\
+             ENV_KEY = \"env:NL_ENV_KEY\"\nNEVER_FETCHED = \"vault:secret/tools/never#key\"\n\n\
+             [authorization.google]\ntoken = \"vault:secret/oauth/google/{{user_id}}#access_token\"\n\
+             authorize_url = \"https://auth.example.com/google/start?user={{user_id}}\"\n\n\
+             [auth]\nmode = \"jwt\"\nhs256_secret = \"env:NL_JWT_SECRET\"\nissuer = \"https://auth.example.com\"\n\
+             audience = \"otc-gateway\"\napi_keys = [\n  {{ key = \"env:NL_API_KEY\", user_id = \"svc-env\" }},\n  \
+             {{ key = \"file:{}\", user_id = \"svc-file\" }},\n]\n",
+            vault.url(),
+            file_key.display(),
+            api_key_file.display()
+        ))
+        .toml();
+    let gw = Gateway::start_with_env(
+        &toml,
+        &[
+            ("RUST_LOG", "trace"),
+            ("NL_VAULT_TOKEN", VAULT_TOKEN),
+            ("NL_JWT_SECRET", JWT_SECRET),
+            ("NL_ENV_KEY", ENV_KEY),
+            ("NL_UPSTREAM_TOKEN", BEARER_ENV),
+            ("NL_API_KEY", API_KEY_ENV),
+        ],
+    )
+    .await;
+
+    // --- the clients' tokens -----------------------------------------------
+    let now = get_current_timestamp();
+    let alice = hs256(&claims("alice", now + 600), JWT_SECRET.as_bytes());
+    let bob = hs256(&claims("bob", now + 600), JWT_SECRET.as_bytes());
+    let expired = hs256(&claims("alice", now - 3600), JWT_SECRET.as_bytes());
+    let wrong_key = hs256(&claims("alice", now + 600), b"leak-canary-attacker-secret-7e7e7e7e");
+    let alg_none = format!(
+        "{}.{}.",
+        URL_SAFE_NO_PAD.encode(r#"{"alg":"none","typ":"JWT"}"#),
+        URL_SAFE_NO_PAD.encode(claims("mallory-leak-canary", now + 600).to_string())
+    );
+    let (alice_auth, bob_auth) = (format!("Bearer {alice}"), format!("Bearer {bob}"));
+
+    // Wait until both catalogs are in (GET /tools needs a token).
+    let deadline = Instant::now() + common::WAIT_TIMEOUT;
+    let mut bodies: Vec<(String, String)> = Vec::new();
+    loop {
+        let resp = send_with_headers(gw.addr, "GET", "/tools", Bytes::new(), &[("authorization", &alice_auth)]).await;
+        let text = resp.text();
+        if resp.status == 200 && text.contains("Mail.Send@1.0.0") && text.contains("Never.Fetched@1.0.0") {
+            bodies.push(("GET /tools".into(), text));
+            break;
+        }
+        assert!(Instant::now() < deadline, "the catalogs never loaded: {} {text}", resp.status);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let mut record = |what: &str, resp: Resp, status: u16| {
+        assert_eq!(resp.status, status, "{what}: {}", resp.text());
+        if status == 401 {
+            assert!(resp.header("www-authenticate").is_some_and(|h| h.starts_with("Bearer")), "{what}");
+        }
+        let headers = format!("{:?}", resp.headers);
+        bodies.push((format!("{what} (headers)"), headers));
+        bodies.push((what.to_owned(), resp.text()));
+    };
+
+    // --- successful injections -------------------------------------------
+    record("alice's Sms.Send", call(&gw, &[("authorization", &alice_auth)], "Sms.Send@1.0.0").await, 200);
+    let ctx = tools.last_request()["context"].clone();
+    let injected: Vec<&str> =
+        ctx["secrets"].as_array().expect("secrets").iter().filter_map(|s| s["value"].as_str()).collect();
+    for value in [VAULT_TWILIO, FILE_KEY, ENV_KEY] {
+        assert!(injected.contains(&value), "the canaries are real: {value} was injected ({ctx})");
+    }
+    record("alice's Gmail.Read", call(&gw, &[("authorization", &alice_auth)], "Gmail.Read@1.0.0").await, 200);
+    assert_eq!(tools.last_request()["context"]["authorization"][0]["token"], ALICE_OAUTH);
+    let key_auth = format!("Bearer {API_KEY_ENV}");
+    record(
+        "Sms.Send with an API key as Bearer",
+        call(&gw, &[("authorization", &key_auth)], "Sms.Send@1.0.0").await,
+        200,
+    );
+    record("Mail.Send with OXP-API-Key", call(&gw, &[("oxp-api-key", API_KEY_FILE)], "Mail.Send@1.0.0").await, 200);
+    let mail_call = mail.requests().into_iter().rfind(|r| r.method == "POST").expect("Mail.Send reached mail");
+    assert_eq!(
+        mail_call.headers.get("authorization").map(String::as_str),
+        Some(format!("Bearer {BEARER_VAULT}").as_str())
+    );
+    let tools_call = tools.requests().into_iter().rfind(|r| r.method == "POST").expect("a call reached tools");
+    assert_eq!(
+        tools_call.headers.get("authorization").map(String::as_str),
+        Some(format!("Bearer {BEARER_ENV}").as_str())
+    );
+
+    // --- refusals ----------------------------------------------------------
+    record(
+        "bob's Gmail.Read (no stored token)",
+        call(&gw, &[("authorization", &bob_auth)], "Gmail.Read@1.0.0").await,
+        400,
+    );
+    let bad: Vec<(&str, String, String)> = vec![
+        ("expired JWT", "authorization".into(), format!("Bearer {expired}")),
+        ("JWT signed with the wrong key", "authorization".into(), format!("Bearer {wrong_key}")),
+        ("alg none JWT", "authorization".into(), format!("Bearer {alg_none}")),
+        ("wrong API key as Bearer", "authorization".into(), format!("Bearer {WRONG_API_KEY}")),
+        ("wrong OXP-API-Key", "oxp-api-key".into(), WRONG_API_KEY.to_owned()),
+        ("garbage bearer", "authorization".into(), format!("Bearer {GARBAGE_TOKEN}")),
+        ("Basic credentials", "authorization".into(), format!("Basic {BASIC_CREDS}")),
+    ];
+    for (what, header, value) in &bad {
+        record(what, call(&gw, &[(header.as_str(), value.as_str())], "Sms.Send@1.0.0").await, 401);
+        let resp =
+            send_with_headers(gw.addr, "GET", "/tools", Bytes::new(), &[(header.as_str(), value.as_str())]).await;
+        record(&format!("GET /tools, {what}"), resp, 401);
+    }
+
+    // --- a failing vault: sealed, unreachable, rejecting the token ----------
+    vault.set_down(true);
+    record(
+        "Never.Fetched, vault sealed",
+        call(&gw, &[("authorization", &alice_auth)], "Never.Fetched@1.0.0").await,
+        400,
+    );
+    record(
+        "Sms.Send, vault sealed (cached)",
+        call(&gw, &[("authorization", &alice_auth)], "Sms.Send@1.0.0").await,
+        200,
+    );
+    vault.set_down(false);
+    vault.set_unreachable(true);
+    record(
+        "Never.Fetched, vault unreachable",
+        call(&gw, &[("authorization", &alice_auth)], "Never.Fetched@1.0.0").await,
+        400,
+    );
+    vault.set_unreachable(false);
+    vault.set_token("hvs.some-other-token-the-gateway-does-not-have");
+    record(
+        "Never.Fetched, vault token rejected",
+        call(&gw, &[("authorization", &alice_auth)], "Never.Fetched@1.0.0").await,
+        400,
+    );
+    let carol = format!("Bearer {}", hs256(&claims("carol", now + 600), JWT_SECRET.as_bytes()));
+    let resp = call(&gw, &[("authorization", &carol)], "Gmail.Read@1.0.0").await;
+    assert_eq!(resp.status, 400, "carol, vault token rejected: {}", resp.text());
+    bodies.push(("carol's Gmail.Read, vault token rejected".into(), resp.text()));
+    assert_eq!(tools.calls().iter().filter(|c| c["request"]["tool_id"] == "Never.Fetched@1.0.0").count(), 0);
+
+    // --- admin ---------------------------------------------------------------
+    let status = common::send(gw.admin, "GET", "/status", Bytes::new(), None).await;
+    assert_eq!(status.status, 200, "/status: {}", status.text());
+    bodies.push(("/status".into(), status.text()));
+    let metrics = common::send(gw.admin, "GET", "/metrics", Bytes::new(), None).await;
+    if metrics.status == 404 {
+        eprintln!("note: the admin listener has no /metrics yet (404)");
+    } else {
+        assert_eq!(metrics.status, 200, "/metrics: {}", metrics.text());
+        assert!(metrics.text().contains("otc_gateway_"), "a real metrics page: {}", metrics.text());
+    }
+    bodies.push(("/metrics".into(), metrics.text()));
+    bodies.push(("/health".into(), gw.get("/health").await.text()));
+
+    // --- stop the gateway so every buffered log line is written ------------
+    let mut gw = gw;
+    gw.signal("TERM");
+    let exited = gw.wait_exit(Duration::from_secs(15)).await;
+    assert!(exited.is_some(), "the gateway did not exit on SIGTERM");
+    tokio::time::sleep(Duration::from_millis(200)).await; // the stdout reader thread drains the pipe
+    let stderr = gw.logs();
+    let stdout = gw.stdout();
+    assert!(stderr.contains("TRACE") || stderr.contains("DEBUG"), "the gateway logged at trace level:\n{stderr}");
+    assert!(stderr.lines().count() > 50, "a trace-level run writes plenty: {} lines", stderr.lines().count());
+    assert!(stdout.contains("otc-gateway listening on "), "stdout was captured: {stdout:?}");
+
+    // --- the search ------------------------------------------------------------
+    let mut canaries: Vec<(String, String)> = [
+        ("the vault token", VAULT_TOKEN),
+        ("the JWT secret", JWT_SECRET),
+        ("the vault secret", VAULT_TWILIO),
+        ("the file secret", FILE_KEY),
+        ("the env secret", ENV_KEY),
+        ("alice's OAuth token", ALICE_OAUTH),
+        ("the env bearer_token", BEARER_ENV),
+        ("the vault bearer_token", BEARER_VAULT),
+        ("the never-fetched secret", NEVER_FETCHED),
+        ("the env API key", API_KEY_ENV),
+        ("the file API key", API_KEY_FILE),
+        ("a wrong API key", WRONG_API_KEY),
+        ("a garbage bearer token", GARBAGE_TOKEN),
+        ("Basic credentials", BASIC_CREDS),
+        ("alice's JWT", alice.as_str()),
+        ("bob's JWT", bob.as_str()),
+        ("an expired JWT", expired.as_str()),
+        ("a wrong-key JWT", wrong_key.as_str()),
+        ("an alg-none JWT", alg_none.as_str()),
+    ]
+    .into_iter()
+    .map(|(n, c)| (n.to_owned(), c.to_owned()))
+    .collect();
+    // A signature is as good as the token (header and payload are public).
+    for (name, token) in
+        [("alice's", &alice), ("bob's", &bob), ("the expired", &expired), ("the wrong-key", &wrong_key)]
+    {
+        let signature = token.rsplit('.').next().expect("a signature").to_owned();
+        canaries.push((format!("{name} JWT signature"), signature));
+    }
+
+    let mut found = Vec::new();
+    found.extend(leaks("the gateway's stderr", &stderr, &canaries));
+    found.extend(leaks("the gateway's stdout", &stdout, &canaries));
+    for (what, body) in &bodies {
+        found.extend(leaks(&format!("the response to {what}"), body, &canaries));
+    }
+    // The upstreams get their own bearer_token and injected values, never a
+    // client's credentials.
+    let client_only: Vec<(String, String)> = canaries
+        .iter()
+        .filter(|(name, _)| {
+            name.contains("JWT") || name.contains("API key") || name.contains("garbage") || name.contains("Basic")
+        })
+        .cloned()
+        .collect();
+    for server in [("tools", &tools), ("mail", &mail)] {
+        let seen = format!("{:?}\n{}", server.1.requests(), Value::Array(server.1.calls()));
+        found.extend(leaks(&format!("what upstream {} received", server.0), &seen, &client_only));
+    }
+    assert!(found.is_empty(), "{} leak(s):\n{}", found.len(), found.join("\n"));
+
+    let _ = std::fs::remove_file(file_key);
+    let _ = std::fs::remove_file(api_key_file);
+}

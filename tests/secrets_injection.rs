@@ -1,0 +1,792 @@
+//! Injection at call time, end to end through the real binary: what a tool
+//! server receives in `context.secrets`, `context.authorization` and
+//! `context.user_id` (read off the bodies the [`ToolServer`] recorded), what
+//! a client gets when a requirement cannot be met, and which `Authorization`
+//! header reaches an upstream.
+//!
+//! Secrets come from real environment variables of the gateway process, real
+//! files, and the KV v2 server of `common::kv2`; JWTs are signed here.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::kv2::Kv2Server;
+use common::{echo, send_with_headers, temp_file, tool, Gateway, GatewayConfig, Resp, ToolServer};
+use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
+use serde_json::{json, Value};
+
+const VAULT_TOKEN: &str = "hvs.CAESIinjection-vault-token-4d1f";
+const JWT_SECRET: &str = "injection-tests-hs256-secret-a7c2e9f04b";
+
+// ---------------------------------------------------------------------------
+// Helpers
+// ---------------------------------------------------------------------------
+
+/// `Toolkit.Name@1.0.0` taking any object and declaring `requirements`.
+fn needing(key: &str, requirements: Value) -> Value {
+    let mut t = tool(key, "1.0.0", json!({"type": "object"}));
+    t["requirements"] = requirements;
+    t
+}
+
+/// A tool server echoing calls, serving these tools.
+async fn tool_server(tools: Vec<Value>) -> ToolServer {
+    let server = ToolServer::start(common::catalog(tools)).await;
+    server.on_call(echo);
+    server
+}
+
+/// One upstream `tools` at `url` (call_timeout 20s), then `extra` TOML.
+fn config(url: &str, extra: &str) -> GatewayConfig {
+    GatewayConfig::new().upstream_with("tools", url, "call_timeout = \"20s\"").raw(extra)
+}
+
+/// The `[vault]` section for the fake server.
+fn vault_section(vault: &Kv2Server, cache_ttl: &str, timeout: &str) -> String {
+    format!(
+        "[vault]\naddress = \"{}\"\ntoken = \"env:INJ_VAULT_TOKEN\"\ncache_ttl = \"{cache_ttl}\"\ntimeout = \"{timeout}\"\n",
+        vault.url()
+    )
+}
+
+/// One of the fake vault's failure switches (`set_down`, `set_unreachable`, `set_hang`).
+type VaultSwitch = fn(&Kv2Server, bool);
+
+/// `[auth]` in jwt mode with the HS256 secret from the environment.
+const JWT_AUTH: &str = "[auth]\nmode = \"jwt\"\nhs256_secret = \"env:INJ_JWT_SECRET\"\n";
+
+fn jwt(sub: &str) -> String {
+    let claims = json!({"sub": sub, "exp": get_current_timestamp() + 600, "iat": get_current_timestamp()});
+    encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(JWT_SECRET.as_bytes())).expect("sign")
+}
+
+/// POST /tools/call for `tool_id` with `{}` input, `request_extra` merged into
+/// the request object (e.g. a `context`), and these extra headers.
+async fn call_with(gw: &Gateway, headers: &[(&str, &str)], tool_id: &str, request_extra: Value) -> Resp {
+    let mut request = json!({"tool_id": tool_id, "input": {}});
+    if let (Value::Object(r), Value::Object(e)) = (&mut request, request_extra) {
+        r.extend(e);
+    }
+    let body = Bytes::from(json!({"$schema": "otc://1.0", "request": request}).to_string());
+    let mut all = vec![("content-type", "application/json")];
+    all.extend_from_slice(headers);
+    send_with_headers(gw.addr, "POST", "/tools/call", body, &all).await
+}
+
+/// A call as the holder of `token` (`Authorization: Bearer <token>`).
+async fn call_as(gw: &Gateway, token: &str, tool_id: &str, request_extra: Value) -> Resp {
+    let auth = format!("Bearer {token}");
+    call_with(gw, &[("authorization", auth.as_str())], tool_id, request_extra).await
+}
+
+/// A call without credentials.
+async fn call_anon(gw: &Gateway, tool_id: &str, request_extra: Value) -> Resp {
+    call_with(gw, &[], tool_id, request_extra).await
+}
+
+/// Polls GET /tools with these headers until `id` is listed.
+async fn wait_listed(gw: &Gateway, headers: &[(&str, &str)], id: &str) {
+    let deadline = Instant::now() + common::WAIT_TIMEOUT;
+    loop {
+        let resp = send_with_headers(gw.addr, "GET", "/tools", Bytes::new(), headers).await;
+        if resp.status == 200 && common::find_tool(resp.json()["items"].as_array().unwrap_or(&Vec::new()), id).is_some()
+        {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{id} never listed; last GET /tools: {} {}", resp.status, resp.text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The `context` of the last call the tool server received.
+fn last_context(server: &ToolServer) -> Value {
+    server.last_request()["context"].clone()
+}
+
+/// Every `context.secrets[]` entry with this id.
+fn secret_entries(context: &Value, id: &str) -> Vec<Value> {
+    context["secrets"].as_array().map(|a| a.iter().filter(|s| s["id"] == id).cloned().collect()).unwrap_or_default()
+}
+
+/// The one `context.secrets[]` value for `id` (panics when absent or repeated).
+fn secret_value(context: &Value, id: &str) -> String {
+    let entries = secret_entries(context, id);
+    assert_eq!(entries.len(), 1, "exactly one context.secrets entry for {id}: {context}");
+    entries[0]["value"].as_str().unwrap_or_else(|| panic!("{id} has no string value: {context}")).to_owned()
+}
+
+/// The `context.authorization[]` entries for a provider.
+fn authorization_entries(context: &Value, provider: &str) -> Vec<Value> {
+    context["authorization"]
+        .as_array()
+        .map(|a| a.iter().filter(|s| s["id"] == provider).cloned().collect())
+        .unwrap_or_default()
+}
+
+fn message(body: &Value) -> &str {
+    body["message"].as_str().unwrap_or_default()
+}
+
+/// A counter's value in a Prometheus text page (summed over label sets that
+/// contain every one of `labels`).
+fn metric_value(page: &str, name: &str, labels: &[&str]) -> f64 {
+    page.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| labels.iter().all(|lab| l.contains(lab)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+// ---------------------------------------------------------------------------
+// context.secrets from env:, file: and vault:
+// ---------------------------------------------------------------------------
+
+const TWILIO: &str = "Twilio.SendSms@1.0.0";
+
+fn twilio_tool() -> Value {
+    needing("Twilio.SendSms", json!({"secrets": [{"id": "TWILIO_API_KEY"}]}))
+}
+
+#[tokio::test]
+async fn a_secret_from_an_env_var_of_the_gateway_process_is_injected() {
+    let server = tool_server(vec![twilio_tool()]).await;
+    let gw = config(&server.url(), "[secrets]\nTWILIO_API_KEY = \"env:INJ_TWILIO_FROM_ENV\"\n")
+        .start_with_env(&[("INJ_TWILIO_FROM_ENV", "AC-env-value-71f3")])
+        .await;
+    gw.wait_for_tool(TWILIO).await;
+
+    let result = call_anon(&gw, TWILIO, json!({})).await.result();
+    assert_eq!(result["success"], true, "{result}");
+    assert_eq!(server.call_count(), 1);
+    assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "AC-env-value-71f3");
+}
+
+#[tokio::test]
+async fn a_secret_from_a_file_is_injected_with_its_trailing_newline_trimmed() {
+    let server = tool_server(vec![twilio_tool(), needing("Crlf.Tool", json!({"secrets": [{"id": "CRLF_KEY"}]}))]).await;
+    let file = temp_file("twilio", "key", "AC-file-value-88aa\n");
+    let crlf = temp_file("crlf", "key", "crlf-value-19\r\n");
+    let gw = config(
+        &server.url(),
+        &format!("[secrets]\nTWILIO_API_KEY = \"file:{}\"\nCRLF_KEY = \"file:{}\"\n", file.display(), crlf.display()),
+    )
+    .start()
+    .await;
+    gw.wait_for_tool("Crlf.Tool@1.0.0").await;
+
+    call_anon(&gw, TWILIO, json!({})).await.result();
+    assert_eq!(
+        secret_value(&last_context(&server), "TWILIO_API_KEY"),
+        "AC-file-value-88aa",
+        "one trailing \\n trimmed"
+    );
+    call_anon(&gw, "Crlf.Tool@1.0.0", json!({})).await.result();
+    assert_eq!(secret_value(&last_context(&server), "CRLF_KEY"), "crlf-value-19", "a trailing \\r\\n trimmed");
+    let _ = std::fs::remove_file(file);
+    let _ = std::fs::remove_file(crlf);
+}
+
+#[tokio::test]
+async fn a_secret_from_vault_kv2_is_injected_and_cached_within_cache_ttl() {
+    let server = tool_server(vec![twilio_tool()]).await;
+    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-vault-value-5be0", "other": "not-this-one"}));
+    let gw = config(
+        &server.url(),
+        &format!(
+            "{}\n[secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\n",
+            vault_section(&vault, "60s", "2s")
+        ),
+    )
+    .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN)])
+    .await;
+    gw.wait_for_tool(TWILIO).await;
+
+    call_anon(&gw, TWILIO, json!({})).await.result();
+    assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "AC-vault-value-5be0");
+    assert!(
+        vault.request_paths().iter().any(|p| p.starts_with("/v1/secret/data/tools/twilio")),
+        "read through the KV v2 data path: {:?}",
+        vault.request_paths()
+    );
+
+    // A second call within cache_ttl does not ask the vault again, even
+    // though the secret has a new version there.
+    let asked = vault.request_count();
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-vault-rotated-0000"}));
+    call_anon(&gw, TWILIO, json!({})).await.result();
+    assert_eq!(vault.request_count(), asked, "a cached value costs no vault request");
+    assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "AC-vault-value-5be0");
+    assert_eq!(server.call_count(), 2);
+}
+
+#[tokio::test]
+async fn after_cache_ttl_the_vault_is_asked_again() {
+    let server = tool_server(vec![twilio_tool()]).await;
+    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-before-rotation"}));
+    let gw = config(
+        &server.url(),
+        &format!(
+            "{}\n[secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\n",
+            vault_section(&vault, "300ms", "2s")
+        ),
+    )
+    .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN)])
+    .await;
+    gw.wait_for_tool(TWILIO).await;
+    call_anon(&gw, TWILIO, json!({})).await.result();
+    assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "AC-before-rotation");
+
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-after-rotation"}));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    call_anon(&gw, TWILIO, json!({})).await.result();
+    assert_eq!(
+        secret_value(&last_context(&server), "TWILIO_API_KEY"),
+        "AC-after-rotation",
+        "an expired value is re-read"
+    );
+}
+
+#[tokio::test]
+async fn while_the_vault_is_down_the_cached_value_keeps_being_served() {
+    let server = tool_server(vec![twilio_tool()]).await;
+    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-cached-through-outage"}));
+    let gw = config(
+        &server.url(),
+        &format!(
+            "{}\n[secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\n",
+            vault_section(&vault, "200ms", "1s")
+        ),
+    )
+    .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN)])
+    .await;
+    gw.wait_for_tool(TWILIO).await;
+    call_anon(&gw, TWILIO, json!({})).await.result();
+
+    // Sealed (503), then unreachable (connections dropped): each time past
+    // cache_ttl, so the gateway does go back to the vault.
+    // Then hung (requests never answered): served after at most `timeout`.
+    let modes: [(&str, VaultSwitch); 3] =
+        [("sealed", Kv2Server::set_down), ("unreachable", Kv2Server::set_unreachable), ("hung", Kv2Server::set_hang)];
+    for (what, set) in modes {
+        set(&vault, true);
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let asked = vault.request_count();
+        let started = Instant::now();
+        let resp = call_anon(&gw, TWILIO, json!({})).await;
+        assert_eq!(resp.status, 200, "vault {what}: the cached value is served: {}", resp.text());
+        assert!(started.elapsed() < Duration::from_secs(5), "vault {what}: no hang ({:?})", started.elapsed());
+        assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "AC-cached-through-outage", "vault {what}");
+        if what == "sealed" {
+            assert!(vault.request_count() > asked, "past cache_ttl the gateway asked the (sealed) vault again");
+        }
+        set(&vault, false);
+    }
+    let metrics = common::send(gw.admin, "GET", "/metrics", Bytes::new(), None).await;
+    metrics.expect_status(200);
+    let stale = metric_value(&metrics.text(), "otc_gateway_vault_stale_served_total", &[]);
+    assert!(stale >= 3.0, "each stale serve is counted: {stale}\n{}", metrics.text());
+}
+
+#[tokio::test]
+async fn a_value_never_fetched_while_the_vault_is_down_is_a_prompt_400_naming_the_requirement() {
+    let server = tool_server(vec![twilio_tool()]).await;
+    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-never-fetched"}));
+    let gw = config(
+        &server.url(),
+        &format!(
+            "{}\n[secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\n",
+            vault_section(&vault, "60s", "1s")
+        ),
+    )
+    .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN)])
+    .await;
+    gw.wait_for_tool(TWILIO).await;
+
+    // Sealed, unreachable, hung: each a 400 naming the secret, well under
+    // the 20 s call timeout, and the tool is never called.
+    let modes: [(&str, VaultSwitch); 3] =
+        [("sealed", Kv2Server::set_down), ("unreachable", Kv2Server::set_unreachable), ("hung", Kv2Server::set_hang)];
+    for (what, set) in modes {
+        set(&vault, true);
+        let started = Instant::now();
+        let resp = call_anon(&gw, TWILIO, json!({})).await;
+        let elapsed = started.elapsed();
+        let body = resp.server_error(400);
+        assert!(message(&body).contains("TWILIO_API_KEY"), "vault {what}: the message names the requirement: {body}");
+        assert!(elapsed < Duration::from_secs(5), "vault {what}: answered in {elapsed:?}, not a hang");
+        assert!(!resp.text().contains("AC-never-fetched"));
+        set(&vault, false);
+    }
+    assert_eq!(server.call_count(), 0, "the tool is never called without its secret");
+
+    // Once the vault is back, the same call goes through.
+    call_anon(&gw, TWILIO, json!({})).await.result();
+    assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "AC-never-fetched");
+}
+
+#[tokio::test]
+async fn a_managed_secret_missing_from_the_vault_is_a_400_naming_it() {
+    let server = tool_server(vec![twilio_tool()]).await;
+    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    // The path exists but the field does not; then the path does not exist.
+    vault.put("secret/tools/twilio", json!({"wrong_field": "x"}));
+    let gw = config(
+        &server.url(),
+        &format!(
+            "{}\n[secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\n",
+            vault_section(&vault, "60s", "1s")
+        ),
+    )
+    .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN)])
+    .await;
+    gw.wait_for_tool(TWILIO).await;
+    let body = call_anon(&gw, TWILIO, json!({})).await.server_error(400);
+    assert!(message(&body).contains("TWILIO_API_KEY"), "missing field: {body}");
+    vault.purge("secret/tools/twilio");
+    let body = call_anon(&gw, TWILIO, json!({})).await.server_error(400);
+    assert!(message(&body).contains("TWILIO_API_KEY"), "missing path: {body}");
+    assert_eq!(server.call_count(), 0);
+}
+
+#[tokio::test]
+async fn a_revoked_token_or_a_deleted_secret_is_not_papered_over_by_the_cache() {
+    // README: while the vault is unreachable a cached value is served past
+    // its ttl, but "a 403 or 404 is never papered over".
+    let server = tool_server(vec![twilio_tool(), needing("Maps.Find", json!({"secrets": [{"id": "MAPS_KEY"}]}))]).await;
+    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-deleted-later"}));
+    vault.put("secret/tools/maps", json!({"key": "maps-revoked-later"}));
+    let gw = config(
+        &server.url(),
+        &format!(
+            "{}\n[secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\nMAPS_KEY = \"vault:secret/tools/maps#key\"\n",
+            vault_section(&vault, "200ms", "1s")
+        ),
+    )
+    .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN)])
+    .await;
+    gw.wait_for_tool("Maps.Find@1.0.0").await;
+    call_anon(&gw, TWILIO, json!({})).await.result();
+    call_anon(&gw, "Maps.Find@1.0.0", json!({})).await.result();
+    let calls = server.call_count();
+
+    // Deleted (404 with deletion_time), past cache_ttl.
+    vault.delete("secret/tools/twilio");
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let resp = call_anon(&gw, TWILIO, json!({})).await;
+    let body = resp.server_error(400);
+    assert!(message(&body).contains("TWILIO_API_KEY"), "{body}");
+    assert!(!resp.text().contains("AC-deleted-later"));
+
+    // The gateway's vault token revoked (403), past cache_ttl.
+    vault.set_token("hvs.rotated-token-the-gateway-lacks");
+    let resp = call_anon(&gw, "Maps.Find@1.0.0", json!({})).await;
+    let body = resp.server_error(400);
+    assert!(message(&body).contains("MAPS_KEY"), "{body}");
+    assert!(!resp.text().contains("maps-revoked-later"));
+    assert_eq!(server.call_count(), calls, "neither call reached the tool with a stale value");
+}
+
+#[tokio::test]
+async fn a_tool_gets_only_the_secrets_and_tokens_it_declares() {
+    let server = tool_server(vec![
+        needing("Sms.Send", json!({"secrets": [{"id": "SMS_KEY"}]})),
+        tool("Plain.Tool", "1.0.0", json!({"type": "object"})),
+        needing("Mail.Send", json!({"secrets": [{"id": "MAIL_KEY"}]})),
+    ])
+    .await;
+    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    vault.put("secret/oauth/google/alice", json!({"access_token": "ya29.scoped-alice-token"}));
+    let gw = config(
+        &server.url(),
+        &format!(
+            "{}\n[secrets]\nSMS_KEY = \"env:INJ_SMS_KEY\"\nMAIL_KEY = \"env:INJ_MAIL_KEY\"\n\n\
+             [authorization.google]\ntoken = \"vault:secret/oauth/google/{{user_id}}#access_token\"\n\n{JWT_AUTH}",
+            vault_section(&vault, "60s", "1s")
+        ),
+    )
+    .start_with_env(&[
+        ("INJ_VAULT_TOKEN", VAULT_TOKEN),
+        ("INJ_JWT_SECRET", JWT_SECRET),
+        ("INJ_SMS_KEY", "sms-only-value"),
+        ("INJ_MAIL_KEY", "mail-only-value"),
+    ])
+    .await;
+    let alice = jwt("alice");
+    let auth = format!("Bearer {alice}");
+    wait_listed(&gw, &[("authorization", auth.as_str())], "Mail.Send@1.0.0").await;
+
+    call_as(&gw, &alice, "Sms.Send@1.0.0", json!({})).await.result();
+    let context = last_context(&server);
+    assert_eq!(secret_value(&context, "SMS_KEY"), "sms-only-value");
+    let text = context.to_string();
+    assert!(!text.contains("mail-only-value") && !text.contains("ya29."), "only what Sms.Send declares: {context}");
+
+    call_as(&gw, &alice, "Plain.Tool@1.0.0", json!({})).await.result();
+    let context = last_context(&server);
+    let text = context.to_string();
+    assert!(
+        !text.contains("sms-only-value") && !text.contains("mail-only-value") && !text.contains("ya29."),
+        "a tool without requirements gets no secret and no token: {context}"
+    );
+    assert_eq!(context["user_id"], "alice", "but it does learn who calls");
+}
+
+// ---------------------------------------------------------------------------
+// Unmanaged ids, client-sent values
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn an_unconfigured_secret_not_sent_by_the_client_is_a_400_with_missing_requirements() {
+    let server = tool_server(vec![needing("Stripe.Charge", json!({"secrets": [{"id": "STRIPE_SECRET_KEY"}]}))]).await;
+    // Another id is managed: only STRIPE_SECRET_KEY is unmet.
+    let gw = config(&server.url(), "[secrets]\nSOMETHING_ELSE = \"env:INJ_SOMETHING_ELSE\"\n")
+        .start_with_env(&[("INJ_SOMETHING_ELSE", "irrelevant")])
+        .await;
+    gw.wait_for_tool("Stripe.Charge@1.0.0").await;
+
+    let resp = call_anon(&gw, "Stripe.Charge@1.0.0", json!({})).await;
+    let body = resp.server_error(400);
+    assert!(message(&body).contains("STRIPE_SECRET_KEY"), "the message names the id: {body}");
+    assert_eq!(body["missing_requirements"]["secrets"][0]["id"], "STRIPE_SECRET_KEY", "{body}");
+    assert_eq!(body["missing_requirements"]["secrets"].as_array().map(Vec::len), Some(1), "{body}");
+    assert_eq!(server.call_count(), 0, "the upstream is never called");
+
+    // Sent by the client and not managed by the gateway: passes through as sent.
+    let context = json!({"secrets": [{"id": "STRIPE_SECRET_KEY", "value": "sk_test_client_own_1"}]});
+    call_anon(&gw, "Stripe.Charge@1.0.0", json!({"context": context})).await.result();
+    assert_eq!(server.call_count(), 1);
+    assert_eq!(secret_value(&last_context(&server), "STRIPE_SECRET_KEY"), "sk_test_client_own_1");
+}
+
+#[tokio::test]
+async fn a_client_sent_secret_for_a_managed_id_is_replaced_by_the_gateways_value() {
+    let server = tool_server(vec![needing(
+        "Twilio.SendSms",
+        json!({"secrets": [{"id": "TWILIO_API_KEY"}, {"id": "CLIENT_OWNED"}]}),
+    )])
+    .await;
+    let gw = config(&server.url(), "[secrets]\nTWILIO_API_KEY = \"env:INJ_TWILIO_MANAGED\"\n")
+        .start_with_env(&[("INJ_TWILIO_MANAGED", "AC-gateway-managed-42")])
+        .await;
+    gw.wait_for_tool(TWILIO).await;
+
+    let context = json!({
+        "secrets": [
+            {"id": "TWILIO_API_KEY", "value": "AC-forged-by-client"},
+            {"id": "TWILIO_API_KEY", "value": "AC-forged-twice"},
+            {"id": "CLIENT_OWNED", "value": "client-owned-value"}
+        ],
+        "locale": "en-GB"
+    });
+    call_anon(&gw, TWILIO, json!({"context": context})).await.result();
+    let context = last_context(&server);
+    assert_eq!(secret_value(&context, "TWILIO_API_KEY"), "AC-gateway-managed-42", "{context}");
+    assert_eq!(secret_value(&context, "CLIENT_OWNED"), "client-owned-value", "unmanaged ids pass through");
+    assert!(!context.to_string().contains("forged"), "no forged value reaches the tool: {context}");
+    assert_eq!(context["locale"], "en-GB", "other context fields pass through");
+}
+
+#[tokio::test]
+async fn a_client_sent_user_id_is_replaced_by_the_authenticated_one() {
+    let server = tool_server(vec![needing("Who.AmI", json!({"user_id": true}))]).await;
+    let gw = config(&server.url(), JWT_AUTH).start_with_env(&[("INJ_JWT_SECRET", JWT_SECRET)]).await;
+    let alice = jwt("alice");
+    let auth = format!("Bearer {alice}");
+    wait_listed(&gw, &[("authorization", auth.as_str())], "Who.AmI@1.0.0").await;
+
+    call_as(&gw, &alice, "Who.AmI@1.0.0", json!({"context": {"user_id": "mallory"}})).await.result();
+    assert_eq!(last_context(&server)["user_id"], "alice", "the JWT's sub wins over the client's claim");
+    call_as(&gw, &alice, "Who.AmI@1.0.0", json!({})).await.result();
+    assert_eq!(last_context(&server)["user_id"], "alice", "and is filled in when the client sent none");
+}
+
+#[tokio::test]
+async fn requirements_user_id_without_a_user_is_a_400() {
+    let server = tool_server(vec![needing("Who.AmI", json!({"user_id": true}))]).await;
+    let gw = config(&server.url(), "").start().await;
+    gw.wait_for_tool("Who.AmI@1.0.0").await;
+
+    let body = call_anon(&gw, "Who.AmI@1.0.0", json!({})).await.server_error(400);
+    assert_eq!(body["missing_requirements"]["user_id"], json!(true), "{body}");
+    assert!(message(&body).to_lowercase().contains("user"), "the message says what is missing: {body}");
+    assert_eq!(server.call_count(), 0, "the upstream is never called");
+}
+
+// ---------------------------------------------------------------------------
+// Per-user OAuth tokens
+// ---------------------------------------------------------------------------
+
+const GMAIL: &str = "Gmail.ListEmails@1.0.0";
+
+fn oauth_config(server: &ToolServer, vault: &Kv2Server, mode_jwt: bool) -> GatewayConfig {
+    let auth = if mode_jwt { JWT_AUTH } else { "" };
+    config(
+        &server.url(),
+        &format!(
+            "{}\n[authorization.google]\ntoken = \"vault:secret/oauth/google/{{user_id}}#access_token\"\n\
+             authorize_url = \"https://accounts.example.com/oauth/google/start?user={{user_id}}\"\n\n\
+             [authorization.github]\ntoken = \"vault:secret/oauth/github/{{user_id}}#access_token\"\n\n{auth}",
+            vault_section(vault, "60s", "1s")
+        ),
+    )
+}
+
+fn oauth_tools() -> Vec<Value> {
+    vec![
+        needing("Gmail.ListEmails", json!({"authorization": [{"id": "google"}]})),
+        needing("Github.ListRepos", json!({"authorization": [{"id": "github"}]})),
+    ]
+}
+
+#[tokio::test]
+async fn a_per_user_oauth_token_is_injected_for_its_user_only() {
+    let server = tool_server(oauth_tools()).await;
+    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    vault.put("secret/oauth/google/alice", json!({"access_token": "ya29.alice-google-token-c0ffee"}));
+    vault.put("secret/oauth/google/carol", json!({"access_token": "ya29.carol-google-token-d00d"}));
+    let gw = oauth_config(&server, &vault, true)
+        .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN), ("INJ_JWT_SECRET", JWT_SECRET)])
+        .await;
+    let (alice, bob) = (jwt("alice"), jwt("bob"));
+    let alice_auth = format!("Bearer {alice}");
+    wait_listed(&gw, &[("authorization", alice_auth.as_str())], GMAIL).await;
+
+    // alice: her own token, whatever she sends.
+    let forged = json!({"authorization": [{"id": "google", "token": "ya29.forged-by-alice"}], "user_id": "carol"});
+    call_as(&gw, &alice, GMAIL, json!({"context": forged})).await.result();
+    let context = last_context(&server);
+    let google = authorization_entries(&context, "google");
+    assert_eq!(google, vec![json!({"id": "google", "token": "ya29.alice-google-token-c0ffee"})], "{context}");
+    assert_eq!(context["user_id"], "alice");
+    assert!(
+        vault.request_paths().iter().any(|p| p.starts_with("/v1/secret/data/oauth/google/alice")),
+        "{:?}",
+        vault.request_paths()
+    );
+    assert!(!vault.request_paths().iter().any(|p| p.contains("carol")), "carol's token was never read");
+
+    // bob has no stored token: 400 naming google, with the authorize url for
+    // him, and the tool is not called (also when he sends a token of his own).
+    let calls = server.call_count();
+    for extra in [json!({}), json!({"context": {"authorization": [{"id": "google", "token": "ya29.bobs-own"}]}})] {
+        let resp = call_as(&gw, &bob, GMAIL, extra).await;
+        let body = resp.server_error(400);
+        assert!(message(&body).contains("google"), "the message names the provider: {body}");
+        let challenge = &body["missing_requirements"]["authorization"][0];
+        assert_eq!(challenge["id"], "google", "{body}");
+        assert_eq!(challenge["url"], "https://accounts.example.com/oauth/google/start?user=bob", "{body}");
+        assert!(!resp.text().contains("ya29."), "no token in the refusal: {body}");
+    }
+    assert_eq!(server.call_count(), calls, "bob's calls never reach the tool");
+
+    // A provider without authorize_url: the challenge has an id and no url.
+    let body = call_as(&gw, &bob, "Github.ListRepos@1.0.0", json!({})).await.server_error(400);
+    let challenge = &body["missing_requirements"]["authorization"][0];
+    assert_eq!(challenge["id"], "github", "{body}");
+    assert!(challenge.get("url").is_none_or(Value::is_null), "no url without authorize_url: {body}");
+    assert_eq!(server.call_count(), calls);
+}
+
+#[tokio::test]
+async fn an_unconfigured_provider_is_a_400_unless_the_client_sends_its_token() {
+    let server = tool_server(vec![needing("Slack.Post", json!({"authorization": [{"id": "slack"}]}))]).await;
+    let gw = config(&server.url(), "").start().await;
+    gw.wait_for_tool("Slack.Post@1.0.0").await;
+
+    let body = call_anon(&gw, "Slack.Post@1.0.0", json!({})).await.server_error(400);
+    assert!(message(&body).contains("slack"), "{body}");
+    assert_eq!(body["missing_requirements"]["authorization"][0]["id"], "slack", "{body}");
+    assert_eq!(server.call_count(), 0);
+
+    let context = json!({"authorization": [{"id": "slack", "token": "xoxb-client-own"}]});
+    call_anon(&gw, "Slack.Post@1.0.0", json!({"context": context})).await.result();
+    assert_eq!(
+        authorization_entries(&last_context(&server), "slack"),
+        vec![json!({"id": "slack", "token": "xoxb-client-own"})],
+        "an unmanaged provider's token passes through"
+    );
+}
+
+#[tokio::test]
+async fn an_anonymous_caller_never_gets_a_per_user_token() {
+    let server = tool_server(oauth_tools()).await;
+    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    vault.put("secret/oauth/google/alice", json!({"access_token": "ya29.alice-must-stay-home"}));
+    // mode none: callers are anonymous; a client-sent user_id is not an identity.
+    let gw = oauth_config(&server, &vault, false).start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN)]).await;
+    gw.wait_for_tool(GMAIL).await;
+
+    for extra in [json!({}), json!({"context": {"user_id": "alice"}})] {
+        let resp = call_anon(&gw, GMAIL, extra.clone()).await;
+        let body = resp.server_error(400);
+        assert_eq!(body["missing_requirements"]["authorization"][0]["id"], "google", "{extra}: {body}");
+        assert!(!resp.text().contains("alice-must-stay-home"), "{body}");
+    }
+    assert_eq!(server.call_count(), 0, "the tool is never called");
+    assert!(
+        !vault.request_paths().iter().any(|p| p.contains("/alice")),
+        "an anonymous claim to be alice never reads her token: {:?}",
+        vault.request_paths()
+    );
+}
+
+#[tokio::test]
+async fn a_user_id_cannot_walk_out_of_its_place_in_the_vault_path() {
+    let server =
+        tool_server(vec![twilio_tool(), needing("Gmail.ListEmails", json!({"authorization": [{"id": "google"}]}))])
+            .await;
+    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-not-for-users", "access_token": "AC-not-for-users-either"}));
+    let gw = config(
+        &server.url(),
+        &format!(
+            "{}\n[secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\n\n\
+             [authorization.google]\ntoken = \"vault:secret/oauth/google/{{user_id}}#access_token\"\n\n{JWT_AUTH}",
+            vault_section(&vault, "60s", "1s")
+        ),
+    )
+    .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN), ("INJ_JWT_SECRET", JWT_SECRET)])
+    .await;
+    let ok = jwt("alice");
+    let ok_auth = format!("Bearer {ok}");
+    wait_listed(&gw, &[("authorization", ok_auth.as_str())], GMAIL).await;
+
+    for sub in [
+        "../../tools/twilio",
+        "..%2F..%2Ftools%2Ftwilio",
+        "%2E%2E%2F%2E%2E%2Ftools%2Ftwilio",
+        "x/../../../tools/twilio",
+        "..\\..\\tools\\twilio",
+        "..",
+        "a#b",
+    ] {
+        let resp = call_as(&gw, &jwt(sub), GMAIL, json!({})).await;
+        assert_eq!(resp.status, 400, "sub {sub:?}: {}", resp.text());
+        assert!(!resp.text().contains("AC-not-for-users"), "sub {sub:?}: {}", resp.text());
+    }
+    assert_eq!(server.call_count(), 0, "no traversal attempt reaches the tool");
+    let paths = vault.request_paths();
+    assert!(!paths.iter().any(|p| p.contains("tools/twilio") || p.contains("tools%2Ftwilio")), "{paths:?}");
+}
+
+#[tokio::test]
+async fn user_ids_with_url_characters_find_exactly_their_own_token() {
+    let server = tool_server(oauth_tools()).await;
+    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    vault.put("secret/oauth/google/alice", json!({"access_token": "ya29.plain-alice"}));
+    vault.put("secret/oauth/google/alice@example.com", json!({"access_token": "ya29.alice-at-example"}));
+    vault.put("secret/oauth/google/Alice Smith", json!({"access_token": "ya29.alice-with-a-space"}));
+    vault.put("secret/oauth/google/50%off", json!({"access_token": "ya29.fifty-percent"}));
+    let gw = oauth_config(&server, &vault, true)
+        .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN), ("INJ_JWT_SECRET", JWT_SECRET)])
+        .await;
+    let auth = format!("Bearer {}", jwt("alice"));
+    wait_listed(&gw, &[("authorization", auth.as_str())], GMAIL).await;
+
+    for (sub, token) in [
+        ("alice@example.com", "ya29.alice-at-example"),
+        ("Alice Smith", "ya29.alice-with-a-space"),
+        ("50%off", "ya29.fifty-percent"),
+        ("alice", "ya29.plain-alice"),
+    ] {
+        call_as(&gw, &jwt(sub), GMAIL, json!({})).await.result();
+        let context = last_context(&server);
+        assert_eq!(
+            authorization_entries(&context, "google"),
+            vec![json!({"id": "google", "token": token})],
+            "sub {sub:?}"
+        );
+        assert_eq!(context["user_id"], sub);
+    }
+    // Ids that would read alice's path if the user id were not encoded.
+    let calls = server.call_count();
+    for sub in ["alice?", "alice?x", "alice%3F", "alice;x", "%61lice"] {
+        let resp = call_as(&gw, &jwt(sub), GMAIL, json!({})).await;
+        assert_eq!(resp.status, 400, "sub {sub:?} has no token of its own: {}", resp.text());
+        assert!(!resp.text().contains("ya29."), "{}", resp.text());
+    }
+    assert_eq!(server.call_count(), calls, "none of them reached the tool (with alice's token)");
+}
+
+// ---------------------------------------------------------------------------
+// bearer_token on an upstream; the client's Authorization stays at the gateway
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn an_upstream_bearer_token_goes_on_every_catalog_fetch_and_call_instead_of_the_clients() {
+    let server = tool_server(vec![tool("Calc.Echo", "1.0.0", json!({"type": "object"}))]).await;
+    // mode none, with an API key configured so the client's OXP-API-Key is a valid one.
+    let gw = GatewayConfig::new()
+        .upstream_with("tools", &server.url(), "bearer_token = \"env:INJ_UPSTREAM_TOKEN\"")
+        .raw("[auth]\napi_keys = [{ key = \"env:INJ_CLIENT_KEY\", user_id = \"svc-client\" }]\n")
+        .start_with_env(&[("INJ_UPSTREAM_TOKEN", "upstream-bearer-9e8d7c"), ("INJ_CLIENT_KEY", "client-api-key-bb22")])
+        .await;
+    gw.wait_for_tool("Calc.Echo@1.0.0").await;
+    // Let a few polls happen, so "every fetch" means more than one.
+    server.wait_until("three catalog fetches", |s| s.catalog_fetches().len() >= 3).await;
+
+    call_with(&gw, &[("authorization", "Bearer client-own-token-aa11")], "Calc.Echo@1.0.0", json!({})).await.result();
+    call_with(&gw, &[("oxp-api-key", "client-api-key-bb22")], "Calc.Echo@1.0.0", json!({})).await.result();
+    assert_eq!(last_context(&server)["user_id"], "svc-client");
+    call_with(&gw, &[("authorization", "Bearer client-api-key-bb22")], "Calc.Echo@1.0.0", json!({})).await.result();
+    call_anon(&gw, "Calc.Echo@1.0.0", json!({})).await.result();
+
+    let requests = server.requests();
+    assert!(requests.iter().any(|r| r.method == "POST"), "calls arrived: {requests:#?}");
+    for r in &requests {
+        assert_eq!(
+            r.headers.get("authorization").map(String::as_str),
+            Some("Bearer upstream-bearer-9e8d7c"),
+            "{} {} carries the upstream's bearer_token: {:?}",
+            r.method,
+            r.path,
+            r.headers
+        );
+    }
+    let seen = format!("{requests:?}");
+    assert!(!seen.contains("client-own-token-aa11"), "the client's Authorization never reaches the upstream");
+    assert!(!seen.contains("client-api-key-bb22"), "nor its OXP-API-Key");
+}
+
+#[tokio::test]
+async fn without_a_bearer_token_the_clients_authorization_is_not_forwarded_either() {
+    let server = tool_server(vec![tool("Calc.Echo", "1.0.0", json!({"type": "object"}))]).await;
+    let gw = GatewayConfig::new().upstream("tools", &server.url()).start().await;
+    gw.wait_for_tool("Calc.Echo@1.0.0").await;
+    call_with(&gw, &[("authorization", "Bearer client-own-token-cc33")], "Calc.Echo@1.0.0", json!({})).await.result();
+    let call = server.requests().into_iter().rfind(|r| r.method == "POST").expect("the call arrived");
+    assert_eq!(call.headers.get("authorization"), None, "no Authorization header at all: {:?}", call.headers);
+    assert!(!format!("{:?}", server.requests()).contains("client-own-token-cc33"));
+}
+
+#[tokio::test]
+async fn a_jwt_authenticated_clients_token_is_not_forwarded_and_a_vault_bearer_token_is() {
+    let server = tool_server(vec![tool("Calc.Echo", "1.0.0", json!({"type": "object"}))]).await;
+    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    vault.put("secret/upstreams/calc", json!({"token": "upstream-from-vault-3f3f"}));
+    let gw = GatewayConfig::new()
+        .upstream_with("tools", &server.url(), "bearer_token = \"vault:secret/upstreams/calc#token\"")
+        .raw(&vault_section(&vault, "60s", "1s"))
+        .raw(JWT_AUTH)
+        .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN), ("INJ_JWT_SECRET", JWT_SECRET)])
+        .await;
+    let alice = jwt("alice");
+    let auth = format!("Bearer {alice}");
+    wait_listed(&gw, &[("authorization", auth.as_str())], "Calc.Echo@1.0.0").await;
+    call_as(&gw, &alice, "Calc.Echo@1.0.0", json!({})).await.result();
+
+    let requests = server.requests();
+    let fetch = requests.iter().find(|r| r.method == "GET").expect("a catalog fetch");
+    assert_eq!(fetch.headers.get("authorization").map(String::as_str), Some("Bearer upstream-from-vault-3f3f"));
+    let call = requests.iter().rfind(|r| r.method == "POST").expect("the call");
+    assert_eq!(call.headers.get("authorization").map(String::as_str), Some("Bearer upstream-from-vault-3f3f"));
+    assert!(!format!("{requests:?}").contains(&alice), "the client's JWT never reaches the upstream");
+}
