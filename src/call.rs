@@ -11,7 +11,7 @@ use crate::catalog::{Catalog, Route, Target};
 use crate::circuit::Admission;
 use crate::error::{AuthorizationChallenge, FrontError, MissingRequirements};
 use crate::gateway::{upstream_bearer, Gateway, Runtime};
-use crate::idempotency::{Claim, Fingerprint, StoredCall};
+use crate::idempotency::{Decision, Fingerprint, Pending, StoredCall};
 use crate::metrics::CallOutcome;
 use crate::resolve::parse_tool_id;
 use crate::upstream::{CallReply, ForwardError};
@@ -89,11 +89,12 @@ async fn run_resolved_call(
     call: ParsedCall,
     started: Instant,
 ) -> Result<Completed, FrontError> {
+    admit_call(runtime, route, caller)?;
     validate_input(route, &call.input)?;
     let context = inject_context(runtime, &route.tool.definition, caller, call.context).await?;
-    let fingerprint = match claim_call_id(runtime, route, &call.call_id, call.client_call_id, &call.input).await? {
+    let claim = match claim_call_id(runtime, route, &call.call_id, call.client_call_id, &call.input).await? {
         Claimed::Replay(completed) => return Ok(completed),
-        Claimed::Run(fingerprint) => fingerprint,
+        Claimed::Run(claim) => claim,
     };
     let max_response = runtime.config.server.max_body_bytes.max(MIN_RESPONSE_LIMIT);
     let trace = OutgoingTrace { trace_id: call.trace_id.as_deref(), traceparent: call.traceparent.as_deref() };
@@ -107,16 +108,17 @@ async fn run_resolved_call(
             upstream: target.upstream.name.clone(),
         })
     });
-    if let Some(fingerprint) = fingerprint {
-        remember_call(runtime, &call.call_id, &fingerprint, &finished).await;
+    if let Some(claim) = claim {
+        remember_call(claim, &finished).await;
     }
     finished
 }
 
 /// What the idempotency store said about a call.
 enum Claimed {
-    /// Run it; with a fingerprint when its answer is to be remembered.
-    Run(Option<Fingerprint>),
+    /// Run it; with the claim when its answer is to be remembered (a claim
+    /// dropped on the way, the request cancelled, is released).
+    Run(Option<Pending>),
     /// A duplicate: the first call's answer.
     Replay(Completed),
 }
@@ -139,15 +141,15 @@ async fn claim_call_id(
     // A concurrent duplicate waits as long as the first call may take.
     let longest = route.targets.iter().map(|t| t.upstream.call_timeout).max().unwrap_or_default();
     match runtime.idempotency.claim(call_id, &fingerprint, longest + Duration::from_secs(5)).await {
-        Ok(Claim::Run) => Ok(Claimed::Run(Some(fingerprint))),
-        Ok(Claim::Replay(stored)) => Ok(Claimed::Replay(Completed {
+        Ok(Decision::Run(claim)) => Ok(Claimed::Run(Some(claim))),
+        Ok(Decision::Replay(stored)) => Ok(Claimed::Replay(Completed {
             outcome: if stored.result.success { CallOutcome::Success } else { CallOutcome::ToolError },
-            result: stored.result,
+            result: stored.result.clone(),
             tool: tool.clone(),
-            upstream: stored.upstream,
+            upstream: stored.upstream.clone(),
         })),
-        Ok(Claim::Conflict) => Err(FrontError::CallIdReused),
-        Ok(Claim::InProgress) => Err(FrontError::CallInProgress),
+        Ok(Decision::Conflict) => Err(FrontError::CallIdReused),
+        Ok(Decision::InProgress) => Err(FrontError::CallInProgress),
         Err(e) => {
             tracing::warn!(error = %e, "idempotency store unavailable; running the call without deduplication");
             Ok(Claimed::Run(None))
@@ -157,18 +159,13 @@ async fn claim_call_id(
 
 /// Stores a completed call's answer for its duplicates, or gives the claim up
 /// when the call ended before the tool ran (a retry may then run it).
-async fn remember_call(
-    runtime: &Runtime,
-    call_id: &str,
-    fingerprint: &Fingerprint,
-    finished: &Result<Completed, FrontError>,
-) {
+async fn remember_call(claim: Pending, finished: &Result<Completed, FrontError>) {
     match finished {
         Ok(completed) => {
             let stored = StoredCall { result: completed.result.clone(), upstream: completed.upstream.clone() };
-            runtime.idempotency.complete(call_id, fingerprint, &stored).await;
+            claim.complete(&stored).await;
         }
-        Err(_) => runtime.idempotency.release(call_id).await,
+        Err(_) => claim.release().await,
     }
 }
 
@@ -187,6 +184,9 @@ fn record_call(
     let (upstream, outcome) = match finished {
         Ok(completed) => (completed.upstream.as_str(), completed.outcome),
         Err(FrontError::InvalidInput(_)) => (first_upstream, CallOutcome::ValidationError),
+        Err(FrontError::Denied(_)) => (first_upstream, CallOutcome::Denied),
+        // Counted by status (429) in otc_gateway_http_requests_total.
+        Err(FrontError::RateLimited { .. }) => return,
         Err(_) => (first_upstream, CallOutcome::ServerError),
     };
     let tool = route.tool.definition.id.as_str();
@@ -232,6 +232,21 @@ pub fn parse_call(body: &[u8]) -> Result<ParsedCall, FrontError> {
 pub fn resolve_tool<'c>(catalog: &'c Catalog, tool_id: &str) -> Result<&'c Route, FrontError> {
     let tool = parse_tool_id(tool_id)?;
     Ok(catalog.lookup(&tool)?)
+}
+
+/// Admit: the caller's policies must allow the tool (a denied tool is
+/// answered as an unknown one), and its rate limits must have room.
+pub fn admit_call(runtime: &Runtime, route: &Route, caller: &Caller) -> Result<(), FrontError> {
+    let key = route.tool.key.as_str();
+    let access = &runtime.access;
+    if access.is_active() && !access.allows(access.matching(caller), key) {
+        tracing::info!(user_id = caller.user_id.as_deref(), tool = key, "call denied by policy");
+        return Err(FrontError::Denied(key.to_owned()));
+    }
+    runtime
+        .rate_limits
+        .check(caller, key)
+        .map_err(|(limit, retry_after)| FrontError::RateLimited { limit, retry_after })
 }
 
 /// Validate: the input against the tool's compiled `input_schema`.
@@ -350,17 +365,27 @@ pub async fn forward_call<'r>(
             retry_after = Some(retry_after.map_or(wait, |w| w.min(wait)));
             continue;
         }
-        let body = UpstreamCallBody {
-            schema: SCHEMA,
-            request: UpstreamCallRequest { tool_id: &target.upstream_id, call_id, trace_id: trace.trace_id, input, context },
-        };
-        // Serialising a Value-backed struct into a Vec cannot fail.
-        let body = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
         let authorization = upstream_bearer(runtime, &target.upstream).await.map_err(|source| {
             FrontError::RequirementUnavailable { requirement: format!("bearer_token of upstream {}", target.upstream.name), source }
         })?;
-        let traceparent = crate::trace::traceparent(trace.traceparent, trace.trace_id);
-        match target.upstream.call(body, authorization, traceparent, max_response).await {
+        let forwarded = match &target.upstream.mcp {
+            // MCP: `tools/call` under the tool's original MCP name.
+            Some(mcp) => {
+                crate::mcp::upstream::call(&target.upstream, mcp, &target.upstream_id, input, context, authorization, max_response)
+                    .await
+            }
+            None => {
+                let body = UpstreamCallBody {
+                    schema: SCHEMA,
+                    request: UpstreamCallRequest { tool_id: &target.upstream_id, call_id, trace_id: trace.trace_id, input, context },
+                };
+                // Serialising a Value-backed struct into a Vec cannot fail.
+                let body = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+                let traceparent = crate::trace::traceparent(trace.traceparent, trace.trace_id);
+                target.upstream.call(body, authorization, traceparent, max_response).await
+            }
+        };
+        match forwarded {
             Err(e @ ForwardError::Connect { .. }) => {
                 tracing::warn!(upstream = target.upstream.name, error = %e, "upstream unreachable; trying the next replica if any");
                 unreachable.push(e.to_string());

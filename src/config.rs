@@ -17,6 +17,8 @@ use toml::Spanned;
 
 use crate::auth::AuthConfig;
 use crate::idempotency::IdempotencyConfig;
+use crate::policy::PolicyConfig;
+use crate::ratelimit::RateLimitConfig;
 use crate::vault::{SecretRef, VaultConfig};
 
 /// Why a config could not be used.
@@ -70,12 +72,15 @@ pub struct Config {
     /// `[idempotency]`: repeated `call_id`s answered from the first call.
     #[serde(default)]
     pub idempotency: IdempotencyConfig,
-    /// `[[policy]]`: not implemented by this build yet.
+    /// `[[policy]]`: who may see and call which tools.
     #[serde(default)]
-    pub policy: Option<Spanned<toml::Value>>,
-    /// `[[rate_limit]]`: not implemented by this build yet.
+    pub policy: Vec<PolicyConfig>,
+    /// `[[rate_limit]]`: calls per caller or shared, per tool pattern.
     #[serde(default)]
-    pub rate_limit: Option<Spanned<toml::Value>>,
+    pub rate_limit: Vec<RateLimitConfig>,
+    /// `[mcp]`: the MCP front at `/mcp`.
+    #[serde(default)]
+    pub mcp: crate::mcp::server::McpConfig,
 }
 
 /// `[server]`.
@@ -151,7 +156,8 @@ impl Default for CatalogConfig {
 pub struct UpstreamConfig {
     /// Unique, `[a-z0-9_-]+`; appears in metrics and /status.
     pub name: Spanned<UpstreamName>,
-    /// Base URL. OTC: `/tools` and `/tools/call` are appended.
+    /// Base URL. OTC: `/tools` and `/tools/call` are appended. MCP: the
+    /// MCP endpoint itself (e.g. `http://127.0.0.1:8000/mcp`).
     pub url: UpstreamUrl,
     /// `otc` (default) or `mcp`.
     #[serde(default = "default_protocol")]
@@ -181,6 +187,11 @@ pub struct UpstreamConfig {
     /// call to this upstream (a secret reference, without `{user_id}`).
     #[serde(default)]
     pub bearer_token: Option<Spanned<SecretRef>>,
+    /// MCP only: an `[authorization.<provider>]` whose token for the calling
+    /// user is sent as `Authorization: Bearer` on `tools/call` (instead of
+    /// `bearer_token`); every tool of the upstream then requires it.
+    #[serde(default)]
+    pub user_token: Option<Spanned<String>>,
 }
 
 /// One `[authorization.<provider>]` section.
@@ -345,17 +356,8 @@ impl Config {
     /// The rules that span fields.
     fn validate(&self, text: &str) -> Result<(), String> {
         let line = |span: std::ops::Range<usize>| line_of(text, span.start);
-        // Refused rather than ignored: an ignored `[auth]` or `[[policy]]`
-        // would open the gateway wider than its operator meant.
-        let unsupported = [
-            ("policy", &self.policy),
-            ("rate_limit", &self.rate_limit),
-        ];
-        if let Some((key, Some(value))) = unsupported.iter().find(|(_, v)| v.is_some()) {
-            return Err(format!(
-                "line {}: `{key}` is not supported by this build of otc-gateway yet; remove it (it is refused rather than ignored so that nothing is exposed by mistake)",
-                line(value.span())
-            ));
+        if self.policy.len() > crate::policy::MAX_POLICIES {
+            return Err(format!("policy: at most {} [[policy]] sections", crate::policy::MAX_POLICIES));
         }
         let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, upstream) in self.upstreams.iter().enumerate() {
@@ -366,11 +368,20 @@ impl Config {
                     "line {at}: upstreams[{i}].name: duplicate upstream name {name:?} (first defined at line {first})"
                 ));
             }
-            if *upstream.protocol.get_ref() == Protocol::Mcp {
+            // MCP tools have bare names: the id's toolkit and version come from here.
+            if *upstream.protocol.get_ref() == Protocol::Mcp && (upstream.toolkit.is_none() || upstream.version.is_none()) {
                 return Err(format!(
-                    "line {}: upstreams[{i}].protocol: \"mcp\" upstreams are not supported by this build yet",
+                    "line {}: upstreams[{i}]: an \"mcp\" upstream needs `toolkit` and `version` (its tools are served as <toolkit>.<name>@<version>)",
                     line(upstream.protocol.span())
                 ));
+            }
+            if let Some(provider) = &upstream.user_token {
+                if *upstream.protocol.get_ref() != Protocol::Mcp || !self.authorization.contains_key(provider.get_ref()) {
+                    return Err(format!(
+                        "line {}: upstreams[{i}].user_token: only for \"mcp\" upstreams, naming an [authorization.<provider>] section",
+                        line(provider.span())
+                    ));
+                }
             }
             if let Some(token) = &upstream.bearer_token {
                 if token.get_ref().uses_user_id() {
@@ -389,8 +400,11 @@ impl Config {
             self.check_vault_ref(&section.token, &format!("authorization.{provider}.token"), text)?;
         }
         if let Some(store) = &self.idempotency.store {
-            if !store.starts_with("redis://") {
-                return Err(format!("idempotency.store: {store:?} must be a redis://host:port[/db] URL"));
+            // Parsed here (no connection is made) so a typo fails the load;
+            // shown without its password.
+            if !store.starts_with("redis://") || redis::Client::open(store.as_str()).is_err() {
+                let shown = crate::idempotency::redis::redact(store);
+                return Err(format!("idempotency.store: {shown:?} must be a redis://[:password@]host:port[/db] URL"));
             }
         }
         if self.server.max_body_bytes == 0 {
@@ -441,6 +455,20 @@ mod tests {
     }
 
     #[test]
+    fn the_idempotency_section_has_defaults_and_checks_its_store() {
+        let c = Config::parse("", "t").expect("valid");
+        assert_eq!(c.idempotency.ttl.0, Duration::from_secs(600));
+        assert_eq!((c.idempotency.max_entries, c.idempotency.max_bytes), (100_000, 64 << 20));
+        assert_eq!(c.idempotency.store, None);
+        let c = Config::parse("[idempotency]\nttl = \"30s\"\nstore = \"redis://cache:6379/2\"\n", "t").expect("valid");
+        assert_eq!(c.idempotency.ttl.0, Duration::from_secs(30));
+        let e = err("[idempotency]\nstore = \"http://:hunter2@cache:6379\"\n");
+        assert!(e.contains("idempotency.store") && !e.contains("hunter2"), "{e}");
+        let e = err("[idempotency]\nmax_entry = 5\n");
+        assert!(e.contains("max_entry"), "{e}");
+    }
+
+    #[test]
     fn errors_name_the_key_and_the_line() {
         let e = err("[catalog]\npoll_interval = \"often\"\n");
         assert!(e.contains("line 2") && e.contains("poll_interval"), "{e}");
@@ -452,5 +480,17 @@ mod tests {
         assert!(e.contains("line 3") && e.contains("max_body"), "{e}");
         let e = err("[[upstreams]]\nname = \"Bad Name\"\nurl = \"http://x\"\n");
         assert!(e.contains("line 2") && e.contains("upstream name"), "{e}");
+    }
+
+    #[test]
+    fn mcp_upstreams_need_toolkit_and_version() {
+        let e = err("[[upstreams]]\nname = \"m\"\nurl = \"http://x/mcp\"\nprotocol = \"mcp\"\ntoolkit = \"K\"\n");
+        assert!(e.contains("line 4") && e.contains("toolkit") && e.contains("version"), "{e}");
+        let text = "[[upstreams]]\nname = \"m\"\nurl = \"http://x/mcp\"\nprotocol = \"mcp\"\ntoolkit = \"K\"\nversion = \"1.0.0\"\n";
+        Config::parse(text, "t").expect("valid");
+        let e = err(&format!("{text}user_token = \"google\"\n"));
+        assert!(e.contains("line 7") && e.contains("user_token"), "{e}");
+        let e = err("[mcp]\nallowed_origins = [\"example.com\"]\n");
+        assert!(e.contains("line 2") && e.contains("origin"), "{e}");
     }
 }

@@ -92,6 +92,18 @@ pub enum FrontError {
         /// Why (never the value).
         source: VaultError,
     },
+    /// A tool the caller's policies do not allow. Answered exactly as an
+    /// unknown tool: a caller never learns that it exists.
+    #[error("tool {0} denied by policy")]
+    Denied(String),
+    /// Over a `[[rate_limit]]`.
+    #[error("rate limit {limit} exceeded")]
+    RateLimited {
+        /// The limit's name.
+        limit: String,
+        /// How long until a call would be allowed.
+        retry_after: std::time::Duration,
+    },
     /// More requests in flight than `server.max_in_flight`.
     #[error("over {0} requests in flight")]
     Overloaded(usize),
@@ -147,6 +159,8 @@ impl FrontError {
             FrontError::UpstreamRefused { status, .. } => *status,
             FrontError::Unauthenticated(_) => 401,
             FrontError::Overloaded(_) => 503,
+            FrontError::RateLimited { .. } => 429,
+            FrontError::Denied(_) => 400,
             FrontError::MissingRequirements(_) | FrontError::RequirementUnavailable { .. } => 400,
             FrontError::BodyUnreadable(_)
             | FrontError::MalformedCall(_)
@@ -176,7 +190,11 @@ impl FrontError {
             FrontError::MissingToolId => "The request has no tool_id".into(),
             FrontError::InvalidToolId(e) => format!("Invalid tool id: {e}"),
             FrontError::Lookup(LookupError::UnknownTool(key))
-            | FrontError::Lookup(LookupError::UnknownVersion { key, .. }) => format!("Tool '{key}' was not found"),
+            | FrontError::Lookup(LookupError::UnknownVersion { key, .. })
+            | FrontError::Denied(key) => format!("Tool '{key}' was not found"),
+            FrontError::RateLimited { retry_after, .. } => {
+                format!("Too many calls; retry in {} s", retry_after.as_secs_f64().ceil().max(1.0))
+            }
             FrontError::InvalidInput(_) => "Some input parameters are invalid".into(),
             FrontError::Unavailable { .. } => "The tool server is temporarily unavailable".into(),
             FrontError::UpstreamRefused { .. } => "The tool server refused the call".into(),
@@ -197,13 +215,16 @@ impl FrontError {
     fn developer_message(&self) -> Option<String> {
         match self {
             FrontError::NotFound(path) => {
-                Some(format!("{path} is not served; the gateway serves GET /health, GET /tools, POST /tools/call and POST /call"))
+                Some(format!("{path} is not served; the gateway serves GET /health, GET /tools, POST /tools/call, POST /call and POST /mcp"))
             }
             FrontError::MethodNotAllowed { allow } => Some(format!("send this path with {allow}; see the Allow header")),
             FrontError::InvalidInput(_) | FrontError::UpstreamRefused { .. } => None,
             FrontError::Unauthenticated(_) => {
                 Some("send Authorization: Bearer <JWT or API key>, or OXP-API-Key: <key>".into())
             }
+            // Word for word what an unknown tool gets.
+            FrontError::Denied(key) => Some(LookupError::UnknownTool(key.clone()).to_string()),
+            FrontError::RateLimited { limit, .. } => Some(format!("over the rate limit {limit:?}")),
             FrontError::Unavailable { detail, retry_after: Some(wait) } => {
                 Some(format!("{detail}; retry_after_ms={}", wait.as_millis().max(1)))
             }
@@ -253,6 +274,10 @@ impl FrontError {
             FrontError::MethodNotAllowed { allow } => headers.push(("allow", (*allow).to_owned())),
             FrontError::Unauthenticated(e) => headers.push(("www-authenticate", e.www_authenticate().to_owned())),
             FrontError::Overloaded(_) => headers.push(("retry-after", "1".to_owned())),
+            FrontError::RateLimited { retry_after, .. } => {
+                let seconds = retry_after.as_secs_f64().ceil().max(1.0);
+                headers.push(("retry-after", format!("{seconds}")));
+            }
             _ => {}
         }
         Reply {

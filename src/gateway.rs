@@ -17,6 +17,8 @@ use crate::catalog::poll::{CatalogStore, PollSettings};
 use crate::config::{Config, ConfigError};
 use crate::idempotency::{IdempotencyError, IdempotencyStore};
 use crate::metrics::Metrics;
+use crate::policy::AccessPolicy;
+use crate::ratelimit::RateLimits;
 use crate::upstream::Upstream;
 use crate::vault::{SecretResolver, VaultError};
 
@@ -29,7 +31,8 @@ pub enum BuildError {
     /// `[auth]` could not be set up (its secrets, its JWKS).
     #[error("auth: {0}")]
     Auth(#[from] AuthError),
-    /// The idempotency store (Redis) could not be reached.
+    /// The idempotency store's URL is unusable (an unreachable Redis is not
+    /// an error: calls then run without deduplication).
     #[error("idempotency: {0}")]
     Idempotency(#[from] IdempotencyError),
     /// An upstream URL that http cannot use.
@@ -57,6 +60,10 @@ pub struct Runtime {
     pub authenticator: Authenticator,
     /// Answers repeated `call_id`s.
     pub idempotency: Arc<IdempotencyStore>,
+    /// Who may see and call which tools.
+    pub access: AccessPolicy,
+    /// Calls per caller or shared.
+    pub rate_limits: RateLimits,
 }
 
 impl Runtime {
@@ -94,7 +101,9 @@ impl Runtime {
             timeout: config.catalog.request_timeout.0,
             max_bytes: config.catalog.max_catalog_bytes,
         };
-        Ok(Runtime { config, upstreams, poll, secrets, authenticator, idempotency })
+        let access = AccessPolicy::new(config.policy.clone());
+        let rate_limits = RateLimits::new(&config.rate_limit);
+        Ok(Runtime { config, upstreams, poll, secrets, authenticator, idempotency, access, rate_limits })
     }
 }
 
@@ -257,7 +266,11 @@ async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
             return;
         }
         if changed {
-            gateway.catalog.publish(&gateway.runtime().upstreams);
+            let runtime = gateway.runtime();
+            gateway.catalog.publish(&runtime.upstreams);
+            for pattern in runtime.access.unmatched_patterns(&gateway.catalog.load()) {
+                tracing::warn!(pattern, "a policy pattern matches no tool in the catalog");
+            }
         }
         if let Some(status) = gateway.catalog.statuses().get(&upstream.name) {
             gateway.metrics.set_upstream(&upstream.name, status.up, status.tools);

@@ -51,6 +51,9 @@ fn main() -> ExitCode {
         Some(Command::Check) => match Config::load(&cli.config) {
             Ok(config) => {
                 println!("{}: valid ({} upstreams)", cli.config.display(), config.upstreams.len());
+                if !config.policy.is_empty() || !config.rate_limit.is_empty() {
+                    eprintln!("note: policy and rate limit patterns are checked against the live catalog when the gateway runs (a pattern matching no tool is logged as a warning and listed in /status)");
+                }
                 ExitCode::SUCCESS
             }
             Err(e) => {

@@ -17,6 +17,7 @@
 //! | `otc_gateway_config_generation` | gauge | |
 //! | `otc_gateway_vault_requests_total` | counter | `backend`, `outcome` |
 //! | `otc_gateway_vault_stale_served_total` | counter | `backend` |
+//! | `otc_gateway_idempotency_total` | counter | `result` |
 //!
 //! Label values must come only from the config and the catalog (route names,
 //! upstream names, resolved tool ids, backend kinds), never from a request,
@@ -51,7 +52,7 @@ pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
 
 /// The routes whose `otc_gateway_http_requests_total` counters are cached:
 /// the data plane's route labels. Others are counted too, more slowly.
-pub const ROUTES: [&str; 4] = ["/health", "/tools", "/tools/call", "other"];
+pub const ROUTES: [&str; 5] = ["/health", "/tools", "/tools/call", "/mcp", "other"];
 
 /// Bucket upper bounds of `otc_gateway_tool_call_duration_seconds`, in
 /// seconds: 0.5 ms to 30 s, roughly 1-2.5-5 per decade.
@@ -139,6 +140,10 @@ pub struct Metrics {
     calls: RwLock<CallCache>,
     /// The vault totals last synced, per backend (see `sync_vault_totals`).
     vault_last_totals: std::sync::Mutex<HashMap<String, [u64; 3]>>,
+    /// `otc_gateway_idempotency_total`, synced from the store's own totals.
+    idempotency: IntCounterVec,
+    /// The idempotency totals last synced, by result.
+    idempotency_last_totals: std::sync::Mutex<HashMap<&'static str, u64>>,
 }
 
 impl Default for Metrics {
@@ -232,6 +237,13 @@ impl Metrics {
             "Secrets served from a stale cache entry because the backend failed.",
             &["backend"],
         );
+        let idempotency = counter_vec(
+            &registry,
+            "otc_gateway_idempotency_total",
+            "Calls with a client call_id, by what the idempotency store decided: replayed, conflict, \
+             in_progress, stored, or store_unavailable (the call ran without deduplication).",
+            &["result"],
+        );
         let http_cache = ROUTES.iter().map(|_| (0..STATUS_SLOTS).map(|_| OnceLock::new()).collect()).collect();
         let reload_success = config_reloads.with_label_values(&["success"]);
         let reload_error = config_reloads.with_label_values(&["error"]);
@@ -250,6 +262,8 @@ impl Metrics {
             reload_error,
             calls: RwLock::new(HashMap::new()),
             vault_last_totals: std::sync::Mutex::new(HashMap::new()),
+            idempotency,
+            idempotency_last_totals: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -382,6 +396,19 @@ impl Metrics {
         self.vault_stale_served.with_label_values(&[backend]).inc_by(delta(stale, previous[2]));
     }
 
+    /// Brings `otc_gateway_idempotency_total` up to the store's totals
+    /// (`(result, total)` pairs, see `IdempotencyStats::by_result`). A total
+    /// lower than last time means the store was rebuilt by a reload: it
+    /// counts from zero again.
+    pub fn sync_idempotency_totals(&self, totals: &[(&'static str, u64)]) {
+        let mut last = self.idempotency_last_totals.lock().unwrap_or_else(|p| p.into_inner());
+        for &(result, now) in totals {
+            let before = last.insert(result, now).unwrap_or(0);
+            let delta = if now >= before { now - before } else { now };
+            self.idempotency.with_label_values(&[result]).inc_by(delta);
+        }
+    }
+
     /// Counts a secret served from a stale cache entry because its backend
     /// failed.
     pub fn record_vault_stale(&self, backend: &str) {
@@ -435,6 +462,7 @@ mod tests {
         m.set_generation(1);
         m.record_vault("kv2", "success");
         m.record_vault_stale("kv2");
+        m.sync_idempotency_totals(&[("replayed", 1)]);
         let text = m.render();
         for (name, kind) in [
             ("otc_gateway_http_requests_total", "counter"),
@@ -446,6 +474,7 @@ mod tests {
             ("otc_gateway_config_generation", "gauge"),
             ("otc_gateway_vault_requests_total", "counter"),
             ("otc_gateway_vault_stale_served_total", "counter"),
+            ("otc_gateway_idempotency_total", "counter"),
         ] {
             assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name} {kind} missing in:\n{text}");
             assert!(text.contains(&format!("# HELP {name} ")), "{name} help missing");

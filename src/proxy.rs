@@ -26,6 +26,7 @@ use crate::gateway::Gateway;
 pub struct OtcProxy {
     gateway: Arc<Gateway>,
     in_flight: Arc<AtomicUsize>,
+    mcp: crate::mcp::server::McpFront,
 }
 
 /// Counts a request as in flight until dropped.
@@ -58,7 +59,7 @@ impl OtcProxy {
     /// A front over the given gateway state; `in_flight` counts the
     /// requests being served, for graceful shutdown.
     pub fn new(gateway: Arc<Gateway>, in_flight: Arc<AtomicUsize>) -> OtcProxy {
-        OtcProxy { gateway, in_flight }
+        OtcProxy { gateway, in_flight, mcp: Default::default() }
     }
 
     /// Dispatches on method and path.
@@ -81,9 +82,10 @@ impl OtcProxy {
             "/tools" => {
                 ctx.route = "/tools";
                 match method {
-                    http::Method::GET | http::Method::HEAD => {
-                        self.authenticate(session).map(|_| Reply::ok(self.gateway.catalog.load().listing()))
-                    }
+                    http::Method::GET | http::Method::HEAD => self.authenticate(session).map(|caller| {
+                        let access = &self.gateway.runtime().access;
+                        Reply::ok(access.listing(&self.gateway.catalog.load(), access.matching(&caller)))
+                    }),
                     _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
                 }
             }
@@ -93,6 +95,10 @@ impl OtcProxy {
                     http::Method::POST => self.call(session).await,
                     _ => Err(FrontError::MethodNotAllowed { allow: "POST" }),
                 }
+            }
+            "/mcp" => {
+                ctx.route = "/mcp";
+                self.mcp(session).await
             }
             _ => {
                 ctx.route = "other";
@@ -113,6 +119,28 @@ impl OtcProxy {
             tracing::debug!(error = %e, "request refused: bad or missing credentials");
             FrontError::Unauthenticated(e)
         })
+    }
+
+    /// The MCP front (`mcp::server`): the Origin first (DNS rebinding
+    /// protection), then credentials, then one JSON-RPC message per POST.
+    async fn mcp(&self, session: &mut Session) -> Result<Reply, FrontError> {
+        let (limit, deadline) = {
+            let runtime = self.gateway.runtime();
+            if let Err(refused) = crate::mcp::server::check_origin(&runtime.config.mcp, &session.req_header().headers) {
+                return Ok(refused);
+            }
+            (runtime.config.server.max_body_bytes, runtime.config.server.body_timeout.0)
+        };
+        let caller = self.authenticate(session)?;
+        if session.req_header().method != http::Method::POST {
+            // No server-initiated stream is offered (GET), and sessions hold
+            // no state to end (DELETE).
+            return Err(FrontError::MethodNotAllowed { allow: "POST" });
+        }
+        let body = tokio::time::timeout(deadline, read_body(session, limit))
+            .await
+            .map_err(|_| FrontError::BodyTimeout(deadline))??;
+        Ok(self.mcp.handle_post(&self.gateway, &caller, &session.req_header().headers, &body).await)
     }
 
     async fn call(&self, session: &mut Session) -> Result<Reply, FrontError> {

@@ -41,6 +41,11 @@ pub struct Upstream {
     tools_uri: Uri,
     call_uri: Uri,
     client: Client<HttpConnector, Full<Bytes>>,
+    /// The MCP client, for `protocol = "mcp"` (whose `url` is the MCP
+    /// endpoint itself); catalog fetches and calls go through it.
+    pub mcp: Option<crate::mcp::client::McpClient>,
+    /// MCP: the `[authorization]` provider whose per-user token is sent.
+    pub user_token: Option<String>,
 }
 
 /// Why a catalog could not be fetched.
@@ -58,6 +63,10 @@ pub enum FetchError {
     /// Larger than the configured maximum.
     #[error("catalog larger than {0} bytes")]
     TooLarge(usize),
+    /// An answer, but not the one the protocol calls for (MCP: a JSON-RPC
+    /// error, a failed initialize, a broken event stream).
+    #[error("{0}")]
+    Protocol(String),
 }
 
 /// What a catalog fetch found.
@@ -147,6 +156,11 @@ impl Upstream {
             tools_uri: format!("{base}/tools").parse()?,
             call_uri: format!("{base}/tools/call").parse()?,
             client,
+            mcp: match config.protocol.get_ref() {
+                Protocol::Mcp => Some(crate::mcp::client::McpClient::new(base.parse()?, config.connect_timeout.0)),
+                Protocol::Otc => None,
+            },
+            user_token: config.user_token.as_ref().map(|p| p.get_ref().clone()),
         })
     }
 
@@ -158,6 +172,9 @@ impl Upstream {
         timeout: Duration,
         max_bytes: usize,
     ) -> Result<Fetched, FetchError> {
+        if let Some(mcp) = &self.mcp {
+            return crate::mcp::upstream::fetch_catalog(self, mcp, authorization, timeout, max_bytes).await;
+        }
         let mut request = Request::get(self.tools_uri.clone()).header(ACCEPT, "application/json");
         if let Some(etag) = etag {
             request = request.header(IF_NONE_MATCH, etag);

@@ -10,7 +10,7 @@ pub mod merge;
 pub mod poll;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -26,6 +26,8 @@ pub use dialect::CatalogTool;
 #[derive(Debug, Default)]
 pub struct Catalog {
     tools: HashMap<String, BTreeMap<Version, Arc<Route>>>,
+    /// Distinct for every catalog built, so caches can key on it.
+    generation: u64,
     listing: Bytes,
     count: usize,
     conflicts: Vec<Conflict>,
@@ -83,9 +85,26 @@ pub enum LookupError {
 impl Catalog {
     /// Builds a catalog from its routes (see `merge`).
     fn new(tools: HashMap<String, BTreeMap<Version, Arc<Route>>>, conflicts: Vec<Conflict>) -> Catalog {
+        static GENERATIONS: AtomicU64 = AtomicU64::new(1);
         let count = tools.values().map(BTreeMap::len).sum();
-        let listing = render_listing(&tools);
-        Catalog { tools, listing, count, conflicts }
+        let listing = render_listing(&tools, |_| true);
+        let generation = GENERATIONS.fetch_add(1, Ordering::Relaxed);
+        Catalog { tools, generation, listing, count, conflicts }
+    }
+
+    /// This catalog's generation: distinct for every catalog published.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// A GET /tools body with only the tools whose `Toolkit.Name` passes `keep`.
+    pub fn listing_where(&self, keep: impl Fn(&str) -> bool) -> Bytes {
+        render_listing(&self.tools, keep)
+    }
+
+    /// Every `Toolkit.Name` in the catalog.
+    pub fn keys(&self) -> Vec<&str> {
+        self.tools.keys().map(String::as_str).collect()
     }
 
     /// Resolves a parsed tool id to the route that serves it.
@@ -141,14 +160,14 @@ impl Route {
 }
 
 /// `{"$schema": "otc://1.0", "items": [...]}`, sorted by id for a stable listing.
-fn render_listing(tools: &HashMap<String, BTreeMap<Version, Arc<Route>>>) -> Bytes {
+fn render_listing(tools: &HashMap<String, BTreeMap<Version, Arc<Route>>>, keep: impl Fn(&str) -> bool) -> Bytes {
     #[derive(Serialize)]
     struct Listing<'a> {
         #[serde(rename = "$schema")]
         schema: &'static str,
         items: Vec<&'a crate::wire::ToolDefinition>,
     }
-    let mut keys: Vec<&String> = tools.keys().collect();
+    let mut keys: Vec<&String> = tools.keys().filter(|k| keep(k)).collect();
     keys.sort();
     let items = keys
         .into_iter()

@@ -124,7 +124,11 @@ impl CatalogStore {
                         toolkit: upstream.toolkit.as_deref(),
                         version: upstream.version.as_deref(),
                     };
-                    match normalise_catalog(&body, defaults) {
+                    let normalised = match upstream.mcp {
+                        Some(_) => crate::mcp::upstream::normalise_catalog(upstream, &body),
+                        None => normalise_catalog(&body, defaults),
+                    };
+                    match normalised {
                         Ok((tools, skipped)) => {
                             for s in &skipped {
                                 tracing::warn!(upstream = upstream.name, tool = s.what, reason = s.reason, "tool definition skipped");

@@ -1,0 +1,260 @@
+//! MCP to OTC: tools into tool definitions, and tool results into call
+//! results.
+//!
+//! An MCP tool `get-weather` of an upstream configured with toolkit
+//! `Weather` and version `1.0.0` becomes `Weather.get_weather@1.0.0`: id
+//! parts are `[A-Za-z0-9_]+`, so every other character becomes `_`. Two MCP
+//! names that become the same id collide: a name that needed no change
+//! wins, else the first listed; the other is skipped with a reason. The
+//! original MCP name is kept as the tool's `upstream_id`, which is what
+//! `tools/call` sends upstream.
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use crate::catalog::dialect::{normalise_catalog, CatalogShapeError, DialectDefaults, Skipped};
+use crate::catalog::CatalogTool;
+
+/// What an MCP upstream's config adds to its tools.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MappingSettings<'a> {
+    /// The toolkit of every tool (required for MCP upstreams).
+    pub toolkit: Option<&'a str>,
+    /// The version of every tool (required for MCP upstreams).
+    pub version: Option<&'a str>,
+    /// An `[authorization.<provider>]` whose per-user token is sent upstream:
+    /// each tool then requires it, so the gateway injects it (or answers 400
+    /// with `missing_requirements` before calling).
+    pub user_authorization: Option<&'a str>,
+}
+
+/// Reads an upstream's `{"tools": [...]}` (every page of `tools/list`) into
+/// checked catalog tools, each with its original MCP name as `upstream_id`.
+pub fn normalise_mcp_catalog(
+    body: &[u8],
+    settings: MappingSettings<'_>,
+) -> Result<(Vec<CatalogTool>, Vec<Skipped>), CatalogShapeError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| CatalogShapeError::NotJson(e.to_string()))?;
+    let Some(Value::Array(tools)) = value.get("tools") else { return Err(CatalogShapeError::NotAList) };
+    let (definitions, names, mut skipped) = definitions(tools, settings);
+    let defaults = DialectDefaults { toolkit: settings.toolkit, version: settings.version };
+    let body = json!({"items": definitions}).to_string();
+    let (mut tools, more) = normalise_catalog(body.as_bytes(), defaults)?;
+    for tool in &mut tools {
+        if let Some(original) = names.get(&tool.definition.id) {
+            tool.upstream_id = original.clone();
+        }
+    }
+    skipped.extend(more);
+    Ok((tools, skipped))
+}
+
+/// MCP tools to OTC definition JSON, with the canonical id → MCP name map and
+/// the tools left out.
+fn definitions(
+    tools: &[Value],
+    settings: MappingSettings<'_>,
+) -> (Vec<Value>, BTreeMap<String, String>, Vec<Skipped>) {
+    let mut skipped = Vec::new();
+    let (Some(toolkit), Some(version)) = (settings.toolkit, settings.version) else {
+        skipped.push(Skipped {
+            what: "every tool".into(),
+            reason: "an mcp upstream needs `toolkit` and `version` in gateway.toml".into(),
+        });
+        return (Vec::new(), BTreeMap::new(), skipped);
+    };
+    // Names that need no change claim their id first, so adding a tool
+    // upstream never renames one that is already served.
+    let mut named: Vec<(usize, &str, String)> = Vec::new();
+    for (index, tool) in tools.iter().enumerate() {
+        match tool.get("name").and_then(Value::as_str) {
+            Some(name) if !name.is_empty() => named.push((index, name, id_part(name))),
+            _ => skipped.push(Skipped { what: format!("#{index}"), reason: "an MCP tool without a name".into() }),
+        }
+    }
+    named.sort_by_key(|(index, name, part)| (part != name, *index));
+    let mut names: BTreeMap<String, String> = BTreeMap::new();
+    let mut definitions = Vec::new();
+    for (index, name, part) in named {
+        let id = format!("{toolkit}.{part}@{version}");
+        if let Some(first) = names.get(&id) {
+            skipped.push(Skipped {
+                what: name.to_owned(),
+                reason: format!("its id {id} is already taken by the MCP tool {first:?}; rename one of them upstream"),
+            });
+            continue;
+        }
+        names.insert(id.clone(), name.to_owned());
+        definitions.push(definition(&tools[index], &id, name, version, settings.user_authorization));
+    }
+    (definitions, names, skipped)
+}
+
+/// One MCP `Tool` as an OTC definition. `annotations`, `icons`,
+/// `execution` and `_meta` have no OTC counterpart and are dropped.
+fn definition(tool: &Value, id: &str, name: &str, version: &str, user_authorization: Option<&str>) -> Value {
+    let text = |field: &str| tool.get(field).and_then(Value::as_str).filter(|s| !s.is_empty());
+    let description = text("description").or_else(|| text("title")).unwrap_or_default();
+    let mut definition = Map::new();
+    definition.insert("id".into(), Value::String(id.to_owned()));
+    definition.insert("name".into(), Value::String(otc_name(name)));
+    definition.insert("description".into(), Value::String(description.to_owned()));
+    definition.insert("version".into(), Value::String(version.to_owned()));
+    if let Some(schema) = tool.get("inputSchema") {
+        definition.insert("input_schema".into(), schema.clone());
+    }
+    if let Some(schema) = tool.get("outputSchema") {
+        definition.insert("output_schema".into(), schema.clone());
+    }
+    if let Some(provider) = user_authorization {
+        definition.insert("requirements".into(), json!({"authorization": [{"id": provider}]}));
+    }
+    Value::Object(definition)
+}
+
+/// An OTC id part: `[A-Za-z0-9_]+`, every other character as `_`.
+pub fn id_part(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect()
+}
+
+/// An OTC `name`: `[A-Za-z0-9_-]{1,64}`.
+fn otc_name(name: &str) -> String {
+    name.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' }).take(64).collect()
+}
+
+/// An MCP `CallToolResult` as an OTC outcome (`success` and `value`, or
+/// `error`):
+///
+/// - `isError: true`: `success: false`, the text content as `error.message`;
+/// - `structuredContent`: the `value`;
+/// - else one text item: its text, parsed as JSON where it is JSON;
+///   several items: an array of them (texts likewise, other items as MCP
+///   sent them); none: `null`.
+pub fn call_result(result: &Value) -> Value {
+    let content = result.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    if result.get("isError").and_then(Value::as_bool) == Some(true) {
+        let texts: Vec<&str> = content.iter().filter_map(text_of).collect();
+        let message = if texts.is_empty() { "The tool failed".to_owned() } else { texts.join("\n") };
+        return json!({"success": false, "error": {"message": message}});
+    }
+    let value = match result.get("structuredContent") {
+        Some(structured) if !structured.is_null() => structured.clone(),
+        _ => match content {
+            [] => Value::Null,
+            [one] => content_value(one),
+            many => Value::Array(many.iter().map(content_value).collect()),
+        },
+    };
+    json!({"success": true, "value": value})
+}
+
+/// A JSON-RPC error to `tools/call` as an OTC outcome: the tool did not run.
+pub fn rpc_error(code: i64, message: &str, data: Option<&Value>) -> Value {
+    let mut developer_message = format!("MCP JSON-RPC error {code}: {message}");
+    if let Some(data) = data {
+        developer_message.push_str(&format!("; data: {data}"));
+    }
+    json!({"success": false, "error": {
+        "message": format!("The tool server refused the call: {message}"),
+        "developer_message": developer_message,
+    }})
+}
+
+fn text_of(item: &Value) -> Option<&str> {
+    match item.get("type").and_then(Value::as_str) {
+        Some("text") => item.get("text").and_then(Value::as_str),
+        _ => None,
+    }
+}
+
+fn content_value(item: &Value) -> Value {
+    match text_of(item) {
+        Some(text) => serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned())),
+        None => item.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> MappingSettings<'static> {
+        MappingSettings { toolkit: Some("Kit"), version: Some("1.2.0"), user_authorization: None }
+    }
+
+    fn read(tools: Value, settings: MappingSettings<'_>) -> (Vec<CatalogTool>, Vec<Skipped>) {
+        let body = json!({ "tools": tools }).to_string();
+        normalise_mcp_catalog(body.as_bytes(), settings).expect("a catalog")
+    }
+
+    #[test]
+    fn tools_become_definitions_under_the_configured_toolkit_and_version() {
+        let (tools, skipped) = read(
+            json!([{"name": "get-weather", "title": "Weather", "inputSchema": {"type": "object",
+                    "properties": {"city": {"type": "string"}}, "required": ["city"]},
+                    "outputSchema": {"type": "object"}, "annotations": {"readOnlyHint": true}},
+                   {"name": "add", "description": "Adds", "inputSchema": {"type": "object"}}]),
+            settings(),
+        );
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let weather = tools.iter().find(|t| t.key == "Kit.get_weather").expect("renamed");
+        assert_eq!(weather.definition.id, "Kit.get_weather@1.2.0");
+        assert_eq!(weather.definition.name, "get-weather");
+        assert_eq!(weather.definition.description, "Weather");
+        assert_eq!(weather.definition.output_schema, json!({"type": "object"}));
+        assert_eq!(weather.upstream_id, "get-weather");
+        assert!(weather.validator.check(&json!({})).is_err());
+        let add = tools.iter().find(|t| t.key == "Kit.add").expect("add");
+        assert_eq!(add.upstream_id, "add");
+        assert_eq!(add.definition.description, "Adds");
+    }
+
+    #[test]
+    fn collisions_keep_the_unchanged_name_and_skip_the_other() {
+        let (tools, skipped) = read(
+            json!([{"name": "a.b", "inputSchema": {"type": "object"}},
+                   {"name": "a_b", "inputSchema": {"type": "object"}},
+                   {"name": "", "inputSchema": {"type": "object"}}]),
+            settings(),
+        );
+        assert_eq!(tools.len(), 1);
+        assert_eq!(tools[0].upstream_id, "a_b");
+        assert_eq!(skipped.len(), 2);
+        assert!(skipped.iter().any(|s| s.what == "a.b" && s.reason.contains("a_b")), "{skipped:?}");
+    }
+
+    #[test]
+    fn without_toolkit_and_version_nothing_is_served() {
+        let (tools, skipped) = read(json!([{"name": "x"}]), MappingSettings::default());
+        assert!(tools.is_empty());
+        assert!(skipped[0].reason.contains("toolkit"));
+    }
+
+    #[test]
+    fn a_user_authorization_becomes_a_requirement() {
+        let settings = MappingSettings { user_authorization: Some("google"), ..settings() };
+        let (tools, _) = read(json!([{"name": "x", "inputSchema": {"type": "object"}}]), settings);
+        let requirements = tools[0].definition.requirements.as_ref().expect("requirements");
+        assert_eq!(requirements.authorization[0].id, "google");
+    }
+
+    #[test]
+    fn results_map_to_values_and_errors() {
+        let structured = json!({"content": [{"type": "text", "text": "{\"t\": 1}"}], "structuredContent": {"t": 1}});
+        assert_eq!(call_result(&structured), json!({"success": true, "value": {"t": 1}}));
+        let number = json!({"content": [{"type": "text", "text": "42"}]});
+        assert_eq!(call_result(&number), json!({"success": true, "value": 42}));
+        let text = json!({"content": [{"type": "text", "text": "hello"}], "isError": false});
+        assert_eq!(call_result(&text), json!({"success": true, "value": "hello"}));
+        let image = json!({"type": "image", "data": "AA==", "mimeType": "image/png"});
+        let many = json!({"content": [{"type": "text", "text": "[1]"}, image]});
+        assert_eq!(call_result(&many), json!({"success": true, "value": [[1], image]}));
+        assert_eq!(call_result(&json!({"content": []})), json!({"success": true, "value": null}));
+        let failed = json!({"content": [{"type": "text", "text": "boom"}], "isError": true});
+        assert_eq!(call_result(&failed), json!({"success": false, "error": {"message": "boom"}}));
+        let refused = rpc_error(-32602, "Unknown tool", None);
+        assert_eq!(refused["success"], false);
+        assert!(refused["error"]["developer_message"].as_str().is_some_and(|m| m.contains("-32602")));
+    }
+}

@@ -1,0 +1,39 @@
+//! The MCP bridge: Model Context Protocol servers as upstreams, and an MCP
+//! endpoint (`/mcp`) in front of the whole catalog.
+//!
+//! Both directions speak the streamable HTTP transport of MCP revision
+//! 2025-11-25 (and accept 2025-06-18 and 2025-03-26). One module per job:
+//!
+//! - [`jsonrpc`]: the JSON-RPC 2.0 messages MCP is framed in;
+//! - [`sse`]: reading a `text/event-stream` reply;
+//! - [`client`]: a streamable HTTP client for an MCP upstream (sessions,
+//!   initialize, tools/list, tools/call);
+//! - [`mapping`]: MCP tools and results to OTC definitions and results;
+//! - [`upstream`]: the MCP upstream as the catalog poller and the call
+//!   pipeline see it;
+//! - [`server`]: the `/mcp` front.
+
+pub mod client;
+pub mod jsonrpc;
+pub mod mapping;
+pub mod server;
+pub mod sse;
+pub mod upstream;
+
+/// The MCP revisions the gateway speaks, newest first.
+pub const PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// The revision the gateway asks for, and answers with when a client asks
+/// for one it does not know.
+pub const LATEST_PROTOCOL_VERSION: &str = PROTOCOL_VERSIONS[0];
+
+/// The session header of the streamable HTTP transport.
+pub const SESSION_HEADER: &str = "mcp-session-id";
+
+/// The protocol version header sent on every request after initialize.
+pub const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// Whether `version` is one the gateway speaks.
+pub fn is_supported_version(version: &str) -> bool {
+    PROTOCOL_VERSIONS.contains(&version)
+}

@@ -1,0 +1,141 @@
+//! Reading a `text/event-stream` body (the WHATWG event stream format), as
+//! an MCP server may answer a POST.
+//!
+//! The parser is fed chunks as they arrive and hands back whole events, so
+//! a response can be acted on before the server closes the stream. Events
+//! without data (MCP servers send one first to "prime" reconnection) are
+//! never handed back.
+
+/// One dispatched event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    /// The `event:` field; `None` means the default type, `message`.
+    pub event: Option<String>,
+    /// The `data:` lines joined with newlines.
+    pub data: String,
+    /// The last `id:` seen on the stream so far.
+    pub id: Option<String>,
+}
+
+/// An incremental event stream parser.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    pending: Vec<u8>,
+    data: String,
+    has_data: bool,
+    event: Option<String>,
+    last_id: Option<String>,
+}
+
+impl SseParser {
+    /// A parser at the start of a stream.
+    pub fn new() -> SseParser {
+        SseParser::default()
+    }
+
+    /// Feeds a chunk; returns the events it completed, in order.
+    pub fn push(&mut self, chunk: &[u8]) -> Vec<Event> {
+        self.pending.extend_from_slice(chunk);
+        let mut events = Vec::new();
+        let mut start = 0;
+        let mut i = 0;
+        while i < self.pending.len() {
+            let end = match self.pending[i] {
+                b'\n' => i + 1,
+                // A CR at the very end may be the first half of a CRLF split
+                // across chunks: wait for the next byte.
+                b'\r' if i + 1 == self.pending.len() => break,
+                b'\r' if self.pending[i + 1] == b'\n' => i + 2,
+                b'\r' => i + 1,
+                _ => {
+                    i += 1;
+                    continue;
+                }
+            };
+            let line = String::from_utf8_lossy(&self.pending[start..i]).into_owned();
+            if let Some(event) = self.line(&line) {
+                events.push(event);
+            }
+            start = end;
+            i = end;
+        }
+        self.pending.drain(..start);
+        events
+    }
+
+    /// The id of the last event with an `id:` field (for `Last-Event-ID`).
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.last_id.as_deref()
+    }
+
+    fn line(&mut self, line: &str) -> Option<Event> {
+        if line.is_empty() {
+            return self.dispatch();
+        }
+        if line.starts_with(':') {
+            return None;
+        }
+        let (field, value) = match line.split_once(':') {
+            Some((field, value)) => (field, value.strip_prefix(' ').unwrap_or(value)),
+            None => (line, ""),
+        };
+        match field {
+            "data" => {
+                self.data.push_str(value);
+                self.data.push('\n');
+                self.has_data = true;
+            }
+            "event" => self.event = Some(value.to_owned()),
+            "id" if !value.contains('\0') => self.last_id = Some(value.to_owned()),
+            // `retry` only matters to a client that reconnects; others are ignored.
+            _ => {}
+        }
+        None
+    }
+
+    fn dispatch(&mut self) -> Option<Event> {
+        let event = self.event.take();
+        if !self.has_data {
+            self.data.clear();
+            return None;
+        }
+        self.has_data = false;
+        let mut data = std::mem::take(&mut self.data);
+        if data.ends_with('\n') {
+            data.pop();
+        }
+        if data.is_empty() {
+            // A priming event: an id and an empty data field.
+            return None;
+        }
+        Some(Event { event, data, id: self.last_id.clone() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_split_across_chunks_and_line_endings() {
+        let mut p = SseParser::new();
+        assert!(p.push(b"id: 0\ndata:\n\n").is_empty(), "the priming event is skipped");
+        assert!(p.push(b": a comment\r\nevent: message\r\ndata: {\"a\":").is_empty());
+        assert!(p.push(b"1}\r").is_empty());
+        let events = p.push(b"\n\r\n");
+        assert_eq!(events, vec![Event { event: Some("message".into()), data: "{\"a\":1}".into(), id: Some("0".into()) }]);
+        let events = p.push(b"data: one\ndata: two\n\ndata:x\r\r\n");
+        assert_eq!(events.len(), 2);
+        assert_eq!(events[0].data, "one\ntwo");
+        assert_eq!(events[0].event, None);
+        assert_eq!(events[1].data, "x");
+        assert_eq!(p.last_event_id(), Some("0"));
+    }
+
+    #[test]
+    fn an_unfinished_event_is_not_dispatched() {
+        let mut p = SseParser::new();
+        assert!(p.push(b"data: half").is_empty());
+        assert!(p.push(b"\n").is_empty());
+    }
+}

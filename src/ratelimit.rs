@@ -1,0 +1,134 @@
+//! Rate limits per caller or shared, on the tools their patterns match
+//! (`[[rate_limit]]`, the `governor` crate's GCRA buckets).
+//!
+//! Limits are per gateway process: with N replicas behind a load balancer, a
+//! caller gets up to N times the rate; size `rate` as the total divided by N.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+
+use crate::auth::{Caller, CallerKind};
+use crate::policy::ToolPattern;
+
+/// One `[[rate_limit]]`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateLimitConfig {
+    /// A name, for logs.
+    pub name: String,
+    /// The tools it applies to (`Toolkit.Name` patterns, `*` wildcards).
+    pub tools: Vec<ToolPattern>,
+    /// `user`: a bucket per caller (anonymous callers share one); `global`:
+    /// one bucket for everyone.
+    pub per: Per,
+    /// `"5/s"`, `"100/m"` or `"1000/h"`.
+    pub rate: Rate,
+    /// Calls allowed at once above the steady rate (default: the rate's count).
+    #[serde(default)]
+    pub burst: Option<u32>,
+}
+
+/// Whose bucket a call counts against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Per {
+    /// One bucket per caller.
+    User,
+    /// One bucket shared by all.
+    Global,
+}
+
+/// A count per period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rate {
+    count: NonZeroU32,
+    period: Duration,
+}
+
+impl<'de> Deserialize<'de> for Rate {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        let bad = || D::Error::custom(format!("invalid rate {text:?}: write e.g. \"5/s\", \"100/m\" or \"1000/h\""));
+        let (count, unit) = text.split_once('/').ok_or_else(bad)?;
+        let count = count.trim().parse::<u32>().ok().and_then(NonZeroU32::new).ok_or_else(bad)?;
+        let period = match unit.trim() {
+            "s" => Duration::from_secs(1),
+            "m" => Duration::from_secs(60),
+            "h" => Duration::from_secs(3600),
+            _ => return Err(bad()),
+        };
+        Ok(Rate { count, period })
+    }
+}
+
+/// The limits of one config, with their buckets.
+#[derive(Default)]
+pub struct RateLimits {
+    limits: Vec<Limit>,
+}
+
+struct Limit {
+    name: String,
+    tools: Vec<ToolPattern>,
+    bucket: Bucket,
+}
+
+enum Bucket {
+    Global(DefaultDirectRateLimiter),
+    PerUser(DefaultKeyedRateLimiter<String>),
+}
+
+impl std::fmt::Debug for RateLimits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.limits.iter().map(|l| &l.name)).finish()
+    }
+}
+
+impl RateLimits {
+    /// Builds the buckets for the `[[rate_limit]]` sections.
+    pub fn new(configs: &[RateLimitConfig]) -> RateLimits {
+        let limits = configs
+            .iter()
+            .map(|c| {
+                let per_cell = c.rate.period / c.rate.count.get();
+                let burst = c.burst.and_then(NonZeroU32::new).unwrap_or(c.rate.count);
+                let quota = Quota::with_period(per_cell.max(Duration::from_nanos(1)))
+                    .unwrap_or_else(|| Quota::per_second(c.rate.count))
+                    .allow_burst(burst);
+                let bucket = match c.per {
+                    Per::Global => Bucket::Global(RateLimiter::direct(quota)),
+                    Per::User => Bucket::PerUser(RateLimiter::keyed(quota)),
+                };
+                Limit { name: c.name.clone(), tools: c.tools.clone(), bucket }
+            })
+            .collect();
+        RateLimits { limits }
+    }
+
+    /// Counts a call by `caller` to `key` against every limit that applies;
+    /// over one, how long until a call would be allowed.
+    pub fn check(&self, caller: &Caller, key: &str) -> Result<(), (String, Duration)> {
+        for limit in self.limits.iter().filter(|l| l.tools.iter().any(|p| p.matches(key))) {
+            let verdict = match &limit.bucket {
+                Bucket::Global(bucket) => bucket.check(),
+                Bucket::PerUser(bucket) => {
+                    let who = match (caller.kind, &caller.user_id) {
+                        (CallerKind::Anonymous, _) | (_, None) => "anonymous",
+                        (_, Some(user)) => user.as_str(),
+                    };
+                    bucket.check_key(&who.to_owned())
+                }
+            };
+            if let Err(not_until) = verdict {
+                let wait = not_until.wait_time_from(DefaultClock::default().now());
+                return Err((limit.name.clone(), wait));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,630 @@
+//! The MCP bridge, both ways, against real MCP peers: the official Python
+//! SDK's server behind the gateway (`protocol = "mcp"`) and its client in
+//! front of `/mcp`. A small scripted MCP server on loopback covers what the
+//! SDK server does not do on demand (paged tools/list, a `ping` and a
+//! notification before the response, JSON-RPC errors).
+//!
+//! The Python peers come from the virtualenv `scripts/test.sh` makes
+//! (`OTC_TEST_PYTHON`, else `.venv/bin/python`); without it these tests fail
+//! saying so.
+
+mod common;
+
+use std::convert::Infallible;
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{find_tool, free_addr, send_with_headers, Gateway, GatewayConfig, Resp, ToolServer};
+use http_body_util::{BodyExt, Full};
+use serde_json::{json, Value};
+
+// ---------------------------------------------------------------------------
+// The Python peers
+// ---------------------------------------------------------------------------
+
+fn python() -> PathBuf {
+    let path = std::env::var_os("OTC_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"));
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/test.sh (or `bash -c 'source scripts/lib.sh; need_python_peers'`), which installs the MCP SDK",
+        path.display()
+    );
+    path
+}
+
+fn peer_script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers").join(name)
+}
+
+/// tests/peers/mcp_server.py on a loopback port, killed on drop.
+struct McpPeer {
+    child: Option<Child>,
+    addr: SocketAddr,
+    json: bool,
+}
+
+impl McpPeer {
+    /// SSE replies (the SDK's default) or plain JSON replies.
+    fn start(json: bool) -> McpPeer {
+        let mut peer = McpPeer { child: None, addr: free_addr(), json };
+        peer.restart();
+        peer
+    }
+
+    /// The MCP endpoint.
+    fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts again on the same port: a new process that knows no session.
+    fn restart(&mut self) {
+        assert!(self.child.is_none(), "restart() on a running peer");
+        let mut cmd = Command::new(python());
+        cmd.arg(peer_script("mcp_server.py")).arg(self.addr.port().to_string());
+        if self.json {
+            cmd.arg("json");
+        }
+        let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start mcp_server.py");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_err() {
+            let exited = self.child.as_mut().and_then(|c| c.try_wait().expect("wait")).is_some();
+            assert!(!exited, "mcp_server.py exited before listening (is the `mcp` package installed?)");
+            assert!(Instant::now() < deadline, "mcp_server.py did not listen within 30 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for McpPeer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// An `[[upstreams]]` entry for an MCP server.
+fn mcp_upstream(name: &str, url: &str, toolkit: &str, extra: &str) -> String {
+    format!("[[upstreams]]\nname = \"{name}\"\nurl = \"{url}\"\nprotocol = \"mcp\"\ntoolkit = \"{toolkit}\"\nversion = \"1.0.0\"\n{extra}\n")
+}
+
+/// Runs tests/peers/mcp_client.py against `url`; its JSON report. On a
+/// blocking thread: in-process tool servers share the test's runtime.
+async fn python_client(url: &str, calls: &Value) -> Value {
+    let mut command = Command::new(python());
+    command.arg(peer_script("mcp_client.py")).arg(url).arg(calls.to_string());
+    let output = tokio::task::spawn_blocking(move || command.output())
+        .await
+        .expect("join")
+        .expect("run mcp_client.py");
+    assert!(output.status.success(), "mcp_client.py failed: {}", String::from_utf8_lossy(&output.stderr));
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!("mcp_client.py printed no JSON ({e}): {}", String::from_utf8_lossy(&output.stdout))
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Raw requests to /mcp
+// ---------------------------------------------------------------------------
+
+async fn mcp_post(gw: &Gateway, body: &Value, headers: &[(&str, &str)]) -> Resp {
+    let mut all = vec![("content-type", "application/json"), ("accept", "application/json, text/event-stream")];
+    all.extend_from_slice(headers);
+    send_with_headers(gw.addr, "POST", "/mcp", Bytes::from(body.to_string()), &all).await
+}
+
+async fn rpc(gw: &Gateway, method: &str, params: Value) -> Value {
+    let resp = mcp_post(gw, &json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params}), &[]).await;
+    resp.expect_status(200);
+    let body = resp.json();
+    assert_eq!(body["jsonrpc"], "2.0", "{body}");
+    assert_eq!(body["id"], 7, "{body}");
+    body
+}
+
+/// `len` bytes of text JSON has to escape, with multi-byte characters.
+fn awkward_text(len: usize) -> String {
+    let mut s = String::with_capacity(len + 16);
+    let mut i = 0usize;
+    while s.len() < len {
+        s.push_str(["plain ", "\"quoted\" ", "back\\slash ", "new\nline ", "ünïcødé ", "🦀 "][i % 6]);
+        i += 1;
+    }
+    s
+}
+
+// ---------------------------------------------------------------------------
+// MCP servers behind the gateway
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn the_python_sdk_server_behind_the_gateway() {
+    let peer = McpPeer::start(false);
+    let gw = GatewayConfig::new()
+        .raw(&mcp_upstream("py", &peer.url(), "Py", "call_timeout = \"5s\""))
+        .start_with_env(&[("RUST_LOG", "info,otc_gateway::mcp=debug")])
+        .await;
+
+    // MCP tools under the configured toolkit and version; names sanitised.
+    let add = gw.wait_for_tool("Py.add@1.0.0").await;
+    assert_eq!(add["name"], "add");
+    assert_eq!(add["description"], "Adds two integers.");
+    assert_eq!(add["input_schema"]["properties"]["a"]["type"], "integer");
+    assert_eq!(add["input_schema"]["required"], json!(["a", "b"]));
+    let items = gw.tools().await;
+    let length = find_tool(&items, "Py.text_length@1.0.0").expect("text-length is listed as text_length");
+    assert_eq!(length["name"], "text-length");
+    let weather = find_tool(&items, "Py.weather@1.0.0").expect("weather");
+    assert_eq!(weather["output_schema"]["properties"]["temperature"]["type"], "number", "{weather}");
+
+    // A plain result: the text content, read as JSON.
+    let result = gw.call("Py.add@1.0.0", json!({"a": 2, "b": 40})).await.result();
+    assert_eq!(result["success"], true, "{result}");
+    assert_eq!(result["value"], 42);
+    assert!(result["call_id"].is_string() && result["duration"].is_number(), "{result}");
+    // Structured output becomes the value.
+    let result = gw.call("Py.weather", json!({"city": "Oslo"})).await.result();
+    assert_eq!(result["value"], json!({"city": "Oslo", "temperature": 21.5, "conditions": "sunny"}));
+    // The original MCP name goes upstream.
+    let result = gw.call("Py.text_length", json!({"text": "hello"})).await.result();
+    assert_eq!(result["value"], 5, "{result}");
+
+    // A tool that raises is a tool failure (the SDK hides an unexpected
+    // exception's text; a ToolError's text is the message).
+    let failed = gw.call("Py.explode", json!({"reason": "boom"})).await.result();
+    assert_eq!(failed["success"], false, "{failed}");
+    assert!(failed["error"]["message"].as_str().is_some_and(|m| m.contains("explode")), "{failed}");
+    let refused = gw.call("Py.refuse", json!({"reason": "not today"})).await.result();
+    assert_eq!(refused["success"], false, "{refused}");
+    assert!(refused["error"]["message"].as_str().is_some_and(|m| m.contains("refused: not today")), "{refused}");
+
+    // Inputs are validated at the gateway; unknown tools are 400s.
+    let errors = gw.call("Py.add", json!({"a": "two"})).await.parameter_errors();
+    assert!(errors.contains_key("a") && errors.contains_key("b"), "{errors:?}");
+    gw.call("Py.nothing", json!({})).await.server_error(400);
+
+    // Log notifications on the SSE stream are skipped until the response.
+    let result = gw.call("Py.chatty", json!({})).await.result();
+    assert_eq!(result["value"], "chatted", "{result}");
+    gw.wait_for_log(&["skipping an MCP notification"]).await;
+
+    let status: Value = send_with_headers(gw.admin, "GET", "/status", Bytes::new(), &[]).await.json();
+    let upstream = &status["upstreams"][0];
+    assert_eq!(upstream["up"], true, "{status}");
+    assert_eq!(upstream["skipped"], json!([]), "{status}");
+}
+
+#[tokio::test]
+async fn bodies_over_64_kb_go_through_both_bridges() {
+    let peer = McpPeer::start(false);
+    let gw = GatewayConfig::new().raw(&mcp_upstream("py", &peer.url(), "Py", "")).start().await;
+    gw.wait_for_tool("Py.echo@1.0.0").await;
+    let text = awkward_text(200 * 1024);
+
+    // OTC client → gateway → MCP server, and back.
+    let result = gw.call("Py.echo", json!({"text": text})).await.result();
+    assert!(result["value"].as_str() == Some(text.as_str()), "the text came back intact");
+    let result = gw.call("Py.text_length", json!({"text": text})).await.result();
+    assert_eq!(result["value"], text.chars().count());
+
+    // MCP client → /mcp → MCP server, and back.
+    let body = rpc(&gw, "tools/call", json!({"name": "Py_echo", "arguments": {"text": text}})).await;
+    assert_eq!(body["result"]["isError"], false, "{}", &body.to_string()[..300]);
+    assert!(body["result"]["content"][0]["text"].as_str() == Some(text.as_str()), "the text came back intact");
+}
+
+#[tokio::test]
+async fn json_replies_a_restarted_server_and_a_server_that_is_down() {
+    let mut peer = McpPeer::start(true);
+    let gw = GatewayConfig::new()
+        .raw(&mcp_upstream("py", &peer.url(), "Py", "circuit_failures = 100"))
+        .start()
+        .await;
+    gw.wait_for_tool("Py.add@1.0.0").await;
+    assert_eq!(gw.call("Py.add", json!({"a": 1, "b": 1})).await.result()["value"], 2);
+
+    // Down: the tool was never called, so it is a 400 before the call.
+    peer.stop();
+    let body = gw.call("Py.add", json!({"a": 1, "b": 2})).await.server_error(400);
+    assert_eq!(body["message"], "The tool server is temporarily unavailable", "{body}");
+
+    // Back, as a new process that knows no session: the gateway's session id
+    // gets a 404, and a new session is opened.
+    peer.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let resp = gw.call("Py.add", json!({"a": 1, "b": 3})).await;
+        if resp.status == 200 {
+            assert_eq!(resp.result()["value"], 4, "{}", resp.text());
+            break;
+        }
+        assert!(Instant::now() < deadline, "the restarted server was never called: {}", resp.text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    gw.wait_for_log(&["MCP session expired; opening a new one", "MCP session opened"]).await;
+}
+
+#[tokio::test]
+async fn a_call_that_outlives_call_timeout_is_a_retryable_tool_failure() {
+    let peer = McpPeer::start(false);
+    let gw = GatewayConfig::new()
+        .raw(&mcp_upstream("py", &peer.url(), "Py", "call_timeout = \"700ms\""))
+        .start()
+        .await;
+    gw.wait_for_tool("Py.slow@1.0.0").await;
+    let started = Instant::now();
+    let result = gw.call("Py.slow", json!({"seconds": 5})).await.result();
+    assert!(started.elapsed() < Duration::from_secs(4), "the gateway waited {:?}", started.elapsed());
+    assert_eq!(result["success"], false, "{result}");
+    assert_eq!(result["error"]["can_retry"], true, "{result}");
+    // The session is still good for the next call.
+    assert_eq!(gw.call("Py.slow", json!({"seconds": 0})).await.result()["value"], "done");
+}
+
+#[tokio::test]
+async fn bearer_tokens_and_per_user_tokens_go_upstream_and_mcp_needs_credentials() {
+    let peer = McpPeer::start(false);
+    let config = GatewayConfig::new()
+        .raw(&mcp_upstream("shared", &peer.url(), "Shared", "bearer_token = \"env:MB_UPSTREAM_TOKEN\""))
+        .raw(&mcp_upstream("per-user", &peer.url(), "Mine", "user_token = \"google\""))
+        .raw(
+            "[authorization.google]\ntoken = \"env:MB_GOOGLE_{user_id}\"\n\n\
+             [auth]\nmode = \"jwt\"\nhs256_secret = \"env:MB_JWT_SECRET\"\n\
+             api_keys = [{ key = \"env:MB_API_KEY\", user_id = \"alice\" }]\n",
+        );
+    let gw = config
+        .start_with_env(&[
+            ("MB_UPSTREAM_TOKEN", "upstream-secret"),
+            ("MB_GOOGLE_alice", "alice-google-token"),
+            ("MB_JWT_SECRET", "a-jwt-secret-that-is-long-enough-0123456789"),
+            ("MB_API_KEY", "ak-alice-0123456789"),
+        ])
+        .await;
+    let key = [("authorization", "Bearer ak-alice-0123456789")];
+    let call = |tool: &'static str| {
+        let body = json!({"request": {"tool_id": tool, "input": {}}}).to_string();
+        send_with_headers(gw.addr, "POST", "/tools/call", Bytes::from(body), &key)
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while call("Mine.whoami").await.status != 200 {
+        assert!(Instant::now() < deadline, "Mine.whoami never became callable");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(call("Shared.whoami").await.result()["value"], "Bearer upstream-secret");
+    assert_eq!(call("Mine.whoami").await.result()["value"], "Bearer alice-google-token");
+
+    // /mcp takes the same credentials as the OTC front.
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                      "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let refused = mcp_post(&gw, &init, &[]).await;
+    assert_eq!(refused.status, 401, "{}", refused.text());
+    assert!(refused.header("www-authenticate").is_some_and(|v| v.starts_with("Bearer")));
+    let listed = mcp_post(&gw, &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "Mine_whoami"}}), &key).await;
+    assert_eq!(listed.json()["result"]["content"][0]["text"], "Bearer alice-google-token", "{}", listed.text());
+}
+
+// ---------------------------------------------------------------------------
+// The MCP front
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn the_python_sdk_client_against_the_mcp_front() {
+    let calc = ToolServer::start(common::catalog(vec![
+        common::tool("Calculator.Add", "1.0.0", common::add_schema()),
+        common::tool("Calculator.Add", "2.0.0", common::add_schema()),
+    ]))
+    .await;
+    calc.on_call(common::add);
+    let peer = McpPeer::start(false);
+    let gw = GatewayConfig::new()
+        .upstream("calc", &calc.url())
+        .raw(&mcp_upstream("py", &peer.url(), "Py", ""))
+        .start()
+        .await;
+    gw.wait_for_tool("Calculator.Add@2.0.0").await;
+    gw.wait_for_tool("Py.weather@1.0.0").await;
+
+    let calls = json!([
+        {"name": "Calculator_Add", "arguments": {"a": 1, "b": 2}},
+        {"name": "Calculator.Add@1.0.0", "arguments": {"a": 10, "b": 5}},
+        {"name": "Py_weather", "arguments": {"city": "Lima"}},
+        {"name": "Py_explode", "arguments": {"reason": "boom"}},
+        {"name": "Calculator_Add", "arguments": {"a": "one"}},
+        {"name": "Nope_Nothing", "arguments": {}},
+    ]);
+    let seen = python_client(&format!("{}/mcp", gw.url()), &calls).await;
+    assert_eq!(seen["protocol_version"], "2025-11-25", "{seen}");
+    assert_eq!(seen["server"], "otc-gateway", "{seen}");
+
+    // OTC and MCP upstreams alike, each at its latest version.
+    let tools = seen["tools"].as_array().expect("tools");
+    let add = tools.iter().find(|t| t["name"] == "Calculator_Add").expect("Calculator_Add is listed");
+    assert_eq!(add["_meta"]["otc-gateway/id"], "Calculator.Add@2.0.0", "{add}");
+    assert_eq!(add["_meta"]["otc-gateway/version"], "2.0.0");
+    assert_eq!(add["inputSchema"]["required"], json!(["a", "b"]));
+    assert!(add["description"].as_str().is_some_and(|d| !d.is_empty()));
+    let weather = tools.iter().find(|t| t["name"] == "Py_weather").expect("Py_weather is listed");
+    assert_eq!(weather["outputSchema"]["type"], "object", "{weather}");
+    assert_eq!(tools.iter().filter(|t| t["name"].as_str().is_some_and(|n| n.starts_with("Calculator"))).count(), 1);
+
+    let results = seen["calls"].as_array().expect("calls");
+    let text = |i: usize| results[i]["result"]["content"][0]["text"].clone();
+    assert_eq!(text(0), "3", "{}", results[0]);
+    assert_eq!(results[0]["result"]["isError"], false);
+    assert_eq!(text(1), "15", "an older version by its OTC id: {}", results[1]);
+    assert_eq!(
+        results[2]["result"]["structuredContent"],
+        json!({"city": "Lima", "temperature": 21.5, "conditions": "sunny"}),
+        "MCP → OTC → MCP keeps structured output: {}",
+        results[2]
+    );
+    assert_eq!(results[3]["result"]["isError"], true, "{}", results[3]);
+    assert_eq!(results[4]["result"]["isError"], true, "invalid arguments are a tool error: {}", results[4]);
+    assert!(text(4).as_str().is_some_and(|t| t.contains("a:") && t.contains("b:")), "{}", results[4]);
+    assert_eq!(results[5]["error"]["code"], -32602, "an unknown tool is a JSON-RPC error: {}", results[5]);
+    assert_eq!(calc.call_count(), 2, "invalid arguments never reach the tool");
+}
+
+#[tokio::test]
+async fn the_mcp_front_follows_the_streamable_http_rules() {
+    let gw = GatewayConfig::new().start().await;
+    let init = |version: &str| {
+        json!({"jsonrpc": "2.0", "id": "init-1", "method": "initialize",
+               "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}})
+    };
+
+    // initialize: the client's version when supported, else the newest; a session id.
+    let resp = mcp_post(&gw, &init("2025-03-26"), &[]).await;
+    resp.expect_status(200);
+    assert!(resp.header("content-type").is_some_and(|c| c.starts_with("application/json")));
+    let session = resp.header("mcp-session-id").expect("a session id");
+    assert!(!session.is_empty() && session.bytes().all(|b| (0x21..=0x7e).contains(&b)), "{session}");
+    let body = resp.json();
+    assert_eq!(body["id"], "init-1");
+    assert_eq!(body["result"]["protocolVersion"], "2025-03-26");
+    assert_eq!(body["result"]["capabilities"]["tools"], json!({"listChanged": false}));
+    assert_eq!(mcp_post(&gw, &init("2099-01-01"), &[]).await.json()["result"]["protocolVersion"], "2025-11-25");
+
+    // Notifications and responses: 202, no body.
+    for message in [
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 5, "result": {}}),
+    ] {
+        let resp = mcp_post(&gw, &message, &[("mcp-session-id", &session), ("mcp-protocol-version", "2025-03-26")]).await;
+        assert_eq!(resp.status, 202, "{message}: {}", resp.text());
+        assert!(resp.body.is_empty());
+    }
+
+    assert_eq!(rpc(&gw, "ping", json!({})).await["result"], json!({}));
+    assert_eq!(rpc(&gw, "tools/list", json!({})).await["result"]["tools"], json!([]));
+    assert_eq!(rpc(&gw, "resources/list", json!({})).await["error"]["code"], -32601);
+    assert_eq!(rpc(&gw, "tools/call", json!({"name": "X_Y"})).await["error"]["code"], -32602);
+    assert_eq!(rpc(&gw, "tools/call", json!({"arguments": {}})).await["error"]["code"], -32602);
+    assert_eq!(rpc(&gw, "tools/list", json!({"cursor": "not-a-cursor"})).await["error"]["code"], -32602);
+
+    // Malformed messages: 400 with a JSON-RPC error without an id.
+    let resp = send_with_headers(gw.addr, "POST", "/mcp", Bytes::from_static(b"{not json"), &[]).await;
+    assert_eq!(resp.status, 400);
+    assert_eq!(resp.json()["error"]["code"], -32700);
+    assert_eq!(resp.json()["id"], Value::Null);
+    let batch = json!([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]);
+    assert_eq!(mcp_post(&gw, &batch, &[]).await.json()["error"]["code"], -32600);
+    let resp = mcp_post(&gw, &json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}), &[("mcp-protocol-version", "1999-01-01")]).await;
+    assert_eq!(resp.status, 400, "an unsupported MCP-Protocol-Version: {}", resp.text());
+
+    // No server-initiated stream, no session state to end.
+    for method in ["GET", "DELETE"] {
+        let resp = send_with_headers(gw.addr, method, "/mcp", Bytes::new(), &[("accept", "text/event-stream")]).await;
+        assert_eq!(resp.status, 405, "{method}");
+        assert_eq!(resp.header("allow").as_deref(), Some("POST"));
+    }
+
+    // DNS rebinding protection: only localhost origins by default.
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    let resp = mcp_post(&gw, &ping, &[("origin", "http://evil.example.com")]).await;
+    assert_eq!(resp.status, 403, "{}", resp.text());
+    assert_eq!(resp.json()["jsonrpc"], "2.0");
+    let port = gw.addr.port().to_string();
+    for origin in [format!("http://localhost:{port}"), format!("http://127.0.0.1:{port}")] {
+        assert_eq!(mcp_post(&gw, &ping, &[("origin", &origin)]).await.status, 200, "{origin}");
+    }
+
+    // The /mcp route is counted in the metrics.
+    let metrics = send_with_headers(gw.admin, "GET", "/metrics", Bytes::new(), &[]).await.text();
+    assert!(metrics.contains("route=\"/mcp\""), "{metrics}");
+}
+
+#[tokio::test]
+async fn allowed_origins_and_policies_shape_the_mcp_front() {
+    let calc = ToolServer::start(common::catalog(vec![
+        common::tool("Calculator.Add", "1.0.0", common::add_schema()),
+        common::tool("Secret.Thing", "1.0.0", common::any_object()),
+    ]))
+    .await;
+    let gw = GatewayConfig::new()
+        .upstream("calc", &calc.url())
+        .raw("[mcp]\nallowed_origins = [\"https://app.example.com\"]\n\n[[policy]]\nname = \"all\"\nwhen = { any = true }\nallow = [\"Calculator.*\"]\n")
+        .start()
+        .await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    assert_eq!(mcp_post(&gw, &ping, &[("origin", "https://app.example.com")]).await.status, 200);
+    assert_eq!(mcp_post(&gw, &ping, &[("origin", "http://localhost")]).await.status, 403);
+
+    let names: Vec<Value> = rpc(&gw, "tools/list", json!({})).await["result"]["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["name"].clone())
+        .collect();
+    assert_eq!(names, vec![json!("Calculator_Add")], "a denied tool is not listed");
+    assert_eq!(rpc(&gw, "tools/call", json!({"name": "Secret.Thing"})).await["error"]["code"], -32602);
+}
+
+// ---------------------------------------------------------------------------
+// A scripted MCP server: pages, a ping and a notification before the answer
+// ---------------------------------------------------------------------------
+
+/// What the scripted server saw: each POST's headers and body.
+type Seen = Arc<Mutex<Vec<(http::HeaderMap, Value)>>>;
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+async fn scripted_server() -> (SocketAddr, Seen) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let record = record.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| scripted(req, record.clone()));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
+}
+
+async fn scripted(req: hyper::Request<hyper::body::Incoming>, seen: Seen) -> Result<hyper::Response<Body>, Infallible> {
+    let headers = req.headers().clone();
+    let bytes = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+    let message: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    seen.lock().expect("lock").push((headers, message.clone()));
+    let id = message["id"].clone();
+    let json_reply = |result: Value| {
+        let body = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
+        hyper::Response::builder()
+            .header("content-type", "application/json")
+            .header("mcp-session-id", "scripted-session-1")
+            .body(Full::new(Bytes::from(body)).boxed())
+            .expect("response")
+    };
+    let tool = |name: &str| json!({"name": name, "description": name, "inputSchema": {"type": "object"}});
+    let response = match message["method"].as_str() {
+        Some("initialize") => {
+            json_reply(json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "scripted", "version": "1"}}))
+        }
+        Some("tools/list") => match message["params"]["cursor"].as_str() {
+            None => json_reply(json!({"tools": [tool("first"), tool("dup.name")], "nextCursor": "page-2"})),
+            Some("page-2") => json_reply(json!({"tools": [tool("second"), tool("dup_name"), tool("broken"), tool("hang")]})),
+            Some(_) => json_reply(json!({"tools": []})),
+        },
+        Some("tools/call") if message["params"]["name"] == "hang" => {
+            tokio::time::sleep(Duration::from_secs(5)).await;
+            json_reply(json!({"content": []}))
+        }
+        Some("tools/call") if message["params"]["name"] == "broken" => {
+            let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "it broke"}}).to_string();
+            hyper::Response::builder()
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body)).boxed())
+                .expect("response")
+        }
+        Some("tools/call") => {
+            // An SSE stream: a priming event, a notification, a ping request,
+            // then the response.
+            let events = [
+                "id: ev-0\ndata:\n\n".to_owned(),
+                format!("event: message\ndata: {}\n\n", json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}})),
+                format!("data: {}\r\n\r\n", json!({"jsonrpc": "2.0", "id": "server-ping-1", "method": "ping"})),
+                format!(
+                    "id: ev-3\ndata: {}\n\n",
+                    json!({"jsonrpc": "2.0", "id": id, "result": {"content": [{"type": "text", "text": "{\"called\": true}"}]}})
+                ),
+            ];
+            hyper::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(Full::new(Bytes::from(events.concat())).boxed())
+                .expect("response")
+        }
+        _ => hyper::Response::builder().status(202).body(Full::new(Bytes::new()).boxed()).expect("response"),
+    };
+    Ok(response)
+}
+
+#[tokio::test]
+async fn pages_pings_notifications_sessions_and_errors_of_a_scripted_server() {
+    let (addr, seen) = scripted_server().await;
+    let gw = GatewayConfig::new()
+        .raw(&mcp_upstream("scripted", &format!("http://{addr}/mcp"), "S", "call_timeout = \"1s\""))
+        .start()
+        .await;
+
+    // Both pages, a collision skipped with its reason.
+    gw.wait_for_tool("S.second@1.0.0").await;
+    assert!(find_tool(&gw.tools().await, "S.first@1.0.0").is_some());
+    let dup = find_tool(&gw.tools().await, "S.dup_name@1.0.0").cloned().expect("dup_name");
+    assert_eq!(dup["name"], "dup_name", "the name that needed no change wins: {dup}");
+    let status: Value = send_with_headers(gw.admin, "GET", "/status", Bytes::new(), &[]).await.json();
+    let skipped = status["upstreams"][0]["skipped"].to_string();
+    assert!(skipped.contains("dup.name") && skipped.contains("already taken"), "{status}");
+
+    // SSE: priming event and notification skipped, ping answered, then the answer.
+    let result = gw.call("S.first", json!({})).await.result();
+    assert_eq!(result["value"], json!({"called": true}), "{result}");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let pong = seen.lock().expect("lock").iter().any(|(_, m)| m["id"] == "server-ping-1" && m["result"] == json!({}));
+        if pong {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the gateway never answered the server's ping");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // A JSON-RPC error is a tool failure with the code for developers.
+    let broken = gw.call("S.broken", json!({})).await.result();
+    assert_eq!(broken["success"], false, "{broken}");
+    assert!(broken["error"]["developer_message"].as_str().is_some_and(|m| m.contains("-32603")), "{broken}");
+    assert!(broken["error"]["message"].as_str().is_some_and(|m| m.contains("it broke")), "{broken}");
+
+    // A call that outlives call_timeout: retryable, and cancelled upstream.
+    let hung = gw.call("S.hang", json!({})).await.result();
+    assert_eq!(hung["error"]["can_retry"], true, "{hung}");
+    let call_id = seen.lock().expect("lock").iter().rev().find(|(_, m)| m["params"]["name"] == "hang").map(|(_, m)| m["id"].clone());
+    let call_id = call_id.expect("the hanging call reached the server");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let cancelled = seen
+            .lock()
+            .expect("lock")
+            .iter()
+            .any(|(_, m)| m["method"] == "notifications/cancelled" && m["params"]["requestId"] == call_id);
+        if cancelled {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the timed-out request was never cancelled");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // Every request after initialize carried the session and the version.
+    let requests = seen.lock().expect("lock").clone();
+    let (first_headers, first) = &requests[0];
+    assert_eq!(first["method"], "initialize", "{first}");
+    assert!(first_headers.get("mcp-session-id").is_none());
+    assert_eq!(first["params"]["protocolVersion"], "2025-11-25");
+    assert!(first["params"]["clientInfo"]["name"].is_string());
+    assert_eq!(requests[1].1["method"], "notifications/initialized");
+    for (headers, message) in &requests[1..] {
+        assert_eq!(headers.get("mcp-session-id").map(|v| v.to_str().unwrap_or("")), Some("scripted-session-1"), "{message}");
+        assert_eq!(headers.get("mcp-protocol-version").map(|v| v.to_str().unwrap_or("")), Some("2025-06-18"), "{message}");
+    }
+}

@@ -1,0 +1,28 @@
+//! MCP's own conformance suite (npm `@modelcontextprotocol/conformance`)
+//! against this build: `scripts/conformance.sh` runs the server scenarios
+//! server-initialize, ping, tools-list and dns-rebinding-protection against
+//! `/mcp`, and the client scenarios initialize and tools_call against the
+//! gateway as an MCP client. The script installs the suite and Node 22 into
+//! `.conformance/` when they are missing (scripts/test.sh does it first).
+
+use std::path::PathBuf;
+use std::process::Command;
+
+#[test]
+fn the_mcp_conformance_suite_passes() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let output = Command::new("bash")
+        .arg(root.join("scripts/conformance.sh"))
+        .env("OTC_GATEWAY_BIN", env!("CARGO_BIN_EXE_otc-gateway"))
+        .current_dir(&root)
+        .output()
+        .expect("run scripts/conformance.sh");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "scripts/conformance.sh failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    assert!(stdout.contains("MCP conformance: all 6 scenarios passed"), "{stdout}\n{stderr}");
+}
