@@ -89,8 +89,7 @@ fn run_demo(listen: &str, admin_listen: &str) -> ExitCode {
         Ok(config) => config,
         Err(e) => return fail(e),
     };
-    let banner = listen.parse().map(demo::demo_banner).ok();
-    match server::run(config, None, control, banner) {
+    match server::run(config, None, control, Some(demo::demo_banner)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
     }
@@ -115,23 +114,26 @@ fn fail(error: impl std::fmt::Display) -> ExitCode {
 /// Logs go to stderr through a background writer, so a call never waits on
 /// the terminal or a log pipe.
 fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
-    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // These crates print whole request headers (Authorization included) at
-    // trace level; capped at debug whatever RUST_LOG says, so no token ever
-    // reaches the log.
-    for noisy in ["pingora=debug", "pingora_core=debug", "pingora_proxy=debug", "hyper=debug", "hyper_util=debug", "rustls=debug"] {
-        if let Ok(directive) = noisy.parse() {
-            filter = filter.add_directive(directive);
-        }
-    }
+    // trace level. A second filter caps them at debug whatever RUST_LOG says,
+    // so no token ever reaches the log; it only lowers, never raises, a level.
+    let cap = ["pingora", "pingora_core", "pingora_proxy", "hyper", "hyper_util", "rustls"]
+        .into_iter()
+        .fold(Targets::new().with_default(LevelFilter::TRACE), |cap, target| cap.with_target(target, LevelFilter::DEBUG));
     let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     // Colours only for a person at a terminal, never in files or pipes.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(writer);
+    let registry = tracing_subscriber::registry().with(cap).with(filter);
+    let layer = tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(writer);
     match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => registry.with(layer).init(),
+        LogFormat::Json => registry.with(layer.json()).init(),
     }
     guard
 }

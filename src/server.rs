@@ -64,12 +64,13 @@ impl ControlPlane {
 
 /// Runs the gateway with `config` until it is told to stop; never returns.
 /// With `config_path`, the file is watched and reloaded on change and on
-/// SIGHUP. `banner` is printed after the ready line (the demo's curl lines).
+/// SIGHUP. `banner`, given the address actually bound (a port 0 made
+/// concrete), is printed after the ready line (the demo's curl lines).
 pub fn run(
     config: Config,
     config_path: Option<PathBuf>,
     control: ControlPlane,
-    banner: Option<String>,
+    banner: Option<fn(SocketAddr) -> String>,
 ) -> Result<(), StartError> {
     let listen = concrete_addr(&config.server.listen)?;
     let threads = match config.server.threads {
@@ -187,7 +188,7 @@ fn concrete_addr(text: &str) -> Result<SocketAddr, StartError> {
 }
 
 /// Prints the ready line once the data plane accepts connections.
-fn announce_when_ready(listen: SocketAddr, admin: SocketAddr, banner: Option<String>) {
+fn announce_when_ready(listen: SocketAddr, admin: SocketAddr, banner: Option<fn(SocketAddr) -> String>) {
     let mut probe = listen;
     if probe.ip().is_unspecified() {
         probe.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
@@ -203,6 +204,6 @@ fn announce_when_ready(listen: SocketAddr, admin: SocketAddr, banner: Option<Str
     // The one line scripts and tests wait for.
     println!("otc-gateway listening on {listen} (admin {admin})");
     if let Some(banner) = banner {
-        println!("{banner}");
+        println!("{}", banner(listen));
     }
 }
