@@ -1,0 +1,198 @@
+"""Shared parts of the load benchmarks: processes pinned to CPUs, nginx
+instances, wrk runs, CPU time read from /proc, and medians.
+
+Standard library only, so `benches/run.sh` needs nothing but Debian's nginx
+and wrk and a release build of the gateway.
+"""
+
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GATEWAY = ROOT / "target" / "release" / "otc-gateway"
+WRK_SCRIPT = Path(__file__).resolve().parent / "wrk.lua"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+# The proxy under test gets CPU 0 to itself; wrk and the upstream share CPU 1.
+PROXY_CPU = "0"
+LOAD_CPU = "1"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                return r.read()
+        except Exception:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{url} did not answer within {timeout}s")
+            time.sleep(0.02)
+
+
+def get_json(url):
+    with urllib.request.urlopen(url, timeout=30) as r:
+        return json.loads(r.read())
+
+
+def post_json(url, body):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+class Pinned:
+    """A process pinned to one CPU, stopped (SIGTERM, then SIGKILL) on exit."""
+
+    def __init__(self, name, cmd, cpu, workdir, env=None):
+        self.name = name
+        self.log = open(Path(workdir) / f"{name}.log", "wb")
+        full_env = dict(os.environ, **(env or {}))
+        self.proc = subprocess.Popen(["taskset", "-c", cpu, *cmd], stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
+
+    @property
+    def pid(self):
+        return self.proc.pid
+
+    def cpu_seconds(self):
+        """User + system CPU time of the process and its children (nginx's
+        workers), all threads included."""
+        total = 0
+        for pid in [self.pid, *children(self.pid)]:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        return total / CLK_TCK
+
+    def rss_mb(self):
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def children(pid):
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+NGINX_COMMON = """
+worker_processes 1;
+daemon off;
+pid {work}/{name}.pid;
+error_log {work}/{name}.err warn;
+events {{ worker_connections 16384; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000;
+  keepalive_timeout 120s;
+  client_body_temp_path {work}/tmp-{name};
+  proxy_temp_path {work}/tmp-{name};
+  fastcgi_temp_path {work}/tmp-{name};
+  uwsgi_temp_path {work}/tmp-{name};
+  scgi_temp_path {work}/tmp-{name};
+{body}
+}}
+"""
+
+
+def start_nginx(name, http_body, cpu, work):
+    """nginx with one worker and `http_body` inside its http block."""
+    conf = Path(work) / f"{name}.conf"
+    conf.write_text(NGINX_COMMON.format(work=work, name=name, body=http_body))
+    user = "user root root;\n" if os.geteuid() == 0 else ""
+    if user:
+        conf.write_text(user + conf.read_text())
+    return Pinned(name, ["nginx", "-e", f"{work}/{name}.err", "-p", str(work), "-c", str(conf)], cpu, work)
+
+
+def upstream_server_block(port, catalog_path):
+    """A tool server at nginx speed: a static catalog and a fixed answer."""
+    answer = '{"${dollar}schema":"otc://1.0","result":{"call_id":"bench","duration":0.05,"success":true,"value":15}}'
+    return f"""
+  server {{
+    listen 127.0.0.1:{port} backlog=4096;
+    location = /tools {{ default_type application/json; alias {catalog_path}; }}
+    location = /tools/call {{ default_type application/json; return 200 '{answer}'; }}
+  }}"""
+
+
+# nginx has no escape for "$" in strings; a variable holding it is the idiom.
+DOLLAR = '  geo $dollar { default "$"; }\n'
+
+
+def start_gateway(name, config_text, cpu, work, env=None):
+    config = Path(work) / f"{name}.toml"
+    config.write_text(config_text)
+    env = dict({"RUST_LOG": "warn"}, **(env or {}))
+    return Pinned(name, [str(GATEWAY), "--config", str(config)], cpu, work, env)
+
+
+def wrk(url, seconds, connections, body=None, delay_ms=0, cpu=LOAD_CPU):
+    """One wrk run: requests per second and latency percentiles (ms)."""
+    env = dict(os.environ, BENCH_BODY=body or "", BENCH_DELAY_MS=str(delay_ms))
+    cmd = ["taskset", "-c", cpu, "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s",
+           "-s", str(WRK_SCRIPT), url]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
+    line = next(l for l in out.splitlines() if l.startswith("RESULT "))
+    r = {k: int(v) for k, v in (kv.split("=") for kv in line.split()[1:])}
+    seconds_run = r["duration_us"] / 1e6
+    return {
+        "requests": r["requests"],
+        "rps": r["requests"] / seconds_run,
+        "p50_ms": r["p50_us"] / 1000,
+        "p90_ms": r["p90_us"] / 1000,
+        "p99_ms": r["p99_us"] / 1000,
+        "errors": r["errors"] + r["non2xx"],
+        "seconds": seconds_run,
+    }
+
+
+def measured(proc, url, seconds, connections, body=None, delay_ms=0):
+    """A wrk run with the CPU time `proc` spent serving it."""
+    before = proc.cpu_seconds()
+    r = wrk(url, seconds, connections, body, delay_ms)
+    spent = proc.cpu_seconds() - before
+    r["cpu_us_per_req"] = spent * 1e6 / max(r["requests"], 1)
+    r["cpu_busy"] = spent / r["seconds"]
+    return r
+
+
+def median(values):
+    return statistics.median(values)
+
+
+def say(*args):
+    print(*args, flush=True)
+
+
+def fail(message):
+    print(f"benchmark failed: {message}", file=sys.stderr)
+    sys.exit(1)

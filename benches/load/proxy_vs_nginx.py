@@ -1,0 +1,150 @@
+"""The gateway against nginx's plain proxy_pass, side by side.
+
+One upstream at nginx speed (nginx serving a static catalog and a fixed
+answer), nginx proxy_pass in front of it, and the gateway in front of it with
+a tool that requires one secret: the gateway does its whole job on every call
+(parse, resolve, validate, inject the secret, forward, re-wrap) while nginx
+only relays bytes. Each proxy is pinned to CPU 0; wrk and the upstream share
+CPU 1. Runs alternate nginx and gateway so drift on a shared machine hits both.
+
+Usage: python3 benches/load/proxy_vs_nginx.py [--rounds 5] [--seconds 10] [--connections 50]
+"""
+
+import argparse
+import json
+import math
+import tempfile
+from pathlib import Path
+
+import benchlib as b
+
+TOOL = {
+    "id": "Bench.Add@1.0.0",
+    "name": "Add",
+    "description": "Adds two numbers.",
+    "version": "1.0.0",
+    "input_schema": {
+        "type": "object",
+        "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+        "required": ["a", "b"],
+    },
+    "output_schema": {"type": "number"},
+    "requirements": {"secrets": [{"id": "BENCH_API_KEY"}]},
+}
+BODY = json.dumps({"$schema": "otc://1.0", "request": {"tool_id": "Bench.Add@1.0.0", "input": {"a": 10, "b": 5}}})
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--connections", type=int, default=50)
+    args = ap.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="otc-bench-"))
+    work.chmod(0o755)
+    (work / "catalog.json").write_text(json.dumps({"$schema": "otc://1.0", "tools": [TOOL]}))
+    up_port, ngx_port, gw_port, admin_port = (b.free_port() for _ in range(4))
+    procs = []
+    try:
+        upstream = b.start_nginx("upstream", b.DOLLAR + b.upstream_server_block(up_port, work / "catalog.json"),
+                                 b.LOAD_CPU, work)
+        procs.append(upstream)
+        nginx = b.start_nginx("nginx-proxy", f"""
+  upstream tools {{ server 127.0.0.1:{up_port}; keepalive 256; keepalive_requests 1000000; }}
+  server {{
+    listen 127.0.0.1:{ngx_port} backlog=4096;
+    location / {{ proxy_pass http://tools; proxy_http_version 1.1; proxy_set_header Connection ""; }}
+  }}""", b.PROXY_CPU, work)
+        procs.append(nginx)
+        gateway = b.start_gateway("gateway", f"""
+[server]
+listen = "127.0.0.1:{gw_port}"
+admin_listen = "127.0.0.1:{admin_port}"
+threads = 1
+
+[catalog]
+poll_interval = "300s"
+
+[[upstreams]]
+name = "bench"
+url = "http://127.0.0.1:{up_port}"
+
+[secrets]
+BENCH_API_KEY = "env:BENCH_API_KEY"
+""", b.PROXY_CPU, work, env={"BENCH_API_KEY": "bench-secret-value"})
+        procs.append(gateway)
+
+        direct = f"http://127.0.0.1:{up_port}/tools/call"
+        via = {"nginx": f"http://127.0.0.1:{ngx_port}/tools/call", "gateway": f"http://127.0.0.1:{gw_port}/tools/call"}
+        proc = {"nginx": nginx, "gateway": gateway}
+        b.wait_http(f"http://127.0.0.1:{up_port}/tools")
+        b.wait_http(f"http://127.0.0.1:{ngx_port}/tools")
+        b.wait_http(f"http://127.0.0.1:{gw_port}/health")
+        for _ in range(200):
+            if b"Bench.Add" in b.wait_http(f"http://127.0.0.1:{gw_port}/tools"):
+                break
+            __import__("time").sleep(0.05)
+        answer = b.post_json(via["gateway"], json.loads(BODY))
+        if answer.get("result", {}).get("value") != 15:
+            b.fail(f"the gateway did not answer the call: {answer}")
+
+        b.say(f"# gateway vs nginx proxy_pass: {args.rounds} rounds x {args.seconds}s, "
+              f"{args.connections} connections, proxy on CPU {b.PROXY_CPU}, wrk + upstream on CPU {b.LOAD_CPU}")
+        for name in via:  # warm-up: connection pools, caches, page faults
+            b.wrk(via[name], 2, args.connections, BODY)
+
+        runs = {"nginx": [], "gateway": []}
+        b.say(f"{'round':>5} {'proxy':<8} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'cpu us/req':>10} {'cpu busy':>8}")
+        for i in range(args.rounds):
+            order = ["nginx", "gateway"] if i % 2 == 0 else ["gateway", "nginx"]
+            for name in order:
+                r = b.measured(proc[name], via[name], args.seconds, args.connections, BODY)
+                if r["errors"]:
+                    b.fail(f"{name}: {r['errors']} failed requests")
+                runs[name].append(r)
+                b.say(f"{i + 1:>5} {name:<8} {r['rps']:>9.0f} {r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} "
+                      f"{r['cpu_us_per_req']:>10.1f} {r['cpu_busy'] * 100:>7.0f}%")
+
+        rps_ratios = [g["rps"] / n["rps"] for g, n in zip(runs["gateway"], runs["nginx"])]
+        cpu_ratios = [n["cpu_us_per_req"] / g["cpu_us_per_req"] for g, n in zip(runs["gateway"], runs["nginx"])]
+        med = {name: {k: b.median([r[k] for r in rs]) for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")}
+               for name, rs in runs.items()}
+        b.say("")
+        for name, m in med.items():
+            b.say(f"median {name:<8} {m['rps']:>9.0f} req/s  p50 {m['p50_ms']:.3f} ms  p99 {m['p99_ms']:.3f} ms  "
+                  f"{m['cpu_us_per_req']:.1f} cpu us/req")
+        b.say(f"median ratio gateway/nginx, requests per second:        {b.median(rps_ratios):.3f}")
+        b.say(f"median ratio gateway/nginx, requests per CPU second:     {b.median(cpu_ratios):.3f}")
+
+        # Latency at half the gateway's saturating load, paced: each
+        # connection waits 1 ms between requests, and the number of
+        # connections is calibrated so the direct upstream sees the target.
+        target = med["gateway"]["rps"] / 2
+        conns = max(1, math.ceil(target / 800))
+        for _ in range(3):
+            probe = b.wrk(direct, 3, conns, BODY, delay_ms=1)
+            conns = max(1, round(conns * target / probe["rps"]))
+        b.say("")
+        b.say(f"# paced at ~{target:.0f} req/s (half the gateway's saturating rate), {conns} connections, "
+              f"{args.rounds} rounds x {args.seconds}s")
+        paced = {"direct": [], "nginx": [], "gateway": []}
+        for i in range(args.rounds):
+            for name, url in [("direct", direct), *via.items()]:
+                r = b.wrk(url, args.seconds, conns, BODY, delay_ms=1)
+                if r["errors"]:
+                    b.fail(f"{name} paced: {r['errors']} failed requests")
+                paced[name].append(r)
+        for name, rs in paced.items():
+            b.say(f"paced {name:<8} {b.median([r['rps'] for r in rs]):>8.0f} req/s  "
+                  f"p50 {b.median([r['p50_ms'] for r in rs]):.3f} ms  p99 {b.median([r['p99_ms'] for r in rs]):.3f} ms")
+        for name in via:
+            added = [p["p99_ms"] - d["p99_ms"] for p, d in zip(paced[name], paced["direct"])]
+            b.say(f"p99 added over a direct call, {name:<8} median {b.median(added):.3f} ms")
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+if __name__ == "__main__":
+    main()
