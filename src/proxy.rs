@@ -15,6 +15,8 @@ use bytes::{Bytes, BytesMut};
 use pingora::http::ResponseHeader;
 use pingora::prelude::{HttpPeer, ProxyHttp, Session};
 use pingora::proxy::FailToProxy;
+// pingora's coarse timer: no tokio timer entry (and driver wake-up) per request.
+use pingora_timeout::fast_timeout::fast_timeout;
 use pingora::{Error, ErrorType, Result};
 
 use crate::auth::Caller;
@@ -137,7 +139,7 @@ impl OtcProxy {
             // no state to end (DELETE).
             return Err(FrontError::MethodNotAllowed { allow: "POST" });
         }
-        let body = tokio::time::timeout(deadline, read_body(session, limit))
+        let body = fast_timeout(deadline, read_body(session, limit))
             .await
             .map_err(|_| FrontError::BodyTimeout(deadline))??;
         Ok(self.mcp.handle_post(&self.gateway, &caller, &session.req_header().headers, &body).await)
@@ -150,7 +152,7 @@ impl OtcProxy {
             let runtime = self.gateway.runtime();
             (runtime.config.server.max_body_bytes, runtime.config.server.body_timeout.0)
         };
-        let body = tokio::time::timeout(deadline, read_body(session, limit))
+        let body = fast_timeout(deadline, read_body(session, limit))
             .await
             .map_err(|_| FrontError::BodyTimeout(deadline))??;
         let traceparent = session

@@ -49,10 +49,12 @@ fn is_zero(text: &str) -> bool {
 }
 
 fn random_hex(bytes: usize) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let id = uuid::Uuid::new_v4();
     let mut out = String::with_capacity(bytes * 2);
     for b in id.as_bytes().iter().take(bytes) {
-        out.push_str(&format!("{b:02x}"));
+        out.push(HEX[usize::from(b >> 4)] as char);
+        out.push(HEX[usize::from(b & 0xf)] as char);
     }
     out
 }

@@ -40,7 +40,12 @@ pub struct Upstream {
     pub circuit: Circuit,
     tools_uri: Uri,
     call_uri: Uri,
-    client: Client<HttpConnector, Full<Bytes>>,
+    /// Calls' connections, made and driven on the data plane's threads.
+    call_client: Client<HttpConnector, Full<Bytes>>,
+    /// Catalog fetches' own pool, driven by the control runtime: a call that
+    /// borrowed one of these connections would wake another thread for every
+    /// read and write.
+    catalog_client: Client<HttpConnector, Full<Bytes>>,
     /// The MCP client, for `protocol = "mcp"` (whose `url` is the MCP
     /// endpoint itself); catalog fetches and calls go through it.
     pub mcp: Option<crate::mcp::client::McpClient>,
@@ -139,10 +144,12 @@ impl Upstream {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.connect_timeout.0));
         connector.set_nodelay(true);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(256)
-            .build(connector);
+        let client = |max_idle: usize| {
+            Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(90))
+                .pool_max_idle_per_host(max_idle)
+                .build(connector.clone())
+        };
         Ok(Upstream {
             name: config.name.get_ref().0.clone(),
             order,
@@ -155,7 +162,8 @@ impl Upstream {
             circuit: Circuit::new(config.circuit_failures, config.circuit_cooldown.0),
             tools_uri: format!("{base}/tools").parse()?,
             call_uri: format!("{base}/tools/call").parse()?,
-            client,
+            call_client: client(256),
+            catalog_client: client(1),
             mcp: match config.protocol.get_ref() {
                 Protocol::Mcp => Some(crate::mcp::client::McpClient::new(base.parse()?, config.connect_timeout.0)),
                 Protocol::Otc => None,
@@ -187,7 +195,7 @@ impl Upstream {
             .map_err(|e| FetchError::Unreachable(e.to_string()))?;
         let exchange = async {
             let response =
-                self.client.request(request).await.map_err(|e| {
+                self.catalog_client.request(request).await.map_err(|e| {
                     if e.is_connect() {
                         self.circuit.record_failure();
                     }
@@ -238,7 +246,7 @@ impl Upstream {
             detail: e.to_string(),
         })?;
         let exchange = async {
-            let response = self.client.request(request).await.map_err(|e| {
+            let response = self.call_client.request(request).await.map_err(|e| {
                 if e.is_connect() {
                     self.circuit.record_failure();
                     ForwardError::Connect { upstream: self.name.clone(), detail: error_chain(&e) }
@@ -262,7 +270,8 @@ impl Upstream {
             })?;
             Ok(CallReply { status, is_json, body: body.to_bytes() })
         };
-        match tokio::time::timeout(self.call_timeout, exchange).await {
+        // pingora's coarse timer wheel: a call registers no tokio timer.
+        match pingora_timeout::fast_timeout::fast_timeout(self.call_timeout, exchange).await {
             Ok(result) => result,
             Err(_) => Err(ForwardError::Timeout { upstream: self.name.clone(), timeout: self.call_timeout }),
         }
