@@ -1,17 +1,75 @@
-//! Micro-benchmarks of the pieces on the per-call hot path: id parsing and
-//! resolution, input validation, request parsing, and the response re-wrap.
-//! Run with `cargo bench --bench hot_path`.
+//! Micro-benchmarks of the pieces on the per-call hot path, in the order a
+//! call meets them: request parsing, id parsing and resolution (in a catalog
+//! of 10,000 tools), input validation, the request rewrite (secret
+//! injection and the upstream body), and the response re-wrap.
+//! Run with `cargo bench --bench hot_path`; results in benches/README.md.
 
+use std::hint::black_box;
+use std::sync::Arc;
+
+use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
-use otc_gateway::call::{parse_call, render_result};
+use otc_gateway::auth::Caller;
+use otc_gateway::call::{inject_context, parse_call, render_result, resolve_tool};
+use otc_gateway::catalog::dialect::{normalise_catalog, DialectDefaults};
+use otc_gateway::catalog::merge::merge;
+use otc_gateway::catalog::Catalog;
+use otc_gateway::config::Config;
+use otc_gateway::gateway::Runtime;
 use otc_gateway::resolve::parse_tool_id;
 use otc_gateway::validate::InputValidator;
-use otc_gateway::wire::{normalise_tool_response, CallResult};
+use otc_gateway::wire::{normalise_tool_response, CallResult, UpstreamCallBody, UpstreamCallRequest, SCHEMA};
 use serde_json::json;
-use std::hint::black_box;
+
+const CONFIG: &str = r#"
+[server]
+listen = "127.0.0.1:0"
+admin_listen = "127.0.0.1:0"
+
+[[upstreams]]
+name = "kits"
+url = "http://127.0.0.1:9"
+
+[secrets]
+BENCH_API_KEY = "env:BENCH_API_KEY"
+"#;
+
+/// 10,000 tools (100 toolkits of 100), each requiring one secret.
+fn big_catalog(runtime: &Runtime) -> Catalog {
+    let tools: Vec<_> = (0..100)
+        .flat_map(|kit| {
+            (0..100).map(move |n| {
+                json!({
+                    "id": format!("Kit{kit:02}.Tool{n:03}@1.0.0"), "name": format!("Tool{n:03}"),
+                    "description": "Adds two numbers.", "version": "1.0.0",
+                    "input_schema": {"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
+                                     "required": ["a", "b"]},
+                    "requirements": {"secrets": [{"id": "BENCH_API_KEY"}]}
+                })
+            })
+        })
+        .collect();
+    let body = serde_json::to_vec(&json!({ "tools": tools })).expect("serialises");
+    let (tools, skipped) = normalise_catalog(&body, DialectDefaults::default()).expect("a catalog");
+    assert!(skipped.is_empty());
+    let tools = Arc::new(tools.into_iter().map(Arc::new).collect::<Vec<_>>());
+    merge(&[(runtime.upstreams[0].clone(), tools)])
+}
 
 fn hot_path(c: &mut Criterion) {
-    c.bench_function("parse_tool_id", |b| b.iter(|| parse_tool_id(black_box("Calculator.Add@1.0.0"))));
+    std::env::set_var("BENCH_API_KEY", "bench-secret-value");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    let config = Config::parse(CONFIG, "bench config").expect("config parses");
+    let runtime = rt.block_on(Runtime::build(config, None)).expect("runtime builds");
+    let catalog = big_catalog(&runtime);
+
+    let body = br#"{"$schema":"otc://1.0","request":{"tool_id":"Kit42.Tool042@1.0.0","call_id":"123e4567-e89b-12d3-a456-426614174000","input":{"a":10,"b":5}}}"#;
+    c.bench_function("parse_call", |b| b.iter(|| parse_call(black_box(body))));
+
+    c.bench_function("parse_tool_id", |b| b.iter(|| parse_tool_id(black_box("Kit42.Tool042@1.0.0"))));
+    for id in ["Kit42.Tool042@1.0.0", "Kit42.Tool042@1", "Kit42.Tool042"] {
+        c.bench_function(&format!("resolve {id} (10,000 tools)"), |b| b.iter(|| resolve_tool(&catalog, black_box(id)).is_ok()));
+    }
 
     let schema = json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
                         "required": ["a", "b"]});
@@ -19,8 +77,29 @@ fn hot_path(c: &mut Criterion) {
     let input = json!({"a": 10, "b": 5});
     c.bench_function("validate_input", |b| b.iter(|| validator.check(black_box(&input))));
 
-    let body = br#"{"$schema":"otc://1.0","request":{"tool_id":"Calculator.Add@1.0.0","call_id":"123e4567-e89b-12d3-a456-426614174000","input":{"a":10,"b":5}}}"#;
-    c.bench_function("parse_call", |b| b.iter(|| parse_call(black_box(body))));
+    // The request rewrite: the secret injected into the context, then the
+    // canonical body the upstream receives.
+    let route = resolve_tool(&catalog, "Kit42.Tool042@1.0.0").expect("resolves");
+    let caller = Caller::anonymous();
+    c.bench_function("rewrite_request (inject secret + upstream body)", |b| {
+        b.iter(|| {
+            let call = parse_call(body).expect("parses");
+            let context = rt
+                .block_on(inject_context(&runtime, &route.tool.definition, &caller, call.context))
+                .expect("injects");
+            let upstream = UpstreamCallBody {
+                schema: SCHEMA,
+                request: UpstreamCallRequest {
+                    tool_id: &route.tool.definition.id,
+                    call_id: &call.call_id,
+                    trace_id: None,
+                    input: &call.input,
+                    context: &context,
+                },
+            };
+            Bytes::from(serde_json::to_vec(&upstream).expect("serialises"))
+        })
+    });
 
     let reply = br#"{"$schema":"otc://1.0","result":{"call_id":"123","duration":2,"success":true,"value":15}}"#;
     c.bench_function("rewrap_response", |b| {
