@@ -2,29 +2,33 @@
 //!
 //! Routing depends on the body (the tool id is inside it), and pingora's
 //! proxy path cannot re-send a consumed body over 64 KB
-//! (shared/notes/pingora-body-routing.md). So every request is answered in
-//! `request_filter`: the whole body is read (up to `max_body_bytes`), the call
-//! is made with the gateway's own pooled client, the response is written, and
-//! pingora never picks a peer of its own.
+//! (shared/notes/pingora-body-routing.md). So the gateway is a pingora HTTP
+//! application (`HttpServerApp`), not a `ProxyHttp`: pingora accepts, parses
+//! the request head and keeps connections alive; each request is answered
+//! here, its whole body read (up to `max_body_bytes`) and the call made with
+//! the gateway's own pooled client. (Behind `ProxyHttp`, pingora also boxed a
+//! proxy future of tens of KB per request that this gateway never used:
+//! 15% of its instructions per call, benches/README.md.)
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
+use pingora::apps::{HttpPersistentSettings, HttpServerApp, ReusedHttpStream};
 use pingora::http::ResponseHeader;
-use pingora::prelude::{HttpPeer, ProxyHttp, Session};
-use pingora::proxy::FailToProxy;
+use pingora::protocols::http::ServerSession as Session;
+use pingora::server::ShutdownWatch;
+use pingora::{ErrorType, Result};
 // pingora's coarse timer: no tokio timer entry (and driver wake-up) per request.
 use pingora_timeout::fast_timeout::fast_timeout;
-use pingora::{Error, ErrorType, Result};
 
 use crate::auth::Caller;
 use crate::call::call_tool;
 use crate::error::{FrontError, Reply};
 use crate::gateway::Gateway;
 
-/// The gateway's front as a pingora `ProxyHttp`.
+/// The gateway's front as a pingora HTTP application.
 pub struct OtcProxy {
     gateway: Arc<Gateway>,
     in_flight: Arc<AtomicUsize>,
@@ -48,13 +52,11 @@ impl Drop for InFlight {
     }
 }
 
-/// Per-request state pingora carries between phases.
+/// Per-request state: what the metrics record.
 #[derive(Debug, Default)]
-pub struct RequestCtx {
-    /// The route label, for logs.
-    pub route: &'static str,
-    /// The status written.
-    pub status: u16,
+struct RequestCtx {
+    /// The route label.
+    route: &'static str,
 }
 
 impl OtcProxy {
@@ -224,57 +226,77 @@ async fn write_reply(session: &mut Session, reply: Reply) -> Result<()> {
         session.set_keepalive(None);
         header.insert_header(http::header::CONNECTION, "close")?;
     }
-    session.write_response_header(Box::new(header), head_only).await?;
-    if !head_only {
-        session.write_response_body(Some(reply.body), true).await?;
-    }
+    session.write_response_header(Box::new(header)).await?;
+    // HEAD: pingora expects no body bytes; the empty end still flushes.
+    let body = if head_only { Bytes::new() } else { reply.body };
+    session.write_response_body(body, true).await?;
     Ok(())
 }
 
-#[async_trait]
-impl ProxyHttp for OtcProxy {
-    type CTX = RequestCtx;
+/// A 400 with a JSON body for a request whose head did not parse (there is
+/// no request to look at), and the connection closed.
+async fn write_unparsed_reply(session: &mut Session, body: Bytes) -> Result<()> {
+    let mut header = ResponseHeader::build(400, Some(3))?;
+    header.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+    header.insert_header(http::header::CONTENT_LENGTH, body.len())?;
+    header.insert_header(http::header::CONNECTION, "close")?;
+    session.write_error_response(header, body).await
+}
 
-    fn new_ctx(&self) -> RequestCtx {
-        RequestCtx::default()
-    }
-
-    /// Never reached: every request is answered in `request_filter`.
-    async fn upstream_peer(&self, _session: &mut Session, _ctx: &mut RequestCtx) -> Result<Box<HttpPeer>> {
-        Err(Error::explain(ErrorType::InternalError, "every request is answered in request_filter"))
-    }
-
-    async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
+impl OtcProxy {
+    /// One request, from its parsed head to the reply written.
+    async fn answer(&self, session: &mut Session) -> Result<()> {
+        let mut ctx = RequestCtx::default();
         let (_in_flight, count) = InFlight::enter(&self.in_flight);
         let limit = self.gateway.runtime().config.server.max_in_flight;
         let reply = if count > limit {
             ctx.route = "other";
             FrontError::Overloaded(limit).to_reply()
         } else {
-            self.serve(session, ctx).await
+            self.serve(session, &mut ctx).await
         };
-        ctx.status = reply.status;
         self.gateway.metrics.record_http(ctx.route, reply.status);
-        write_reply(session, reply).await?;
-        Ok(true)
+        write_reply(session, reply).await
     }
+}
 
-    /// pingora's own failures (a request it could not read, say) get a JSON
-    /// body like every other error, never an empty or HTML page.
-    async fn fail_to_proxy(&self, session: &mut Session, e: &Error, ctx: &mut RequestCtx) -> FailToProxy {
-        let code = match e.etype() {
-            ErrorType::HTTPStatus(code) => *code,
-            ErrorType::ReadError | ErrorType::WriteError | ErrorType::ConnectionClosed => 0,
-            _ => 400,
+#[async_trait]
+impl HttpServerApp for OtcProxy {
+    async fn process_new_http(self: &Arc<Self>, mut session: Session, shutdown: &ShutdownWatch) -> Option<ReusedHttpStream> {
+        // An idle keep-alive connection stops waiting when shutdown begins.
+        let mut stopping = shutdown.clone();
+        let head = tokio::select! {
+            biased;
+            head = session.read_request() => head,
+            _ = stopping.changed() => return None,
         };
-        if code > 0 {
-            let reply = FrontError::BodyUnreadable(e.to_string()).to_reply();
-            let reply = Reply { status: code, ..reply };
-            if let Err(write_error) = write_reply(session, reply).await {
-                tracing::debug!(error = %write_error, "could not write an error response");
+        match head {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                // A head pingora could not parse gets a JSON 400, never an
+                // empty page; a broken connection gets nothing.
+                if matches!(e.etype(), ErrorType::InvalidHTTPHeader) {
+                    let reply = FrontError::BodyUnreadable(e.to_string()).to_reply();
+                    if let Err(write_error) = write_unparsed_reply(&mut session, reply.body).await {
+                        tracing::debug!(error = %write_error, "could not write an error response");
+                    }
+                    self.gateway.metrics.record_http("other", 400);
+                }
+                session.shutdown().await;
+                return None;
             }
         }
-        ctx.status = code;
-        FailToProxy { error_code: code, can_reuse_downstream: false }
+        // pingora decided keep-alive from the request (HTTP/1.0, `Connection:
+        // close`); only a shutdown overrides it.
+        if *shutdown.borrow() {
+            session.set_keepalive(None);
+        }
+        if let Err(e) = self.answer(&mut session).await {
+            tracing::debug!(error = %e, "could not write the response");
+            return None;
+        }
+        let persistent = HttpPersistentSettings::for_session(&session);
+        session.finish().await.ok().flatten().map(|stream| ReusedHttpStream::from_reusable_stream(stream, persistent))
     }
 }

@@ -70,7 +70,13 @@ impl<'de> Deserialize<'de> for Rate {
 #[derive(Default)]
 pub struct RateLimits {
     limits: Vec<Limit>,
+    /// Calls counted, to sweep idle per-user buckets now and then.
+    checks: std::sync::atomic::AtomicU64,
 }
+
+/// Every this many checks, per-user buckets back at full burst are dropped,
+/// so memory follows the callers active lately, not every caller ever seen.
+const SWEEP_EVERY: u64 = 4096;
 
 struct Limit {
     name: String,
@@ -107,12 +113,15 @@ impl RateLimits {
                 Limit { name: c.name.clone(), tools: c.tools.clone(), bucket }
             })
             .collect();
-        RateLimits { limits }
+        RateLimits { limits, checks: Default::default() }
     }
 
     /// Counts a call by `caller` to `key` against every limit that applies;
     /// over one, how long until a call would be allowed.
     pub fn check(&self, caller: &Caller, key: &str) -> Result<(), (String, Duration)> {
+        if self.checks.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+            self.sweep();
+        }
         for limit in self.limits.iter().filter(|l| l.tools.iter().any(|p| p.matches(key))) {
             let verdict = match &limit.bucket {
                 Bucket::Global(bucket) => bucket.check(),
@@ -130,5 +139,15 @@ impl RateLimits {
             }
         }
         Ok(())
+    }
+
+    /// Drops per-user buckets that are full again (their callers idle).
+    fn sweep(&self) {
+        for limit in &self.limits {
+            if let Bucket::PerUser(bucket) = &limit.bucket {
+                bucket.retain_recent();
+                bucket.shrink_to_fit();
+            }
+        }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use pingora::proxy::http_proxy_service;
+use pingora::services::listening::Service;
 use pingora::server::configuration::ServerConf;
 use pingora::server::Server;
 
@@ -118,7 +118,7 @@ pub fn run(
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
-    let mut service = http_proxy_service(&server.configuration, OtcProxy::new(gateway, in_flight));
+    let mut service = Service::new("otc-gateway data plane".to_owned(), OtcProxy::new(gateway, in_flight));
     service.add_tcp(&listen.to_string());
     server.add_service(service);
     server.run_forever()

@@ -127,6 +127,39 @@ async fn two_content_lengths_are_refused_and_the_connection_closed() {
 }
 
 #[tokio::test]
+async fn an_unparsable_request_head_gets_a_json_400_and_the_connection_closed() {
+    let gw = Gateway::start(&config("", "")).await;
+    let (answer, closed) = raw_exchange(&gw, b"GARBAGE\x01 / HTTP/9\r\n\0\0\r\n\r\n", Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    let json: serde_json::Value = serde_json::from_str(body).expect("a JSON body, not an empty page");
+    assert!(json["message"].is_string(), "{json}");
+    assert!(closed, "the connection must be closed");
+    assert_eq!(gw.get("/health").await.status, 200, "the gateway keeps serving");
+}
+
+#[tokio::test]
+async fn keep_alive_carries_several_requests_and_http_1_0_closes_after_one() {
+    let gw = Gateway::start(&config("", "")).await;
+    // Two requests, one after the other, on one connection.
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    for last in [false, true] {
+        let close = if last { "Connection: close\r\n" } else { "" };
+        stream.write_all(format!("GET /health HTTP/1.1\r\nHost: x\r\n{close}\r\n").as_bytes()).await.expect("write");
+        let mut buf = [0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await.expect("an answer").expect("read");
+        let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
+        assert!(answer.starts_with("HTTP/1.1 200"), "request {} on the connection: {answer}", if last { 2 } else { 1 });
+    }
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
+    assert!(matches!(read, Ok(Ok(0))), "closed after `Connection: close`");
+    let (answer, closed) = raw_exchange(&gw, b"GET /health HTTP/1.0\r\n\r\n", Duration::from_secs(5)).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(closed, "an HTTP/1.0 request without keep-alive closes the connection");
+}
+
+#[tokio::test]
 async fn oversized_headers_are_431() {
     let gw = Gateway::start(&config("max_header_bytes = 4096", "")).await;
     let request = format!("GET /tools HTTP/1.1\r\nHost: x\r\nX-Padding: {}\r\n\r\n", "a".repeat(8000));

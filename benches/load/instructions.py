@@ -1,0 +1,102 @@
+"""User-space instructions per call, gateway against nginx proxy_pass, under
+valgrind's callgrind: a count that does not move with the machine's noise
+(wall-clock numbers on a shared 2-core VM do), and a profile of where the
+gateway's instructions go (callgrind_annotate on the files it leaves).
+
+Each proxy runs under callgrind in front of the same nginx upstream; wrk sends
+the benchmark's call for 10 s; the counters are dumped right before and right
+after, so start-up is not counted.
+
+Usage: python3 benches/load/instructions.py   (needs valgrind)
+"""
+
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import benchlib as b
+from proxy_vs_nginx import BODY, TOOL
+
+
+def instructions(dump):
+    for line in Path(dump).read_text().splitlines():
+        if line.startswith("summary:") or line.startswith("totals:"):
+            return int(line.split()[1])
+    return 0
+
+
+def measure(name, cmd, url, ready_url, work, env=None):
+    out = work / f"callgrind.{name}"
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
+                            env=dict(os.environ, **(env or {})), stdout=subprocess.DEVNULL,
+                            stderr=open(work / f"{name}.valgrind.log", "w"))
+    try:
+        b.wait_http(ready_url, 120)
+        time.sleep(2)
+        b.wrk(url, 3, 10, BODY)  # warm-up, not counted
+        subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True)
+        r = b.wrk(url, 10, 10, BODY)
+        subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True)
+    finally:
+        proc.send_signal(signal.SIGTERM if name == "gateway" else signal.SIGQUIT)
+        proc.wait(60)
+    dumps = sorted(work.glob(f"callgrind.{name}.*"), key=lambda p: int(p.suffix[1:]))
+    return instructions(dumps[-1]) / max(r["requests"], 1), dumps[-1]
+
+
+def main():
+    work = Path(tempfile.mkdtemp(prefix="otc-instructions-"))
+    work.chmod(0o755)
+    (work / "catalog.json").write_text(json.dumps({"$schema": "otc://1.0", "tools": [TOOL]}))
+    up, gw, admin, ngx = (b.free_port() for _ in range(4))
+    upstream = b.start_nginx("upstream", b.DOLLAR + b.upstream_server_block(up, work / "catalog.json"), b.LOAD_CPU, work)
+    try:
+        b.wait_http(f"http://127.0.0.1:{up}/tools")
+        config = work / "gateway.toml"
+        config.write_text(f"""
+[server]
+listen = "127.0.0.1:{gw}"
+admin_listen = "127.0.0.1:{admin}"
+threads = 1
+[catalog]
+poll_interval = "300s"
+[[upstreams]]
+name = "bench"
+url = "http://127.0.0.1:{up}"
+[secrets]
+BENCH_API_KEY = "env:BENCH_API_KEY"
+""")
+        gateway, gateway_dump = measure(
+            "gateway", [str(b.GATEWAY), "--config", str(config)], f"http://127.0.0.1:{gw}/tools/call",
+            f"http://127.0.0.1:{gw}/health", work, {"BENCH_API_KEY": "bench-secret-value", "RUST_LOG": "warn"})
+        conf = work / "nginx-proxy.conf"
+        user = "user root root;" if os.geteuid() == 0 else ""
+        conf.write_text(f"""
+master_process off; daemon off; worker_processes 1; {user}
+pid {work}/nginx-proxy.pid; error_log {work}/nginx-proxy.err warn;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off; keepalive_requests 1000000;
+  client_body_temp_path {work}/t; proxy_temp_path {work}/t; fastcgi_temp_path {work}/t;
+  uwsgi_temp_path {work}/t; scgi_temp_path {work}/t;
+  upstream tools {{ server 127.0.0.1:{up}; keepalive 256; keepalive_requests 1000000; }}
+  server {{ listen 127.0.0.1:{ngx};
+    location / {{ proxy_pass http://tools; proxy_http_version 1.1; proxy_set_header Connection ""; }} }}
+}}""")
+        nginx, _ = measure("nginx", ["nginx", "-p", str(work), "-c", str(conf), "-e", f"{work}/nginx-proxy.err"],
+                           f"http://127.0.0.1:{ngx}/tools/call", f"http://127.0.0.1:{ngx}/tools", work)
+    finally:
+        upstream.stop()
+    b.say("# user-space instructions per call (callgrind), 10 connections")
+    b.say(f"nginx proxy_pass  {nginx:>9.0f}")
+    b.say(f"gateway           {gateway:>9.0f}")
+    b.say(f"ratio nginx/gateway: {nginx / gateway:.3f}")
+    b.say(f"profile: callgrind_annotate --inclusive=yes {gateway_dump}")
+
+
+if __name__ == "__main__":
+    main()
