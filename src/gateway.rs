@@ -247,6 +247,24 @@ impl Gateway {
         }
     }
 
+    /// Fetches every upstream's catalog once, together, and publishes the
+    /// merge: what `otc-gateway check` compares policy patterns against.
+    /// Returns the upstreams whose catalog could not be fetched.
+    pub async fn fetch_catalogs_once(self: &Arc<Self>) -> Vec<String> {
+        let runtime = self.runtime.load_full();
+        let mut fetches = tokio::task::JoinSet::new();
+        for upstream in runtime.upstreams.iter().cloned() {
+            let (gateway, runtime) = (self.clone(), runtime.clone());
+            fetches.spawn(async move {
+                let bearer = upstream_bearer(&runtime, &upstream).await.ok().flatten();
+                gateway.catalog.refresh(&upstream, bearer, runtime.poll).await;
+            });
+        }
+        while fetches.join_next().await.is_some() {}
+        self.catalog.publish(&runtime.upstreams);
+        self.catalog.statuses().into_iter().filter(|(_, status)| !status.up).map(|(name, _)| name).collect()
+    }
+
     /// Whether `upstream` (this very instance) is still configured.
     fn is_current(&self, upstream: &Arc<Upstream>) -> bool {
         self.runtime().upstreams.iter().any(|u| Arc::ptr_eq(u, upstream))

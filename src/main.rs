@@ -51,13 +51,15 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Held for the life of the process: dropping it would stop the log writer.
-    let _log_writer = init_logging(cli.log_format);
+    // `check` prints its findings; the gateway's own info lines are noise there.
+    let default_level = if matches!(cli.command, Some(Command::Check)) { "warn" } else { "info" };
+    let _log_writer = init_logging(cli.log_format, default_level);
     match cli.command {
         Some(Command::Check) => match Config::load(&cli.config) {
             Ok(config) => {
                 println!("{}: valid ({} upstreams)", cli.config.display(), config.upstreams.len());
-                if !config.policy.is_empty() || !config.rate_limit.is_empty() {
-                    eprintln!("note: policy and rate limit patterns are checked against the live catalog when the gateway runs (a pattern matching no tool is logged as a warning and listed in /status)");
+                if !config.policy.is_empty() {
+                    warn_unmatched_patterns(config);
                 }
                 ExitCode::SUCCESS
             }
@@ -111,6 +113,29 @@ fn start(config: Config, path: PathBuf) -> ExitCode {
     }
 }
 
+/// `check`: policy patterns against the upstreams' current catalogs. A
+/// pattern that matches no tool is a warning (a typo, or a tool not published
+/// yet), never an error; unreachable upstreams are named.
+fn warn_unmatched_patterns(config: Config) {
+    let tokio = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(tokio) => tokio,
+        Err(e) => return eprintln!("warning: policy patterns not checked against the catalog: {e}"),
+    };
+    tokio.block_on(async {
+        let gateway = match otc_gateway::gateway::Gateway::new(config).await {
+            Ok(gateway) => gateway,
+            Err(e) => return eprintln!("warning: policy patterns not checked against the catalog: {e}"),
+        };
+        for name in gateway.fetch_catalogs_once().await {
+            eprintln!("warning: upstream {name}: catalog not fetched; its tools are not in the check");
+        }
+        let catalog = gateway.catalog.load();
+        for pattern in gateway.runtime().access.unmatched_patterns(&catalog) {
+            eprintln!("warning: policy pattern {pattern:?} matches no tool in the current catalog ({} tools)", catalog.len());
+        }
+    });
+}
+
 fn fail(error: impl std::fmt::Display) -> ExitCode {
     eprintln!("error: {error}");
     ExitCode::FAILURE
@@ -118,13 +143,13 @@ fn fail(error: impl std::fmt::Display) -> ExitCode {
 
 /// Logs go to stderr through a background writer, so a call never waits on
 /// the terminal or a log pipe.
-fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
+fn init_logging(format: LogFormat, default_level: &str) -> tracing_appender::non_blocking::WorkerGuard {
     use tracing_subscriber::filter::{LevelFilter, Targets};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
 
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
     // These crates print whole request headers (Authorization included) at
     // trace level. A second filter caps them at debug whatever RUST_LOG says,
     // so no token ever reaches the log; it only lowers, never raises, a level.

@@ -183,3 +183,39 @@ fn a_missing_file_fails() {
     assert!(!out.status.success());
     assert!(stderr.contains("/nonexistent/otc-gateway/gateway.toml"), "the file is named: {stderr}");
 }
+
+/// A policy pattern that matches no tool of the upstreams' current catalogs
+/// is a warning, not an error; one that matches is not mentioned.
+#[test]
+fn a_policy_pattern_matching_no_tool_is_a_warning() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let server = rt.block_on(common::ToolServer::start(common::catalog(vec![common::tool(
+        "Calculator.Add",
+        "1.0.0",
+        common::add_schema(),
+    )])));
+    let toml = format!(
+        r#"
+[[upstreams]]
+name = "calc"
+url = "{}"
+
+[[policy]]
+name = "everyone"
+when = {{ any = true }}
+allow = ["Calculator.*", "Calculatr.*"]
+"#,
+        server.url()
+    );
+    let out = check(&toml);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a warning must not fail the check: {stderr}");
+    assert!(stderr.contains("Calculatr.*\" matches no tool"), "{stderr}");
+    assert!(!stderr.contains("Calculator.*"), "a matching pattern is not a warning: {stderr}");
+
+    // An upstream that cannot be reached is named, and the check still passes.
+    let out = check(&toml.replace(&server.url(), "http://127.0.0.1:9"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("upstream calc: catalog not fetched"), "{stderr}");
+}
