@@ -35,6 +35,9 @@ pub enum FrontError {
     /// The body could not be read off the connection.
     #[error("could not read the request body: {0}")]
     BodyUnreadable(String),
+    /// The request head is not HTTP/1.x that parses.
+    #[error("malformed request head: {0}")]
+    MalformedHead(String),
     /// The request headers exceed `server.max_header_bytes`.
     #[error("request headers over {limit} bytes")]
     HeadersTooLarge {
@@ -163,6 +166,7 @@ impl FrontError {
             FrontError::Denied(_) => 400,
             FrontError::MissingRequirements(_) | FrontError::RequirementUnavailable { .. } => 400,
             FrontError::BodyUnreadable(_)
+            | FrontError::MalformedHead(_)
             | FrontError::MalformedCall(_)
             | FrontError::UnsupportedSchema(_)
             | FrontError::MissingToolId
@@ -181,6 +185,7 @@ impl FrontError {
             FrontError::MethodNotAllowed { allow } => format!("This endpoint only accepts {allow}"),
             FrontError::BodyTooLarge { limit } => format!("The request body is larger than the {limit} bytes allowed"),
             FrontError::BodyUnreadable(_) => "The request body could not be read".into(),
+            FrontError::MalformedHead(_) => "The request is not well-formed HTTP/1.1".into(),
             FrontError::HeadersTooLarge { limit } => format!("The request headers are larger than the {limit} bytes allowed"),
             FrontError::AmbiguousFraming(_) => "The request's length is ambiguous".into(),
             FrontError::BodyTimeout(_) => "The request body took too long to arrive".into(),
@@ -290,6 +295,7 @@ impl FrontError {
                 self,
                 FrontError::BodyTooLarge { .. }
                     | FrontError::BodyUnreadable(_)
+                    | FrontError::MalformedHead(_)
                     | FrontError::Unauthenticated(_)
                     | FrontError::HeadersTooLarge { .. }
                     | FrontError::AmbiguousFraming(_)

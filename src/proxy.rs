@@ -268,7 +268,8 @@ impl HttpServerApp for OtcProxy {
         let head = tokio::select! {
             biased;
             head = session.read_request() => head,
-            _ = stopping.changed() => return None,
+            // (A closed watch never fires: pingora would be gone already.)
+            Ok(()) = stopping.changed() => return None,
         };
         match head {
             Ok(true) => {}
@@ -277,7 +278,7 @@ impl HttpServerApp for OtcProxy {
                 // A head pingora could not parse gets a JSON 400, never an
                 // empty page; a broken connection gets nothing.
                 if matches!(e.etype(), ErrorType::InvalidHTTPHeader) {
-                    let reply = FrontError::BodyUnreadable(e.to_string()).to_reply();
+                    let reply = FrontError::MalformedHead(e.to_string()).to_reply();
                     if let Err(write_error) = write_unparsed_reply(&mut session, reply.body).await {
                         tracing::debug!(error = %write_error, "could not write an error response");
                     }

@@ -280,7 +280,7 @@ impl Upstream {
 
 /// An error and its sources on one line: hyper's top-level messages alone
 /// ("client error (Connect)") say little.
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(e) = source {

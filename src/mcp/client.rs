@@ -34,6 +34,7 @@ use super::jsonrpc::{ErrorObject, Message, OutgoingRequest, OutgoingResponse, ME
 use super::sse::SseParser;
 use super::{is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 use crate::circuit::Circuit;
+use crate::upstream::error_chain;
 
 /// The most pages of `tools/list` read: a server whose cursors never end
 /// must not keep a poller busy forever.
@@ -489,14 +490,3 @@ fn snippet(body: &[u8]) -> String {
     text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
 }
 
-/// An error and its sources on one line.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    text
-}
