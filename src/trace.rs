@@ -6,20 +6,31 @@
 
 use http::HeaderValue;
 
-/// The `traceparent` for an upstream call.
+/// The `traceparent` for an upstream call. Built in place: it is made for
+/// every call.
 pub fn traceparent(incoming: Option<&str>, trace_id: Option<&str>) -> HeaderValue {
-    let (trace, flags) = match incoming.and_then(parse) {
-        Some((trace, flags)) => (trace.to_owned(), flags.to_owned()),
-        None => {
-            let trace = trace_id
-                .filter(|t| t.len() == 32 && is_lower_hex(t) && !is_zero(t))
-                .map_or_else(|| random_hex(16), str::to_owned);
-            (trace, "01".to_owned())
+    // "00-" + 32 + "-" + 16 + "-" + 2
+    let mut out = [0u8; 55];
+    out[..3].copy_from_slice(b"00-");
+    let random = uuid::Uuid::new_v4().as_u128().to_le_bytes();
+    match incoming.and_then(parse) {
+        Some((trace, flags)) => {
+            out[3..35].copy_from_slice(trace.as_bytes());
+            out[53..55].copy_from_slice(flags.as_bytes());
         }
-    };
-    let value = format!("00-{trace}-{}-{flags}", random_hex(8));
+        None => {
+            match trace_id.filter(|t| t.len() == 32 && is_lower_hex(t) && !is_zero(t)) {
+                Some(trace) => out[3..35].copy_from_slice(trace.as_bytes()),
+                None => write_hex(&mut out[3..35], &uuid::Uuid::new_v4().as_u128().to_le_bytes()),
+            }
+            out[53..55].copy_from_slice(b"01");
+        }
+    }
+    out[35] = b'-';
+    write_hex(&mut out[36..52], &random[..8]);
+    out[52] = b'-';
     // Only hex digits and dashes: always a valid header value.
-    HeaderValue::try_from(value).unwrap_or_else(|_| HeaderValue::from_static("00-00000000000000000000000000000001-0000000000000001-01"))
+    HeaderValue::from_bytes(&out).unwrap_or_else(|_| HeaderValue::from_static("00-00000000000000000000000000000001-0000000000000001-01"))
 }
 
 /// `00-<32 hex trace>-<16 hex parent>-<2 hex flags>`: the trace id and flags.
@@ -48,15 +59,13 @@ fn is_zero(text: &str) -> bool {
     text.bytes().all(|b| b == b'0')
 }
 
-fn random_hex(bytes: usize) -> String {
+/// Lower-case hex of `bytes` into `out` (twice as long).
+fn write_hex(out: &mut [u8], bytes: &[u8]) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let id = uuid::Uuid::new_v4();
-    let mut out = String::with_capacity(bytes * 2);
-    for b in id.as_bytes().iter().take(bytes) {
-        out.push(HEX[usize::from(b >> 4)] as char);
-        out.push(HEX[usize::from(b & 0xf)] as char);
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 0xf)];
     }
-    out
 }
 
 #[cfg(test)]
