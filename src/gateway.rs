@@ -122,8 +122,6 @@ pub struct Gateway {
     reloading: tokio::sync::Mutex<()>,
     /// Rung by a poller whose upstream's catalog changed.
     catalog_changed: tokio::sync::Notify,
-    /// Whether the task that publishes those changes runs.
-    publisher_started: std::sync::atomic::AtomicBool,
 }
 
 /// How the last reload went.
@@ -149,7 +147,8 @@ pub enum ReloadError {
 }
 
 impl Gateway {
-    /// A gateway for a config; nothing runs until [`Gateway::start_polling`].
+    /// A gateway for a config; no upstream is polled until
+    /// [`Gateway::start_polling`]. Must run inside a tokio runtime.
     pub async fn new(config: Config) -> Result<Arc<Gateway>, BuildError> {
         let runtime = Runtime::build(config, None).await?;
         let gateway = Arc::new(Gateway {
@@ -160,10 +159,11 @@ impl Gateway {
             last_reload: std::sync::Mutex::new(None),
             reloading: tokio::sync::Mutex::new(()),
             catalog_changed: tokio::sync::Notify::new(),
-            publisher_started: std::sync::atomic::AtomicBool::new(false),
         });
         gateway.metrics.set_generation(1);
         gateway.catalog.publish(&gateway.runtime().upstreams);
+        // Idle until a poller rings; pollers start with `start_polling`.
+        tokio::spawn(publish_changes(gateway.clone()));
         Ok(gateway)
     }
 
@@ -239,9 +239,6 @@ impl Gateway {
     /// Starts one poller task per upstream of the current runtime on the
     /// current tokio runtime. Each first fetch happens at once.
     pub fn start_polling(self: &Arc<Self>) {
-        if !self.publisher_started.swap(true, Ordering::AcqRel) {
-            tokio::spawn(publish_changes(self.clone()));
-        }
         for upstream in self.runtime().upstreams.iter() {
             tokio::spawn(poll_upstream(self.clone(), upstream.clone()));
         }
@@ -255,14 +252,29 @@ impl Gateway {
         let mut fetches = tokio::task::JoinSet::new();
         for upstream in runtime.upstreams.iter().cloned() {
             let (gateway, runtime) = (self.clone(), runtime.clone());
-            fetches.spawn(async move {
-                let bearer = upstream_bearer(&runtime, &upstream).await.ok().flatten();
-                gateway.catalog.refresh(&upstream, bearer, runtime.poll).await;
-            });
+            fetches.spawn(async move { gateway.refresh_upstream(&runtime, &upstream).await });
         }
         while fetches.join_next().await.is_some() {}
         self.catalog.publish(&runtime.upstreams);
-        self.catalog.statuses().into_iter().filter(|(_, status)| !status.up).map(|(name, _)| name).collect()
+        let statuses = self.catalog.statuses();
+        runtime
+            .upstreams
+            .iter()
+            .filter(|u| !statuses.get(&u.name).is_some_and(|status| status.up))
+            .map(|u| u.name.clone())
+            .collect()
+    }
+
+    /// Fetches one upstream's catalog, with its bearer token; whether the
+    /// catalog changed.
+    async fn refresh_upstream(&self, runtime: &Runtime, upstream: &Upstream) -> bool {
+        match upstream_bearer(runtime, upstream).await {
+            Ok(bearer) => self.catalog.refresh(upstream, bearer, runtime.poll).await,
+            Err(e) => {
+                tracing::warn!(upstream = upstream.name, error = %e, "cannot read the upstream's bearer_token; catalog not fetched");
+                false
+            }
+        }
     }
 
     /// Whether `upstream` (this very instance) is still configured.
@@ -293,22 +305,14 @@ async fn publish_changes(gateway: Arc<Gateway>) {
 
 /// Polls one upstream until it is no longer part of the runtime.
 async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
-    let settings = gateway.runtime().poll;
-    let mut ticks = tokio::time::interval(settings.interval);
+    let mut ticks = tokio::time::interval(gateway.runtime().poll.interval);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticks.tick().await;
         if !gateway.is_current(&upstream) {
             return;
         }
-        let bearer = match upstream_bearer(&gateway.runtime(), &upstream).await {
-            Ok(bearer) => bearer,
-            Err(e) => {
-                tracing::warn!(upstream = upstream.name, error = %e, "cannot read the upstream's bearer_token; catalog not fetched");
-                continue;
-            }
-        };
-        let changed = gateway.catalog.refresh(&upstream, bearer, settings).await;
+        let changed = gateway.refresh_upstream(&gateway.runtime(), &upstream).await;
         if !gateway.is_current(&upstream) {
             return;
         }

@@ -52,11 +52,16 @@ impl Drop for InFlight {
     }
 }
 
-/// Per-request state: what the metrics record.
-#[derive(Debug, Default)]
-struct RequestCtx {
-    /// The route label.
-    route: &'static str,
+/// The route a path is served by, as the metrics label it: one of
+/// [`crate::metrics::ROUTES`].
+fn route_of(path: &str) -> &'static str {
+    match path {
+        "/health" => "/health",
+        "/tools" => "/tools",
+        "/tools/call" | "/call" => "/tools/call",
+        "/mcp" => "/mcp",
+        _ => "other",
+    }
 }
 
 impl OtcProxy {
@@ -66,48 +71,30 @@ impl OtcProxy {
         OtcProxy { gateway, in_flight, mcp: Default::default() }
     }
 
-    /// Dispatches on method and path.
-    async fn serve(&self, session: &mut Session, ctx: &mut RequestCtx) -> Reply {
+    /// Dispatches on the route and method.
+    async fn serve(&self, session: &mut Session, route: &'static str) -> Reply {
         if let Err(e) = check_framing(session, self.gateway.runtime().config.server.max_header_bytes) {
-            ctx.route = "other";
             return e.to_reply();
         }
-        let header = session.req_header();
-        let method = header.method.clone();
-        let path = header.uri.path().to_owned();
-        let result = match path.as_str() {
-            "/health" => {
-                ctx.route = "/health";
-                match method {
-                    http::Method::GET | http::Method::HEAD => Ok(self.health()),
-                    _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
-                }
-            }
-            "/tools" => {
-                ctx.route = "/tools";
-                match method {
-                    http::Method::GET | http::Method::HEAD => self.authenticate(session).map(|caller| {
-                        let access = &self.gateway.runtime().access;
-                        Reply::ok(access.listing(&self.gateway.catalog.load(), access.matching(&caller)))
-                    }),
-                    _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
-                }
-            }
-            "/tools/call" | "/call" => {
-                ctx.route = "/tools/call";
-                match method {
-                    http::Method::POST => self.call(session).await,
-                    _ => Err(FrontError::MethodNotAllowed { allow: "POST" }),
-                }
-            }
-            "/mcp" => {
-                ctx.route = "/mcp";
-                self.mcp(session).await
-            }
-            _ => {
-                ctx.route = "other";
-                Err(FrontError::NotFound(path.chars().take(200).collect()))
-            }
+        let method = session.req_header().method.clone();
+        let result = match route {
+            "/health" => match method {
+                http::Method::GET | http::Method::HEAD => Ok(self.health()),
+                _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
+            },
+            "/tools" => match method {
+                http::Method::GET | http::Method::HEAD => self.authenticate(session).map(|caller| {
+                    let access = &self.gateway.runtime().access;
+                    Reply::ok(access.listing(&self.gateway.catalog.load(), access.matching(&caller)))
+                }),
+                _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
+            },
+            "/tools/call" => match method {
+                http::Method::POST => self.call(session).await,
+                _ => Err(FrontError::MethodNotAllowed { allow: "POST" }),
+            },
+            "/mcp" => self.mcp(session).await,
+            _ => Err(FrontError::NotFound(session.req_header().uri.path().chars().take(200).collect())),
         };
         result.unwrap_or_else(|e| e.to_reply())
     }
@@ -246,16 +233,15 @@ async fn write_unparsed_reply(session: &mut Session, body: Bytes) -> Result<()> 
 impl OtcProxy {
     /// One request, from its parsed head to the reply written.
     async fn answer(&self, session: &mut Session) -> Result<()> {
-        let mut ctx = RequestCtx::default();
+        let route = route_of(session.req_header().uri.path());
         let (_in_flight, count) = InFlight::enter(&self.in_flight);
         let limit = self.gateway.runtime().config.server.max_in_flight;
         let reply = if count > limit {
-            ctx.route = "other";
             FrontError::Overloaded(limit).to_reply()
         } else {
-            self.serve(session, &mut ctx).await
+            self.serve(session, route).await
         };
-        self.gateway.metrics.record_http(ctx.route, reply.status);
+        self.gateway.metrics.record_http(route, reply.status);
         write_reply(session, reply).await
     }
 }

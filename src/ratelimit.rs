@@ -119,6 +119,10 @@ impl RateLimits {
     /// Counts a call by `caller` to `key` against every limit that applies;
     /// over one, how long until a call would be allowed.
     pub fn check(&self, caller: &Caller, key: &str) -> Result<(), (String, Duration)> {
+        // Without limits a call touches nothing shared here.
+        if self.limits.is_empty() {
+            return Ok(());
+        }
         if self.checks.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
             self.sweep();
         }
@@ -149,5 +153,54 @@ impl RateLimits {
                 bucket.shrink_to_fit();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits(toml_text: &str) -> RateLimits {
+        #[derive(Deserialize)]
+        struct File {
+            rate_limit: Vec<RateLimitConfig>,
+        }
+        let file: File = toml::from_str(toml_text).expect("rate limits parse");
+        RateLimits::new(&file.rate_limit)
+    }
+
+    fn user(id: &str) -> Caller {
+        Caller { user_id: Some(id.to_owned()), claims: serde_json::Value::Null, kind: CallerKind::Jwt }
+    }
+
+    fn per_user_buckets(limits: &RateLimits) -> usize {
+        limits.limits.iter().map(|l| if let Bucket::PerUser(b) = &l.bucket { b.len() } else { 0 }).sum()
+    }
+
+    #[test]
+    fn a_caller_over_its_limit_waits_while_another_is_unaffected() {
+        let limits = limits("[[rate_limit]]\nname = \"calc\"\ntools = [\"Calc.*\"]\nper = \"user\"\nrate = \"1/h\"\n");
+        assert!(limits.check(&user("ann"), "Calc.Add").is_ok());
+        let (name, wait) = limits.check(&user("ann"), "Calc.Add").expect_err("over the limit");
+        assert_eq!(name, "calc");
+        assert!(wait > Duration::from_secs(60));
+        assert!(limits.check(&user("bob"), "Calc.Add").is_ok(), "another caller has its own bucket");
+        assert!(limits.check(&user("ann"), "Mail.Send").is_ok(), "other tools are not limited");
+    }
+
+    #[test]
+    fn idle_per_user_buckets_are_swept() {
+        let limits = limits("[[rate_limit]]\nname = \"calc\"\ntools = [\"Calc.*\"]\nper = \"user\"\nrate = \"1000/s\"\n");
+        for n in 0..100 {
+            assert!(limits.check(&user(&format!("user-{n}")), "Calc.Add").is_ok());
+        }
+        assert_eq!(per_user_buckets(&limits), 100);
+        // Long enough for every bucket to be full again, then enough checks
+        // (by one caller, on an unlimited tool) to reach a sweep.
+        std::thread::sleep(Duration::from_millis(50));
+        for _ in 0..SWEEP_EVERY {
+            let _ = limits.check(&user("sweeper"), "Other.Tool");
+        }
+        assert!(per_user_buckets(&limits) < 100, "idle buckets must be dropped: {}", per_user_buckets(&limits));
     }
 }

@@ -1,6 +1,8 @@
 //! Client authentication: JWTs signed here (HS256, RS256 and ES256 from a
 //! JWKS file or URL) and API keys, through `Authenticator::authenticate`.
 
+mod common;
+
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -14,6 +16,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
+use common::jwk;
 use otc_gateway::auth::{AuthConfig, AuthError, AuthMode, Authenticator, CallerKind};
 use otc_gateway::vault::{SecretRef, SecretResolver};
 use serde_json::{json, Value};
@@ -89,18 +92,6 @@ fn es256(claims: &Value, kid: &str) -> String {
     header.kid = Some(kid.to_owned());
     encode(&header, claims, &EncodingKey::from_ec_pem(EC_PEM.as_bytes()).expect("ec key"))
         .expect("sign")
-}
-
-/// A JWK (public half) for a private key, with a kid.
-fn jwk(pem: &str, alg: Algorithm, kid: &str) -> Jwk {
-    let key = match alg {
-        Algorithm::ES256 => EncodingKey::from_ec_pem(pem.as_bytes()),
-        _ => EncodingKey::from_rsa_pem(pem.as_bytes()),
-    }
-    .expect("key");
-    let mut jwk = Jwk::from_encoding_key(&key, alg).expect("jwk");
-    jwk.common.key_id = Some(kid.to_owned());
-    jwk
 }
 
 fn jwks_json(keys: Vec<Jwk>) -> String {

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use bytes::Bytes;
-use common::{echo, send_with_headers, temp_file, tool, Gateway, GatewayConfig, Resp, ToolServer};
-use jsonwebtoken::jwk::{Jwk, JwkSet};
+use common::{echo, jwk, send_with_headers, temp_file, tool, Gateway, GatewayConfig, Resp, ToolServer};
+use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 
@@ -81,18 +81,6 @@ fn none_with_signature(claims: &Value) -> String {
     let mut parts = good.split('.');
     let (_, payload, signature) = (parts.next(), parts.next().unwrap(), parts.next().unwrap());
     format!("{}.{payload}.{signature}", URL_SAFE_NO_PAD.encode(r#"{"alg":"none","typ":"JWT"}"#))
-}
-
-/// The public half of a private key as a JWK with a kid.
-fn jwk(pem: &str, alg: Algorithm, kid: &str) -> Jwk {
-    let key = match alg {
-        Algorithm::ES256 => EncodingKey::from_ec_pem(pem.as_bytes()),
-        _ => EncodingKey::from_rsa_pem(pem.as_bytes()),
-    }
-    .expect("key");
-    let mut jwk = Jwk::from_encoding_key(&key, alg).expect("jwk");
-    jwk.common.key_id = Some(kid.to_owned());
-    jwk
 }
 
 /// A tool server echoing calls, serving `Calc.Echo@1.0.0`.

@@ -15,7 +15,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use bytes::Bytes;
 use common::kv2::Kv2Server;
-use common::{echo, send_with_headers, temp_file, tool, Gateway, GatewayConfig, Resp, ToolServer};
+use common::{echo, needing, send_with_headers, temp_file, tool, Gateway, GatewayConfig, Resp, ToolServer};
 use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 
@@ -35,12 +35,6 @@ const API_KEY_FILE: &str = "ak_live_leak-canary-file-key-2e2e";
 const WRONG_API_KEY: &str = "sk_live_leak-canary-wrong-key-3d3d";
 const GARBAGE_TOKEN: &str = "ghp_leakcanarygarbagetoken5a5a5a5a5a5a";
 const BASIC_CREDS: &str = "YWxpY2U6bGVhay1jYW5hcnktcGFzc3dvcmQ="; // alice:leak-canary-password
-
-fn needing(key: &str, requirements: Value) -> Value {
-    let mut t = tool(key, "1.0.0", json!({"type": "object"}));
-    t["requirements"] = requirements;
-    t
-}
 
 fn hs256(claims: &Value, secret: &[u8]) -> String {
     encode(&Header::new(Algorithm::HS256), claims, &EncodingKey::from_secret(secret)).expect("sign")

@@ -8,19 +8,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::kv2::Kv2Server;
-use common::{echo, send_with_headers, temp_file, tool, Gateway, Resp, ToolServer};
+use common::{echo, needing, send_with_headers, temp_file, tool, Gateway, Resp, ToolServer};
 use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 
 const JWT_SECRET: &str = "jwt-signing-secret-7f3a9c";
 const VAULT_TOKEN: &str = "hvs.vault-token-0b1d2e";
-
-/// A tool declaring `requirements`.
-fn needing(key: &str, requirements: Value) -> Value {
-    let mut t = tool(key, "1.0.0", json!({"type": "object"}));
-    t["requirements"] = requirements;
-    t
-}
 
 async fn tool_server(tools: Vec<Value>) -> ToolServer {
     let server = ToolServer::start(common::catalog(tools)).await;

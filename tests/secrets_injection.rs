@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::kv2::Kv2Server;
-use common::{echo, send_with_headers, temp_file, tool, Gateway, GatewayConfig, Resp, ToolServer};
+use common::{echo, needing, send_with_headers, temp_file, tool, Gateway, GatewayConfig, Resp, ToolServer};
 use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 
@@ -23,13 +23,6 @@ const JWT_SECRET: &str = "injection-tests-hs256-secret-a7c2e9f04b";
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
-
-/// `Toolkit.Name@1.0.0` taking any object and declaring `requirements`.
-fn needing(key: &str, requirements: Value) -> Value {
-    let mut t = tool(key, "1.0.0", json!({"type": "object"}));
-    t["requirements"] = requirements;
-    t
-}
 
 /// A tool server echoing calls, serving these tools.
 async fn tool_server(tools: Vec<Value>) -> ToolServer {
