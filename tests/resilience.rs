@@ -160,6 +160,23 @@ async fn keep_alive_carries_several_requests_and_http_1_0_closes_after_one() {
 }
 
 #[tokio::test]
+async fn a_head_answer_has_no_body_and_the_connection_stays_usable() {
+    let gw = Gateway::start(&config("", "")).await;
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    stream.write_all(b"HEAD /tools HTTP/1.1\r\nHost: x\r\n\r\n").await.expect("write");
+    let mut buf = [0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await.expect("an answer").expect("read");
+    let head = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-length: "), "HEAD tells the length GET would have: {head}");
+    assert!(head.ends_with("\r\n\r\n"), "no body bytes after a HEAD answer: {head:?}");
+    stream.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").await.expect("write");
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await.expect("an answer").expect("read");
+    let next = String::from_utf8_lossy(&buf[..n]).into_owned();
+    assert!(next.starts_with("HTTP/1.1 200"), "the next answer starts cleanly: {next:?}");
+}
+
+#[tokio::test]
 async fn oversized_headers_are_431() {
     let gw = Gateway::start(&config("max_header_bytes = 4096", "")).await;
     let request = format!("GET /tools HTTP/1.1\r\nHost: x\r\nX-Padding: {}\r\n\r\n", "a".repeat(8000));

@@ -185,6 +185,34 @@ def measured(proc, url, seconds, connections, body=None, delay_ms=0):
     return r
 
 
+def side_by_side(targets, rounds, seconds, connections, body):
+    """Saturating runs of two targets, alternating (the order flips every
+    round, so drift on a shared machine hits both), after a warm-up of each.
+
+    `targets` is {name: (Pinned process, url)} with the candidate first and
+    the baseline second. Prints a line per run; returns the runs per name and
+    the median per-round ratios candidate/baseline of requests per second and
+    of requests per CPU second."""
+    (cand, _), (base, _) = list(targets.items())
+    for _, url in targets.values():  # warm-up: connection pools, caches, page faults
+        wrk(url, 2, connections, body)
+    runs = {name: [] for name in targets}
+    say(f"{'round':>5} {'target':<10} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'cpu us/req':>10} {'cpu busy':>8}")
+    for i in range(rounds):
+        for name in (list(targets) if i % 2 == 0 else list(targets)[::-1]):
+            proc, url = targets[name]
+            r = measured(proc, url, seconds, connections, body)
+            if r["errors"]:
+                fail(f"{name}: {r['errors']} failed requests")
+            runs[name].append(r)
+            say(f"{i + 1:>5} {name:<10} {r['rps']:>9.0f} {r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} "
+                f"{r['cpu_us_per_req']:>10.1f} {r['cpu_busy'] * 100:>7.0f}%")
+    pairs = list(zip(runs[cand], runs[base]))
+    rps_ratio = median([c["rps"] / b["rps"] for c, b in pairs])
+    cpu_ratio = median([b["cpu_us_per_req"] / c["cpu_us_per_req"] for c, b in pairs])
+    return runs, rps_ratio, cpu_ratio
+
+
 def median(values):
     return statistics.median(values)
 

@@ -78,7 +78,6 @@ BENCH_API_KEY = "env:BENCH_API_KEY"
 
         direct = f"http://127.0.0.1:{up_port}/tools/call"
         via = {"nginx": f"http://127.0.0.1:{ngx_port}/tools/call", "gateway": f"http://127.0.0.1:{gw_port}/tools/call"}
-        proc = {"nginx": nginx, "gateway": gateway}
         b.wait_http(f"http://127.0.0.1:{up_port}/tools")
         b.wait_http(f"http://127.0.0.1:{ngx_port}/tools")
         b.wait_http(f"http://127.0.0.1:{gw_port}/health")
@@ -92,31 +91,16 @@ BENCH_API_KEY = "env:BENCH_API_KEY"
 
         b.say(f"# gateway vs nginx proxy_pass: {args.rounds} rounds x {args.seconds}s, "
               f"{args.connections} connections, proxy on CPU {b.PROXY_CPU}, wrk + upstream on CPU {b.LOAD_CPU}")
-        for name in via:  # warm-up: connection pools, caches, page faults
-            b.wrk(via[name], 2, args.connections, BODY)
-
-        runs = {"nginx": [], "gateway": []}
-        b.say(f"{'round':>5} {'proxy':<8} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'cpu us/req':>10} {'cpu busy':>8}")
-        for i in range(args.rounds):
-            order = ["nginx", "gateway"] if i % 2 == 0 else ["gateway", "nginx"]
-            for name in order:
-                r = b.measured(proc[name], via[name], args.seconds, args.connections, BODY)
-                if r["errors"]:
-                    b.fail(f"{name}: {r['errors']} failed requests")
-                runs[name].append(r)
-                b.say(f"{i + 1:>5} {name:<8} {r['rps']:>9.0f} {r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} "
-                      f"{r['cpu_us_per_req']:>10.1f} {r['cpu_busy'] * 100:>7.0f}%")
-
-        rps_ratios = [g["rps"] / n["rps"] for g, n in zip(runs["gateway"], runs["nginx"])]
-        cpu_ratios = [n["cpu_us_per_req"] / g["cpu_us_per_req"] for g, n in zip(runs["gateway"], runs["nginx"])]
+        targets = {"gateway": (gateway, via["gateway"]), "nginx": (nginx, via["nginx"])}
+        runs, rps_ratio, cpu_ratio = b.side_by_side(targets, args.rounds, args.seconds, args.connections, BODY)
         med = {name: {k: b.median([r[k] for r in rs]) for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")}
                for name, rs in runs.items()}
         b.say("")
         for name, m in med.items():
             b.say(f"median {name:<8} {m['rps']:>9.0f} req/s  p50 {m['p50_ms']:.3f} ms  p99 {m['p99_ms']:.3f} ms  "
                   f"{m['cpu_us_per_req']:.1f} cpu us/req")
-        b.say(f"median ratio gateway/nginx, requests per second:        {b.median(rps_ratios):.3f}")
-        b.say(f"median ratio gateway/nginx, requests per CPU second:     {b.median(cpu_ratios):.3f}")
+        b.say(f"median ratio gateway/nginx, requests per second:        {rps_ratio:.3f}")
+        b.say(f"median ratio gateway/nginx, requests per CPU second:     {cpu_ratio:.3f}")
 
         if not args.skip_paced:
             paced_latency(args, direct, via, med["gateway"]["rps"] / 2)

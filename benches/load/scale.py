@@ -115,22 +115,10 @@ def main():
 
         body = call_body("Kit00.Tool007@1.0.0")
         urls = {"10000": f"http://127.0.0.1:{big_port}/tools/call", "10": f"http://127.0.0.1:{small_port}/tools/call"}
-        gws = {"10000": gw_big, "10": gw_small}
-        for name in urls:
-            b.wrk(urls[name], 2, args.connections, body)
-        runs = {"10000": [], "10": []}
-        for i in range(args.rounds):
-            for name in (["10", "10000"] if i % 2 == 0 else ["10000", "10"]):
-                r = b.measured(gws[name], urls[name], args.seconds, args.connections, body)
-                if r["errors"]:
-                    b.fail(f"calls with {name} tools: {r['errors']} failed requests")
-                runs[name].append(r)
-                b.say(f"round {i + 1} calls, {name:>5} tools: {r['rps']:>7.0f} req/s  p50 {r['p50_ms']:.3f} ms  "
-                      f"p99 {r['p99_ms']:.3f} ms  {r['cpu_us_per_req']:.1f} cpu us/req")
-        ratios = [big["rps"] / small["rps"] for big, small in zip(runs["10000"], runs["10"])]
-        cpu_ratios = [small["cpu_us_per_req"] / big["cpu_us_per_req"] for big, small in zip(runs["10000"], runs["10"])]
-        b.say(f"median ratio 10000/10 tools, requests per second:    {b.median(ratios):.3f}")
-        b.say(f"median ratio 10000/10 tools, requests per CPU second: {b.median(cpu_ratios):.3f}")
+        targets = {"10000 tools": (gw_big, urls["10000"]), "10 tools": (gw_small, urls["10"])}
+        _, ratio, cpu_ratio = b.side_by_side(targets, args.rounds, args.seconds, args.connections, body)
+        b.say(f"median ratio 10000/10 tools, requests per second:    {ratio:.3f}")
+        b.say(f"median ratio 10000/10 tools, requests per CPU second: {cpu_ratio:.3f}")
         b.say(f"resident memory after the calls:    {gw_big.rss_mb():.1f} MB (10000 tools), "
               f"{gw_small.rss_mb():.1f} MB (10 tools)")
     finally:
