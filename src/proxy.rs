@@ -198,9 +198,9 @@ async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, FrontEr
     Ok(body.freeze())
 }
 
-/// Writes a reply as one header and one body chunk.
-async fn write_reply(session: &mut Session, reply: Reply) -> Result<()> {
-    let head_only = session.req_header().method == http::Method::HEAD;
+/// Writes a reply as one header and one body chunk (only the header when
+/// answering a HEAD).
+async fn write_reply(session: &mut Session, reply: Reply, head_only: bool) -> Result<()> {
     let mut header = ResponseHeader::build(reply.status, Some(3 + reply.headers.len()))?;
     header.insert_header(http::header::CONTENT_TYPE, "application/json")?;
     header.insert_header(http::header::CONTENT_LENGTH, reply.body.len())?;
@@ -220,16 +220,6 @@ async fn write_reply(session: &mut Session, reply: Reply) -> Result<()> {
     Ok(())
 }
 
-/// A 400 with a JSON body for a request whose head did not parse (there is
-/// no request to look at), and the connection closed.
-async fn write_unparsed_reply(session: &mut Session, body: Bytes) -> Result<()> {
-    let mut header = ResponseHeader::build(400, Some(3))?;
-    header.insert_header(http::header::CONTENT_TYPE, "application/json")?;
-    header.insert_header(http::header::CONTENT_LENGTH, body.len())?;
-    header.insert_header(http::header::CONNECTION, "close")?;
-    session.write_error_response(header, body).await
-}
-
 impl OtcProxy {
     /// One request, from its parsed head to the reply written.
     async fn answer(&self, session: &mut Session) -> Result<()> {
@@ -242,7 +232,8 @@ impl OtcProxy {
             self.serve(session, route).await
         };
         self.gateway.metrics.record_http(route, reply.status);
-        write_reply(session, reply).await
+        let head_only = session.req_header().method == http::Method::HEAD;
+        write_reply(session, reply, head_only).await
     }
 }
 
@@ -264,8 +255,9 @@ impl HttpServerApp for OtcProxy {
                 // A head pingora could not parse gets a JSON 400, never an
                 // empty page; a broken connection gets nothing.
                 if matches!(e.etype(), ErrorType::InvalidHTTPHeader) {
+                    // (Its reply closes the connection.)
                     let reply = FrontError::MalformedHead(e.to_string()).to_reply();
-                    if let Err(write_error) = write_unparsed_reply(&mut session, reply.body).await {
+                    if let Err(write_error) = write_reply(&mut session, reply, false).await {
                         tracing::debug!(error = %write_error, "could not write an error response");
                     }
                     self.gateway.metrics.record_http("other", 400);

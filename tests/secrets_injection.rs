@@ -44,6 +44,20 @@ fn vault_section(vault: &Kv2Server, cache_ttl: &str, timeout: &str) -> String {
     )
 }
 
+/// A gateway whose `TWILIO_API_KEY` is read from the fake vault with these
+/// `cache_ttl` and `timeout`.
+async fn twilio_from_vault(server: &ToolServer, vault: &Kv2Server, cache_ttl: &str, timeout: &str) -> Gateway {
+    config(
+        &server.url(),
+        &format!(
+            "{}\n[secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\n",
+            vault_section(vault, cache_ttl, timeout)
+        ),
+    )
+    .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN)])
+    .await
+}
+
 /// One of the fake vault's failure switches (`set_down`, `set_unreachable`, `set_hang`).
 type VaultSwitch = fn(&Kv2Server, bool);
 
@@ -187,15 +201,7 @@ async fn a_secret_from_vault_kv2_is_injected_and_cached_within_cache_ttl() {
     let server = tool_server(vec![twilio_tool()]).await;
     let vault = Kv2Server::start(VAULT_TOKEN).await;
     vault.put("secret/tools/twilio", json!({"api_key": "AC-vault-value-5be0", "other": "not-this-one"}));
-    let gw = config(
-        &server.url(),
-        &format!(
-            "{}\n[secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\n",
-            vault_section(&vault, "60s", "2s")
-        ),
-    )
-    .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN)])
-    .await;
+    let gw = twilio_from_vault(&server, &vault, "60s", "2s").await;
     gw.wait_for_tool(TWILIO).await;
 
     call_anon(&gw, TWILIO, json!({})).await.result();
@@ -221,15 +227,7 @@ async fn after_cache_ttl_the_vault_is_asked_again() {
     let server = tool_server(vec![twilio_tool()]).await;
     let vault = Kv2Server::start(VAULT_TOKEN).await;
     vault.put("secret/tools/twilio", json!({"api_key": "AC-before-rotation"}));
-    let gw = config(
-        &server.url(),
-        &format!(
-            "{}\n[secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\n",
-            vault_section(&vault, "300ms", "2s")
-        ),
-    )
-    .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN)])
-    .await;
+    let gw = twilio_from_vault(&server, &vault, "300ms", "2s").await;
     gw.wait_for_tool(TWILIO).await;
     call_anon(&gw, TWILIO, json!({})).await.result();
     assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "AC-before-rotation");
@@ -249,15 +247,7 @@ async fn while_the_vault_is_down_the_cached_value_keeps_being_served() {
     let server = tool_server(vec![twilio_tool()]).await;
     let vault = Kv2Server::start(VAULT_TOKEN).await;
     vault.put("secret/tools/twilio", json!({"api_key": "AC-cached-through-outage"}));
-    let gw = config(
-        &server.url(),
-        &format!(
-            "{}\n[secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\n",
-            vault_section(&vault, "200ms", "1s")
-        ),
-    )
-    .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN)])
-    .await;
+    let gw = twilio_from_vault(&server, &vault, "200ms", "1s").await;
     gw.wait_for_tool(TWILIO).await;
     call_anon(&gw, TWILIO, json!({})).await.result();
 
@@ -291,15 +281,7 @@ async fn a_value_never_fetched_while_the_vault_is_down_is_a_prompt_400_naming_th
     let server = tool_server(vec![twilio_tool()]).await;
     let vault = Kv2Server::start(VAULT_TOKEN).await;
     vault.put("secret/tools/twilio", json!({"api_key": "AC-never-fetched"}));
-    let gw = config(
-        &server.url(),
-        &format!(
-            "{}\n[secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\n",
-            vault_section(&vault, "60s", "1s")
-        ),
-    )
-    .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN)])
-    .await;
+    let gw = twilio_from_vault(&server, &vault, "60s", "1s").await;
     gw.wait_for_tool(TWILIO).await;
 
     // Sealed, unreachable, hung: each a 400 naming the secret, well under
@@ -330,15 +312,7 @@ async fn a_managed_secret_missing_from_the_vault_is_a_400_naming_it() {
     let vault = Kv2Server::start(VAULT_TOKEN).await;
     // The path exists but the field does not; then the path does not exist.
     vault.put("secret/tools/twilio", json!({"wrong_field": "x"}));
-    let gw = config(
-        &server.url(),
-        &format!(
-            "{}\n[secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\n",
-            vault_section(&vault, "60s", "1s")
-        ),
-    )
-    .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN)])
-    .await;
+    let gw = twilio_from_vault(&server, &vault, "60s", "1s").await;
     gw.wait_for_tool(TWILIO).await;
     let body = call_anon(&gw, TWILIO, json!({})).await.server_error(400);
     assert!(message(&body).contains("TWILIO_API_KEY"), "missing field: {body}");
