@@ -380,9 +380,9 @@ pub async fn forward_call<'r>(
                     request: UpstreamCallRequest { tool_id: &target.upstream_id, call_id, trace_id: trace.trace_id, input, context },
                 };
                 // Serialising a Value-backed struct into a Vec cannot fail.
-                let body = Bytes::from(serde_json::to_vec(&body).unwrap_or_default());
+                let body = serde_json::to_vec(&body).unwrap_or_default();
                 let traceparent = crate::trace::traceparent(trace.traceparent, trace.trace_id);
-                target.upstream.call(body, authorization, traceparent, max_response).await
+                target.upstream.call(&body, authorization, traceparent, max_response).await
             }
         };
         match forwarded {

@@ -312,6 +312,7 @@ async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
         if !gateway.is_current(&upstream) {
             return;
         }
+        upstream.close_stale_connections();
         let changed = gateway.refresh_upstream(&gateway.runtime(), &upstream).await;
         if !gateway.is_current(&upstream) {
             return;

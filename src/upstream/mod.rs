@@ -1,12 +1,16 @@
-//! One tool server behind the gateway: its settings and its pooled HTTP client.
+//! One tool server behind the gateway: its settings and its HTTP clients.
 //!
-//! Each upstream has its own hyper-util client so that its connect timeout and
-//! its connection pool are its own; connections are reused across calls.
+//! Each upstream has clients of its own, so that its connect timeout and its
+//! connection pools are its own; connections are reused across calls. Calls
+//! go through the lean client in [`http1`]; catalog fetches, a few a minute,
+//! through hyper-util's.
+
+pub mod http1;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, ETAG, IF_NONE_MATCH};
+use http::header::{ACCEPT, AUTHORIZATION, ETAG, IF_NONE_MATCH};
 use http::{HeaderValue, Request, StatusCode, Uri};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::connect::HttpConnector;
@@ -16,6 +20,7 @@ use hyper_util::rt::TokioExecutor;
 use crate::circuit::Circuit;
 use crate::config::{Protocol, UpstreamConfig};
 use crate::vault::SecretRef;
+use http1::{ExchangeError, Http1Client};
 
 /// A configured upstream, ready to be called.
 #[derive(Debug)]
@@ -39,9 +44,9 @@ pub struct Upstream {
     /// Fails calls fast while the upstream refuses connections.
     pub circuit: Circuit,
     tools_uri: Uri,
-    call_uri: Uri,
-    /// Calls' connections, made and driven on the data plane's threads.
-    call_client: Client<HttpConnector, Full<Bytes>>,
+    /// Calls' connections, made and used by the calls' own tasks on the data
+    /// plane's threads.
+    call_client: Http1Client,
     /// Catalog fetches' own pool, driven by the control runtime: a call that
     /// borrowed one of these connections would wake another thread for every
     /// read and write.
@@ -144,12 +149,8 @@ impl Upstream {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.connect_timeout.0));
         connector.set_nodelay(true);
-        let client = |max_idle: usize| {
-            Client::builder(TokioExecutor::new())
-                .pool_idle_timeout(Duration::from_secs(90))
-                .pool_max_idle_per_host(max_idle)
-                .build(connector.clone())
-        };
+        let call_uri: Uri = format!("{base}/tools/call").parse()?;
+        let authority = call_uri.authority().map_or("", |a| a.as_str());
         Ok(Upstream {
             name: config.name.get_ref().0.clone(),
             order,
@@ -161,9 +162,11 @@ impl Upstream {
             bearer_token: config.bearer_token.as_ref().map(|t| t.get_ref().clone()),
             circuit: Circuit::new(config.circuit_failures, config.circuit_cooldown.0),
             tools_uri: format!("{base}/tools").parse()?,
-            call_uri: format!("{base}/tools/call").parse()?,
-            call_client: client(256),
-            catalog_client: client(1),
+            call_client: Http1Client::new(authority, call_uri.path(), config.connect_timeout.0),
+            catalog_client: Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(Duration::from_secs(90))
+                .pool_max_idle_per_host(1)
+                .build(connector),
             mcp: match config.protocol.get_ref() {
                 Protocol::Mcp => Some(crate::mcp::client::McpClient::new(base.parse()?, config.connect_timeout.0)),
                 Protocol::Otc => None,
@@ -229,52 +232,43 @@ impl Upstream {
     /// request went out, because only the former may be retried elsewhere.
     pub async fn call(
         &self,
-        body: Bytes,
+        body: &[u8],
         authorization: Option<HeaderValue>,
         traceparent: HeaderValue,
         max_bytes: usize,
     ) -> Result<CallReply, ForwardError> {
-        let mut request = Request::post(self.call_uri.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "application/json")
-            .header("traceparent", traceparent);
-        if let Some(authorization) = authorization {
-            request = request.header(AUTHORIZATION, authorization);
-        }
-        let request = request.body(Full::new(body)).map_err(|e| ForwardError::Broken {
-            upstream: self.name.clone(),
-            detail: e.to_string(),
-        })?;
-        let exchange = async {
-            let response = self.call_client.request(request).await.map_err(|e| {
-                if e.is_connect() {
-                    self.circuit.record_failure();
-                    ForwardError::Connect { upstream: self.name.clone(), detail: error_chain(&e) }
-                } else {
-                    ForwardError::Broken { upstream: self.name.clone(), detail: error_chain(&e) }
-                }
-            })?;
-            self.circuit.record_success();
-            let status = response.status();
-            let is_json = response
-                .headers()
-                .get(CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .is_some_and(|ct| ct.contains("json"));
-            let body = Limited::new(response.into_body(), max_bytes).collect().await.map_err(|e| {
-                if e.is::<http_body_util::LengthLimitError>() {
-                    ForwardError::TooLarge { upstream: self.name.clone(), limit: max_bytes }
-                } else {
-                    ForwardError::Broken { upstream: self.name.clone(), detail: e.to_string() }
-                }
-            })?;
-            Ok(CallReply { status, is_json, body: body.to_bytes() })
+        let mut headers = [("traceparent", &traceparent), ("authorization", &traceparent)];
+        let headers = match &authorization {
+            Some(authorization) => {
+                headers[1].1 = authorization;
+                &headers[..]
+            }
+            None => &headers[..1],
         };
         // pingora's coarse timer wheel: a call registers no tokio timer.
-        match pingora_timeout::fast_timeout::fast_timeout(self.call_timeout, exchange).await {
-            Ok(result) => result,
-            Err(_) => Err(ForwardError::Timeout { upstream: self.name.clone(), timeout: self.call_timeout }),
+        let exchange = self.call_client.post(headers, body, max_bytes);
+        let answer = match pingora_timeout::fast_timeout::fast_timeout(self.call_timeout, exchange).await {
+            Ok(answer) => answer,
+            Err(_) => return Err(ForwardError::Timeout { upstream: self.name.clone(), timeout: self.call_timeout }),
+        };
+        match answer {
+            Ok(answer) => {
+                self.circuit.record_success();
+                Ok(CallReply { status: answer.status, is_json: answer.is_json, body: answer.body })
+            }
+            Err(ExchangeError::Connect(detail)) => {
+                self.circuit.record_failure();
+                Err(ForwardError::Connect { upstream: self.name.clone(), detail })
+            }
+            Err(ExchangeError::Broken(detail)) => Err(ForwardError::Broken { upstream: self.name.clone(), detail }),
+            Err(ExchangeError::TooLarge) => Err(ForwardError::TooLarge { upstream: self.name.clone(), limit: max_bytes }),
         }
+    }
+
+    /// Closes the calls' idle connections that timed out or that the server
+    /// closed; the catalog poller calls it, so they do not linger unused.
+    pub fn close_stale_connections(&self) {
+        self.call_client.close_stale();
     }
 }
 

@@ -1,0 +1,586 @@
+//! The calls' HTTP/1.1 client: the request written with one write, the
+//! answer's head parsed with httparse, and idle connections kept for reuse.
+//!
+//! Calls went through hyper-util's pooled client, which drives every
+//! connection from a task of its own: each call crossed two tasks and ran
+//! hyper's general machinery, about a third of the gateway's instructions per
+//! call (callgrind, benches/README.md). A tool call is one POST with a JSON
+//! body and one answer, so the call's own task writes it and reads the answer.
+
+use std::future::Future;
+use std::io::Write;
+use std::pin::pin;
+use std::sync::{Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use bytes::{Buf, Bytes, BytesMut};
+use http::{HeaderValue, StatusCode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::net::TcpStream;
+
+/// How long a connection may stay idle before it is closed rather than
+/// reused.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+/// The most idle connections kept per upstream.
+const MAX_IDLE: usize = 256;
+/// The longest answer head read; past it the answer is refused.
+const MAX_HEAD: usize = 64 * 1024;
+/// The most header lines an answer may have.
+const MAX_HEADERS: usize = 64;
+
+/// Why an exchange failed, told apart as the caller needs it: a connection
+/// that could not be made (nothing was sent), or one that broke after.
+#[derive(Debug, thiserror::Error)]
+pub enum ExchangeError {
+    /// No connection could be made.
+    #[error("{0}")]
+    Connect(String),
+    /// The request may have been sent; no complete, well-formed answer.
+    #[error("{0}")]
+    Broken(String),
+    /// The answer's body is larger than the limit.
+    #[error("answer larger than the limit")]
+    TooLarge,
+}
+
+/// An answer read in full.
+#[derive(Debug)]
+pub struct Answer {
+    /// Its status.
+    pub status: StatusCode,
+    /// Whether its `Content-Type` says JSON.
+    pub is_json: bool,
+    /// Its body, de-chunked.
+    pub body: Bytes,
+}
+
+/// POSTs to one URL over kept-alive connections.
+#[derive(Debug)]
+pub struct Http1Client {
+    /// `host:port`, for connecting.
+    address: String,
+    /// Everything before the request's own headers: request line, `Host`,
+    /// `Content-Type`, `Accept`.
+    head_prefix: Vec<u8>,
+    connect_timeout: Duration,
+    /// Idle connections, the most recently used last.
+    idle: Mutex<Vec<IdleConnection>>,
+}
+
+#[derive(Debug)]
+struct IdleConnection {
+    stream: TcpStream,
+    since: Instant,
+}
+
+impl Http1Client {
+    /// A client for POSTs to `path` on `authority` (`host[:port]`, port 80
+    /// when none is given).
+    pub fn new(authority: &str, path: &str, connect_timeout: Duration) -> Http1Client {
+        let address = if authority.rsplit_once(':').is_some_and(|(_, port)| !port.contains(']')) {
+            authority.to_owned()
+        } else {
+            format!("{authority}:80")
+        };
+        let head_prefix = format!(
+            "POST {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-type: application/json\r\naccept: application/json\r\n"
+        )
+        .into_bytes();
+        Http1Client { address, head_prefix, connect_timeout, idle: Mutex::new(Vec::new()) }
+    }
+
+    /// POSTs `body` with `headers` and reads the whole answer, its body at
+    /// most `max_body` bytes. The caller bounds the time it may take.
+    pub async fn post(
+        &self,
+        headers: &[(&str, &HeaderValue)],
+        body: &[u8],
+        max_body: usize,
+    ) -> Result<Answer, ExchangeError> {
+        let request = self.encode(headers, body);
+        let mut stream = match self.take_idle() {
+            Some(mut stream) => match stream.write_all(&request).await {
+                Ok(()) => stream,
+                // A failed first write on a kept connection delivered nothing
+                // (the server had closed it): a new connection may carry it.
+                Err(_) => self.send_on_new_connection(&request).await?,
+            },
+            None => self.send_on_new_connection(&request).await?,
+        };
+        let (answer, reusable) = read_answer(&mut stream, max_body).await?;
+        if reusable {
+            self.put_idle(stream);
+        }
+        Ok(answer)
+    }
+
+    /// Closes idle connections that have timed out or that the server closed.
+    pub fn close_stale(&self) {
+        let stale: Vec<IdleConnection> = {
+            let mut idle = self.lock_idle();
+            let (keep, stale) = std::mem::take(&mut *idle).into_iter().partition(|c| c.usable());
+            *idle = keep;
+            stale
+        };
+        drop(stale);
+    }
+
+    fn encode(&self, headers: &[(&str, &HeaderValue)], body: &[u8]) -> Vec<u8> {
+        let extra: usize = headers.iter().map(|(name, value)| name.len() + value.len() + 4).sum();
+        let mut request = Vec::with_capacity(self.head_prefix.len() + extra + 40 + body.len());
+        request.extend_from_slice(&self.head_prefix);
+        for (name, value) in headers {
+            request.extend_from_slice(name.as_bytes());
+            request.extend_from_slice(b": ");
+            request.extend_from_slice(value.as_bytes());
+            request.extend_from_slice(b"\r\n");
+        }
+        // Writing into a Vec cannot fail.
+        let _ = write!(request, "content-length: {}\r\n\r\n", body.len());
+        request.extend_from_slice(body);
+        request
+    }
+
+    async fn send_on_new_connection(&self, request: &[u8]) -> Result<TcpStream, ExchangeError> {
+        let mut stream = self.connect().await?;
+        stream.write_all(request).await.map_err(|e| ExchangeError::Broken(format!("sending the call: {e}")))?;
+        Ok(stream)
+    }
+
+    async fn connect(&self) -> Result<TcpStream, ExchangeError> {
+        let stream = tokio::time::timeout(self.connect_timeout, TcpStream::connect(&self.address))
+            .await
+            .map_err(|_| ExchangeError::Connect(format!("no connection within {:?}", self.connect_timeout)))?
+            .map_err(|e| ExchangeError::Connect(format!("connecting to {}: {e}", self.address)))?;
+        // Requests are written whole; Nagle would only hold them back.
+        let _ = stream.set_nodelay(true);
+        Ok(stream)
+    }
+
+    /// The most recently used idle connection that is still usable.
+    fn take_idle(&self) -> Option<TcpStream> {
+        let mut idle = self.lock_idle();
+        while let Some(connection) = idle.pop() {
+            if connection.usable() {
+                return Some(connection.stream);
+            }
+        }
+        None
+    }
+
+    fn put_idle(&self, stream: TcpStream) {
+        let mut idle = self.lock_idle();
+        if idle.len() < MAX_IDLE {
+            idle.push(IdleConnection { stream, since: Instant::now() });
+        }
+    }
+
+    fn lock_idle(&self) -> MutexGuard<'_, Vec<IdleConnection>> {
+        // A panic elsewhere while holding the lock leaves a valid Vec.
+        self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl IdleConnection {
+    /// Not timed out, and the server has not closed it. The check reads the
+    /// readiness tokio already holds for the socket (no system call): a
+    /// server's FIN or RST marks it read-closed.
+    fn usable(&self) -> bool {
+        if self.since.elapsed() >= IDLE_TIMEOUT {
+            return false;
+        }
+        let mut cx = Context::from_waker(Waker::noop());
+        match pin!(self.stream.ready(Interest::READABLE)).poll(&mut cx) {
+            // Nothing has arrived since the last answer was read.
+            Poll::Pending => true,
+            // Readable is left over from the last answer; closed is not.
+            Poll::Ready(Ok(ready)) => !ready.is_read_closed() && !ready.is_error(),
+            Poll::Ready(Err(_)) => false,
+        }
+    }
+}
+
+/// How an answer's body is delimited (RFC 9112, section 6.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    Length(usize),
+    Chunked,
+    UntilClose,
+}
+
+/// An answer's head, parsed.
+#[derive(Debug)]
+struct Head {
+    /// Its length in bytes, the blank line included.
+    len: usize,
+    status: StatusCode,
+    is_json: bool,
+    framing: Framing,
+    keep_alive: bool,
+}
+
+/// Reads one answer (skipping interim 1xx ones); whether the connection may
+/// carry another request.
+async fn read_answer(stream: &mut TcpStream, max_body: usize) -> Result<(Answer, bool), ExchangeError> {
+    let mut buf = BytesMut::with_capacity(8 * 1024);
+    let head = loop {
+        let head = loop {
+            if let Some(head) = parse_head(&buf)? {
+                break head;
+            }
+            if buf.len() >= MAX_HEAD {
+                return Err(ExchangeError::Broken(format!("answer head larger than {MAX_HEAD} bytes")));
+            }
+            if read_more(stream, &mut buf).await? == 0 {
+                return Err(ExchangeError::Broken(if buf.is_empty() {
+                    "the connection closed before an answer".to_owned()
+                } else {
+                    "the connection closed in the middle of the answer's head".to_owned()
+                }));
+            }
+        };
+        buf.advance(head.len);
+        if !head.status.is_informational() {
+            break head;
+        }
+        if head.status == StatusCode::SWITCHING_PROTOCOLS {
+            return Err(ExchangeError::Broken("the server switched protocols".to_owned()));
+        }
+    };
+    let (body, clean) = match head.framing {
+        Framing::Length(len) => read_length(stream, buf, len, max_body).await?,
+        Framing::Chunked => read_chunked(stream, buf, max_body).await?,
+        Framing::UntilClose => (read_until_close(stream, buf, max_body).await?, false),
+    };
+    let answer = Answer { status: head.status, is_json: head.is_json, body };
+    Ok((answer, head.keep_alive && clean))
+}
+
+/// Parses a complete head at the start of `buf`; `None` while it is partial.
+fn parse_head(buf: &[u8]) -> Result<Option<Head>, ExchangeError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut response = httparse::Response::new(&mut headers);
+    let len = match response.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(ExchangeError::Broken(format!("unreadable answer head: {e}"))),
+    };
+    let code = response.code.unwrap_or_default();
+    let status = StatusCode::from_u16(code)
+        .map_err(|_| ExchangeError::Broken(format!("answer status {code} is not a status")))?;
+    let http11 = response.version == Some(1);
+    let (mut is_json, mut length, mut chunked, mut transfer_encoded) = (false, None, false, false);
+    let mut keep_alive = http11;
+    for header in response.headers.iter() {
+        let value = header.value;
+        if header.name.eq_ignore_ascii_case("content-type") {
+            is_json = value.windows(4).any(|w| w.eq_ignore_ascii_case(b"json"));
+        } else if header.name.eq_ignore_ascii_case("content-length") {
+            let n = std::str::from_utf8(value)
+                .ok()
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .ok_or_else(|| ExchangeError::Broken("the answer's content-length is not a number".to_owned()))?;
+            if length.is_some_and(|l| l != n) {
+                return Err(ExchangeError::Broken("the answer has two different content-lengths".to_owned()));
+            }
+            length = Some(n);
+        } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
+            transfer_encoded = true;
+            // Only a final `chunked` delimits the body; anything else runs
+            // until the connection closes.
+            chunked = value.rsplit(|&b| b == b',').next().is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+        } else if header.name.eq_ignore_ascii_case("connection") {
+            for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
+                if token.eq_ignore_ascii_case(b"close") {
+                    keep_alive = false;
+                } else if token.eq_ignore_ascii_case(b"keep-alive") && !http11 {
+                    keep_alive = true;
+                }
+            }
+        }
+    }
+    let framing = if status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+        Framing::Length(0)
+    } else if transfer_encoded {
+        if chunked {
+            Framing::Chunked
+        } else {
+            Framing::UntilClose
+        }
+    } else {
+        length.map_or(Framing::UntilClose, Framing::Length)
+    };
+    Ok(Some(Head { len, status, is_json, framing, keep_alive: keep_alive && framing != Framing::UntilClose }))
+}
+
+/// Reads into `buf`'s spare room; 0 at the end of the stream.
+async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<usize, ExchangeError> {
+    if buf.capacity() - buf.len() < 1024 {
+        buf.reserve(8 * 1024);
+    }
+    stream.read_buf(buf).await.map_err(|e| ExchangeError::Broken(format!("reading the answer: {e}")))
+}
+
+fn closed_early() -> ExchangeError {
+    ExchangeError::Broken("the connection closed in the middle of the answer's body".to_owned())
+}
+
+/// A `content-length` body; whether nothing followed it.
+async fn read_length(
+    stream: &mut TcpStream,
+    mut buf: BytesMut,
+    len: usize,
+    max_body: usize,
+) -> Result<(Bytes, bool), ExchangeError> {
+    if len > max_body {
+        return Err(ExchangeError::TooLarge);
+    }
+    if buf.capacity() < len {
+        buf.reserve(len - buf.len());
+    }
+    while buf.len() < len {
+        if read_more(stream, &mut buf).await? == 0 {
+            return Err(closed_early());
+        }
+    }
+    let clean = buf.len() == len;
+    Ok((buf.split_to(len).freeze(), clean))
+}
+
+/// A chunked body, de-chunked; whether nothing followed it.
+async fn read_chunked(stream: &mut TcpStream, mut buf: BytesMut, max_body: usize) -> Result<(Bytes, bool), ExchangeError> {
+    let mut body = BytesMut::new();
+    loop {
+        let (size_line, size) = loop {
+            match httparse::parse_chunk_size(&buf) {
+                Ok(httparse::Status::Complete((used, size))) => break (used, size),
+                Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {
+                    if read_more(stream, &mut buf).await? == 0 {
+                        return Err(closed_early());
+                    }
+                }
+                _ => return Err(ExchangeError::Broken("the answer's chunked body is malformed".to_owned())),
+            }
+        };
+        buf.advance(size_line);
+        if size == 0 {
+            break;
+        }
+        let size = usize::try_from(size).map_err(|_| ExchangeError::TooLarge)?;
+        if size > max_body - body.len() {
+            return Err(ExchangeError::TooLarge);
+        }
+        while buf.len() < size + 2 {
+            if read_more(stream, &mut buf).await? == 0 {
+                return Err(closed_early());
+            }
+        }
+        if &buf[size..size + 2] != b"\r\n" {
+            return Err(ExchangeError::Broken("the answer's chunked body is malformed".to_owned()));
+        }
+        body.extend_from_slice(&buf[..size]);
+        buf.advance(size + 2);
+    }
+    // Trailer lines, if any, up to the blank line that ends the body.
+    loop {
+        match buf.windows(2).position(|w| w == b"\r\n") {
+            Some(0) => {
+                buf.advance(2);
+                break;
+            }
+            Some(end) => buf.advance(end + 2),
+            None if buf.len() < MAX_HEAD => {
+                if read_more(stream, &mut buf).await? == 0 {
+                    return Err(closed_early());
+                }
+            }
+            None => return Err(ExchangeError::Broken("the answer's trailers are too large".to_owned())),
+        }
+    }
+    Ok((body.freeze(), buf.is_empty()))
+}
+
+/// A body that runs until the server closes the connection.
+async fn read_until_close(stream: &mut TcpStream, mut buf: BytesMut, max_body: usize) -> Result<Bytes, ExchangeError> {
+    loop {
+        if buf.len() > max_body {
+            return Err(ExchangeError::TooLarge);
+        }
+        if read_more(stream, &mut buf).await? == 0 {
+            return Ok(buf.freeze());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncBufReadExt;
+    use tokio::net::TcpListener;
+
+    /// A server that answers each request on a connection with the next of
+    /// `answers` (raw bytes), counting the connections it accepts. After the
+    /// last answer it closes the connection.
+    async fn raw_server(answers: Vec<&'static [u8]>) -> (String, tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("addr").to_string();
+        let (requests, received) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let answers = answers.clone();
+                let requests = requests.clone();
+                tokio::spawn(async move {
+                    let mut stream = tokio::io::BufReader::new(stream);
+                    for answer in answers {
+                        let Some(request) = read_request(&mut stream).await else { return };
+                        let _ = requests.send(request);
+                        if stream.get_mut().write_all(answer).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        (address, received)
+    }
+
+    async fn read_request(stream: &mut tokio::io::BufReader<TcpStream>) -> Option<Vec<u8>> {
+        let mut head = Vec::new();
+        let mut length = 0;
+        loop {
+            let mut line = String::new();
+            if stream.read_line(&mut line).await.ok()? == 0 {
+                return None;
+            }
+            if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                length = v.trim().parse().ok()?;
+            }
+            head.extend_from_slice(line.as_bytes());
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let mut body = vec![0; length];
+        stream.read_exact(&mut body).await.ok()?;
+        head.extend_from_slice(&body);
+        Some(head)
+    }
+
+    fn client(address: &str) -> Http1Client {
+        Http1Client::new(address, "/base/tools/call", Duration::from_secs(2))
+    }
+
+    fn header(value: &'static str) -> HeaderValue {
+        HeaderValue::from_static(value)
+    }
+
+    #[tokio::test]
+    async fn writes_one_well_formed_post_and_reads_a_sized_answer() {
+        let (address, mut received) =
+            raw_server(vec![b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}"]).await;
+        let c = client(&address);
+        let answer = c.post(&[("traceparent", &header("00-abc-01"))], b"{\"x\":2}", 1024).await.expect("answer");
+        assert_eq!(answer.status, StatusCode::OK);
+        assert!(answer.is_json);
+        assert_eq!(&answer.body[..], b"{\"a\":1}");
+        let request = String::from_utf8(received.recv().await.expect("request")).expect("utf8");
+        assert!(request.starts_with("POST /base/tools/call HTTP/1.1\r\n"), "{request}");
+        assert!(request.contains(&format!("host: {address}\r\n")), "{request}");
+        assert!(request.contains("traceparent: 00-abc-01\r\n"), "{request}");
+        assert!(request.contains("content-length: 7\r\n"), "{request}");
+        assert!(request.ends_with("\r\n\r\n{\"x\":2}"), "{request}");
+    }
+
+    #[tokio::test]
+    async fn reuses_a_kept_alive_connection() {
+        let (address, _received) = raw_server(vec![
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n2",
+        ])
+        .await;
+        let c = client(&address);
+        assert_eq!(&c.post(&[], b"", 64).await.expect("first").body[..], b"1");
+        // The same connection answers the second call: a new one would get "1".
+        assert_eq!(&c.post(&[], b"", 64).await.expect("second").body[..], b"2");
+    }
+
+    #[tokio::test]
+    async fn a_connection_the_server_closed_while_idle_is_not_reused() {
+        // Each connection gives one answer and is then closed by the server.
+        let (address, _received) = raw_server(vec![b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"]).await;
+        let c = client(&address);
+        for _ in 0..3 {
+            c.post(&[], b"", 64).await.expect("answer");
+            // Let the server's FIN arrive and be seen by the reactor.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        c.close_stale();
+        assert!(c.lock_idle().is_empty(), "closed connections must leave the pool");
+    }
+
+    #[tokio::test]
+    async fn decodes_a_chunked_answer_with_trailers_and_keeps_the_connection() {
+        let (address, _received) = raw_server(vec![
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4;ext=1\r\nWiki\r\n5\r\npedia\r\n0\r\nX-T: 1\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext",
+        ])
+        .await;
+        let c = client(&address);
+        assert_eq!(&c.post(&[], b"", 64).await.expect("chunked").body[..], b"Wikipedia");
+        assert_eq!(&c.post(&[], b"", 64).await.expect("reused").body[..], b"next");
+    }
+
+    #[tokio::test]
+    async fn skips_an_interim_answer_and_reads_a_body_delimited_by_close() {
+        let (address, _received) =
+            raw_server(vec![b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\nupstream down"]).await;
+        let c = client(&address);
+        let answer = c.post(&[], b"", 64).await.expect("answer");
+        assert_eq!(answer.status, StatusCode::BAD_GATEWAY);
+        assert!(!answer.is_json);
+        assert_eq!(&answer.body[..], b"upstream down");
+        assert!(c.lock_idle().is_empty(), "a closed connection is not kept");
+    }
+
+    #[tokio::test]
+    async fn refuses_an_answer_over_the_limit_however_framed() {
+        let (address, _r) = raw_server(vec![b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n"]).await;
+        assert!(matches!(client(&address).post(&[], b"", 10).await, Err(ExchangeError::TooLarge)));
+        let (address, _r) = raw_server(vec![b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n20\r\n"]).await;
+        assert!(matches!(client(&address).post(&[], b"", 10).await, Err(ExchangeError::TooLarge)));
+        let (address, _r) = raw_server(vec![b"HTTP/1.1 200 OK\r\n\r\n0123456789abcdef"]).await;
+        assert!(matches!(client(&address).post(&[], b"", 10).await, Err(ExchangeError::TooLarge)));
+    }
+
+    #[tokio::test]
+    async fn a_garbled_or_cut_answer_is_broken_not_a_hang() {
+        for answer in [
+            &b"NOT HTTP AT ALL\r\n\r\n"[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort",
+            b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Le",
+        ] {
+            let (address, _r) = raw_server(vec![answer]).await;
+            let result = client(&address).post(&[], b"", 64).await;
+            assert!(matches!(result, Err(ExchangeError::Broken(_))), "{:?}: {result:?}", String::from_utf8_lossy(answer));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_is_a_connect_error() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("addr").to_string();
+        drop(listener);
+        assert!(matches!(client(&address).post(&[], b"", 64).await, Err(ExchangeError::Connect(_))));
+    }
+
+    #[test]
+    fn a_port_less_authority_connects_to_port_80() {
+        assert_eq!(Http1Client::new("tools.internal", "/", Duration::from_secs(1)).address, "tools.internal:80");
+        assert_eq!(Http1Client::new("[::1]", "/", Duration::from_secs(1)).address, "[::1]:80");
+        assert_eq!(Http1Client::new("[::1]:81", "/", Duration::from_secs(1)).address, "[::1]:81");
+    }
+}
