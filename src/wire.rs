@@ -6,6 +6,7 @@
 //! them at the edge so nothing past this module knows those shapes existed.
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// The `$schema` value on every body the gateway emits.
@@ -200,9 +201,10 @@ pub struct CallResult {
     pub duration: f64,
     /// Whether the tool succeeded.
     pub success: bool,
-    /// The tool's value (present, maybe `null`, when it succeeded).
+    /// The tool's value (present, maybe `null`, when it succeeded), as the
+    /// upstream wrote it.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub value: Option<Value>,
+    pub value: Option<RawJson>,
     /// The tool's error, passed through unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<Value>,
@@ -241,33 +243,27 @@ pub enum ResponseShapeError {
 }
 
 /// Reads an upstream's answer in any accepted shape: wrapped in `result`,
-/// bare, or the older `output: {value | error}`.
+/// bare, or the older `output: {value | error}`. The fields are borrowed as
+/// raw JSON text: a tool's value passes through without being built into a
+/// `Value` tree and written out again (that was a tenth of a call's
+/// instructions, benches/README.md).
 pub fn normalise_tool_response(body: &[u8]) -> Result<UpstreamResult, ResponseShapeError> {
-    let value: Value =
-        serde_json::from_slice(body).map_err(|e| ResponseShapeError::NotJson(e.to_string()))?;
-    let Value::Object(mut outer) = value else {
-        return Err(ResponseShapeError::NotAResult("not an object"));
-    };
-    let mut obj = match outer.remove("result") {
-        Some(Value::Object(inner)) => inner,
+    let outer: AnswerFields<'_> = parse_object(body)?;
+    let mut fields = match outer.result {
+        Some(inner) if is_object(inner) => parse_object(inner.get().as_bytes())?,
         Some(_) => return Err(ResponseShapeError::NotAResult("`result` is not an object")),
         None => outer,
     };
     // The older shape: `output: {value}` or `output: {error}`.
-    if let Some(Value::Object(mut output)) = obj.remove("output") {
-        if let Some(v) = output.remove("value") {
-            obj.insert("value".into(), v);
-        }
-        if let Some(e) = output.remove("error") {
-            obj.insert("error".into(), e);
-        }
+    if let Some(output) = fields.output.filter(|o| is_object(o)) {
+        let output: OutputFields<'_> = parse_object(output.get().as_bytes())?;
+        fields.value = output.value.or(fields.value);
+        fields.error = output.error.or(fields.error);
     }
-    let error = match obj.remove("error") {
-        Some(Value::Null) | None => None,
-        Some(e) => Some(e),
-    };
-    let success = match obj.get("success") {
-        Some(Value::Bool(b)) => *b,
+    let error = fields.error.filter(|e| e.get() != "null");
+    let success = match fields.success.map(RawValue::get) {
+        Some("true") => true,
+        Some("false") => false,
         Some(_) => return Err(ResponseShapeError::NotAResult("`success` is not a boolean")),
         None => error.is_none(),
     };
@@ -275,12 +271,64 @@ pub fn normalise_tool_response(body: &[u8]) -> Result<UpstreamResult, ResponseSh
         return Err(ResponseShapeError::NotAResult("`success` is false but there is no `error`"));
     }
     Ok(UpstreamResult {
-        call_id: obj.remove("call_id").and_then(|v| v.as_str().map(str::to_owned)),
-        duration: obj.get("duration").and_then(Value::as_f64),
+        call_id: fields.call_id.and_then(|v| serde_json::from_str::<String>(v.get()).ok()),
+        duration: fields.duration.and_then(|v| serde_json::from_str::<f64>(v.get()).ok()),
         success,
-        value: if success { Some(obj.remove("value").unwrap_or(Value::Null)) } else { None },
-        error,
+        value: success.then(|| fields.value.map_or_else(RawJson::null, |v| RawJson(v.to_owned()))),
+        // Errors are rare, and small: they are read as a `Value`.
+        error: error.and_then(|e| serde_json::from_str(e.get()).ok()),
     })
+}
+
+/// The fields of an answer (or of its `result`) that the gateway reads,
+/// each as borrowed JSON text. A field that is JSON `null` is still `Some`.
+#[derive(Deserialize)]
+struct AnswerFields<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    output: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    value: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    success: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    call_id: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    duration: Option<&'a RawValue>,
+}
+
+/// The older shape's `output` object.
+#[derive(Deserialize)]
+struct OutputFields<'a> {
+    #[serde(borrow, default, deserialize_with = "present")]
+    value: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "present")]
+    error: Option<&'a RawValue>,
+}
+
+/// A field that is there, `null` included (`Option`'s own reading would
+/// make `null` absent).
+fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue>::deserialize(deserializer).map(Some)
+}
+
+fn is_object(raw: &RawValue) -> bool {
+    raw.get().starts_with('{')
+}
+
+/// Parses `text` as a JSON object into `T`; a derived struct would also
+/// accept an array.
+fn parse_object<'a, T: Deserialize<'a>>(text: &'a [u8]) -> Result<T, ResponseShapeError> {
+    if text.trim_ascii_start().first() != Some(&b'{') {
+        return Err(match serde_json::from_slice::<serde::de::IgnoredAny>(text) {
+            Ok(_) => ResponseShapeError::NotAResult("not an object"),
+            Err(e) => ResponseShapeError::NotJson(e.to_string()),
+        });
+    }
+    serde_json::from_slice(text).map_err(|e| ResponseShapeError::NotJson(e.to_string()))
 }
 
 /// An upstream's answer after [`normalise_tool_response`].
@@ -293,9 +341,52 @@ pub struct UpstreamResult {
     /// Whether the tool succeeded.
     pub success: bool,
     /// The value when it succeeded.
-    pub value: Option<Value>,
+    pub value: Option<RawJson>,
     /// The error when it failed.
     pub error: Option<Value>,
+}
+
+/// A JSON value kept as its text. A tool's value is passed from the
+/// upstream's answer to the client's as it came; equality compares the
+/// values, not their spelling.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RawJson(Box<RawValue>);
+
+impl RawJson {
+    /// JSON `null`.
+    pub fn null() -> RawJson {
+        RawJson(RawValue::NULL.to_owned())
+    }
+
+    /// The JSON text of `value`.
+    pub fn from_value(value: &Value) -> RawJson {
+        // A `Value` always serialises.
+        RawJson(serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawValue::NULL.to_owned()))
+    }
+
+    /// The value, parsed.
+    pub fn to_value(&self) -> Value {
+        // The text was valid JSON when it was captured.
+        serde_json::from_str(self.0.get()).unwrap_or(Value::Null)
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl PartialEq for RawJson {
+    fn eq(&self, other: &RawJson) -> bool {
+        self.get() == other.get() || self.to_value() == other.to_value()
+    }
+}
+
+impl From<Value> for RawJson {
+    fn from(value: Value) -> RawJson {
+        RawJson::from_value(&value)
+    }
 }
 
 /// Body of a 400 (`ServerErrorResponse`).
@@ -384,7 +475,7 @@ mod tests {
         let c = normalise_tool_response(older.to_string().as_bytes()).expect("older");
         assert_eq!(a, b);
         assert_eq!(b, c);
-        assert_eq!(a.value, Some(json!(15)));
+        assert_eq!(a.value, Some(json!(15).into()));
     }
 
     #[test]
@@ -399,9 +490,39 @@ mod tests {
 
     #[test]
     fn garbage_is_not_a_result() {
-        assert!(normalise_tool_response(b"<html>").is_err());
-        assert!(normalise_tool_response(b"[1,2]").is_err());
+        assert!(matches!(normalise_tool_response(b"<html>"), Err(ResponseShapeError::NotJson(_))));
+        assert!(matches!(normalise_tool_response(b"[1,2]"), Err(ResponseShapeError::NotAResult(_))));
         assert!(normalise_tool_response(br#"{"success": false}"#).is_err());
+        assert!(normalise_tool_response(br#"{"result": null}"#).is_err(), "a null result is not a bare answer");
+        assert!(normalise_tool_response(br#"{"result": [1]}"#).is_err());
+        assert!(normalise_tool_response(br#"{"success": "yes", "value": 1}"#).is_err());
+        assert!(normalise_tool_response(br#"{"value": 1"#).is_err());
+    }
+
+    #[test]
+    fn a_value_passes_through_as_written() {
+        let body = br#"{"result": {"success": true, "value": {"big": 123456789012345678901234567890, "s": "\u00e9", "n": null}}}"#;
+        let r = normalise_tool_response(body).expect("a result");
+        // No trip through f64 or a re-escaping: the client gets the upstream's text.
+        assert_eq!(r.value.expect("a value").get(), r#"{"big": 123456789012345678901234567890, "s": "\u00e9", "n": null}"#);
+        let envelope = CallResponseEnvelope {
+            schema: SCHEMA,
+            result: &CallResult { call_id: "c".into(), duration: 1.0, success: true, value: Some(RawJson::null()), error: None },
+        };
+        assert_eq!(serde_json::to_value(envelope).expect("json")["result"]["value"], Value::Null);
+    }
+
+    #[test]
+    fn null_fields_read_as_their_absence_where_the_protocol_says_so() {
+        // `value: null` is a success with a null value; `error: null` is no error.
+        let r = normalise_tool_response(br#"{"success": true, "value": null, "error": null}"#).expect("a result");
+        assert_eq!((r.success, r.value, r.error), (true, Some(RawJson::null()), None));
+        // No `value` at all: still a null value.
+        let r = normalise_tool_response(br#"{"call_id": "x", "duration": 2.5}"#).expect("a result");
+        assert_eq!((r.call_id.as_deref(), r.duration, r.value), (Some("x"), Some(2.5), Some(RawJson::null())));
+        // The older `output` wins over a bare field.
+        let r = normalise_tool_response(br#"{"value": 1, "output": {"value": 2}}"#).expect("a result");
+        assert_eq!(r.value, Some(json!(2).into()));
     }
 
     #[test]

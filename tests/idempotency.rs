@@ -245,7 +245,7 @@ async fn without_redis_calls_run_undeduplicated_until_it_is_back() {
 
 fn stored(value: i64) -> StoredCall {
     StoredCall {
-        result: CallResult { call_id: "c".into(), duration: 1.0, success: true, value: Some(json!(value)), error: None },
+        result: CallResult { call_id: "c".into(), duration: 1.0, success: true, value: Some(json!(value).into()), error: None },
         upstream: "u".into(),
     }
 }

@@ -315,7 +315,9 @@ async fn lying_upstream() -> std::net::SocketAddr {
                 } else {
                     let partial = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n{\"result\": {\"succ";
                     let _ = stream.write_all(partial.as_bytes()).await;
-                    // Reset rather than close: SO_LINGER 0.
+                    // Reset rather than close: SO_LINGER 0 (what tokio's
+                    // deprecation warns of, a drop that blocks, is the point).
+                    #[allow(deprecated)]
                     let _ = stream.set_linger(Some(Duration::ZERO));
                 }
             });

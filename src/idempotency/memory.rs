@@ -247,7 +247,7 @@ mod tests {
 
     fn stored(value: i64) -> StoredCall {
         StoredCall {
-            result: CallResult { call_id: "c".into(), duration: 1.0, success: true, value: Some(json!(value)), error: None },
+            result: CallResult { call_id: "c".into(), duration: 1.0, success: true, value: Some(json!(value).into()), error: None },
             upstream: "u".into(),
         }
     }
@@ -265,7 +265,7 @@ mod tests {
 
     fn replayed(claim: Claim) -> i64 {
         match claim {
-            Claim::Replay(call) => call.result.value.as_ref().and_then(|v| v.as_i64()).expect("a number"),
+            Claim::Replay(call) => call.result.value.as_ref().and_then(|v| v.to_value().as_i64()).expect("a number"),
             other => panic!("expected Replay, got {other:?}"),
         }
     }
@@ -427,7 +427,7 @@ mod tests {
         let Ok(Decision::Run(pending)) = store.claim("a", &fp(1), WAIT).await else { panic!("expected Run") };
         pending.complete(&stored(3)).await;
         match store.claim("a", &fp(1), WAIT).await {
-            Ok(Decision::Replay(call)) => assert_eq!(call.result.value, Some(json!(3))),
+            Ok(Decision::Replay(call)) => assert_eq!(call.result.value, Some(json!(3).into())),
             other => panic!("{other:?}"),
         }
         assert!(matches!(store.claim("a", &fp(2), WAIT).await, Ok(Decision::Conflict)));

@@ -349,7 +349,7 @@ fn initialize(params: &Value) -> Value {
 /// A finished call as a `CallToolResult`.
 fn tool_result(result: &CallResult) -> Value {
     if result.success {
-        let value = result.value.clone().unwrap_or(Value::Null);
+        let value = result.value.as_ref().map_or(Value::Null, crate::wire::RawJson::to_value);
         let text = match &value {
             Value::String(text) => text.clone(),
             other => other.to_string(),
@@ -451,7 +451,7 @@ mod tests {
 
     #[test]
     fn results_become_tool_results() {
-        let ok = CallResult { call_id: "c".into(), duration: 1.0, success: true, value: Some(json!({"t": 1})), error: None };
+        let ok = CallResult { call_id: "c".into(), duration: 1.0, success: true, value: Some(json!({"t": 1}).into()), error: None };
         let r = tool_result(&ok);
         assert_eq!(r["structuredContent"], json!({"t": 1}));
         assert_eq!(r["content"][0]["text"], "{\"t\":1}");
