@@ -379,8 +379,11 @@ pub async fn forward_call<'r>(
                     schema: SCHEMA,
                     request: UpstreamCallRequest { tool_id: &target.upstream_id, call_id, trace_id: trace.trace_id, input, context },
                 };
+                // Room for a typical call, so the buffer does not grow by doubling.
+                let mut buf = Vec::with_capacity(512);
                 // Serialising a Value-backed struct into a Vec cannot fail.
-                let body = serde_json::to_vec(&body).unwrap_or_default();
+                let _ = serde_json::to_writer(&mut buf, &body);
+                let body = buf;
                 let traceparent = crate::trace::traceparent(trace.traceparent, trace.trace_id);
                 target.upstream.call(&body, authorization, traceparent, max_response).await
             }

@@ -250,12 +250,11 @@ pub enum ResponseShapeError {
 pub fn normalise_tool_response(body: &[u8]) -> Result<UpstreamResult, ResponseShapeError> {
     let outer: AnswerFields<'_> = parse_object(body)?;
     let mut fields = match outer.result {
-        Some(inner) if is_object(inner) => parse_object(inner.get().as_bytes())?,
-        Some(_) => return Err(ResponseShapeError::NotAResult("`result` is not an object")),
+        Some(inner) => *inner,
         None => outer,
     };
     // The older shape: `output: {value}` or `output: {error}`.
-    if let Some(output) = fields.output.filter(|o| is_object(o)) {
+    if let Some(output) = fields.output.filter(|o| o.get().starts_with('{')) {
         let output: OutputFields<'_> = parse_object(output.get().as_bytes())?;
         fields.value = output.value.or(fields.value);
         fields.error = output.error.or(fields.error);
@@ -281,23 +280,86 @@ pub fn normalise_tool_response(body: &[u8]) -> Result<UpstreamResult, ResponseSh
 }
 
 /// The fields of an answer (or of its `result`) that the gateway reads,
-/// each as borrowed JSON text. A field that is JSON `null` is still `Some`.
-#[derive(Deserialize)]
+/// each as borrowed JSON text; a field that is JSON `null` is still `Some`.
+/// Read in one pass, `result` included, and only from a JSON object.
+#[derive(Default)]
 struct AnswerFields<'a> {
-    #[serde(borrow, default, deserialize_with = "present")]
-    result: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
+    /// The wrapped shape's inner object (only read at the top level).
+    result: Option<Box<AnswerFields<'a>>>,
     output: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     value: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     error: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     success: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     call_id: Option<&'a RawValue>,
-    #[serde(borrow, default, deserialize_with = "present")]
     duration: Option<&'a RawValue>,
+}
+
+/// The keys [`AnswerFields`] reads; any other is skipped.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum AnswerKey {
+    Result,
+    Output,
+    Value,
+    Error,
+    Success,
+    CallId,
+    Duration,
+    #[serde(other)]
+    Other,
+}
+
+impl<'de> Deserialize<'de> for AnswerFields<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(AnswerVisitor { top: true })
+    }
+}
+
+/// Reads an answer object; `top` says whether `result` is read (it is only
+/// at the top level, as the wrapped shape has it).
+struct AnswerVisitor {
+    top: bool,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for AnswerVisitor {
+    type Value = AnswerFields<'de>;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for AnswerVisitor {
+    type Value = AnswerFields<'de>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.top { "a JSON object" } else { "`result` to be a JSON object" })
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut fields = AnswerFields::default();
+        while let Some(key) = map.next_key::<AnswerKey>()? {
+            // Later duplicates win, as in a JSON object read into a map.
+            let slot = match key {
+                AnswerKey::Result if self.top => {
+                    fields.result = Some(Box::new(map.next_value_seed(AnswerVisitor { top: false })?));
+                    continue;
+                }
+                AnswerKey::Result | AnswerKey::Other => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                    continue;
+                }
+                AnswerKey::Output => &mut fields.output,
+                AnswerKey::Value => &mut fields.value,
+                AnswerKey::Error => &mut fields.error,
+                AnswerKey::Success => &mut fields.success,
+                AnswerKey::CallId => &mut fields.call_id,
+                AnswerKey::Duration => &mut fields.duration,
+            };
+            *slot = Some(map.next_value()?);
+        }
+        Ok(fields)
+    }
 }
 
 /// The older shape's `output` object.
@@ -315,12 +377,8 @@ fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<&
     <&RawValue>::deserialize(deserializer).map(Some)
 }
 
-fn is_object(raw: &RawValue) -> bool {
-    raw.get().starts_with('{')
-}
-
-/// Parses `text` as a JSON object into `T`; a derived struct would also
-/// accept an array.
+/// Parses `text` as a JSON object into `T`, telling text that is not JSON
+/// from JSON that is not an object.
 fn parse_object<'a, T: Deserialize<'a>>(text: &'a [u8]) -> Result<T, ResponseShapeError> {
     if text.trim_ascii_start().first() != Some(&b'{') {
         return Err(match serde_json::from_slice::<serde::de::IgnoredAny>(text) {
