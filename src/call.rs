@@ -251,7 +251,7 @@ pub fn admit_call(runtime: &Runtime, route: &Route, caller: &Caller) -> Result<(
 
 /// Validate: the input against the tool's compiled `input_schema`.
 pub fn validate_input(route: &Route, input: &Value) -> Result<(), FrontError> {
-    route.tool.validator.check(input).map_err(FrontError::InvalidInput)
+    route.tool.check_input(input).map_err(FrontError::InvalidInput)
 }
 
 /// Inject: fills `context` with what the gateway manages, so clients never

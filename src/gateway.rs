@@ -297,6 +297,7 @@ async fn publish_changes(gateway: Arc<Gateway>) {
         tokio::time::sleep(PUBLISH_COALESCE).await;
         let runtime = gateway.runtime();
         gateway.catalog.publish(&runtime.upstreams);
+        crate::allocator::release_freed_memory();
         for pattern in runtime.access.unmatched_patterns(&gateway.catalog.load()) {
             tracing::warn!(pattern, "a policy pattern matches no tool in the catalog");
         }

@@ -5,6 +5,7 @@
 //! [`proxy`]; the catalog it is resolved against is in [`catalog`].
 
 pub mod admin;
+pub mod allocator;
 pub mod auth;
 pub mod call;
 pub mod catalog;

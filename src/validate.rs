@@ -1,7 +1,8 @@
 //! Input validation against a tool's `input_schema`.
 //!
-//! A validator is compiled once per tool version when the catalog changes
-//! (see `catalog::dialect`), never per call.
+//! A schema is compiled when the catalog changes, to turn away one that does
+//! not compile; the validator calls use is compiled once, on the tool's first
+//! call, and kept (`CatalogTool::check_input`).
 
 use std::collections::BTreeMap;
 

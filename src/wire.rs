@@ -24,11 +24,12 @@ pub struct ToolDefinition {
     pub description: String,
     /// `x.y.z`.
     pub version: String,
-    /// A JSON Schema for the call's `input` object.
-    pub input_schema: Value,
+    /// A JSON Schema for the call's `input` object. Kept as JSON text: ten
+    /// thousand schemas as `Value` trees held about 3 KB each.
+    pub input_schema: RawJson,
     /// A JSON Schema for the value, `null` for a tool without output.
     #[serde(default)]
-    pub output_schema: Value,
+    pub output_schema: RawJson,
     /// What the caller must supply in `context`; the gateway injects it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub requirements: Option<Requirements>,
@@ -438,6 +439,13 @@ impl RawJson {
 impl PartialEq for RawJson {
     fn eq(&self, other: &RawJson) -> bool {
         self.get() == other.get() || self.to_value() == other.to_value()
+    }
+}
+
+impl Default for RawJson {
+    /// JSON `null`.
+    fn default() -> RawJson {
+        RawJson::null()
     }
 }
 

@@ -76,7 +76,7 @@ proptest! {
         };
         let (tools, _) = normalise_catalog(body.to_string().as_bytes(), DialectDefaults::default()).expect("a catalog");
         prop_assert_eq!(tools.len(), 1);
-        prop_assert_eq!(&tools[0].definition.input_schema, &schema);
+        prop_assert_eq!(tools[0].definition.input_schema.to_value(), schema);
         prop_assert_eq!(tools[0].definition.id.clone(), format!("Kit.{name}@1.0.0"));
     }
 

@@ -202,9 +202,9 @@ mod tests {
         assert_eq!(weather.definition.id, "Kit.get_weather@1.2.0");
         assert_eq!(weather.definition.name, "get-weather");
         assert_eq!(weather.definition.description, "Weather");
-        assert_eq!(weather.definition.output_schema, json!({"type": "object"}));
+        assert_eq!(weather.definition.output_schema, json!({"type": "object"}).into());
         assert_eq!(weather.upstream_id, "get-weather");
-        assert!(weather.validator.check(&json!({})).is_err());
+        assert!(weather.check_input(&json!({})).is_err());
         let add = tools.iter().find(|t| t.key == "Kit.add").expect("add");
         assert_eq!(add.upstream_id, "add");
         assert_eq!(add.definition.description, "Adds");

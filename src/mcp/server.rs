@@ -310,12 +310,13 @@ fn mcp_tool(name: &str, definition: &ToolDefinition) -> Value {
         "name": name,
         "title": key,
         "description": description,
-        "inputSchema": object_schema(&definition.input_schema),
+        "inputSchema": object_schema(&definition.input_schema.to_value()),
         "_meta": {format!("{META}/id"): definition.id, format!("{META}/version"): definition.version},
     });
     // MCP output schemas describe `structuredContent`, always an object.
-    if definition.output_schema.get("type").and_then(Value::as_str) == Some("object") {
-        tool["outputSchema"] = definition.output_schema.clone();
+    let output_schema = definition.output_schema.to_value();
+    if output_schema.get("type").and_then(Value::as_str) == Some("object") {
+        tool["outputSchema"] = output_schema;
     }
     tool
 }
