@@ -49,6 +49,7 @@ enum LogFormat {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    otc_gateway::allocator::use_small_pages();
     otc_gateway::allocator::purge_freed_memory_at_once();
     let cli = Cli::parse();
     // Held for the life of the process: dropping it would stop the log writer.
