@@ -160,6 +160,28 @@ async fn keep_alive_carries_several_requests_and_http_1_0_closes_after_one() {
 }
 
 #[tokio::test]
+async fn pipelined_requests_are_all_answered_in_order() {
+    let calc = calculator().await;
+    let gw = Gateway::start(&config("", &upstream("calc", &calc.url(), ""))).await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    // Three requests in one write, a call with a body in the middle: the
+    // bytes read past each request are parsed as the next one.
+    let call = add_call_body();
+    let pipelined = format!(
+        "GET /health HTTP/1.1\r\nHost: x\r\n\r\n\
+         POST /tools/call HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{call}\
+         GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        call.len()
+    );
+    let (answers, closed) = raw_exchange(&gw, pipelined.as_bytes(), Duration::from_secs(10)).await;
+    assert!(closed, "the last request asked to close: {answers}");
+    let statuses: Vec<&str> = answers.match_indices("HTTP/1.1 ").map(|(at, _)| &answers[at + 9..at + 12]).collect();
+    assert_eq!(statuses, ["200", "200", "404"], "{answers}");
+    assert!(answers.contains(r#""tools":1"#), "first the health answer: {answers}");
+    assert!(answers.contains(r#""value":3"#), "then the call's: {answers}");
+}
+
+#[tokio::test]
 async fn a_head_answer_has_no_body_and_the_connection_stays_usable() {
     let gw = Gateway::start(&config("", "")).await;
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");

@@ -1,0 +1,258 @@
+//! The data plane on pingora.
+//!
+//! Routing depends on the body (the tool id is inside it), and pingora's
+//! proxy path cannot re-send a consumed body over 64 KB
+//! (shared/notes/pingora-body-routing.md). So the gateway is a pingora HTTP
+//! application (`HttpServerApp`), not a `ProxyHttp`: pingora accepts, parses
+//! the request head and keeps connections alive; each request is answered
+//! here, its whole body read (up to `max_body_bytes`) and the call made with
+//! the gateway's own pooled client. (Behind `ProxyHttp`, pingora also boxed a
+//! proxy future of tens of KB per request that this gateway never used:
+//! 15% of its instructions per call, benches/README.md.)
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use pingora::apps::{HttpServerApp, ReusedHttpStream};
+use pingora::protocols::http::ServerSession as Session;
+use pingora::server::ShutdownWatch;
+use pingora::ErrorType;
+// pingora's coarse timer: no tokio timer entry (and driver wake-up) per request.
+use pingora_timeout::fast_timeout::fast_timeout;
+
+mod reply;
+
+use crate::auth::Caller;
+use crate::call::call_tool;
+use crate::error::{FrontError, Reply};
+use crate::gateway::Gateway;
+
+/// The gateway's front as a pingora HTTP application.
+pub struct OtcProxy {
+    gateway: Arc<Gateway>,
+    in_flight: Arc<AtomicUsize>,
+    mcp: crate::mcp::server::McpFront,
+}
+
+/// Counts a request as in flight until dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    /// Counts one more; also returns how many are in flight with it.
+    fn enter(counter: &Arc<AtomicUsize>) -> (InFlight, usize) {
+        let now = counter.fetch_add(1, Ordering::AcqRel) + 1;
+        (InFlight(counter.clone()), now)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The route a path is served by, as the metrics label it: one of
+/// [`crate::metrics::ROUTES`].
+fn route_of(path: &str) -> &'static str {
+    match path {
+        "/health" => "/health",
+        "/tools" => "/tools",
+        "/tools/call" | "/call" => "/tools/call",
+        "/mcp" => "/mcp",
+        _ => "other",
+    }
+}
+
+impl OtcProxy {
+    /// A front over the given gateway state; `in_flight` counts the
+    /// requests being served, for graceful shutdown.
+    pub fn new(gateway: Arc<Gateway>, in_flight: Arc<AtomicUsize>) -> OtcProxy {
+        OtcProxy { gateway, in_flight, mcp: Default::default() }
+    }
+
+    /// Dispatches on the route and method.
+    async fn serve(&self, session: &mut Session, route: &'static str) -> Reply {
+        if let Err(e) = check_framing(session, self.gateway.runtime().config.server.max_header_bytes) {
+            return e.to_reply();
+        }
+        let method = session.req_header().method.clone();
+        let result = match route {
+            "/health" => match method {
+                http::Method::GET | http::Method::HEAD => Ok(self.health()),
+                _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
+            },
+            "/tools" => match method {
+                http::Method::GET | http::Method::HEAD => self.authenticate(session).map(|caller| {
+                    let access = &self.gateway.runtime().access;
+                    Reply::ok(access.listing(&self.gateway.catalog.load(), access.matching(&caller)))
+                }),
+                _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
+            },
+            "/tools/call" => match method {
+                http::Method::POST => self.call(session).await,
+                _ => Err(FrontError::MethodNotAllowed { allow: "POST" }),
+            },
+            // (Boxed to keep its state out of every request's future.)
+            "/mcp" => Box::pin(self.mcp(session)).await,
+            _ => Err(FrontError::NotFound(session.req_header().uri.path().chars().take(200).collect())),
+        };
+        result.unwrap_or_else(|e| e.to_reply())
+    }
+
+    fn health(&self) -> Reply {
+        let tools = self.gateway.catalog.load().len();
+        Reply::ok(Bytes::from(format!(r#"{{"$schema":"otc://1.0","status":"ok","tools":{tools}}}"#)))
+    }
+
+    /// Who is calling, from the request's credentials.
+    fn authenticate(&self, session: &Session) -> Result<Caller, FrontError> {
+        self.gateway.runtime().authenticator.authenticate(&session.req_header().headers).map_err(|e| {
+            tracing::debug!(error = %e, "request refused: bad or missing credentials");
+            FrontError::Unauthenticated(e)
+        })
+    }
+
+    /// The MCP front (`mcp::server`): the Origin first (DNS rebinding
+    /// protection), then credentials, then one JSON-RPC message per POST.
+    async fn mcp(&self, session: &mut Session) -> Result<Reply, FrontError> {
+        let (limit, deadline) = {
+            let runtime = self.gateway.runtime();
+            if let Err(refused) = crate::mcp::server::check_origin(&runtime.config.mcp, &session.req_header().headers) {
+                return Ok(refused);
+            }
+            (runtime.config.server.max_body_bytes, runtime.config.server.body_timeout.0)
+        };
+        let caller = self.authenticate(session)?;
+        if session.req_header().method != http::Method::POST {
+            // No server-initiated stream is offered (GET), and sessions hold
+            // no state to end (DELETE).
+            return Err(FrontError::MethodNotAllowed { allow: "POST" });
+        }
+        let body = fast_timeout(deadline, read_body(session, limit))
+            .await
+            .map_err(|_| FrontError::BodyTimeout(deadline))??;
+        Ok(self.mcp.handle_post(&self.gateway, &caller, &session.req_header().headers, &body).await)
+    }
+
+    async fn call(&self, session: &mut Session) -> Result<Reply, FrontError> {
+        // Credentials first: an unauthenticated client's body is not read.
+        let caller = self.authenticate(session)?;
+        let (limit, deadline) = {
+            let runtime = self.gateway.runtime();
+            (runtime.config.server.max_body_bytes, runtime.config.server.body_timeout.0)
+        };
+        let body = fast_timeout(deadline, read_body(session, limit))
+            .await
+            .map_err(|_| FrontError::BodyTimeout(deadline))??;
+        let traceparent = session
+            .req_header()
+            .headers
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let (body, _completed) = call_tool(&self.gateway, &caller, &body, traceparent).await?;
+        Ok(Reply::ok(body))
+    }
+}
+
+/// Refuses oversized headers and the framing request smuggling relies on:
+/// Content-Length together with Transfer-Encoding, or Content-Lengths that
+/// disagree.
+fn check_framing(session: &Session, max_header_bytes: usize) -> Result<(), FrontError> {
+    let headers = &session.req_header().headers;
+    let size: usize = headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
+    if size > max_header_bytes {
+        return Err(FrontError::HeadersTooLarge { limit: max_header_bytes });
+    }
+    let mut lengths = headers.get_all(http::header::CONTENT_LENGTH).iter();
+    if let Some(first) = lengths.next() {
+        if headers.contains_key(http::header::TRANSFER_ENCODING) {
+            return Err(FrontError::AmbiguousFraming("both Content-Length and Transfer-Encoding"));
+        }
+        if lengths.any(|other| other != first) {
+            return Err(FrontError::AmbiguousFraming("several different Content-Lengths"));
+        }
+    }
+    Ok(())
+}
+
+/// Reads the whole request body, refusing more than `limit` bytes: by the
+/// declared Content-Length before reading, or as the chunks arrive.
+async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, FrontError> {
+    let declared = session
+        .req_header()
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(FrontError::BodyTooLarge { limit });
+    }
+    let mut body = BytesMut::with_capacity(declared.map_or(0, |n| n as usize));
+    while let Some(chunk) = session.read_request_body().await.map_err(|e| FrontError::BodyUnreadable(e.to_string()))? {
+        if body.len() + chunk.len() > limit {
+            return Err(FrontError::BodyTooLarge { limit });
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body.freeze())
+}
+
+impl OtcProxy {
+    /// One request, from its parsed head to its reply.
+    async fn answer(&self, session: &mut Session) -> Reply {
+        let route = route_of(session.req_header().uri.path());
+        let (_in_flight, count) = InFlight::enter(&self.in_flight);
+        let limit = self.gateway.runtime().config.server.max_in_flight;
+        let reply = if count > limit {
+            FrontError::Overloaded(limit).to_reply()
+        } else {
+            self.serve(session, route).await
+        };
+        self.gateway.metrics.record_http(route, reply.status);
+        reply
+    }
+}
+
+#[async_trait]
+impl HttpServerApp for OtcProxy {
+    async fn process_new_http(self: &Arc<Self>, mut session: Session, shutdown: &ShutdownWatch) -> Option<ReusedHttpStream> {
+        reply::allow_pipelining(&mut session);
+        // An idle keep-alive connection stops waiting when shutdown begins.
+        let mut stopping = shutdown.clone();
+        let head = tokio::select! {
+            biased;
+            head = session.read_request() => head,
+            // (A closed watch never fires: pingora would be gone already.)
+            Ok(()) = stopping.changed() => return None,
+        };
+        match head {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => {
+                // A head pingora could not parse gets a JSON 400, never an
+                // empty page; a broken connection gets nothing.
+                if matches!(e.etype(), ErrorType::InvalidHTTPHeader) {
+                    // (Its reply closes the connection.)
+                    let reply = FrontError::MalformedHead(e.to_string()).to_reply();
+                    if let Err(write_error) = reply::write_through_pingora(&mut session, reply, false).await {
+                        tracing::debug!(error = %write_error, "could not write an error response");
+                    }
+                    self.gateway.metrics.record_http("other", 400);
+                }
+                session.shutdown().await;
+                return None;
+            }
+        }
+        // pingora decided keep-alive from the request (HTTP/1.0, `Connection:
+        // close`); only a shutdown overrides it.
+        if *shutdown.borrow() {
+            session.set_keepalive(None);
+        }
+        let reply = self.answer(&mut session).await;
+        let head_only = session.req_header().method == http::Method::HEAD;
+        reply::send_reply(session, reply, head_only).await
+    }
+}
