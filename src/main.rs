@@ -46,7 +46,7 @@ enum LogFormat {
 /// mimalloc: per-call allocations (pingora's session, hyper's buffers,
 /// serde's values) cost a tenth of the call under glibc's malloc.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: otc_gateway::allocator::Allocator = otc_gateway::allocator::Allocator;
 
 fn main() -> ExitCode {
     otc_gateway::allocator::use_small_pages();
