@@ -250,8 +250,8 @@ impl Gateway {
     pub async fn fetch_catalogs_once(self: &Arc<Self>) -> Vec<String> {
         let runtime = self.runtime.load_full();
         let mut fetches = tokio::task::JoinSet::new();
-        for upstream in runtime.upstreams.iter().cloned() {
-            let (gateway, runtime) = (self.clone(), runtime.clone());
+        for upstream in runtime.upstreams.iter() {
+            let (gateway, runtime, upstream) = (self.clone(), runtime.clone(), upstream.clone());
             fetches.spawn(async move { gateway.refresh_upstream(&runtime, &upstream).await });
         }
         while fetches.join_next().await.is_some() {}

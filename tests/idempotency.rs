@@ -206,7 +206,8 @@ async fn idempotency_metric(gw: &Gateway, result: &str) -> f64 {
 async fn without_redis_calls_run_undeduplicated_until_it_is_back() {
     let server = slow_calculator(Duration::ZERO).await;
     // Nothing listens there yet: the gateway starts anyway (fail open).
-    let redis_addr = free_addr();
+    let reserved = common::reserve_addr();
+    let redis_addr = reserved.addr;
     let gw = Gateway::start(&config(&server.url(), &format!("store = \"redis://{redis_addr}\""))).await;
     gw.wait_for_tool("Calculator.Add@1.0.0").await;
     call_with_id(gw.addr, Some("down-1"), 1).await.expect_status(200);
@@ -215,6 +216,7 @@ async fn without_redis_calls_run_undeduplicated_until_it_is_back() {
     assert!(idempotency_metric(&gw, "store_unavailable").await >= 2.0);
 
     // Redis comes up: deduplication resumes without a restart.
+    drop(reserved);
     let redis = Redis::start_on(redis_addr);
     let deadline = Instant::now() + Duration::from_secs(15);
     let mut attempt = 0;

@@ -256,7 +256,7 @@ async fn each_call_is_logged_once_and_traced_upstream() {
     send_with_headers(gw.addr, "POST", "/tools/call", body, &[("traceparent", incoming)]).await.expect_status(200);
 
     assert_eq!(server.last_request()["trace_id"], "trace-abc");
-    let call = server.requests().into_iter().filter(|r| r.method == "POST").last().expect("a call");
+    let call = server.requests().into_iter().rfind(|r| r.method == "POST").expect("a call");
     let traceparent = call.headers.get("traceparent").expect("a traceparent header").clone();
     let parts: Vec<&str> = traceparent.split('-').collect();
     assert_eq!(parts.len(), 4, "{traceparent}");

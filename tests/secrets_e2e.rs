@@ -276,7 +276,7 @@ async fn upstream_bearer_tokens_go_on_fetches_and_calls_and_client_authorization
     let fetch = server.catalog_fetches().pop().expect("a catalog fetch");
     assert_eq!(fetch.headers.get("authorization").map(String::as_str), Some("Bearer upstream-token-5e6f"));
     call_as(&gw, Some("client-token-should-stay-here"), "Calc.Echo@1.0.0", json!({})).await.expect_status(200);
-    let call = server.requests().into_iter().filter(|r| r.method == "POST").last().expect("a call");
+    let call = server.requests().into_iter().rfind(|r| r.method == "POST").expect("a call");
     assert_eq!(call.headers.get("authorization").map(String::as_str), Some("Bearer upstream-token-5e6f"));
     assert!(!format!("{:?}", server.requests()).contains("client-token-should-stay-here"));
 }

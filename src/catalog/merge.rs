@@ -13,10 +13,14 @@ use semver::Version;
 use super::{Catalog, CatalogTool, Conflict, Route, Target};
 use crate::upstream::Upstream;
 
+/// One upstream and the tools its last catalog fetch found.
+pub type UpstreamTools = (Arc<Upstream>, Arc<Vec<Arc<CatalogTool>>>);
+
 /// Builds the merged catalog. `upstreams` must be in config order.
-pub fn merge(upstreams: &[(Arc<Upstream>, Arc<Vec<Arc<CatalogTool>>>)]) -> Catalog {
+pub fn merge(upstreams: &[UpstreamTools]) -> Catalog {
     // Candidates per canonical id, in config order.
-    let mut candidates: HashMap<&str, Vec<(&Arc<Upstream>, &Arc<CatalogTool>)>> = HashMap::new();
+    type Candidate<'a> = (&'a Arc<Upstream>, &'a Arc<CatalogTool>);
+    let mut candidates: HashMap<&str, Vec<Candidate<'_>>> = HashMap::new();
     for (upstream, tools) in upstreams {
         for tool in tools.iter() {
             candidates.entry(tool.definition.id.as_str()).or_default().push((upstream, tool));

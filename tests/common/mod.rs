@@ -461,6 +461,23 @@ pub fn free_addr() -> SocketAddr {
     listener.local_addr().unwrap()
 }
 
+/// A loopback port held without listening: connections to it are refused,
+/// and until the reservation is dropped nothing else (another test's server,
+/// or an outgoing connection's own port) can take it, as a port from
+/// [`free_addr`] can.
+pub struct ReservedAddr {
+    /// The reserved address.
+    pub addr: SocketAddr,
+    _socket: tokio::net::TcpSocket,
+}
+
+/// Reserves a loopback port; see [`ReservedAddr`].
+pub fn reserve_addr() -> ReservedAddr {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    ReservedAddr { addr: socket.local_addr().unwrap(), _socket: socket }
+}
+
 // ---------------------------------------------------------------------------
 // gateway.toml
 // ---------------------------------------------------------------------------
@@ -796,9 +813,14 @@ impl Gateway {
 
 impl Drop for Gateway {
     fn drop(&mut self) {
+        // Whether it was still running tells a crash from a wrong answer.
+        let exited = self.child.try_wait().ok().flatten();
         let _ = self.child.kill();
         let _ = self.child.wait();
         if std::thread::panicking() {
+            if let Some(status) = exited {
+                eprintln!("---- otc-gateway had already exited: {status} ----");
+            }
             let logs = self.logs();
             let tail: Vec<&str> = logs.lines().rev().take(200).collect();
             eprintln!("---- otc-gateway stderr (last {} lines) ----", tail.len());
