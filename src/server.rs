@@ -2,11 +2,12 @@
 //! control runtime for catalog polling and the admin listener.
 
 use std::path::PathBuf;
-use std::net::{SocketAddr, TcpListener as StdListener, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use pingora::listeners::TcpSocketOptions;
 use pingora::services::listening::Service;
 use pingora::server::configuration::ServerConf;
 use pingora::server::Server;
@@ -72,7 +73,8 @@ pub fn run(
     control: ControlPlane,
     banner: Option<fn(SocketAddr) -> String>,
 ) -> Result<(), StartError> {
-    let listen = concrete_addr(&config.server.listen)?;
+    let data_listen = DataListen::resolve(&config.server.listen)?;
+    let listen = data_listen.addr;
     let threads = match config.server.threads {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
@@ -119,7 +121,11 @@ pub fn run(
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
     let mut service = Service::new("otc-gateway data plane".to_owned(), OtcProxy::new(gateway, in_flight));
-    service.add_tcp(&listen.to_string());
+    match data_listen.options() {
+        Some(options) => service.add_tcp_with_settings(&listen.to_string(), options),
+        None => service.add_tcp(&listen.to_string()),
+    }
+    // (`data_listen` holds a port-0 reservation; run_forever never returns.)
     server.add_service(service);
     server.run_forever()
 }
@@ -171,20 +177,50 @@ async fn drain_on_sigterm(in_flight: Arc<AtomicUsize>, deadline: Duration) {
     std::process::exit(0);
 }
 
-/// A listen address with port 0 replaced by a free port, because pingora
-/// binds by address string and cannot report the port it got.
-fn concrete_addr(text: &str) -> Result<SocketAddr, StartError> {
-    let listen_error = |detail: String| StartError::Listen { addr: text.to_owned(), detail };
-    let addr = text
-        .to_socket_addrs()
-        .map_err(|e| listen_error(e.to_string()))?
-        .next()
-        .ok_or_else(|| listen_error("resolves to no address".into()))?;
-    if addr.port() != 0 {
-        return Ok(addr);
+/// The data plane's listen address, with port 0 made concrete.
+///
+/// pingora binds by address string and cannot report the port it got, so a
+/// port 0 is chosen here. The chosen port stays reserved by a socket bound
+/// with SO_REUSEPORT but never listening (it receives no connections) until
+/// the process ends, and pingora binds beside it with SO_REUSEPORT. Released
+/// instead, the port could be taken by any other program in the meantime
+/// (startup can take seconds), and the ready line would then name that
+/// program's port.
+struct DataListen {
+    addr: SocketAddr,
+    /// The reservation, for a port 0 only.
+    reservation: Option<tokio::net::TcpSocket>,
+}
+
+impl DataListen {
+    fn resolve(text: &str) -> Result<DataListen, StartError> {
+        let listen_error = |detail: String| StartError::Listen { addr: text.to_owned(), detail };
+        let addr = text
+            .to_socket_addrs()
+            .map_err(|e| listen_error(e.to_string()))?
+            .next()
+            .ok_or_else(|| listen_error("resolves to no address".into()))?;
+        if addr.port() != 0 {
+            return Ok(DataListen { addr, reservation: None });
+        }
+        let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }
+            .map_err(|e| listen_error(e.to_string()))?;
+        socket.set_reuseport(true).map_err(|e| listen_error(e.to_string()))?;
+        socket.bind(addr).map_err(|e| listen_error(e.to_string()))?;
+        let addr = socket.local_addr().map_err(|e| listen_error(e.to_string()))?;
+        Ok(DataListen { addr, reservation: Some(socket) })
     }
-    let probe = StdListener::bind(addr).map_err(|e| listen_error(e.to_string()))?;
-    probe.local_addr().map_err(|e| listen_error(e.to_string()))
+
+    /// The listener's socket options: SO_REUSEPORT beside a reservation.
+    /// A configured port gets pingora's defaults, so that a port already in
+    /// use is an error rather than shared.
+    fn options(&self) -> Option<TcpSocketOptions> {
+        self.reservation.as_ref().map(|_| {
+            let mut options = TcpSocketOptions::default();
+            options.so_reuseport = Some(true);
+            options
+        })
+    }
 }
 
 /// Prints the ready line once the data plane accepts connections.
@@ -205,5 +241,42 @@ fn announce_when_ready(listen: SocketAddr, admin: SocketAddr, banner: Option<fn(
     println!("otc-gateway listening on {listen} (admin {admin})");
     if let Some(banner) = banner {
         println!("{}", banner(listen));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_port_0_stays_reserved_for_the_data_plane_alone() {
+        let listen = DataListen::resolve("127.0.0.1:0").expect("a free port");
+        assert_ne!(listen.addr.port(), 0);
+        // Nobody else can take the port while the gateway starts...
+        let taken = std::net::TcpListener::bind(listen.addr);
+        assert_eq!(taken.map(drop).map_err(|e| e.kind()), Err(std::io::ErrorKind::AddrInUse));
+        // ...but the data plane, binding as pingora does with these options.
+        let options = listen.options().expect("options for a port 0");
+        assert_eq!(options.so_reuseport, Some(true));
+        let data_plane = tokio::net::TcpSocket::new_v4().expect("socket");
+        data_plane.set_reuseaddr(true).expect("reuseaddr");
+        data_plane.set_reuseport(true).expect("reuseport");
+        data_plane.bind(listen.addr).expect("the data plane binds beside the reservation");
+        // The reservation does not listen: every connection reaches the data plane.
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        runtime.block_on(async {
+            let listener = data_plane.listen(16).expect("listen");
+            for _ in 0..8 {
+                let _client = tokio::net::TcpStream::connect(listen.addr).await.expect("connect");
+                listener.accept().await.expect("accepted by the data plane");
+            }
+        });
+    }
+
+    #[test]
+    fn a_configured_port_is_bound_as_is() {
+        let listen = DataListen::resolve("127.0.0.1:8080").expect("an address");
+        assert_eq!(listen.addr.port(), 8080);
+        assert!(listen.reservation.is_none() && listen.options().is_none());
     }
 }
