@@ -7,9 +7,13 @@ Each proxy runs under callgrind in front of the same nginx upstream; wrk sends
 the benchmark's call for 10 s; the counters are dumped right before and right
 after, so start-up is not counted.
 
-Usage: python3 benches/load/instructions.py   (needs valgrind)
+Usage: python3 benches/load/instructions.py [--extra-tools N]   (needs valgrind)
+--extra-tools N adds N tools to the upstream's catalog: the same call among
+10,000 tools costs what it costs among 1 if the hot path does not grow with
+the catalog (the scale benchmark's wall-clock ratio is too noisy to tell).
 """
 
+import argparse
 import json
 import os
 import signal
@@ -38,13 +42,20 @@ def instructions(dump):
 VECTOR_MEMCPY = {"GLIBC_TUNABLES": "glibc.cpu.x86_rep_movsb_threshold=0x10000000"}
 
 
-def measure(name, cmd, url, ready_url, work, env=None):
+def measure(name, cmd, url, ready_url, work, env=None, tools=None):
     out = work / f"callgrind.{name}"
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
                             env=dict(os.environ, **VECTOR_MEMCPY, **(env or {})), stdout=subprocess.DEVNULL,
                             stderr=open(work / f"{name}.valgrind.log", "w"))
     try:
         b.wait_http(ready_url, 120)
+        # /health answers before the catalog is in; under callgrind a large
+        # one takes a while.
+        deadline = time.monotonic() + 300
+        while tools is not None and b.get_json(ready_url).get("tools") != tools:
+            if time.monotonic() > deadline:
+                b.fail(f"the gateway did not list {tools} tools within 300s")
+            time.sleep(0.5)
         time.sleep(2)
         b.wrk(url, 3, 10, BODY)  # warm-up, not counted
         subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True)
@@ -57,10 +68,19 @@ def measure(name, cmd, url, ready_url, work, env=None):
     return instructions(dumps[-1]) / max(r["requests"], 1), dumps[-1]
 
 
+def filler(n):
+    return {"id": f"Filler.Tool{n:05}@1.0.0", "name": f"Tool{n:05}", "description": f"Filler tool {n}.",
+            "version": "1.0.0", "input_schema": TOOL["input_schema"], "output_schema": {"type": "number"}}
+
+
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--extra-tools", type=int, default=0, help="filler tools beside the benchmark's one")
+    args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="otc-instructions-"))
     work.chmod(0o755)
-    (work / "catalog.json").write_text(json.dumps({"$schema": "otc://1.0", "tools": [TOOL]}))
+    tools = [TOOL] + [filler(n) for n in range(args.extra_tools)]
+    (work / "catalog.json").write_text(json.dumps({"$schema": "otc://1.0", "tools": tools}))
     up, gw, admin, ngx = (b.free_port() for _ in range(4))
     upstream = b.start_nginx("upstream", b.DOLLAR + b.upstream_server_block(up, work / "catalog.json"), b.LOAD_CPU, work)
     try:
@@ -81,7 +101,8 @@ BENCH_API_KEY = "env:BENCH_API_KEY"
 """)
         gateway, gateway_dump = measure(
             "gateway", [str(b.GATEWAY), "--config", str(config)], f"http://127.0.0.1:{gw}/tools/call",
-            f"http://127.0.0.1:{gw}/health", work, {"BENCH_API_KEY": "bench-secret-value", "RUST_LOG": "warn"})
+            f"http://127.0.0.1:{gw}/health", work, {"BENCH_API_KEY": "bench-secret-value", "RUST_LOG": "warn"},
+            len(tools))
         conf = work / "nginx-proxy.conf"
         user = "user root root;" if os.geteuid() == 0 else ""
         conf.write_text(f"""
@@ -100,7 +121,7 @@ http {{
                            f"http://127.0.0.1:{ngx}/tools/call", f"http://127.0.0.1:{ngx}/tools", work)
     finally:
         upstream.stop()
-    b.say("# user-space instructions per call (callgrind), 10 connections")
+    b.say(f"# user-space instructions per call (callgrind), 10 connections, {len(tools)} tools in the catalog")
     b.say(f"nginx proxy_pass  {nginx:>9.0f}")
     b.say(f"gateway           {gateway:>9.0f}")
     b.say(f"ratio nginx/gateway: {nginx / gateway:.3f}")
