@@ -29,6 +29,14 @@ async fn calculator() -> ToolServer {
     server
 }
 
+/// A gateway (`server_extra` in its `[server]` table) in front of `calc`,
+/// started once `Calculator.Add@1.0.0` is listed.
+async fn gateway_for(calc: &ToolServer, server_extra: &str) -> Gateway {
+    let gw = Gateway::start(&config(server_extra, &upstream("calc", &calc.url(), ""))).await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    gw
+}
+
 /// Writes raw bytes on a new connection and reads until the gateway closes it
 /// or `limit` passes; returns what came back and whether it was closed.
 async fn raw_exchange(gw: &Gateway, request: &[u8], limit: Duration) -> (String, bool) {
@@ -97,8 +105,7 @@ async fn an_upstream_refusing_connections_opens_its_circuit_and_a_probe_closes_i
 #[tokio::test]
 async fn content_length_with_transfer_encoding_is_refused_and_the_connection_closed() {
     let server = calculator().await;
-    let gw = Gateway::start(&config("", &upstream("calc", &server.url(), ""))).await;
-    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let gw = gateway_for(&server, "").await;
     let body = add_call_body();
     let request = format!(
         "POST /tools/call HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n{body}",
@@ -113,8 +120,7 @@ async fn content_length_with_transfer_encoding_is_refused_and_the_connection_clo
 #[tokio::test]
 async fn two_content_lengths_are_refused_and_the_connection_closed() {
     let server = calculator().await;
-    let gw = Gateway::start(&config("", &upstream("calc", &server.url(), ""))).await;
-    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let gw = gateway_for(&server, "").await;
     let body = add_call_body();
     let request = format!(
         "POST /tools/call HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nContent-Length: 3\r\n\r\n{body}",
@@ -162,8 +168,7 @@ async fn keep_alive_carries_several_requests_and_http_1_0_closes_after_one() {
 #[tokio::test]
 async fn pipelined_requests_are_all_answered_in_order() {
     let calc = calculator().await;
-    let gw = Gateway::start(&config("", &upstream("calc", &calc.url(), ""))).await;
-    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let gw = gateway_for(&calc, "").await;
     // Three requests in one write, a call with a body in the middle: the
     // bytes read past each request are parsed as the next one.
     let call = add_call_body();
@@ -210,8 +215,7 @@ async fn oversized_headers_are_431() {
 #[tokio::test]
 async fn a_200000_deep_array_is_a_400_not_a_crash() {
     let server = calculator().await;
-    let gw = Gateway::start(&config("", &upstream("calc", &server.url(), ""))).await;
-    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let gw = gateway_for(&server, "").await;
     let deep_input = format!(
         r#"{{"request": {{"tool_id": "Calculator.Add@1.0.0", "input": {{"a": {}1{}, "b": 2}}}}}}"#,
         "[".repeat(200_000),
@@ -228,8 +232,7 @@ async fn a_200000_deep_array_is_a_400_not_a_crash() {
 #[tokio::test]
 async fn a_client_that_stops_sending_its_body_is_cut_off_and_holds_nobody_up() {
     let server = calculator().await;
-    let gw = Gateway::start(&config("body_timeout = \"500ms\"", &upstream("calc", &server.url(), ""))).await;
-    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let gw = gateway_for(&server, "body_timeout = \"500ms\"").await;
     let started = Instant::now();
     let stalled = async {
         let request = "POST /tools/call HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"request\":";
@@ -249,8 +252,7 @@ async fn a_client_that_stops_sending_its_body_is_cut_off_and_holds_nobody_up() {
 #[tokio::test]
 async fn two_hundred_half_open_slowloris_connections_do_not_stop_calls() {
     let server = calculator().await;
-    let gw = Gateway::start(&config("", &upstream("calc", &server.url(), ""))).await;
-    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let gw = gateway_for(&server, "").await;
     let mut idle = Vec::new();
     for _ in 0..200 {
         let mut s = TcpStream::connect(gw.addr).await.expect("connect");
@@ -270,8 +272,7 @@ async fn two_hundred_half_open_slowloris_connections_do_not_stop_calls() {
 async fn three_hundred_concurrent_calls_all_succeed() {
     let server = calculator().await;
     server.set_call_delay(Duration::from_millis(20));
-    let gw = Gateway::start(&config("", &upstream("calc", &server.url(), ""))).await;
-    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let gw = gateway_for(&server, "").await;
     let calls = (0..300).map(|i| {
         let gw = &gw;
         async move { gw.call("Calculator.Add@1.0.0", json!({"a": i, "b": 1})).await }
@@ -365,8 +366,7 @@ async fn an_upstream_that_resets_mid_answer_is_a_200_failure_and_not_retried() {
 async fn sigterm_lets_an_in_flight_call_finish_then_exits_0() {
     let server = calculator().await;
     server.set_call_delay(Duration::from_millis(1500));
-    let mut gw = Gateway::start(&config("", &upstream("calc", &server.url(), ""))).await;
-    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let mut gw = gateway_for(&server, "").await;
     let in_flight = {
         let addr = gw.addr;
         tokio::spawn(async move {
@@ -388,8 +388,7 @@ async fn sigterm_lets_an_in_flight_call_finish_then_exits_0() {
 async fn over_max_in_flight_requests_get_503_with_retry_after_and_the_rest_succeed() {
     let server = calculator().await;
     server.set_call_delay(Duration::from_millis(600));
-    let gw = Gateway::start(&config("max_in_flight = 2", &upstream("calc", &server.url(), ""))).await;
-    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    let gw = gateway_for(&server, "max_in_flight = 2").await;
     let body = bytes::Bytes::from(add_call_body());
     let slow: Vec<_> = (0..2)
         .map(|_| {

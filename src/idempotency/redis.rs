@@ -96,25 +96,12 @@ impl RedisStore {
     }
 
     /// Runs one command within [`COMMAND_TIMEOUT`]; a failure pauses claims.
-    ///
-    /// The command runs on a task of its own so that a panic inside the
-    /// Redis client is one more failed command, answered by running the call
-    /// undeduplicated, rather than the end of the call's task (and of its
-    /// client connection, unanswered).
-    async fn run<T: FromRedisValue + Send + 'static>(&self, command: &redis::Cmd) -> Result<T, IdempotencyError> {
+    async fn run<T: FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, IdempotencyError> {
         let mut connection = self.connection.clone();
-        let command = command.clone();
-        let query = tokio::spawn(async move {
-            tokio::time::timeout(COMMAND_TIMEOUT, command.query_async::<T>(&mut connection)).await
-        });
-        let error = match query.await {
-            Ok(Ok(Ok(value))) => return Ok(value),
-            Ok(Ok(Err(e))) => IdempotencyError::Unavailable(e.to_string()),
-            Ok(Err(_)) => IdempotencyError::Unavailable(format!("no answer within {COMMAND_TIMEOUT:?}")),
-            Err(e) => {
-                tracing::error!(error = %e, "the Redis client failed inside a command; treated as unavailable");
-                IdempotencyError::Unavailable("the Redis client failed".to_owned())
-            }
+        let error = match tokio::time::timeout(COMMAND_TIMEOUT, command.query_async::<T>(&mut connection)).await {
+            Ok(Ok(value)) => return Ok(value),
+            Ok(Err(e)) => IdempotencyError::Unavailable(e.to_string()),
+            Err(_) => IdempotencyError::Unavailable(format!("no answer within {COMMAND_TIMEOUT:?}")),
         };
         *self.down_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + DOWN_PAUSE);
         Err(error)

@@ -41,7 +41,7 @@ pub async fn send_reply(mut session: Session, reply: Reply, head_only: bool) -> 
         Session::H1(h1) => h1.is_body_done(),
         _ => false,
     };
-    let persistent = HttpPersistentSettings::for_session(&session);
+    let mut persistent = HttpPersistentSettings::for_session(&session);
     let h1 = match session {
         Session::H1(h1) if body_done => h1,
         // An unread body is pingora's to drain (or to close on) after the
@@ -51,7 +51,7 @@ pub async fn send_reply(mut session: Session, reply: Reply, head_only: bool) -> 
         other => return Box::pin(send_through_pingora(other, reply, head_only)).await,
     };
     let keep_alive = h1.will_keepalive();
-    let (stream, pipelined) = if keep_alive {
+    let (mut stream, pipelined) = if keep_alive {
         // The body is read and pipelining is on, so pingora hands the
         // connection back (with any pipelined bytes) rather than closing it.
         match h1.reuse().await {
@@ -65,7 +65,6 @@ pub async fn send_reply(mut session: Session, reply: Reply, head_only: bool) -> 
     } else {
         (h1.into_inner(), None)
     };
-    let mut stream = stream;
     if let Err(e) = write_reply(&mut stream, &reply, head_only, keep_alive).await {
         tracing::debug!(error = %e, "could not write the response");
         return None;
@@ -75,7 +74,6 @@ pub async fn send_reply(mut session: Session, reply: Reply, head_only: bool) -> 
         let _ = stream.shutdown().await;
         return None;
     }
-    let mut persistent = persistent;
     if let Some(prefix) = pipelined {
         persistent.set_pipelined_prefix(prefix);
     }
