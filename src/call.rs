@@ -72,8 +72,8 @@ pub async fn call_tool(
 /// MCP) shares.
 pub async fn execute_call(gateway: &Gateway, caller: &Caller, call: ParsedCall) -> Result<Completed, FrontError> {
     let started = Instant::now();
-    let runtime = gateway.runtime();
-    let catalog = gateway.catalog.load();
+    let runtime = gateway.runtime_owned();
+    let catalog = gateway.catalog.load_owned();
     let route = resolve_tool(&catalog, &call.tool_id)?;
     let (call_id, trace_id) = (call.call_id.clone(), call.trace_id.clone());
     let finished = run_resolved_call(&runtime, route, caller, call, started).await;

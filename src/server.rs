@@ -14,7 +14,7 @@ use pingora::server::Server;
 
 use crate::config::Config;
 use crate::gateway::Gateway;
-use crate::proxy::OtcProxy;
+use crate::proxy::{Front, OtcProxy};
 use crate::reload::ConfigWatcher;
 
 /// Why the gateway could not start.
@@ -120,7 +120,7 @@ pub fn run(
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
-    let mut service = Service::new("otc-gateway data plane".to_owned(), OtcProxy::new(gateway, in_flight));
+    let mut service = Service::new("otc-gateway data plane".to_owned(), Front::new(OtcProxy::new(gateway, in_flight)));
     match data_listen.options() {
         Some(options) => service.add_tcp_with_settings(&listen.to_string(), options),
         None => service.add_tcp(&listen.to_string()),

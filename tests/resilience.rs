@@ -186,6 +186,126 @@ async fn pipelined_requests_are_all_answered_in_order() {
     assert!(answers.contains(r#""value":3"#), "then the call's: {answers}");
 }
 
+/// Reads `count` complete answers (each with a Content-Length body) from
+/// `stream`; returns each answer's status and body.
+async fn read_answers(stream: &mut TcpStream, count: usize) -> Vec<(String, Value)> {
+    let mut bytes = Vec::new();
+    let mut answers = Vec::new();
+    let mut buf = [0u8; 8192];
+    while answers.len() < count {
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let head = text[..end].to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("every answer has a content-length");
+            if bytes.len() >= end + 4 + len {
+                let body = serde_json::from_slice(&bytes[end + 4..end + 4 + len]).expect("a JSON body");
+                answers.push((head[9..12].to_owned(), body));
+                bytes.drain(..end + 4 + len);
+                continue;
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await.expect("an answer").expect("read");
+        assert!(n > 0, "closed after {} answers of {count}", answers.len());
+        bytes.extend_from_slice(&buf[..n]);
+    }
+    answers
+}
+
+fn call_request(body: &str, extra_headers: &str) -> String {
+    format!(
+        "POST /tools/call HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra_headers}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+#[tokio::test]
+async fn calls_that_arrive_in_pieces_or_pipelined_are_answered_in_order_on_one_connection() {
+    let calc = calculator().await;
+    let gw = gateway_for(&calc, "").await;
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    // One call trickling in: the head cut mid-line, then the body in two.
+    let request = call_request(&add_call_body(), "");
+    let body_at = request.find("\r\n\r\n").expect("a head") + 4;
+    for piece in [&request[..20], &request[20..body_at], &request[body_at..body_at + 10], &request[body_at + 10..]] {
+        stream.write_all(piece.as_bytes()).await.expect("write");
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let answers = read_answers(&mut stream, 1).await;
+    assert_eq!(answers[0].0, "200", "{answers:?}");
+    assert_eq!(answers[0].1["result"]["value"], 3);
+    // Then, in one write: two calls, a request of another kind, and a call
+    // after it.
+    let second = json!({"request": {"tool_id": "Calculator.Add@1.0.0", "input": {"a": 20, "b": 22}}}).to_string();
+    let pipelined = [
+        call_request(&second, ""),
+        call_request(&add_call_body(), ""),
+        "GET /health HTTP/1.1\r\nHost: x\r\n\r\n".to_owned(),
+        call_request(&second, ""),
+    ]
+    .concat();
+    stream.write_all(pipelined.as_bytes()).await.expect("write");
+    let answers = read_answers(&mut stream, 4).await;
+    let statuses: Vec<&str> = answers.iter().map(|(status, _)| status.as_str()).collect();
+    assert_eq!(statuses, ["200", "200", "200", "200"], "{answers:?}");
+    assert_eq!(answers[0].1["result"]["value"], 42);
+    assert_eq!(answers[1].1["result"]["value"], 3);
+    assert_eq!(answers[2].1["tools"], 1, "the health answer, third: {answers:?}");
+    assert_eq!(answers[3].1["result"]["value"], 42);
+    assert_eq!(calc.call_count(), 4, "each call ran once");
+}
+
+#[tokio::test]
+async fn a_call_refused_after_a_served_one_on_the_same_connection_gets_its_401() {
+    let calc = calculator().await;
+    let key_file = common::temp_file("client-key", "txt", "ck-lean-path-5d5d\n");
+    let jwt_secret = common::temp_file("jwt-secret", "txt", "a-secret-no-client-here-knows-1234\n");
+    let auth = format!(
+        "[auth]\nmode = \"jwt\"\nhs256_secret = \"file:{}\"\napi_keys = [{{ key = \"file:{}\", user_id = \"svc\" }}]\n",
+        jwt_secret.display(),
+        key_file.display()
+    );
+    let gw = Gateway::start(&config("", &format!("{auth}\n{}", upstream("calc", &calc.url(), "")))).await;
+    let good = "Authorization: Bearer ck-lean-path-5d5d\r\n";
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    // (The tool may not be listed yet: wait for it on this connection.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        stream.write_all(call_request(&add_call_body(), good).as_bytes()).await.expect("write");
+        let answer = read_answers(&mut stream, 1).await.remove(0);
+        if answer.0 == "200" {
+            assert_eq!(answer.1["result"]["value"], 3);
+            break;
+        }
+        assert!(Instant::now() < deadline, "never listed: {answer:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let calls_before = calc.call_count();
+    // A refused call on the same connection, a good one pipelined behind it.
+    // Its body is left unread (an unauthenticated client's body is not
+    // taken in), so the connection closes after the 401.
+    let requests = [
+        call_request(&add_call_body(), "Authorization: Bearer not-a-key\r\n"),
+        call_request(&add_call_body(), good),
+    ]
+    .concat();
+    stream.write_all(requests.as_bytes()).await.expect("write");
+    let refused = read_answers(&mut stream, 1).await.remove(0);
+    assert_eq!(refused.0, "401", "{refused:?}");
+    assert!(refused.1["message"].is_string(), "{refused:?}");
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
+    assert!(matches!(read, Ok(Ok(0))), "closed after the 401, nothing more: {:?}", String::from_utf8_lossy(&rest));
+    let mut again = TcpStream::connect(gw.addr).await.expect("connect");
+    again.write_all(call_request(&add_call_body(), good).as_bytes()).await.expect("write");
+    let answer = read_answers(&mut again, 1).await.remove(0);
+    assert_eq!((answer.0.as_str(), &answer.1["result"]["value"]), ("200", &json!(3)), "{answer:?}");
+    assert_eq!(calc.call_count(), calls_before + 1, "only the authenticated call ran");
+}
+
 #[tokio::test]
 async fn a_head_answer_has_no_body_and_the_connection_stays_usable() {
     let gw = Gateway::start(&config("", "")).await;

@@ -69,6 +69,12 @@ impl CatalogStore {
         self.published.load()
     }
 
+    /// The current catalog, owned: for holding across a call's awaits (see
+    /// `Gateway::runtime_owned`).
+    pub fn load_owned(&self) -> Arc<Catalog> {
+        self.published.load_full()
+    }
+
     /// Each upstream's status, by name.
     pub fn statuses(&self) -> BTreeMap<String, UpstreamStatus> {
         self.lock().iter().map(|(name, u)| (name.clone(), u.status.clone())).collect()

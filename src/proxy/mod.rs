@@ -22,7 +22,10 @@ use pingora::ErrorType;
 // pingora's coarse timer: no tokio timer entry (and driver wake-up) per request.
 use pingora_timeout::fast_timeout::fast_timeout;
 
+mod connection;
 mod reply;
+
+pub use connection::Front;
 
 use crate::auth::Caller;
 use crate::call::call_tool;

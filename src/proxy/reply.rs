@@ -82,7 +82,7 @@ pub async fn send_reply(mut session: Session, reply: Reply, head_only: bool) -> 
 
 /// Writes the head and body into pingora's buffered stream; the flush sends
 /// both in one system call when they fit its buffer.
-async fn write_reply(stream: &mut Stream, reply: &Reply, head_only: bool, keep_alive: bool) -> std::io::Result<()> {
+pub(super) async fn write_reply(stream: &mut Stream, reply: &Reply, head_only: bool, keep_alive: bool) -> std::io::Result<()> {
     let head = reply_head(reply, keep_alive)?;
     stream.write_all(&head).await?;
     if !head_only {

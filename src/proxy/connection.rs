@@ -1,0 +1,377 @@
+//! One client connection: plain tool calls read by the gateway's own
+//! HTTP/1.1 reader, everything else handed to pingora's session.
+//!
+//! pingora's session spends about 8.7k instructions reading a request head
+//! (a `RequestHeader` with a case-preserving copy of every header name), a
+//! sixth of what a call costs (benches/README.md). The call a client makes
+//! most has a narrow shape: `POST /tools/call` over HTTP/1.1 with a
+//! Content-Length body and valid credentials. Such a request is parsed here
+//! with httparse into only what the call needs.
+//!
+//! Anything else (other routes and methods, chunked bodies, `Expect`,
+//! `Connection: close`, HTTP/1.0, credentials that fail, the in-flight limit
+//! reached, a head httparse refuses) is handed to pingora untouched: the
+//! bytes read so far become its session's first bytes, and the connection
+//! stays with pingora from then on, its requests answered exactly as before
+//! (`OtcProxy`'s `HttpServerApp`). Nothing of a request is consumed until it
+//! is known to be served here, so a hand-over never loses a byte.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::{Buf, Bytes, BytesMut};
+use http::{HeaderMap, HeaderName, HeaderValue};
+use pingora::apps::{HttpServerApp, ReusedHttpStream, ServerApp};
+use pingora::protocols::http::ServerSession as Session;
+use pingora::protocols::Stream;
+use pingora::server::ShutdownWatch;
+use pingora_timeout::fast_timeout::fast_timeout;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use super::{InFlight, OtcProxy};
+use crate::auth::Caller;
+use crate::call::call_tool;
+use crate::error::{FrontError, Reply};
+
+/// How long an idle connection waits for its next request (pingora's
+/// keep-alive default, which the handed-over connections keep).
+const KEEP_ALIVE: Duration = Duration::from_secs(60);
+/// The read buffer a connection starts with; a call's head and a small body
+/// fit in one read.
+const READ_BUF: usize = 4 * 1024;
+/// A head not complete within this many bytes is pingora's to read (and to
+/// refuse as too large).
+const MAX_LEAN_HEAD: usize = 16 * 1024;
+/// The most header lines a call read here may have; more are pingora's.
+const MAX_HEADERS: usize = 32;
+
+/// The data plane's pingora application: serves each connection, starting
+/// with the gateway's own reader.
+pub struct Front {
+    proxy: Arc<OtcProxy>,
+}
+
+impl Front {
+    /// A front over the gateway's HTTP application.
+    pub fn new(proxy: OtcProxy) -> Front {
+        Front { proxy: Arc::new(proxy) }
+    }
+}
+
+/// A connection and the bytes read from it but not yet served.
+struct Connection {
+    stream: Stream,
+    buf: BytesMut,
+}
+
+/// What became of a request read here.
+enum Next {
+    /// Answered; the connection may carry another.
+    Served,
+    /// The connection is done (closed by the client, timed out, or closing).
+    Close,
+    /// Not a plain call: pingora takes the connection from here.
+    HandOver,
+}
+
+#[async_trait]
+impl ServerApp for Front {
+    async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
+        let mut conn = Connection { stream, buf: BytesMut::with_capacity(READ_BUF) };
+        loop {
+            match self.serve_next(&mut conn, shutdown).await {
+                Next::Served => {}
+                Next::Close => return None,
+                Next::HandOver => break,
+            }
+        }
+        hand_over(&self.proxy, conn, shutdown).await;
+        None
+    }
+}
+
+/// A plain call's head, parsed: what serving it needs, owned.
+struct CallHead {
+    /// The head's length in the buffer, blank line included.
+    len: usize,
+    /// The body's declared length.
+    body_len: usize,
+    /// The headers, for authentication.
+    headers: HeaderMap,
+    /// The client's W3C `traceparent`, continued upstream.
+    traceparent: Option<String>,
+}
+
+/// What the buffer holds.
+enum Parsed {
+    /// A complete head of a plain call.
+    Call(CallHead),
+    /// Not all of a head yet.
+    Partial,
+    /// Anything else.
+    Other,
+}
+
+impl Front {
+    /// Reads, serves and answers the connection's next request, unless it is
+    /// not a plain call.
+    async fn serve_next(&self, conn: &mut Connection, shutdown: &ShutdownWatch) -> Next {
+        let gateway = &self.proxy.gateway;
+        let (max_header_bytes, max_body, body_timeout, max_in_flight) = {
+            let server = &gateway.runtime().config.server;
+            (server.max_header_bytes, server.max_body_bytes, server.body_timeout.0, server.max_in_flight)
+        };
+        let head = match read_call_head(conn, shutdown, max_header_bytes, max_body).await {
+            Ok(head) => head,
+            Err(next) => return next,
+        };
+        // Past this point the request is served here; until it, nothing is
+        // consumed, and pingora's path answers (and counts) what is refused.
+        if *shutdown.borrow() {
+            return Next::HandOver;
+        }
+        let (in_flight, count) = InFlight::enter(&self.proxy.in_flight);
+        if count > max_in_flight {
+            return Next::HandOver;
+        }
+        let Some(caller) = self.authenticate(&head.headers) else {
+            return Next::HandOver;
+        };
+        conn.buf.advance(head.len);
+        let body = match fast_timeout(body_timeout, read_body(conn, head.body_len)).await {
+            Ok(Some(body)) => body,
+            // The client went away mid-body: nobody to answer.
+            Ok(None) => return Next::Close,
+            Err(_) => {
+                let reply = FrontError::BodyTimeout(body_timeout).to_reply();
+                gateway.metrics.record_http("/tools/call", reply.status);
+                drop(in_flight);
+                return write_reply(conn, &reply, false).await;
+            }
+        };
+        let reply = match call_tool(gateway, &caller, &body, head.traceparent).await {
+            Ok((body, _completed)) => Reply::ok(body),
+            Err(e) => e.to_reply(),
+        };
+        gateway.metrics.record_http("/tools/call", reply.status);
+        drop(in_flight);
+        let keep_alive = !reply.close && !*shutdown.borrow();
+        write_reply(conn, &reply, keep_alive).await
+    }
+
+    /// The caller, when the credentials are good; refusals are answered on
+    /// pingora's path, which explains them.
+    fn authenticate(&self, headers: &HeaderMap) -> Option<Caller> {
+        self.proxy.gateway.runtime().authenticator.authenticate(headers).ok()
+    }
+}
+
+/// Waits for a complete head in the connection's buffer (an idle connection
+/// also stops waiting when shutdown begins) and parses it; `Err` when it is
+/// not a plain call's or the connection is done.
+async fn read_call_head(
+    conn: &mut Connection,
+    shutdown: &ShutdownWatch,
+    max_header_bytes: usize,
+    max_body: usize,
+) -> Result<CallHead, Next> {
+    loop {
+        match parse_call_head(&conn.buf, max_header_bytes, max_body) {
+            Parsed::Call(head) => return Ok(head),
+            Parsed::Other => return Err(Next::HandOver),
+            Parsed::Partial if conn.buf.len() >= MAX_LEAN_HEAD => return Err(Next::HandOver),
+            Parsed::Partial => {}
+        }
+        let read = if conn.buf.is_empty() {
+            let mut stopping = shutdown.clone();
+            tokio::select! {
+                biased;
+                read = fast_timeout(KEEP_ALIVE, read_more(conn)) => read,
+                // (A closed watch never fires: pingora would be gone already.)
+                Ok(()) = stopping.changed() => return Err(Next::Close),
+            }
+        } else {
+            fast_timeout(KEEP_ALIVE, read_more(conn)).await
+        };
+        match read {
+            Ok(Ok(n)) if n > 0 => {}
+            // Closed, broken or idle too long: a partial head has nobody
+            // waiting for its answer.
+            _ => return Err(Next::Close),
+        }
+    }
+}
+
+/// Parses the head at the start of `buf` if it is a plain call's: `POST
+/// /tools/call` (or `/call`), HTTP/1.1, one Content-Length within
+/// `max_body`, no Transfer-Encoding, Expect, Upgrade or `Connection` other
+/// than keep-alive, headers within `max_header_bytes`.
+fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Parsed {
+    if buf.is_empty() {
+        return Parsed::Partial;
+    }
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut slots);
+    let len = match request.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Err(_) => return Parsed::Other,
+    };
+    if request.method != Some("POST") || !matches!(request.path, Some("/tools/call" | "/call")) || request.version != Some(1)
+    {
+        return Parsed::Other;
+    }
+    let size: usize = request.headers.iter().map(|h| h.name.len() + h.value.len() + 4).sum();
+    if size > max_header_bytes {
+        return Parsed::Other;
+    }
+    let mut headers = HeaderMap::with_capacity(request.headers.len());
+    let mut body_len = None;
+    let mut traceparent = None;
+    for header in request.headers.iter() {
+        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(header.name.as_bytes()), HeaderValue::from_bytes(header.value))
+        else {
+            return Parsed::Other;
+        };
+        if name == http::header::CONTENT_LENGTH {
+            let declared = std::str::from_utf8(header.value).ok().and_then(|v| v.parse::<usize>().ok());
+            match (body_len, declared) {
+                (None, Some(n)) if n <= max_body => body_len = Some(n),
+                // Several, unreadable or too large: pingora's path refuses it
+                // with the right status.
+                _ => return Parsed::Other,
+            }
+        } else if name == http::header::TRANSFER_ENCODING || name == http::header::EXPECT || name == http::header::UPGRADE {
+            return Parsed::Other;
+        } else if name == http::header::CONNECTION {
+            if !value.as_bytes().eq_ignore_ascii_case(b"keep-alive") {
+                return Parsed::Other;
+            }
+        } else if name.as_str() == "traceparent" {
+            traceparent = value.to_str().ok().map(str::to_owned);
+        }
+        headers.append(name, value);
+    }
+    match body_len {
+        Some(body_len) => Parsed::Call(CallHead { len, body_len, headers, traceparent }),
+        None => Parsed::Other,
+    }
+}
+
+/// Reads more of the connection into its buffer; 0 when the client closed.
+async fn read_more(conn: &mut Connection) -> std::io::Result<usize> {
+    if conn.buf.capacity() - conn.buf.len() < 1024 {
+        conn.buf.reserve(READ_BUF);
+    }
+    conn.stream.read_buf(&mut conn.buf).await
+}
+
+/// The body that follows a head, `len` bytes; `None` when the connection
+/// ended first. Bytes past it stay in the buffer: a pipelined request.
+async fn read_body(conn: &mut Connection, len: usize) -> Option<Bytes> {
+    if conn.buf.len() < len {
+        conn.buf.reserve(len - conn.buf.len());
+    }
+    while conn.buf.len() < len {
+        match read_more(conn).await {
+            Ok(n) if n > 0 => {}
+            _ => return None,
+        }
+    }
+    Some(conn.buf.split_to(len).freeze())
+}
+
+/// Writes a reply; closes the connection unless it is kept alive.
+async fn write_reply(conn: &mut Connection, reply: &Reply, keep_alive: bool) -> Next {
+    if let Err(e) = super::reply::write_reply(&mut conn.stream, reply, false, keep_alive).await {
+        tracing::debug!(error = %e, "could not write the response");
+        return Next::Close;
+    }
+    if keep_alive {
+        return Next::Served;
+    }
+    // (A client that already went away makes this fail: nothing to do.)
+    let _ = conn.stream.shutdown().await;
+    Next::Close
+}
+
+/// Serves the rest of the connection through pingora's session, the bytes
+/// read so far first: pingora's own loop for HTTP/1 (its blanket
+/// `ServerApp` for `HttpServerApp`s).
+async fn hand_over(proxy: &Arc<OtcProxy>, conn: Connection, shutdown: &ShutdownWatch) {
+    let mut session = Session::new_http1(conn.stream);
+    session.set_keepalive(if *shutdown.borrow() { None } else { Some(KEEP_ALIVE.as_secs()) });
+    if !conn.buf.is_empty() {
+        session.set_pipelined_prefix(conn.buf);
+    }
+    let mut result = proxy.process_new_http(session, shutdown).await;
+    while let Some((stream, settings)) = result.map(ReusedHttpStream::consume) {
+        let mut session = Session::new_http1(stream);
+        if let Some(settings) = settings {
+            settings.apply_to_session(&mut session);
+        }
+        result = proxy.process_new_http(session, shutdown).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(head: &str) -> Parsed {
+        parse_call_head(head.as_bytes(), 8192, 1024)
+    }
+
+    fn is_call(parsed: &Parsed) -> bool {
+        matches!(parsed, Parsed::Call(_))
+    }
+
+    #[test]
+    fn a_plain_call_head_is_read_with_its_length_headers_and_traceparent() {
+        let head = "POST /tools/call HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n\
+                    traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\nContent-Length: 12\r\n\r\n";
+        let Parsed::Call(call) = parse_call_head(format!("{head}{{\"body\":\"x\"}}").as_bytes(), 8192, 1024) else {
+            panic!("a plain call");
+        };
+        assert_eq!(call.len, head.len(), "the head ends after its blank line");
+        assert_eq!(call.body_len, 12);
+        assert_eq!(call.headers.get("authorization").map(|v| v.as_bytes()), Some(&b"Bearer k"[..]));
+        assert_eq!(call.traceparent.as_deref(), Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
+        assert!(is_call(&parse("POST /call HTTP/1.1\r\nContent-Length: 0\r\nConnection: Keep-Alive\r\n\r\n")));
+    }
+
+    #[test]
+    fn a_head_cut_short_waits_for_more() {
+        assert!(matches!(parse(""), Parsed::Partial));
+        assert!(matches!(parse("POST /tools/call HTTP/1.1\r\nContent-Len"), Parsed::Partial));
+    }
+
+    #[test]
+    fn every_other_request_is_pingoras() {
+        for head in [
+            "GET /tools/call HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /tools HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /tools/call?x=1 HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /tools/call HTTP/1.0\r\nContent-Length: 2\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2x\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2048\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nUpgrade: h2c\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nBad Header: x\r\n\r\n",
+            "NOT HTTP\r\n\r\n",
+        ] {
+            assert!(matches!(parse(head), Parsed::Other), "{head:?}");
+        }
+        let padded = format!("POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nX-Pad: {}\r\n\r\n", "a".repeat(9000));
+        assert!(matches!(parse(&padded), Parsed::Other), "headers over max_header_bytes");
+        let many: String = (0..MAX_HEADERS + 1).map(|i| format!("X-{i}: y\r\n")).collect();
+        let crowded = format!("POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\n{many}\r\n");
+        assert!(matches!(parse(&crowded), Parsed::Other), "more header lines than the slots");
+    }
+}
