@@ -167,9 +167,8 @@ impl Front {
     }
 }
 
-/// Waits for a complete head in the connection's buffer (an idle connection
-/// also stops waiting when shutdown begins) and parses it; `Err` when it is
-/// not a plain call's or the connection is done.
+/// Waits for a complete head in the connection's buffer and parses it; `Err`
+/// when it is not a plain call's or the connection is done.
 async fn read_call_head(
     conn: &mut Connection,
     shutdown: &ShutdownWatch,
@@ -183,16 +182,14 @@ async fn read_call_head(
             Parsed::Partial if conn.buf.len() >= MAX_LEAN_HEAD => return Err(Next::HandOver),
             Parsed::Partial => {}
         }
-        let read = if conn.buf.is_empty() {
-            let mut stopping = shutdown.clone();
-            tokio::select! {
-                biased;
-                read = fast_timeout(KEEP_ALIVE, read_more(conn)) => read,
-                // (A closed watch never fires: pingora would be gone already.)
-                Ok(()) = stopping.changed() => return Err(Next::Close),
-            }
-        } else {
-            fast_timeout(KEEP_ALIVE, read_more(conn)).await
+        // Shutdown also ends the wait: an idle connection at once, a partial
+        // head unanswered (as on pingora's path).
+        let mut stopping = shutdown.clone();
+        let read = tokio::select! {
+            biased;
+            read = fast_timeout(KEEP_ALIVE, read_more(conn)) => read,
+            // (A closed watch never fires: pingora would be gone already.)
+            Ok(()) = stopping.changed() => return Err(Next::Close),
         };
         match read {
             Ok(Ok(n)) if n > 0 => {}

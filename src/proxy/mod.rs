@@ -2,13 +2,17 @@
 //!
 //! Routing depends on the body (the tool id is inside it), and pingora's
 //! proxy path cannot re-send a consumed body over 64 KB
-//! (shared/notes/pingora-body-routing.md). So the gateway is a pingora HTTP
-//! application (`HttpServerApp`), not a `ProxyHttp`: pingora accepts, parses
-//! the request head and keeps connections alive; each request is answered
-//! here, its whole body read (up to `max_body_bytes`) and the call made with
-//! the gateway's own pooled client. (Behind `ProxyHttp`, pingora also boxed a
-//! proxy future of tens of KB per request that this gateway never used:
-//! 15% of its instructions per call, benches/README.md.)
+//! (shared/notes/pingora-body-routing.md). So the gateway is a pingora
+//! application, not a `ProxyHttp`: pingora accepts connections and runs the
+//! workers; each request is answered here, its whole body read (up to
+//! `max_body_bytes`) and the call made with the gateway's own pooled client.
+//! (Behind `ProxyHttp`, pingora also boxed a proxy future of tens of KB per
+//! request that this gateway never used: 15% of its instructions per call,
+//! benches/README.md.)
+//!
+//! A connection starts in `connection` ([`Front`]), which reads plain tool
+//! calls itself; any other request goes, with the rest of its connection, to
+//! pingora's HTTP session and [`OtcProxy`] below.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
