@@ -29,9 +29,7 @@ use pingora::server::ShutdownWatch;
 use pingora_timeout::fast_timeout::fast_timeout;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use super::{InFlight, OtcProxy};
-use crate::auth::Caller;
-use crate::call::call_tool;
+use super::{headers_size, InFlight, OtcProxy};
 use crate::error::{FrontError, Reply};
 
 /// How long an idle connection waits for its next request (pingora's
@@ -97,10 +95,8 @@ struct CallHead {
     len: usize,
     /// The body's declared length.
     body_len: usize,
-    /// The headers, for authentication.
+    /// The headers, for authentication and `traceparent`.
     headers: HeaderMap,
-    /// The client's W3C `traceparent`, continued upstream.
-    traceparent: Option<String>,
 }
 
 /// What the buffer holds.
@@ -135,35 +131,23 @@ impl Front {
         if count > max_in_flight {
             return Next::HandOver;
         }
-        let Some(caller) = self.authenticate(&head.headers) else {
+        let Ok(caller) = gateway.runtime().authenticator.authenticate(&head.headers) else {
             return Next::HandOver;
         };
         conn.buf.advance(head.len);
-        let body = match fast_timeout(body_timeout, read_body(conn, head.body_len)).await {
-            Ok(Some(body)) => body,
+        let (reply, keep_alive) = match fast_timeout(body_timeout, read_body(conn, head.body_len)).await {
+            Ok(Some(body)) => {
+                let reply = self.proxy.run_call(&caller, &body, &head.headers).await.unwrap_or_else(|e| e.to_reply());
+                let keep_alive = !reply.close && !*shutdown.borrow();
+                (reply, keep_alive)
+            }
             // The client went away mid-body: nobody to answer.
             Ok(None) => return Next::Close,
-            Err(_) => {
-                let reply = FrontError::BodyTimeout(body_timeout).to_reply();
-                gateway.metrics.record_http("/tools/call", reply.status);
-                drop(in_flight);
-                return write_reply(conn, &reply, false).await;
-            }
-        };
-        let reply = match call_tool(gateway, &caller, &body, head.traceparent).await {
-            Ok((body, _completed)) => Reply::ok(body),
-            Err(e) => e.to_reply(),
+            Err(_) => (FrontError::BodyTimeout(body_timeout).to_reply(), false),
         };
         gateway.metrics.record_http("/tools/call", reply.status);
         drop(in_flight);
-        let keep_alive = !reply.close && !*shutdown.borrow();
         write_reply(conn, &reply, keep_alive).await
-    }
-
-    /// The caller, when the credentials are good; refusals are answered on
-    /// pingora's path, which explains them.
-    fn authenticate(&self, headers: &HeaderMap) -> Option<Caller> {
-        self.proxy.gateway.runtime().authenticator.authenticate(headers).ok()
     }
 }
 
@@ -219,13 +203,8 @@ fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Pars
     {
         return Parsed::Other;
     }
-    let size: usize = request.headers.iter().map(|h| h.name.len() + h.value.len() + 4).sum();
-    if size > max_header_bytes {
-        return Parsed::Other;
-    }
     let mut headers = HeaderMap::with_capacity(request.headers.len());
     let mut body_len = None;
-    let mut traceparent = None;
     for header in request.headers.iter() {
         let (Ok(name), Ok(value)) = (HeaderName::from_bytes(header.name.as_bytes()), HeaderValue::from_bytes(header.value))
         else {
@@ -239,19 +218,20 @@ fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Pars
                 // with the right status.
                 _ => return Parsed::Other,
             }
-        } else if name == http::header::TRANSFER_ENCODING || name == http::header::EXPECT || name == http::header::UPGRADE {
+        } else if name == http::header::TRANSFER_ENCODING
+            || name == http::header::EXPECT
+            || name == http::header::UPGRADE
+            || (name == http::header::CONNECTION && !value.as_bytes().eq_ignore_ascii_case(b"keep-alive"))
+        {
             return Parsed::Other;
-        } else if name == http::header::CONNECTION {
-            if !value.as_bytes().eq_ignore_ascii_case(b"keep-alive") {
-                return Parsed::Other;
-            }
-        } else if name.as_str() == "traceparent" {
-            traceparent = value.to_str().ok().map(str::to_owned);
         }
         headers.append(name, value);
     }
+    if headers_size(&headers) > max_header_bytes {
+        return Parsed::Other;
+    }
     match body_len {
-        Some(body_len) => Parsed::Call(CallHead { len, body_len, headers, traceparent }),
+        Some(body_len) => Parsed::Call(CallHead { len, body_len, headers }),
         None => Parsed::Other,
     }
 }
@@ -325,7 +305,7 @@ mod tests {
     }
 
     #[test]
-    fn a_plain_call_head_is_read_with_its_length_headers_and_traceparent() {
+    fn a_plain_call_head_is_read_with_its_length_and_headers() {
         let head = "POST /tools/call HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n\
                     traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\nContent-Length: 12\r\n\r\n";
         let Parsed::Call(call) = parse_call_head(format!("{head}{{\"body\":\"x\"}}").as_bytes(), 8192, 1024) else {
@@ -334,7 +314,7 @@ mod tests {
         assert_eq!(call.len, head.len(), "the head ends after its blank line");
         assert_eq!(call.body_len, 12);
         assert_eq!(call.headers.get("authorization").map(|v| v.as_bytes()), Some(&b"Bearer k"[..]));
-        assert_eq!(call.traceparent.as_deref(), Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
+        assert!(call.headers.contains_key("traceparent"));
         assert!(is_call(&parse("POST /call HTTP/1.1\r\nContent-Length: 0\r\nConnection: Keep-Alive\r\n\r\n")));
     }
 

@@ -153,15 +153,21 @@ impl OtcProxy {
         let body = fast_timeout(deadline, read_body(session, limit))
             .await
             .map_err(|_| FrontError::BodyTimeout(deadline))??;
-        let traceparent = session
-            .req_header()
-            .headers
-            .get("traceparent")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let (body, _completed) = call_tool(&self.gateway, &caller, &body, traceparent).await?;
+        self.run_call(&caller, &body, &session.req_header().headers).await
+    }
+
+    /// Runs an authenticated caller's call body, continuing the client's
+    /// `traceparent`: the part of a call both readers share.
+    async fn run_call(&self, caller: &Caller, body: &[u8], headers: &http::HeaderMap) -> Result<Reply, FrontError> {
+        let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let (body, _completed) = call_tool(&self.gateway, caller, body, traceparent).await?;
         Ok(Reply::ok(body))
     }
+}
+
+/// The bytes a head's header lines take, as `max_header_bytes` counts them.
+fn headers_size(headers: &http::HeaderMap) -> usize {
+    headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum()
 }
 
 /// Refuses oversized headers and the framing request smuggling relies on:
@@ -169,8 +175,7 @@ impl OtcProxy {
 /// disagree.
 fn check_framing(session: &Session, max_header_bytes: usize) -> Result<(), FrontError> {
     let headers = &session.req_header().headers;
-    let size: usize = headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum();
-    if size > max_header_bytes {
+    if headers_size(headers) > max_header_bytes {
         return Err(FrontError::HeadersTooLarge { limit: max_header_bytes });
     }
     let mut lengths = headers.get_all(http::header::CONTENT_LENGTH).iter();
