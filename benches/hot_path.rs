@@ -18,7 +18,7 @@ use otc_gateway::config::Config;
 use otc_gateway::gateway::Runtime;
 use otc_gateway::resolve::parse_tool_id;
 use otc_gateway::validate::InputValidator;
-use otc_gateway::wire::{normalise_tool_response, CallResult, UpstreamCallBody, UpstreamCallRequest, SCHEMA};
+use otc_gateway::wire::{normalise_tool_response, upstream_call_body, CallResult, UpstreamCallRequest};
 use serde_json::json;
 
 const CONFIG: &str = r#"
@@ -87,17 +87,13 @@ fn hot_path(c: &mut Criterion) {
             let context = rt
                 .block_on(inject_context(&runtime, &route.tool.definition, &caller, call.context))
                 .expect("injects");
-            let upstream = UpstreamCallBody {
-                schema: SCHEMA,
-                request: UpstreamCallRequest {
-                    tool_id: &route.tool.definition.id,
-                    call_id: &call.call_id,
-                    trace_id: None,
-                    input: &call.input,
-                    context: &context,
-                },
-            };
-            Bytes::from(serde_json::to_vec(&upstream).expect("serialises"))
+            Bytes::from(upstream_call_body(&UpstreamCallRequest {
+                tool_id: &route.tool.definition.id,
+                call_id: &call.call_id,
+                trace_id: None,
+                input: &call.input,
+                context: &context,
+            }))
         })
     });
 

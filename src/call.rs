@@ -16,8 +16,8 @@ use crate::metrics::CallOutcome;
 use crate::resolve::parse_tool_id;
 use crate::upstream::{CallReply, ForwardError};
 use crate::wire::{
-    self, is_supported_schema, AuthorizationToken, CallBody, CallContext, CallResponseEnvelope, CallResult,
-    SecretValue, ToolDefinition, UpstreamCallBody, UpstreamCallRequest, SCHEMA,
+    self, is_supported_schema, AuthorizationToken, CallBody, CallContext, CallResult, SecretValue, ToolDefinition,
+    UpstreamCallRequest,
 };
 
 /// A call request after parsing: the canonical form of whatever shape came in.
@@ -375,15 +375,13 @@ pub async fn forward_call<'r>(
                     .await
             }
             None => {
-                let body = UpstreamCallBody {
-                    schema: SCHEMA,
-                    request: UpstreamCallRequest { tool_id: &target.upstream_id, call_id, trace_id: trace.trace_id, input, context },
-                };
-                // Room for a typical call, so the buffer does not grow by doubling.
-                let mut buf = Vec::with_capacity(512);
-                // Serialising a Value-backed struct into a Vec cannot fail.
-                let _ = serde_json::to_writer(&mut buf, &body);
-                let body = buf;
+                let body = wire::upstream_call_body(&UpstreamCallRequest {
+                    tool_id: &target.upstream_id,
+                    call_id,
+                    trace_id: trace.trace_id,
+                    input,
+                    context,
+                });
                 let traceparent = crate::trace::traceparent(trace.traceparent, trace.trace_id);
                 target.upstream.call(&body, authorization, traceparent, max_response).await
             }
@@ -466,8 +464,7 @@ pub fn rewrap_response(
 
 /// The response body: `{"$schema": "otc://1.0", "result": {...}}`.
 pub fn render_result(result: &CallResult) -> Bytes {
-    // Serialising Value-backed structs into a Vec cannot fail.
-    Bytes::from(serde_json::to_vec(&CallResponseEnvelope { schema: SCHEMA, result }).unwrap_or_default())
+    Bytes::from(wire::call_response_body(result))
 }
 
 /// The start of a body, for a developer message: bounded and printable.

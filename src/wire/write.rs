@@ -1,0 +1,245 @@
+//! Writers for the two bodies every call produces: the request sent upstream
+//! and the result the client gets.
+//!
+//! Their envelopes are fixed, so the keys are written as literals and only
+//! the values are escaped. Through serde's derive each key was escaped again
+//! on every call: about 24 strings per call, a tenth of the gateway's
+//! instructions (benches/README.md). What is not fixed (the input, extra
+//! context fields, a tool error) is still written by serde_json.
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::{CallContext, CallResult, UpstreamCallRequest, SCHEMA};
+
+/// Room for a typical call, so the buffer does not grow by doubling.
+const TYPICAL_BODY: usize = 512;
+
+/// `{"$schema":"otc://1.0","request":{...}}`: the body sent to an OTC
+/// upstream, always the wrapped 1.0 form. Optional fields are left out when
+/// empty, as the protocol's own serialisation would.
+pub fn upstream_call_body(request: &UpstreamCallRequest<'_>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(TYPICAL_BODY);
+    out.extend_from_slice(br#"{"$schema":""#);
+    out.extend_from_slice(SCHEMA.as_bytes());
+    out.extend_from_slice(br#"","request":{"tool_id":"#);
+    write_str(&mut out, request.tool_id);
+    out.extend_from_slice(br#","call_id":"#);
+    write_str(&mut out, request.call_id);
+    if let Some(trace_id) = request.trace_id {
+        out.extend_from_slice(br#","trace_id":"#);
+        write_str(&mut out, trace_id);
+    }
+    out.extend_from_slice(br#","input":"#);
+    write_json(&mut out, request.input);
+    if !request.context.is_empty() {
+        out.extend_from_slice(br#","context":"#);
+        write_context(&mut out, request.context);
+    }
+    out.extend_from_slice(b"}}");
+    out
+}
+
+/// `{"$schema":"otc://1.0","result":{...}}`: the only shape the gateway
+/// answers a call with.
+pub fn call_response_body(result: &CallResult) -> Vec<u8> {
+    let value_len = result.value.as_ref().map_or(0, |v| v.get().len());
+    let mut out = Vec::with_capacity(128 + result.call_id.len() + value_len);
+    out.extend_from_slice(br#"{"$schema":""#);
+    out.extend_from_slice(SCHEMA.as_bytes());
+    out.extend_from_slice(br#"","result":{"call_id":"#);
+    write_str(&mut out, &result.call_id);
+    out.extend_from_slice(br#","duration":"#);
+    write_json(&mut out, &result.duration);
+    out.extend_from_slice(if result.success { br#","success":true"# } else { br#","success":false"# });
+    if let Some(value) = &result.value {
+        out.extend_from_slice(br#","value":"#);
+        // Raw JSON text as the upstream wrote it: valid JSON by construction.
+        out.extend_from_slice(value.get().as_bytes());
+    }
+    if let Some(error) = &result.error {
+        out.extend_from_slice(br#","error":"#);
+        write_json(&mut out, error);
+    }
+    out.extend_from_slice(b"}}");
+    out
+}
+
+/// `context`: `authorization`, `secrets` and `user_id` when present, then
+/// whatever else the client sent.
+fn write_context(out: &mut Vec<u8>, context: &CallContext) {
+    let mut first = true;
+    let mut key = |out: &mut Vec<u8>, name: &[u8]| {
+        out.extend_from_slice(if first { b"{\"" } else { b",\"" });
+        out.extend_from_slice(name);
+        out.extend_from_slice(b"\":");
+        first = false;
+    };
+    if !context.authorization.is_empty() {
+        key(out, b"authorization");
+        write_list(out, &context.authorization, |out, token| {
+            out.extend_from_slice(br#"{"id":"#);
+            write_str(out, &token.id);
+            out.extend_from_slice(br#","token":"#);
+            write_str(out, &token.token);
+            write_extra(out, &token.extra);
+        });
+    }
+    if !context.secrets.is_empty() {
+        key(out, b"secrets");
+        write_list(out, &context.secrets, |out, secret| {
+            out.extend_from_slice(br#"{"id":"#);
+            write_str(out, &secret.id);
+            out.extend_from_slice(br#","value":"#);
+            write_str(out, &secret.value);
+            write_extra(out, &secret.extra);
+        });
+    }
+    if let Some(user_id) = &context.user_id {
+        key(out, b"user_id");
+        write_str(out, user_id);
+    }
+    for (name, value) in &context.extra {
+        out.extend_from_slice(if first { b"{" } else { b"," });
+        first = false;
+        write_str(out, name);
+        out.push(b':');
+        write_json(out, value);
+    }
+    out.push(b'}');
+}
+
+/// `[a,b,...]`, each item written by `item`.
+fn write_list<T>(out: &mut Vec<u8>, items: &[T], item: impl Fn(&mut Vec<u8>, &T)) {
+    out.push(b'[');
+    for (i, each) in items.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        item(out, each);
+    }
+    out.push(b']');
+}
+
+/// The rest of an object whose fixed fields are written: `,"k":v...}`.
+fn write_extra(out: &mut Vec<u8>, extra: &Map<String, Value>) {
+    for (name, value) in extra {
+        out.push(b',');
+        write_str(out, name);
+        out.push(b':');
+        write_json(out, value);
+    }
+    out.push(b'}');
+}
+
+/// A JSON string. Most strings a call carries (ids, keys) need no escape:
+/// those are copied whole; any other is left to serde_json, so escapes are
+/// spelt as it spells them.
+fn write_str(out: &mut Vec<u8>, text: &str) {
+    if text.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        write_json(out, text);
+    } else {
+        out.push(b'"');
+        out.extend_from_slice(text.as_bytes());
+        out.push(b'"');
+    }
+}
+
+/// Any value through serde_json. Writing a `Value`, a number or a string
+/// into a `Vec` cannot fail.
+fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+    let _ = serde_json::to_writer(out, value);
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::wire::{AuthorizationToken, RawJson, SecretValue};
+
+    fn parsed(bytes: &[u8]) -> Value {
+        serde_json::from_slice(bytes).expect("the writer wrote JSON")
+    }
+
+    #[test]
+    fn an_upstream_body_carries_the_call_and_only_the_context_it_has() {
+        let input = json!({"a": 1, "text": "line\n\"quoted\" \\ \u{1}"});
+        let bare = UpstreamCallRequest {
+            tool_id: "Kit.Tool@1.0.0",
+            call_id: "c-1",
+            trace_id: None,
+            input: &input,
+            context: &CallContext::default(),
+        };
+        assert_eq!(
+            parsed(&upstream_call_body(&bare)),
+            json!({"$schema": "otc://1.0", "request": {"tool_id": "Kit.Tool@1.0.0", "call_id": "c-1", "input": input}})
+        );
+
+        let mut extra = Map::new();
+        extra.insert("scope\t\"x\"".into(), json!(["a", {"b": null}]));
+        let context = CallContext {
+            authorization: vec![AuthorizationToken { id: "google".into(), token: "tok\"en".into(), extra: extra.clone() }],
+            secrets: vec![
+                SecretValue { id: "KEY".into(), value: "v\u{7}".into(), extra: Map::new() },
+                SecretValue { id: "OTHER".into(), value: "é".into(), extra: Map::new() },
+            ],
+            user_id: Some("ann".into()),
+            extra,
+        };
+        let full = UpstreamCallRequest { trace_id: Some("t\"1"), context: &context, ..bare };
+        assert_eq!(
+            parsed(&upstream_call_body(&full)),
+            json!({"$schema": "otc://1.0", "request": {
+                "tool_id": "Kit.Tool@1.0.0", "call_id": "c-1", "trace_id": "t\"1", "input": input,
+                "context": {
+                    "authorization": [{"id": "google", "token": "tok\"en", "scope\t\"x\"": ["a", {"b": null}]}],
+                    "secrets": [{"id": "KEY", "value": "v\u{7}"}, {"id": "OTHER", "value": "é"}],
+                    "user_id": "ann",
+                    "scope\t\"x\"": ["a", {"b": null}],
+                }}})
+        );
+    }
+
+    #[test]
+    fn a_context_with_only_extra_fields_is_an_object() {
+        let mut extra = Map::new();
+        extra.insert("locale".into(), json!("fr"));
+        extra.insert("tz".into(), json!("UTC"));
+        let context = CallContext { extra, ..CallContext::default() };
+        let input = json!({});
+        let request = UpstreamCallRequest { tool_id: "K.T", call_id: "c", trace_id: None, input: &input, context: &context };
+        assert_eq!(parsed(&upstream_call_body(&request))["request"]["context"], json!({"locale": "fr", "tz": "UTC"}));
+    }
+
+    #[test]
+    fn a_result_is_written_as_serde_would_write_it() {
+        let cases = [
+            CallResult { call_id: "c\"1".into(), duration: 1.5, success: true, value: Some(json!({"x": [1, 2]}).into()), error: None },
+            CallResult { call_id: "c".into(), duration: 2.0, success: true, value: Some(RawJson::null()), error: None },
+            CallResult {
+                call_id: "c".into(),
+                duration: 0.123,
+                success: false,
+                value: None,
+                error: Some(json!({"message": "m\n", "can_retry": true})),
+            },
+        ];
+        for result in cases {
+            let written = call_response_body(&result);
+            assert_eq!(parsed(&written), json!({"$schema": "otc://1.0", "result": result}));
+            // Byte for byte what serde's derive wrote before these writers.
+            let by_serde = serde_json::to_vec(&json!({"$schema": "otc://1.0", "result": result})).expect("json");
+            assert_eq!(written.len(), by_serde.len(), "{}", String::from_utf8_lossy(&written));
+        }
+    }
+
+    #[test]
+    fn a_value_is_passed_through_as_the_upstream_wrote_it() {
+        let value: RawJson = serde_json::from_str(r#"{"big": 123456789012345678901234567890, "s": "\u00e9"}"#).expect("raw");
+        let result = CallResult { call_id: "c".into(), duration: 1.0, success: true, value: Some(value), error: None };
+        let written = String::from_utf8(call_response_body(&result)).expect("utf-8");
+        assert!(written.contains(r#""value":{"big": 123456789012345678901234567890, "s": "\u00e9"}"#), "{written}");
+    }
+}
