@@ -505,6 +505,37 @@ async fn sigterm_lets_an_in_flight_call_finish_then_exits_0() {
 }
 
 #[tokio::test]
+async fn sigterm_closes_an_idle_kept_alive_connection_at_once() {
+    let calc = calculator().await;
+    let mut gw = gateway_for(&calc, "").await;
+    // A call served on a kept-alive connection, which then waits idle for
+    // its next request.
+    let mut idle = TcpStream::connect(gw.addr).await.expect("connect");
+    idle.write_all(call_request(&add_call_body(), "").as_bytes()).await.expect("write");
+    let answers = read_answers(&mut idle, 1).await;
+    assert_eq!(answers[0].0, "200", "{answers:?}");
+    // A slow call keeps the gateway draining, so the process stays up.
+    calc.set_call_delay(Duration::from_millis(2500));
+    let slow = {
+        let addr = gw.addr;
+        tokio::spawn(async move {
+            common::send(addr, "POST", "/tools/call", bytes::Bytes::from(add_call_body()), Some("application/json")).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.signal("TERM");
+    // The idle connection is closed when shutdown begins, while the slow
+    // call is still being served.
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(1), idle.read_to_end(&mut rest)).await;
+    assert!(matches!(read, Ok(Ok(0))), "the idle connection is closed at shutdown: {read:?}");
+    assert!(!slow.is_finished(), "the drain was still under way");
+    assert_eq!(slow.await.expect("the slow call").status, 200);
+    let status = gw.wait_exit(Duration::from_secs(20)).await.expect("the gateway exits");
+    assert!(status.success(), "exit status {status:?}");
+}
+
+#[tokio::test]
 async fn over_max_in_flight_requests_get_503_with_retry_after_and_the_rest_succeed() {
     let server = calculator().await;
     server.set_call_delay(Duration::from_millis(600));

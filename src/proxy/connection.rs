@@ -16,6 +16,8 @@
 //! (`OtcProxy`'s `HttpServerApp`). Nothing of a request is consumed until it
 //! is known to be served here, so a hand-over never loses a byte.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,7 +29,9 @@ use pingora::protocols::http::ServerSession as Session;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use pingora_timeout::fast_timeout::fast_timeout;
+use pingora_timeout::Elapsed;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::{Instant, Sleep};
 
 use super::{headers_size, InFlight, OtcProxy};
 use crate::error::{FrontError, Reply};
@@ -61,6 +65,32 @@ impl Front {
 struct Connection {
     stream: Stream,
     buf: BytesMut,
+    /// Ends a wait for a head after `KEEP_ALIVE`. One timer for the
+    /// connection's life, moved later at each wait: moving a tokio timer
+    /// later is one atomic operation, where a timer per wait was a
+    /// registration and a removal (about 0.8k instructions a call).
+    idle: Pin<Box<Sleep>>,
+    /// Ends a wait for a head when shutdown begins: one subscription for the
+    /// connection's life, where one per wait took and released a waiter slot.
+    stopping: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+impl Connection {
+    fn new(stream: Stream, shutdown: &ShutdownWatch) -> Connection {
+        let mut shutdown = shutdown.clone();
+        let stopping = async move {
+            // A closed watch never fires: pingora would be gone already.
+            if shutdown.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        };
+        Connection {
+            stream,
+            buf: BytesMut::with_capacity(READ_BUF),
+            idle: Box::pin(tokio::time::sleep(KEEP_ALIVE)),
+            stopping: Box::pin(stopping),
+        }
+    }
 }
 
 /// What became of a request read here.
@@ -76,7 +106,7 @@ enum Next {
 #[async_trait]
 impl ServerApp for Front {
     async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
-        let mut conn = Connection { stream, buf: BytesMut::with_capacity(READ_BUF) };
+        let mut conn = Connection::new(stream, shutdown);
         loop {
             match self.serve_next(&mut conn, shutdown).await {
                 Next::Served => {}
@@ -118,7 +148,7 @@ impl Front {
             let server = &gateway.runtime().config.server;
             (server.max_header_bytes, server.max_body_bytes, server.body_timeout.0, server.max_in_flight)
         };
-        let head = match read_call_head(conn, shutdown, max_header_bytes, max_body).await {
+        let head = match read_call_head(conn, max_header_bytes, max_body).await {
             Ok(head) => head,
             Err(next) => return next,
         };
@@ -135,7 +165,7 @@ impl Front {
             return Next::HandOver;
         };
         conn.buf.advance(head.len);
-        let (reply, keep_alive) = match fast_timeout(body_timeout, read_body(conn, head.body_len)).await {
+        let (reply, keep_alive) = match read_body_within(conn, head.body_len, body_timeout).await {
             Ok(Some(body)) => {
                 let reply = self.proxy.run_call(&caller, &body, &head.headers).await.unwrap_or_else(|e| e.to_reply());
                 let keep_alive = !reply.close && !*shutdown.borrow();
@@ -153,12 +183,7 @@ impl Front {
 
 /// Waits for a complete head in the connection's buffer and parses it; `Err`
 /// when it is not a plain call's or the connection is done.
-async fn read_call_head(
-    conn: &mut Connection,
-    shutdown: &ShutdownWatch,
-    max_header_bytes: usize,
-    max_body: usize,
-) -> Result<CallHead, Next> {
+async fn read_call_head(conn: &mut Connection, max_header_bytes: usize, max_body: usize) -> Result<CallHead, Next> {
     loop {
         match parse_call_head(&conn.buf, max_header_bytes, max_body) {
             Parsed::Call(head) => return Ok(head),
@@ -166,19 +191,19 @@ async fn read_call_head(
             Parsed::Partial if conn.buf.len() >= MAX_LEAN_HEAD => return Err(Next::HandOver),
             Parsed::Partial => {}
         }
-        // Shutdown also ends the wait: an idle connection at once, a partial
-        // head unanswered (as on pingora's path).
-        let mut stopping = shutdown.clone();
+        conn.idle.as_mut().reset(Instant::now() + KEEP_ALIVE);
+        let Connection { stream, buf, idle, stopping } = conn;
         let read = tokio::select! {
             biased;
-            read = fast_timeout(KEEP_ALIVE, read_more(conn)) => read,
-            // (A closed watch never fires: pingora would be gone already.)
-            Ok(()) = stopping.changed() => return Err(Next::Close),
+            read = read_more(stream, buf) => read,
+            // Idle too long, or shutdown began: an idle connection closes at
+            // once, a partial head goes unanswered (as on pingora's path).
+            () = idle.as_mut() => return Err(Next::Close),
+            () = stopping.as_mut() => return Err(Next::Close),
         };
         match read {
-            Ok(Ok(n)) if n > 0 => {}
-            // Closed, broken or idle too long: a partial head has nobody
-            // waiting for its answer.
+            Ok(n) if n > 0 => {}
+            // Closed or broken: a partial head has nobody waiting for its answer.
             _ => return Err(Next::Close),
         }
     }
@@ -237,21 +262,30 @@ fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Pars
 }
 
 /// Reads more of the connection into its buffer; 0 when the client closed.
-async fn read_more(conn: &mut Connection) -> std::io::Result<usize> {
-    if conn.buf.capacity() - conn.buf.len() < 1024 {
-        conn.buf.reserve(READ_BUF);
+async fn read_more(stream: &mut Stream, buf: &mut BytesMut) -> std::io::Result<usize> {
+    if buf.capacity() - buf.len() < 1024 {
+        buf.reserve(READ_BUF);
     }
-    conn.stream.read_buf(&mut conn.buf).await
+    stream.read_buf(buf).await
+}
+
+/// The body that follows a head, `len` bytes, within `timeout`; `Ok(None)`
+/// when the connection ended first. Bytes past it stay in the buffer: a
+/// pipelined request. A body that came with its head (most do) is taken
+/// without a timer.
+async fn read_body_within(conn: &mut Connection, len: usize, timeout: Duration) -> Result<Option<Bytes>, Elapsed> {
+    if conn.buf.len() >= len {
+        return Ok(Some(conn.buf.split_to(len).freeze()));
+    }
+    fast_timeout(timeout, read_body(conn, len)).await
 }
 
 /// The body that follows a head, `len` bytes; `None` when the connection
-/// ended first. Bytes past it stay in the buffer: a pipelined request.
+/// ended first.
 async fn read_body(conn: &mut Connection, len: usize) -> Option<Bytes> {
-    if conn.buf.len() < len {
-        conn.buf.reserve(len - conn.buf.len());
-    }
+    conn.buf.reserve(len - conn.buf.len());
     while conn.buf.len() < len {
-        match read_more(conn).await {
+        match read_more(&mut conn.stream, &mut conn.buf).await {
             Ok(n) if n > 0 => {}
             _ => return None,
         }
