@@ -8,16 +8,17 @@
 //! body and one answer, so the call's own task writes it and reads the answer.
 
 use std::future::Future;
-use std::io::Write;
 use std::pin::pin;
+use std::pin::Pin;
 use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::{HeaderValue, StatusCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
 
 /// How long a connection may stay idle before it is closed rather than
 /// reused.
@@ -44,6 +45,9 @@ pub enum ExchangeError {
     /// The answer's body is larger than the limit.
     #[error("answer larger than the limit")]
     TooLarge,
+    /// No whole answer within the time the caller gave.
+    #[error("no answer in time")]
+    Timeout,
 }
 
 /// An answer read in full.
@@ -74,6 +78,10 @@ pub struct Http1Client {
 struct IdleConnection {
     stream: TcpStream,
     since: Instant,
+    /// The timer that bounds each exchange on this connection, kept with it:
+    /// moving a tokio timer later is one atomic operation, where a timer per
+    /// call was a registration and a removal (about 0.8k instructions).
+    timer: Pin<Box<Sleep>>,
 }
 
 impl Http1Client {
@@ -93,35 +101,61 @@ impl Http1Client {
     }
 
     /// POSTs `body` with `headers` and reads the whole answer, its body at
-    /// most `max_body` bytes. The caller bounds the time it may take.
+    /// most `max_body` bytes, all within `timeout` (connecting included).
     pub async fn post(
         &self,
         headers: &[(&str, &HeaderValue)],
         body: &[u8],
         max_body: usize,
+        timeout: Duration,
     ) -> Result<Answer, ExchangeError> {
         let request = self.encode(headers, body);
-        let mut stream = match self.take_idle() {
-            Some(mut stream) => match stream.write_all(&request).await {
+        let now = Instant::now();
+        let (stream, mut timer) = match self.take_idle(now) {
+            Some(idle) => (Some(idle.stream), idle.timer),
+            None => (None, Box::pin(tokio::time::sleep_until(now + timeout))),
+        };
+        timer.as_mut().reset(now + timeout);
+        let answered = tokio::select! {
+            biased;
+            answered = self.exchange(stream, &request, max_body) => answered?,
+            () = timer.as_mut() => return Err(ExchangeError::Timeout),
+        };
+        let (answer, reusable) = answered;
+        if let Some(stream) = reusable {
+            self.put_idle(stream, timer);
+        }
+        Ok(answer)
+    }
+
+    /// Sends `request` on `stream` (a new connection when there is none or
+    /// it fails at once) and reads the answer; the stream back when it may
+    /// carry another request.
+    async fn exchange(
+        &self,
+        stream: Option<TcpStream>,
+        request: &[u8],
+        max_body: usize,
+    ) -> Result<(Answer, Option<TcpStream>), ExchangeError> {
+        let mut stream = match stream {
+            Some(mut stream) => match stream.write_all(request).await {
                 Ok(()) => stream,
                 // A failed first write on a kept connection delivered nothing
                 // (the server had closed it): a new connection may carry it.
-                Err(_) => self.send_on_new_connection(&request).await?,
+                Err(_) => self.send_on_new_connection(request).await?,
             },
-            None => self.send_on_new_connection(&request).await?,
+            None => self.send_on_new_connection(request).await?,
         };
         let (answer, reusable) = read_answer(&mut stream, max_body).await?;
-        if reusable {
-            self.put_idle(stream);
-        }
-        Ok(answer)
+        Ok((answer, reusable.then_some(stream)))
     }
 
     /// Closes idle connections that have timed out or that the server closed.
     pub fn close_stale(&self) {
         let stale: Vec<IdleConnection> = {
             let mut idle = self.lock_idle();
-            let (keep, stale) = std::mem::take(&mut *idle).into_iter().partition(|c| c.usable());
+            let now = Instant::now();
+            let (keep, stale) = std::mem::take(&mut *idle).into_iter().partition(|c| c.usable(now));
             *idle = keep;
             stale
         };
@@ -138,8 +172,9 @@ impl Http1Client {
             request.extend_from_slice(value.as_bytes());
             request.extend_from_slice(b"\r\n");
         }
-        // Writing into a Vec cannot fail.
-        let _ = write!(request, "content-length: {}\r\n\r\n", body.len());
+        request.extend_from_slice(b"content-length: ");
+        request.extend_from_slice(itoa::Buffer::new().format(body.len()).as_bytes());
+        request.extend_from_slice(b"\r\n\r\n");
         request.extend_from_slice(body);
         request
     }
@@ -160,21 +195,21 @@ impl Http1Client {
         Ok(stream)
     }
 
-    /// The most recently used idle connection that is still usable.
-    fn take_idle(&self) -> Option<TcpStream> {
+    /// The most recently used idle connection that is still usable at `now`.
+    fn take_idle(&self, now: Instant) -> Option<IdleConnection> {
         let mut idle = self.lock_idle();
         while let Some(connection) = idle.pop() {
-            if connection.usable() {
-                return Some(connection.stream);
+            if connection.usable(now) {
+                return Some(connection);
             }
         }
         None
     }
 
-    fn put_idle(&self, stream: TcpStream) {
+    fn put_idle(&self, stream: TcpStream, timer: Pin<Box<Sleep>>) {
         let mut idle = self.lock_idle();
         if idle.len() < MAX_IDLE {
-            idle.push(IdleConnection { stream, since: Instant::now() });
+            idle.push(IdleConnection { stream, since: Instant::now(), timer });
         }
     }
 
@@ -188,8 +223,8 @@ impl IdleConnection {
     /// Not timed out, and the server has not closed it. The check reads the
     /// readiness tokio already holds for the socket (no system call): a
     /// server's FIN or RST marks it read-closed.
-    fn usable(&self) -> bool {
-        if self.since.elapsed() >= IDLE_TIMEOUT {
+    fn usable(&self, now: Instant) -> bool {
+        if now.saturating_duration_since(self.since) >= IDLE_TIMEOUT {
             return false;
         }
         let mut cx = Context::from_waker(Waker::noop());
@@ -481,6 +516,48 @@ mod tests {
         Http1Client::new(address, "/base/tools/call", Duration::from_secs(2))
     }
 
+    /// Longer than any exchange in these tests should take.
+    const LONG: Duration = Duration::from_secs(10);
+
+    /// A server with one connection at a time that answers its n-th request
+    /// after `delays[n]`, with the body `n`.
+    async fn slow_server(delays: Vec<Duration>) -> String {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let address = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            let mut delays = delays.into_iter().enumerate();
+            while let Ok((stream, _)) = listener.accept().await {
+                let mut stream = tokio::io::BufReader::new(stream);
+                while let Some(request) = read_request(&mut stream).await {
+                    drop(request);
+                    let Some((n, delay)) = delays.next() else { return };
+                    tokio::time::sleep(delay).await;
+                    let answer = format!("HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n{n}");
+                    if stream.get_mut().write_all(answer.as_bytes()).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        address
+    }
+
+    #[tokio::test]
+    async fn each_exchange_on_a_kept_connection_has_its_own_time_limit() {
+        let ms = Duration::from_millis;
+        let c = client(&slow_server(vec![ms(0), ms(300), ms(2000)]).await);
+        let limit = ms(400);
+        assert_eq!(&c.post(&[], b"", 64, limit).await.expect("first").body[..], b"0");
+        // The connection's timer was set for the first exchange; the second
+        // starts later and gets its own full limit.
+        tokio::time::sleep(ms(250)).await;
+        assert_eq!(&c.post(&[], b"", 64, limit).await.expect("second, 300 ms").body[..], b"1");
+        let started = Instant::now();
+        assert!(matches!(c.post(&[], b"", 64, limit).await, Err(ExchangeError::Timeout)));
+        let waited = started.elapsed();
+        assert!(waited >= limit && waited < ms(1500), "the limit ended the wait: {waited:?}");
+    }
+
     fn header(value: &'static str) -> HeaderValue {
         HeaderValue::from_static(value)
     }
@@ -490,7 +567,7 @@ mod tests {
         let (address, mut received) =
             raw_server(vec![b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}"]).await;
         let c = client(&address);
-        let answer = c.post(&[("traceparent", &header("00-abc-01"))], b"{\"x\":2}", 1024).await.expect("answer");
+        let answer = c.post(&[("traceparent", &header("00-abc-01"))], b"{\"x\":2}", 1024, LONG).await.expect("answer");
         assert_eq!(answer.status, StatusCode::OK);
         assert!(answer.is_json);
         assert_eq!(&answer.body[..], b"{\"a\":1}");
@@ -510,9 +587,9 @@ mod tests {
         ])
         .await;
         let c = client(&address);
-        assert_eq!(&c.post(&[], b"", 64).await.expect("first").body[..], b"1");
+        assert_eq!(&c.post(&[], b"", 64, LONG).await.expect("first").body[..], b"1");
         // The same connection answers the second call: a new one would get "1".
-        assert_eq!(&c.post(&[], b"", 64).await.expect("second").body[..], b"2");
+        assert_eq!(&c.post(&[], b"", 64, LONG).await.expect("second").body[..], b"2");
     }
 
     #[tokio::test]
@@ -521,7 +598,7 @@ mod tests {
         let (address, _received) = raw_server(vec![b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"]).await;
         let c = client(&address);
         for _ in 0..3 {
-            c.post(&[], b"", 64).await.expect("answer");
+            c.post(&[], b"", 64, LONG).await.expect("answer");
             // Let the server's FIN arrive and be seen by the reactor.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -537,8 +614,8 @@ mod tests {
         ])
         .await;
         let c = client(&address);
-        assert_eq!(&c.post(&[], b"", 64).await.expect("chunked").body[..], b"Wikipedia");
-        assert_eq!(&c.post(&[], b"", 64).await.expect("reused").body[..], b"next");
+        assert_eq!(&c.post(&[], b"", 64, LONG).await.expect("chunked").body[..], b"Wikipedia");
+        assert_eq!(&c.post(&[], b"", 64, LONG).await.expect("reused").body[..], b"next");
     }
 
     #[tokio::test]
@@ -546,7 +623,7 @@ mod tests {
         let (address, _received) =
             raw_server(vec![b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\nupstream down"]).await;
         let c = client(&address);
-        let answer = c.post(&[], b"", 64).await.expect("answer");
+        let answer = c.post(&[], b"", 64, LONG).await.expect("answer");
         assert_eq!(answer.status, StatusCode::BAD_GATEWAY);
         assert!(!answer.is_json);
         assert_eq!(&answer.body[..], b"upstream down");
@@ -556,11 +633,11 @@ mod tests {
     #[tokio::test]
     async fn refuses_an_answer_over_the_limit_however_framed() {
         let (address, _r) = raw_server(vec![b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n"]).await;
-        assert!(matches!(client(&address).post(&[], b"", 10).await, Err(ExchangeError::TooLarge)));
+        assert!(matches!(client(&address).post(&[], b"", 10, LONG).await, Err(ExchangeError::TooLarge)));
         let (address, _r) = raw_server(vec![b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n20\r\n"]).await;
-        assert!(matches!(client(&address).post(&[], b"", 10).await, Err(ExchangeError::TooLarge)));
+        assert!(matches!(client(&address).post(&[], b"", 10, LONG).await, Err(ExchangeError::TooLarge)));
         let (address, _r) = raw_server(vec![b"HTTP/1.1 200 OK\r\n\r\n0123456789abcdef"]).await;
-        assert!(matches!(client(&address).post(&[], b"", 10).await, Err(ExchangeError::TooLarge)));
+        assert!(matches!(client(&address).post(&[], b"", 10, LONG).await, Err(ExchangeError::TooLarge)));
     }
 
     #[tokio::test]
@@ -574,7 +651,7 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nContent-Le",
         ] {
             let (address, _r) = raw_server(vec![answer]).await;
-            let result = client(&address).post(&[], b"", 64).await;
+            let result = client(&address).post(&[], b"", 64, LONG).await;
             assert!(matches!(result, Err(ExchangeError::Broken(_))), "{:?}: {result:?}", String::from_utf8_lossy(answer));
         }
     }
@@ -584,7 +661,7 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let address = listener.local_addr().expect("addr").to_string();
         drop(listener);
-        assert!(matches!(client(&address).post(&[], b"", 64).await, Err(ExchangeError::Connect(_))));
+        assert!(matches!(client(&address).post(&[], b"", 64, LONG).await, Err(ExchangeError::Connect(_))));
     }
 
     #[test]

@@ -245,13 +245,7 @@ impl Upstream {
             }
             None => &headers[..1],
         };
-        // pingora's coarse timer wheel: a call registers no tokio timer.
-        let exchange = self.call_client.post(headers, body, max_bytes);
-        let answer = match pingora_timeout::fast_timeout::fast_timeout(self.call_timeout, exchange).await {
-            Ok(answer) => answer,
-            Err(_) => return Err(ForwardError::Timeout { upstream: self.name.clone(), timeout: self.call_timeout }),
-        };
-        match answer {
+        match self.call_client.post(headers, body, max_bytes, self.call_timeout).await {
             Ok(answer) => {
                 self.circuit.record_success();
                 Ok(CallReply { status: answer.status, is_json: answer.is_json, body: answer.body })
@@ -262,6 +256,7 @@ impl Upstream {
             }
             Err(ExchangeError::Broken(detail)) => Err(ForwardError::Broken { upstream: self.name.clone(), detail }),
             Err(ExchangeError::TooLarge) => Err(ForwardError::TooLarge { upstream: self.name.clone(), limit: max_bytes }),
+            Err(ExchangeError::Timeout) => Err(ForwardError::Timeout { upstream: self.name.clone(), timeout: self.call_timeout }),
         }
     }
 
