@@ -120,7 +120,8 @@ struct CallSeries {
 }
 
 /// Cached call handles: upstream name, then tool id.
-type CallCache = HashMap<String, HashMap<String, CallSeries>>;
+/// Label handles by upstream, then tool (foldhash: the lookups are per call).
+type CallCache = HashMap<String, HashMap<String, CallSeries, foldhash::fast::RandomState>, foldhash::fast::RandomState>;
 
 /// The gateway's metrics and the registry that exports them.
 pub struct Metrics {
@@ -260,7 +261,7 @@ impl Metrics {
             http_cache,
             reload_success,
             reload_error,
-            calls: RwLock::new(HashMap::new()),
+            calls: RwLock::new(CallCache::default()),
             vault_last_totals: std::sync::Mutex::new(HashMap::new()),
             idempotency,
             idempotency_last_totals: std::sync::Mutex::new(HashMap::new()),

@@ -33,7 +33,7 @@ use api_key::ApiKeys;
 use jwt::{JwksSource, JwtSettings, JwtVerifier};
 
 /// The header service clients may send their API key in.
-pub const API_KEY_HEADER: &str = "oxp-api-key";
+pub const API_KEY_HEADER: http::HeaderName = http::HeaderName::from_static("oxp-api-key");
 
 /// HS256 secrets shorter than this are accepted with a warning (RFC 7518
 /// asks for at least the hash size).
@@ -307,7 +307,7 @@ impl Authenticator {
 
     /// Identifies the caller of one request from its headers.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, AuthError> {
-        if let Some(value) = single(headers, API_KEY_HEADER)? {
+        if let Some(value) = single(headers, &API_KEY_HEADER)? {
             let key = value
                 .to_str()
                 .map_err(|_| AuthError::Invalid("OXP-API-Key is not visible ASCII".into()))?
@@ -317,7 +317,7 @@ impl Authenticator {
                 None => Err(AuthError::Invalid("unknown API key".into())),
             };
         }
-        let Some(value) = single(headers, http::header::AUTHORIZATION.as_str())? else {
+        let Some(value) = single(headers, &http::header::AUTHORIZATION)? else {
             return match self.mode {
                 AuthMode::None => Ok(Caller::anonymous()),
                 AuthMode::Jwt => Err(AuthError::Missing),
@@ -393,7 +393,7 @@ async fn jwt_settings(
 /// than guessing which one counts.
 fn single<'h>(
     headers: &'h HeaderMap,
-    name: &str,
+    name: &http::HeaderName,
 ) -> Result<Option<&'h http::HeaderValue>, AuthError> {
     let mut values = headers.get_all(name).iter();
     let first = values.next();

@@ -5,12 +5,10 @@
 //! its replicas, and ones with a different definition are recorded (and
 //! logged) as conflicts.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use semver::Version;
-
-use super::{Catalog, CatalogTool, Conflict, Route, Target};
+use super::{Catalog, CatalogTool, Conflict, Route, Target, ToolMap};
 use crate::upstream::Upstream;
 
 /// One upstream and the tools its last catalog fetch found.
@@ -26,7 +24,7 @@ pub fn merge(upstreams: &[UpstreamTools]) -> Catalog {
             candidates.entry(tool.definition.id.as_str()).or_default().push((upstream, tool));
         }
     }
-    let mut routes: HashMap<String, BTreeMap<Version, Arc<Route>>> = HashMap::new();
+    let mut routes = ToolMap::default();
     let mut conflicts = Vec::new();
     for (id, mut offers) in candidates {
         // Stable sort: equal priorities keep config order.

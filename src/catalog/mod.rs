@@ -22,10 +22,14 @@ use crate::upstream::Upstream;
 
 pub use dialect::CatalogTool;
 
+/// Every tool's versions by `Toolkit.Name`. foldhash, not SipHash: a call
+/// looks its tool up here, and the keys come from upstreams' catalogs.
+pub(crate) type ToolMap = HashMap<String, BTreeMap<Version, Arc<Route>>, foldhash::fast::RandomState>;
+
 /// An immutable snapshot of the merged catalog.
 #[derive(Debug, Default)]
 pub struct Catalog {
-    tools: HashMap<String, BTreeMap<Version, Arc<Route>>>,
+    tools: ToolMap,
     /// Distinct for every catalog built, so caches can key on it.
     generation: u64,
     listing: Bytes,
@@ -84,7 +88,7 @@ pub enum LookupError {
 
 impl Catalog {
     /// Builds a catalog from its routes (see `merge`).
-    fn new(tools: HashMap<String, BTreeMap<Version, Arc<Route>>>, conflicts: Vec<Conflict>) -> Catalog {
+    fn new(tools: ToolMap, conflicts: Vec<Conflict>) -> Catalog {
         static GENERATIONS: AtomicU64 = AtomicU64::new(1);
         let count = tools.values().map(BTreeMap::len).sum();
         let listing = render_listing(&tools, |_| true);
@@ -160,7 +164,7 @@ impl Route {
 }
 
 /// `{"$schema": "otc://1.0", "items": [...]}`, sorted by id for a stable listing.
-fn render_listing(tools: &HashMap<String, BTreeMap<Version, Arc<Route>>>, keep: impl Fn(&str) -> bool) -> Bytes {
+fn render_listing(tools: &ToolMap, keep: impl Fn(&str) -> bool) -> Bytes {
     #[derive(Serialize)]
     struct Listing<'a> {
         #[serde(rename = "$schema")]

@@ -15,6 +15,7 @@ pub mod env;
 pub mod file;
 pub mod kv2;
 
+use std::borrow::Cow;
 use std::fmt;
 use std::future::Future;
 use std::str::FromStr;
@@ -322,7 +323,13 @@ impl SecretRef {
     /// Whether the reference contains `{user_id}`, i.e. resolves differently
     /// per calling user.
     pub fn uses_user_id(&self) -> bool {
-        self.parts().iter().any(|p| p.contains(USER_ID_TEMPLATE))
+        match self {
+            SecretRef::Env { name } => name.contains(USER_ID_TEMPLATE),
+            SecretRef::File { path } => path.contains(USER_ID_TEMPLATE),
+            SecretRef::Vault { mount, path, field } => {
+                [mount, path, field].iter().any(|p| p.contains(USER_ID_TEMPLATE))
+            }
+        }
     }
 
     /// The scheme: `"env"`, `"file"` or `"vault"`.
@@ -337,30 +344,22 @@ impl SecretRef {
     /// The reference with `{user_id}` replaced. The user id is validated
     /// first: it must not be able to climb out of its path segment or its
     /// field (`/`, `\`, `#`, `..`, `=`, control characters are refused).
-    pub fn with_user_id(&self, user_id: Option<&str>) -> Result<SecretRef, VaultError> {
+    pub fn with_user_id(&self, user_id: Option<&str>) -> Result<Cow<'_, SecretRef>, VaultError> {
         if !self.uses_user_id() {
-            return Ok(self.clone());
+            return Ok(Cow::Borrowed(self));
         }
         let Some(user_id) = user_id else {
             return Err(VaultError::UserIdRequired { reference: self.to_string() });
         };
         validate_user_id(user_id)?;
         let sub = |s: &str| s.replace(USER_ID_TEMPLATE, user_id);
-        Ok(match self {
+        Ok(Cow::Owned(match self {
             SecretRef::Env { name } => SecretRef::Env { name: sub(name) },
             SecretRef::File { path } => SecretRef::File { path: sub(path) },
             SecretRef::Vault { mount, path, field } => {
                 SecretRef::Vault { mount: sub(mount), path: sub(path), field: sub(field) }
             }
-        })
-    }
-
-    fn parts(&self) -> Vec<&str> {
-        match self {
-            SecretRef::Env { name } => vec![name],
-            SecretRef::File { path } => vec![path],
-            SecretRef::Vault { mount, path, field } => vec![mount, path, field],
-        }
+        }))
     }
 }
 
@@ -569,14 +568,14 @@ impl SecretResolver {
         user_id: Option<&str>,
     ) -> Result<SecretString, VaultError> {
         let concrete = r.with_user_id(user_id)?;
-        match concrete {
+        match &*concrete {
             SecretRef::Env { name } => self.env.fetch(name.as_str()).await,
-            SecretRef::File { path } => self.file.fetch(std::path::Path::new(&path)).await,
+            SecretRef::File { path } => self.file.fetch(std::path::Path::new(path)).await,
             SecretRef::Vault { mount, path, field } => {
                 let Some(vault) = &self.vault else {
                     return Err(VaultError::NotConfigured { reference: r.to_string() });
                 };
-                vault.fetch(&Kv2Key { mount, path, field }).await
+                vault.fetch(&Kv2Key { mount: mount.clone(), path: path.clone(), field: field.clone() }).await
             }
         }
     }
@@ -842,7 +841,7 @@ mod tests {
     fn user_id_substitution() {
         let r = p("vault:secret/oauth/google/{user_id}#access_token");
         assert_eq!(
-            r.with_user_id(Some("alice")).expect("ok"),
+            *r.with_user_id(Some("alice")).expect("ok"),
             p("vault:secret/oauth/google/alice#access_token")
         );
         assert_eq!(
@@ -852,8 +851,8 @@ mod tests {
         assert!(matches!(r.with_user_id(None), Err(VaultError::UserIdRequired { .. })));
         // No template: the user id is irrelevant, even a hostile one.
         let plain = p("env:X");
-        assert_eq!(plain.with_user_id(Some("../..")).expect("ok"), plain);
-        assert_eq!(plain.with_user_id(None).expect("ok"), plain);
+        assert_eq!(*plain.with_user_id(Some("../..")).expect("ok"), plain);
+        assert_eq!(*plain.with_user_id(None).expect("ok"), plain);
     }
 
     #[test]
