@@ -307,23 +307,27 @@ impl Authenticator {
 
     /// Identifies the caller of one request from its headers.
     pub fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, AuthError> {
-        if let Some(value) = single(headers, &API_KEY_HEADER)? {
-            let key = value
-                .to_str()
-                .map_err(|_| AuthError::Invalid("OXP-API-Key is not visible ASCII".into()))?
+        self.authenticate_credentials(Credentials::from_headers(headers)?)
+    }
+
+    /// Identifies the caller of one request from the credentials it carries.
+    pub fn authenticate_credentials(&self, credentials: Credentials<'_>) -> Result<Caller, AuthError> {
+        if let Some(value) = credentials.api_key {
+            let key = visible_ascii(value)
+                .ok_or_else(|| AuthError::Invalid("OXP-API-Key is not visible ASCII".into()))?
                 .trim();
             return match self.api_keys.lookup(key) {
                 Some(user) => Ok(Caller::api_key(user)),
                 None => Err(AuthError::Invalid("unknown API key".into())),
             };
         }
-        let Some(value) = single(headers, &http::header::AUTHORIZATION)? else {
+        let Some(value) = credentials.authorization else {
             return match self.mode {
                 AuthMode::None => Ok(Caller::anonymous()),
                 AuthMode::Jwt => Err(AuthError::Missing),
             };
         };
-        let bearer = value.to_str().ok().and_then(bearer_token);
+        let bearer = visible_ascii(value).and_then(bearer_token);
         let Some(token) = bearer else {
             return match self.mode {
                 AuthMode::None => Ok(Caller::anonymous()),
@@ -343,6 +347,36 @@ impl Authenticator {
             (None, AuthMode::Jwt) => Err(AuthError::Invalid("unknown API key".into())),
             (None, AuthMode::None) => Ok(Caller::anonymous()),
         }
+    }
+}
+
+/// What a request presents to identify its caller: the values of its
+/// `OXP-API-Key` and `Authorization` headers. Read by either HTTP reader.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Credentials<'a> {
+    /// The `OXP-API-Key` header's value.
+    pub api_key: Option<&'a [u8]>,
+    /// The `Authorization` header's value.
+    pub authorization: Option<&'a [u8]>,
+}
+
+impl<'a> Credentials<'a> {
+    /// The credentials in `headers`; each header may appear once.
+    pub fn from_headers(headers: &'a HeaderMap) -> Result<Credentials<'a>, AuthError> {
+        Ok(Credentials {
+            api_key: single(headers, &API_KEY_HEADER)?.map(http::HeaderValue::as_bytes),
+            authorization: single(headers, &http::header::AUTHORIZATION)?.map(http::HeaderValue::as_bytes),
+        })
+    }
+}
+
+/// A header value as text when it is all visible ASCII (and tabs), as
+/// `HeaderValue::to_str` has it.
+fn visible_ascii(value: &[u8]) -> Option<&str> {
+    if value.iter().all(|&b| (0x20..0x7f).contains(&b) || b == b'\t') {
+        std::str::from_utf8(value).ok()
+    } else {
+        None
     }
 }
 

@@ -17,13 +17,13 @@
 //! is known to be served here, so a hand-over never loses a byte.
 
 use std::future::Future;
+use std::ops::Range;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::{Buf, Bytes, BytesMut};
-use http::{HeaderMap, HeaderName, HeaderValue};
 use pingora::apps::{HttpServerApp, ReusedHttpStream, ServerApp};
 use pingora::protocols::http::ServerSession as Session;
 use pingora::protocols::Stream;
@@ -33,7 +33,8 @@ use pingora_timeout::Elapsed;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, Sleep};
 
-use super::{headers_size, InFlight, OtcProxy};
+use super::{InFlight, OtcProxy};
+use crate::auth::{Credentials, API_KEY_HEADER};
 use crate::error::{FrontError, Reply};
 
 /// How long an idle connection waits for its next request (pingora's
@@ -119,14 +120,35 @@ impl ServerApp for Front {
     }
 }
 
-/// A plain call's head, parsed: what serving it needs, owned.
+/// A plain call's head, parsed: what serving it needs, as positions in the
+/// connection's buffer (the head stays there until the call is admitted).
 struct CallHead {
     /// The head's length in the buffer, blank line included.
     len: usize,
     /// The body's declared length.
     body_len: usize,
-    /// The headers, for authentication and `traceparent`.
-    headers: HeaderMap,
+    /// Where the `OXP-API-Key` value is.
+    api_key: Option<Range<usize>>,
+    /// Where the `Authorization` value is.
+    authorization: Option<Range<usize>>,
+    /// Where the `traceparent` value is, continued upstream.
+    traceparent: Option<Range<usize>>,
+}
+
+impl CallHead {
+    /// The credentials the head carries, read from the buffer it was parsed from.
+    fn credentials<'b>(&self, buf: &'b [u8]) -> Credentials<'b> {
+        Credentials {
+            api_key: self.api_key.clone().map(|at| &buf[at]),
+            authorization: self.authorization.clone().map(|at| &buf[at]),
+        }
+    }
+
+    /// The client's `traceparent`, when it is text.
+    fn traceparent(&self, buf: &[u8]) -> Option<String> {
+        let value = &buf[self.traceparent.clone()?];
+        value.is_ascii().then(|| String::from_utf8_lossy(value).into_owned())
+    }
 }
 
 /// What the buffer holds.
@@ -161,13 +183,14 @@ impl Front {
         if count > max_in_flight {
             return Next::HandOver;
         }
-        let Ok(caller) = gateway.runtime().authenticator.authenticate(&head.headers) else {
+        let Ok(caller) = gateway.runtime().authenticator.authenticate_credentials(head.credentials(&conn.buf)) else {
             return Next::HandOver;
         };
+        let traceparent = head.traceparent(&conn.buf);
         conn.buf.advance(head.len);
         let (reply, keep_alive) = match read_body_within(conn, head.body_len, body_timeout).await {
             Ok(Some(body)) => {
-                let reply = self.proxy.run_call(&caller, &body, &head.headers).await.unwrap_or_else(|e| e.to_reply());
+                let reply = self.proxy.run_call(&caller, &body, traceparent).await.unwrap_or_else(|e| e.to_reply());
                 let keep_alive = !reply.close && !*shutdown.borrow();
                 (reply, keep_alive)
             }
@@ -228,35 +251,57 @@ fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Pars
     {
         return Parsed::Other;
     }
-    let mut headers = HeaderMap::with_capacity(request.headers.len());
+    let mut head = CallHead { len, body_len: 0, api_key: None, authorization: None, traceparent: None };
     let mut body_len = None;
+    let mut size = 0;
+    let at = |value: &[u8]| {
+        let start = value.as_ptr() as usize - buf.as_ptr() as usize;
+        start..start + value.len()
+    };
     for header in request.headers.iter() {
-        let (Ok(name), Ok(value)) = (HeaderName::from_bytes(header.name.as_bytes()), HeaderValue::from_bytes(header.value))
-        else {
+        let (name, value) = (header.name, header.value);
+        // What `HeaderValue` refuses, pingora's path refuses with its status.
+        if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
             return Parsed::Other;
-        };
-        if name == http::header::CONTENT_LENGTH {
-            let declared = std::str::from_utf8(header.value).ok().and_then(|v| v.parse::<usize>().ok());
+        }
+        size += name.len() + value.len() + 4;
+        let slot = if name.eq_ignore_ascii_case("content-length") {
+            let declared = std::str::from_utf8(value).ok().and_then(|v| v.parse::<usize>().ok());
             match (body_len, declared) {
                 (None, Some(n)) if n <= max_body => body_len = Some(n),
                 // Several, unreadable or too large: pingora's path refuses it
                 // with the right status.
                 _ => return Parsed::Other,
             }
-        } else if name == http::header::TRANSFER_ENCODING
-            || name == http::header::EXPECT
-            || name == http::header::UPGRADE
-            || (name == http::header::CONNECTION && !value.as_bytes().eq_ignore_ascii_case(b"keep-alive"))
+            continue;
+        } else if name.eq_ignore_ascii_case("transfer-encoding")
+            || name.eq_ignore_ascii_case("expect")
+            || name.eq_ignore_ascii_case("upgrade")
+            || (name.eq_ignore_ascii_case("connection") && !value.eq_ignore_ascii_case(b"keep-alive"))
         {
             return Parsed::Other;
+        } else if name.eq_ignore_ascii_case(API_KEY_HEADER.as_str()) {
+            &mut head.api_key
+        } else if name.eq_ignore_ascii_case("authorization") {
+            &mut head.authorization
+        } else if name.eq_ignore_ascii_case("traceparent") {
+            &mut head.traceparent
+        } else {
+            continue;
+        };
+        match slot {
+            // Credentials twice are refused by pingora's path; a second
+            // `traceparent` is ignored, as there.
+            Some(_) if !name.eq_ignore_ascii_case("traceparent") => return Parsed::Other,
+            Some(_) => {}
+            None => *slot = Some(at(value)),
         }
-        headers.append(name, value);
     }
-    if headers_size(&headers) > max_header_bytes {
+    if size > max_header_bytes {
         return Parsed::Other;
     }
     match body_len {
-        Some(body_len) => Parsed::Call(CallHead { len, body_len, headers }),
+        Some(body_len) => Parsed::Call(CallHead { body_len, ..head }),
         None => Parsed::Other,
     }
 }
@@ -342,13 +387,22 @@ mod tests {
     fn a_plain_call_head_is_read_with_its_length_and_headers() {
         let head = "POST /tools/call HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n\
                     traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\nContent-Length: 12\r\n\r\n";
-        let Parsed::Call(call) = parse_call_head(format!("{head}{{\"body\":\"x\"}}").as_bytes(), 8192, 1024) else {
+        let buf = format!("{head}{{\"body\":\"x\"}}");
+        let Parsed::Call(call) = parse_call_head(buf.as_bytes(), 8192, 1024) else {
             panic!("a plain call");
         };
         assert_eq!(call.len, head.len(), "the head ends after its blank line");
         assert_eq!(call.body_len, 12);
-        assert_eq!(call.headers.get("authorization").map(|v| v.as_bytes()), Some(&b"Bearer k"[..]));
-        assert!(call.headers.contains_key("traceparent"));
+        let credentials = call.credentials(buf.as_bytes());
+        assert_eq!(credentials.authorization, Some(&b"Bearer k"[..]));
+        assert_eq!(credentials.api_key, None);
+        assert_eq!(
+            call.traceparent(buf.as_bytes()).as_deref(),
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        );
+        let keyed = "POST /tools/call HTTP/1.1\r\nOXP-API-Key: k2\r\nContent-Length: 0\r\n\r\n";
+        let Parsed::Call(call) = parse(keyed) else { panic!("a plain call") };
+        assert_eq!(call.credentials(keyed.as_bytes()).api_key, Some(&b"k2"[..]));
         assert!(is_call(&parse("POST /call HTTP/1.1\r\nContent-Length: 0\r\nConnection: Keep-Alive\r\n\r\n")));
     }
 
@@ -375,6 +429,9 @@ mod tests {
             "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n",
             "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nUpgrade: h2c\r\n\r\n",
             "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nBad Header: x\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nAuthorization: a\r\nauthorization: b\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nOXP-API-Key: a\r\nOXP-API-Key: a\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nX-Del: a\x7fb\r\n\r\n",
             "NOT HTTP\r\n\r\n",
         ] {
             assert!(matches!(parse(head), Parsed::Other), "{head:?}");

@@ -153,13 +153,13 @@ impl OtcProxy {
         let body = fast_timeout(deadline, read_body(session, limit))
             .await
             .map_err(|_| FrontError::BodyTimeout(deadline))??;
-        self.run_call(&caller, &body, &session.req_header().headers).await
+        let traceparent = session.req_header().headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        self.run_call(&caller, &body, traceparent).await
     }
 
     /// Runs an authenticated caller's call body, continuing the client's
     /// `traceparent`: the part of a call both readers share.
-    async fn run_call(&self, caller: &Caller, body: &[u8], headers: &http::HeaderMap) -> Result<Reply, FrontError> {
-        let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    async fn run_call(&self, caller: &Caller, body: &[u8], traceparent: Option<String>) -> Result<Reply, FrontError> {
         let (body, _completed) = call_tool(&self.gateway, caller, body, traceparent).await?;
         Ok(Reply::ok(body))
     }
