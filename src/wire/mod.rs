@@ -232,11 +232,8 @@ pub enum ResponseShapeError {
 /// `Value` tree and written out again (that was a tenth of a call's
 /// instructions, benches/README.md).
 pub fn normalise_tool_response(body: &[u8]) -> Result<UpstreamResult, ResponseShapeError> {
-    let outer: AnswerFields<'_> = parse_object(body)?;
-    let mut fields = match outer.result {
-        Some(inner) => *inner,
-        None => outer,
-    };
+    let answer: Answer<'_> = parse_object(body)?;
+    let mut fields = answer.result.unwrap_or(answer.bare);
     // The older shape: `output: {value}` or `output: {error}`.
     if let Some(output) = fields.output.filter(|o| o.get().starts_with('{')) {
         let output: OutputFields<'_> = parse_object(output.get().as_bytes())?;
@@ -254,8 +251,9 @@ pub fn normalise_tool_response(body: &[u8]) -> Result<UpstreamResult, ResponseSh
         return Err(ResponseShapeError::NotAResult("`success` is false but there is no `error`"));
     }
     Ok(UpstreamResult {
-        call_id: fields.call_id.and_then(|v| serde_json::from_str::<String>(v.get()).ok()),
-        duration: fields.duration.and_then(|v| serde_json::from_str::<f64>(v.get()).ok()),
+        // The text of a JSON value: a number parses alike as JSON and as a
+        // Rust float; anything else is no duration.
+        duration: fields.duration.and_then(|v| v.get().parse::<f64>().ok()),
         success,
         value: success.then(|| fields.value.map_or_else(RawJson::null, |v| RawJson(v.to_owned()))),
         // Errors are rare, and small: they are read as a `Value`.
@@ -263,18 +261,23 @@ pub fn normalise_tool_response(body: &[u8]) -> Result<UpstreamResult, ResponseSh
     })
 }
 
+/// An answer as read: its `result` object when it has one (the wrapped
+/// shape), and the fields found beside it (the bare shape).
+struct Answer<'a> {
+    result: Option<AnswerFields<'a>>,
+    bare: AnswerFields<'a>,
+}
+
 /// The fields of an answer (or of its `result`) that the gateway reads,
 /// each as borrowed JSON text; a field that is JSON `null` is still `Some`.
-/// Read in one pass, `result` included, and only from a JSON object.
+/// Read in one pass, `result` included, and only from a JSON object. (The
+/// upstream's `call_id` is not read: the client gets the gateway's.)
 #[derive(Default)]
 struct AnswerFields<'a> {
-    /// The wrapped shape's inner object (only read at the top level).
-    result: Option<Box<AnswerFields<'a>>>,
     output: Option<&'a RawValue>,
     value: Option<&'a RawValue>,
     error: Option<&'a RawValue>,
     success: Option<&'a RawValue>,
-    call_id: Option<&'a RawValue>,
     duration: Option<&'a RawValue>,
 }
 
@@ -287,13 +290,12 @@ enum AnswerKey {
     Value,
     Error,
     Success,
-    CallId,
     Duration,
     #[serde(other)]
     Other,
 }
 
-impl<'de> Deserialize<'de> for AnswerFields<'de> {
+impl<'de> Deserialize<'de> for Answer<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         deserializer.deserialize_map(AnswerVisitor { top: true })
     }
@@ -306,7 +308,7 @@ struct AnswerVisitor {
 }
 
 impl<'de> serde::de::DeserializeSeed<'de> for AnswerVisitor {
-    type Value = AnswerFields<'de>;
+    type Value = Answer<'de>;
 
     fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_map(self)
@@ -314,35 +316,35 @@ impl<'de> serde::de::DeserializeSeed<'de> for AnswerVisitor {
 }
 
 impl<'de> serde::de::Visitor<'de> for AnswerVisitor {
-    type Value = AnswerFields<'de>;
+    type Value = Answer<'de>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(if self.top { "a JSON object" } else { "`result` to be a JSON object" })
     }
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut fields = AnswerFields::default();
+        let mut result = None;
+        let mut bare = AnswerFields::default();
         while let Some(key) = map.next_key::<AnswerKey>()? {
             // Later duplicates win, as in a JSON object read into a map.
             let slot = match key {
                 AnswerKey::Result if self.top => {
-                    fields.result = Some(Box::new(map.next_value_seed(AnswerVisitor { top: false })?));
+                    result = Some(map.next_value_seed(AnswerVisitor { top: false })?.bare);
                     continue;
                 }
                 AnswerKey::Result | AnswerKey::Other => {
                     map.next_value::<serde::de::IgnoredAny>()?;
                     continue;
                 }
-                AnswerKey::Output => &mut fields.output,
-                AnswerKey::Value => &mut fields.value,
-                AnswerKey::Error => &mut fields.error,
-                AnswerKey::Success => &mut fields.success,
-                AnswerKey::CallId => &mut fields.call_id,
-                AnswerKey::Duration => &mut fields.duration,
+                AnswerKey::Output => &mut bare.output,
+                AnswerKey::Value => &mut bare.value,
+                AnswerKey::Error => &mut bare.error,
+                AnswerKey::Success => &mut bare.success,
+                AnswerKey::Duration => &mut bare.duration,
             };
             *slot = Some(map.next_value()?);
         }
-        Ok(fields)
+        Ok(Answer { result, bare })
     }
 }
 
@@ -376,8 +378,6 @@ fn parse_object<'a, T: Deserialize<'a>>(text: &'a [u8]) -> Result<T, ResponseSha
 /// An upstream's answer after [`normalise_tool_response`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct UpstreamResult {
-    /// The call id the upstream echoed, if any.
-    pub call_id: Option<String>,
     /// The duration the upstream reported, if any.
     pub duration: Option<f64>,
     /// Whether the tool succeeded.
@@ -566,7 +566,14 @@ mod tests {
         assert_eq!((r.success, r.value, r.error), (true, Some(RawJson::null()), None));
         // No `value` at all: still a null value.
         let r = normalise_tool_response(br#"{"call_id": "x", "duration": 2.5}"#).expect("a result");
-        assert_eq!((r.call_id.as_deref(), r.duration, r.value), (Some("x"), Some(2.5), Some(RawJson::null())));
+        assert_eq!((r.duration, r.value), (Some(2.5), Some(RawJson::null())));
+        // A duration that is not a number is no duration.
+        for duration in [r#""2.5""#, "null", "true", "[1]", "{}"] {
+            let body = format!(r#"{{"success": true, "value": 1, "duration": {duration}}}"#);
+            assert_eq!(normalise_tool_response(body.as_bytes()).expect("a result").duration, None, "{duration}");
+        }
+        let r = normalise_tool_response(br#"{"result": {"success": true, "duration": -1.5e2}}"#).expect("a result");
+        assert_eq!(r.duration, Some(-150.0));
         // The older `output` wins over a bare field.
         let r = normalise_tool_response(br#"{"value": 1, "output": {"value": 2}}"#).expect("a result");
         assert_eq!(r.value, Some(json!(2).into()));
