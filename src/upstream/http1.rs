@@ -320,11 +320,9 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, ExchangeError> {
     for header in response.headers.iter() {
         let value = header.value;
         if header.name.eq_ignore_ascii_case("content-type") {
-            is_json = value.windows(4).any(|w| w.eq_ignore_ascii_case(b"json"));
+            is_json = mentions_json(value);
         } else if header.name.eq_ignore_ascii_case("content-length") {
-            let n = std::str::from_utf8(value)
-                .ok()
-                .and_then(|v| v.trim().parse::<usize>().ok())
+            let n = decimal(value.trim_ascii())
                 .ok_or_else(|| ExchangeError::Broken("the answer's content-length is not a number".to_owned()))?;
             if length.is_some_and(|l| l != n) {
                 return Err(ExchangeError::Broken("the answer has two different content-lengths".to_owned()));
@@ -357,6 +355,24 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, ExchangeError> {
         length.map_or(Framing::UntilClose, Framing::Length)
     };
     Ok(Some(Head { len, status, is_json, framing, keep_alive: keep_alive && framing != Framing::UntilClose }))
+}
+
+/// Whether a `Content-Type` says JSON (`application/json`, `...+json`),
+/// in any case.
+fn mentions_json(value: &[u8]) -> bool {
+    value.iter().enumerate().any(|(i, &b)| {
+        b | 0x20 == b'j' && value.get(i..i + 4).is_some_and(|w| w.eq_ignore_ascii_case(b"json"))
+    })
+}
+
+/// Decimal digits as a number: at most 19, so it never overflows. (Through
+/// `str::parse` this was several hundred instructions, on every answer.)
+fn decimal(digits: &[u8]) -> Option<usize> {
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = digits.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
+    usize::try_from(n).ok()
 }
 
 /// Reads into `buf`'s spare room; 0 at the end of the stream.
@@ -540,6 +556,22 @@ mod tests {
             }
         });
         address
+    }
+
+    #[test]
+    fn content_types_and_lengths_are_read_exactly() {
+        for json in [&b"application/json"[..], b"Application/JSON; charset=utf-8", b"application/problem+json", b"text/jsonish"] {
+            assert!(mentions_json(json), "{json:?}");
+        }
+        for other in [&b"text/html"[..], b"", b"application/jso", b"j", b"application/x-ndjso"] {
+            assert!(!mentions_json(other), "{other:?}");
+        }
+        assert_eq!(decimal(b"0"), Some(0));
+        assert_eq!(decimal(b"98"), Some(98));
+        assert_eq!(decimal(b"9999999999999999999"), Some(9_999_999_999_999_999_999));
+        for bad in [&b""[..], b"-1", b"+1", b"1 2", b"0x10", b"12a", b"99999999999999999999"] {
+            assert_eq!(decimal(bad), None, "{bad:?}");
+        }
     }
 
     #[tokio::test]
