@@ -46,8 +46,6 @@ pub struct Completed {
     pub result: CallResult,
     /// Success or tool error.
     pub outcome: CallOutcome,
-    /// The resolved tool id.
-    pub tool: String,
     /// The upstream that answered.
     pub upstream: String,
 }
@@ -104,7 +102,6 @@ async fn run_resolved_call(
         Ok(Completed {
             outcome: if result.success { CallOutcome::Success } else { CallOutcome::ToolError },
             result,
-            tool: route.tool.definition.id.clone(),
             upstream: target.upstream.name.clone(),
         })
     });
@@ -145,7 +142,6 @@ async fn claim_call_id(
         Ok(Decision::Replay(stored)) => Ok(Claimed::Replay(Completed {
             outcome: if stored.result.success { CallOutcome::Success } else { CallOutcome::ToolError },
             result: stored.result.clone(),
-            tool: tool.clone(),
             upstream: stored.upstream.clone(),
         })),
         Ok(Decision::Conflict) => Err(FrontError::CallIdReused),
@@ -384,7 +380,7 @@ pub async fn forward_call<'r>(
                     context,
                 });
                 let traceparent = crate::trace::traceparent(trace.traceparent, trace.trace_id);
-                target.upstream.call(&body, authorization, traceparent, max_response).await
+                target.upstream.call(&body, authorization, traceparent.as_bytes(), max_response).await
             }
         };
         match forwarded {

@@ -15,7 +15,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
-use http::{HeaderValue, StatusCode};
+use http::StatusCode;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
@@ -104,7 +104,7 @@ impl Http1Client {
     /// most `max_body` bytes, all within `timeout` (connecting included).
     pub async fn post(
         &self,
-        headers: &[(&str, &HeaderValue)],
+        headers: &[(&str, &[u8])],
         body: &[u8],
         max_body: usize,
         timeout: Duration,
@@ -162,14 +162,14 @@ impl Http1Client {
         drop(stale);
     }
 
-    fn encode(&self, headers: &[(&str, &HeaderValue)], body: &[u8]) -> Vec<u8> {
+    fn encode(&self, headers: &[(&str, &[u8])], body: &[u8]) -> Vec<u8> {
         let extra: usize = headers.iter().map(|(name, value)| name.len() + value.len() + 4).sum();
         let mut request = Vec::with_capacity(self.head_prefix.len() + extra + 40 + body.len());
         request.extend_from_slice(&self.head_prefix);
         for (name, value) in headers {
             request.extend_from_slice(name.as_bytes());
             request.extend_from_slice(b": ");
-            request.extend_from_slice(value.as_bytes());
+            request.extend_from_slice(value);
             request.extend_from_slice(b"\r\n");
         }
         request.extend_from_slice(b"content-length: ");
@@ -590,16 +590,12 @@ mod tests {
         assert!(waited >= limit && waited < ms(1500), "the limit ended the wait: {waited:?}");
     }
 
-    fn header(value: &'static str) -> HeaderValue {
-        HeaderValue::from_static(value)
-    }
-
     #[tokio::test]
     async fn writes_one_well_formed_post_and_reads_a_sized_answer() {
         let (address, mut received) =
             raw_server(vec![b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}"]).await;
         let c = client(&address);
-        let answer = c.post(&[("traceparent", &header("00-abc-01"))], b"{\"x\":2}", 1024, LONG).await.expect("answer");
+        let answer = c.post(&[("traceparent", b"00-abc-01")], b"{\"x\":2}", 1024, LONG).await.expect("answer");
         assert_eq!(answer.status, StatusCode::OK);
         assert!(answer.is_json);
         assert_eq!(&answer.body[..], b"{\"a\":1}");

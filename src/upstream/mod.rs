@@ -234,13 +234,13 @@ impl Upstream {
         &self,
         body: &[u8],
         authorization: Option<HeaderValue>,
-        traceparent: HeaderValue,
+        traceparent: &[u8],
         max_bytes: usize,
     ) -> Result<CallReply, ForwardError> {
-        let mut headers = [("traceparent", &traceparent), ("authorization", &traceparent)];
+        let mut headers = [("traceparent", traceparent), ("authorization", traceparent)];
         let headers = match &authorization {
             Some(authorization) => {
-                headers[1].1 = authorization;
+                headers[1].1 = authorization.as_bytes();
                 &headers[..]
             }
             None => &headers[..1],
