@@ -144,10 +144,11 @@ impl CallHead {
         }
     }
 
-    /// The client's `traceparent`, when it is text.
+    /// The client's `traceparent`, when it is text (the head's values hold
+    /// no control bytes).
     fn traceparent(&self, buf: &[u8]) -> Option<String> {
         let value = &buf[self.traceparent.clone()?];
-        value.is_ascii().then(|| String::from_utf8_lossy(value).into_owned())
+        std::str::from_utf8(value).ok().filter(|v| v.is_ascii()).map(str::to_owned)
     }
 }
 
@@ -285,17 +286,17 @@ fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Pars
         } else if name.eq_ignore_ascii_case("authorization") {
             &mut head.authorization
         } else if name.eq_ignore_ascii_case("traceparent") {
-            &mut head.traceparent
+            // A second one is ignored, as on pingora's path.
+            head.traceparent.get_or_insert_with(|| at(value));
+            continue;
         } else {
             continue;
         };
-        match slot {
-            // Credentials twice are refused by pingora's path; a second
-            // `traceparent` is ignored, as there.
-            Some(_) if !name.eq_ignore_ascii_case("traceparent") => return Parsed::Other,
-            Some(_) => {}
-            None => *slot = Some(at(value)),
+        if slot.is_some() {
+            // Credentials sent twice: pingora's path refuses them.
+            return Parsed::Other;
         }
+        *slot = Some(at(value));
     }
     if size > max_header_bytes {
         return Parsed::Other;
@@ -400,6 +401,9 @@ mod tests {
             call.traceparent(buf.as_bytes()).as_deref(),
             Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
         );
+        let twice = "POST /call HTTP/1.1\r\ntraceparent: first\r\ntraceparent: second\r\nContent-Length: 0\r\n\r\n";
+        let Parsed::Call(call) = parse(twice) else { panic!("a plain call") };
+        assert_eq!(call.traceparent(twice.as_bytes()).as_deref(), Some("first"), "the first traceparent counts");
         let keyed = "POST /tools/call HTTP/1.1\r\nOXP-API-Key: k2\r\nContent-Length: 0\r\n\r\n";
         let Parsed::Call(call) = parse(keyed) else { panic!("a plain call") };
         assert_eq!(call.credentials(keyed.as_bytes()).api_key, Some(&b"k2"[..]));
