@@ -446,4 +446,45 @@ mod tests {
         let crowded = format!("POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\n{many}\r\n");
         assert!(matches!(parse(&crowded), Parsed::Other), "more header lines than the slots");
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, ..Default::default() })]
+
+        /// No bytes make the reader panic, and whatever it takes as a call
+        /// is one: its head ends inside the buffer.
+        #[test]
+        fn any_bytes_are_read_without_a_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            if let Parsed::Call(call) = parse_call_head(&bytes, 8192, 1024) {
+                proptest::prop_assert!(call.len <= bytes.len());
+                let _ = (call.credentials(&bytes), call.traceparent(&bytes));
+            }
+        }
+
+        /// Among other headers in any order and case, the credentials and
+        /// `traceparent` the reader finds are the ones sent.
+        #[test]
+        fn the_credentials_found_are_the_ones_sent(
+            key in proptest::option::of("[!-~]([ -~]{0,30}[!-~])?"),
+            authorization in proptest::option::of("[!-~]([ -~]{0,30}[!-~])?"),
+            traceparent in proptest::option::of("[0-9a-f-]{1,55}"),
+            others in proptest::collection::vec(("X-[A-Za-z0-9-]{1,10}", "[!-~]{0,20}"), 0..6),
+            upper in proptest::bool::ANY,
+        ) {
+            let case = |name: &str| if upper { name.to_ascii_uppercase() } else { name.to_owned() };
+            let mut lines: Vec<String> = others.iter().map(|(n, v)| format!("{n}: {v}")).collect();
+            if let Some(key) = &key { lines.push(format!("{}: {key}", case("oxp-api-key"))); }
+            if let Some(auth) = &authorization { lines.insert(0, format!("{}: {auth}", case("authorization"))); }
+            if let Some(tp) = &traceparent { lines.push(format!("{}: {tp}", case("traceparent"))); }
+            lines.push("Content-Length: 2".to_owned());
+            let head = format!("POST /tools/call HTTP/1.1\r\n{}\r\n\r\n{{}}", lines.join("\r\n"));
+            let Parsed::Call(call) = parse_call_head(head.as_bytes(), 8192, 1024) else {
+                return Err(proptest::test_runner::TestCaseError::fail(format!("not read as a call: {head:?}")));
+            };
+            let found = call.credentials(head.as_bytes());
+            proptest::prop_assert_eq!(found.api_key, key.as_deref().map(str::as_bytes));
+            proptest::prop_assert_eq!(found.authorization, authorization.as_deref().map(str::as_bytes));
+            proptest::prop_assert_eq!(call.traceparent(head.as_bytes()), traceparent);
+            proptest::prop_assert_eq!(&head[call.len..], "{}");
+        }
+    }
 }

@@ -282,4 +282,49 @@ mod tests {
         let written = String::from_utf8(call_response_body(&result)).expect("utf-8");
         assert!(written.contains(r#""value":{"big": 123456789012345678901234567890, "s": "\u00e9"}"#), "{written}");
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 256, ..Default::default() })]
+
+        /// Whatever the strings hold (quotes, backslashes, control bytes,
+        /// any Unicode), the bodies are JSON with exactly those values.
+        #[test]
+        fn any_strings_are_written_as_the_json_they_stand_for(
+            tool_id in "\\PC{0,40}", call_id in ".{0,40}", trace_id in proptest::option::of("[\\x00-\\x7f]{0,20}"),
+            secret in "[\\x00-\\x{10ffff}]{0,30}", key in "[\\x00-\\x7f]{0,12}", duration in proptest::num::f64::NORMAL,
+        ) {
+            let mut extra = Map::new();
+            extra.insert(key.clone(), Value::String(secret.clone()));
+            let context = CallContext {
+                secrets: vec![SecretValue { id: key.clone(), value: secret.clone(), extra: Map::new() }],
+                user_id: Some(call_id.clone()),
+                extra,
+                ..CallContext::default()
+            };
+            let input = json!({"s": secret});
+            let request = UpstreamCallRequest {
+                tool_id: &tool_id, call_id: &call_id, trace_id: trace_id.as_deref(), input: &input, context: &context,
+            };
+            let mut expected = json!({"tool_id": tool_id, "call_id": call_id, "input": input, "context": {
+                "secrets": [{"id": key, "value": secret}], "user_id": call_id,
+            }});
+            expected["context"][key.as_str()] = Value::String(secret.clone());
+            if let Some(trace_id) = &trace_id {
+                expected["trace_id"] = Value::String(trace_id.clone());
+            }
+            proptest::prop_assert_eq!(parsed(&upstream_call_body(&request)), json!({"$schema": "otc://1.0", "request": expected}));
+
+            let result = CallResult { call_id: call_id.clone(), duration, success: true, value: Some(json!(secret).into()), error: None };
+            // Byte for byte what serde writes (its maps keep these keys in this order).
+            let by_serde = serde_json::to_vec(&json!({"$schema": "otc://1.0", "result": result})).expect("json");
+            let written = call_response_body(&result);
+            proptest::prop_assert_eq!(String::from_utf8_lossy(&written), String::from_utf8_lossy(&by_serde));
+        }
+
+        #[test]
+        fn the_escape_check_agrees_with_a_byte_by_byte_one(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
+            let slow = bytes.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\');
+            proptest::prop_assert_eq!(needs_escape(&bytes), slow);
+        }
+    }
 }
