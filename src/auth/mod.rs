@@ -13,7 +13,9 @@
 //! `OXP-API-Key` is still refused (the client clearly meant to use a key)
 //! while an unrecognised `Authorization` header is ignored.
 //!
-//! [`Authenticator::authenticate`] runs on every request: it is synchronous,
+//! [`Authenticator::authenticate_credentials`] runs on every request (the
+//! gateway's own reader passes the header values it found; pingora's path
+//! goes through [`Authenticator::authenticate`]): it is synchronous,
 //! takes no lock (the JWKS sits behind an `ArcSwap`) and allocates little.
 //! Turning an [`AuthError`] into `401` + `WWW-Authenticate` is the HTTP
 //! layer's job; [`AuthError::public_message`] is what a client may see.

@@ -11,7 +11,7 @@
 //!   later in sort order keeps its dotted OTC key (`A.B_C`) as its name.
 //! - `tools/call` takes such a name, or any OTC tool id (`Toolkit.Name`,
 //!   `Toolkit.Name@1.0.0`, for versions other than the latest), and runs
-//!   through [`call::execute_call`] like `POST /tools/call`.
+//!   through [`crate::call::execute_call`] like `POST /tools/call`.
 //! - Notifications and responses are answered 202 with no body.
 //!
 //! Errors: an unknown (or denied) tool and malformed params are JSON-RPC
@@ -56,7 +56,7 @@ pub struct McpConfig {
     /// `scheme://host` allows every port, `scheme://host:port` one port,
     /// `"*"` any origin. Requests without an `Origin` header (not from a
     /// browser) are always served. Default: localhost, 127.0.0.1 and
-    /// [::1] over http and https.
+    /// `[::1]` over http and https.
     pub allowed_origins: Vec<OriginPattern>,
 }
 
