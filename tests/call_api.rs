@@ -185,6 +185,19 @@ async fn duration_is_filled_in_when_the_upstream_gives_none_and_kept_when_it_doe
 }
 
 #[tokio::test]
+async fn the_client_gets_its_own_call_id_whatever_the_upstream_echoes() {
+    let (calc, gw) = calculator().await;
+    calc.on_call(|_| (200, json!({"call_id": "the-upstreams-own", "success": true, "value": 3}).to_string()));
+    let resp = gw
+        .post_json("/tools/call", &json!({"request": {"tool_id": "Calculator.Add@1.0.0", "call_id": "mine-1", "input": {"a": 1, "b": 2}}}))
+        .await;
+    assert_eq!(resp.result()["call_id"], "mine-1", "the result carries the call id the gateway forwarded");
+    // A generated id too.
+    let result = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await.result();
+    assert_eq!(result["call_id"], calc.last_request()["call_id"]);
+}
+
+#[tokio::test]
 async fn bare_and_older_upstream_results_are_rewrapped_canonically() {
     let (calc, gw) = calculator().await;
 

@@ -33,7 +33,7 @@ use pingora_timeout::Elapsed;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, Sleep};
 
-use super::{InFlight, OtcProxy};
+use super::{header_line_size, InFlight, OtcProxy};
 use crate::auth::{Credentials, API_KEY_HEADER};
 use crate::error::{FrontError, Reply};
 
@@ -144,8 +144,8 @@ impl CallHead {
         }
     }
 
-    /// The client's `traceparent`, when it is text (the head's values hold
-    /// no control bytes).
+    /// The client's `traceparent`, when it is text (httparse let no control
+    /// bytes into the head's values).
     fn traceparent(&self, buf: &[u8]) -> Option<String> {
         let value = &buf[self.traceparent.clone()?];
         std::str::from_utf8(value).ok().filter(|v| v.is_ascii()).map(str::to_owned)
@@ -260,12 +260,9 @@ fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Pars
         start..start + value.len()
     };
     for header in request.headers.iter() {
+        // (httparse has refused control bytes in values, as `HeaderValue` does.)
         let (name, value) = (header.name, header.value);
-        // What `HeaderValue` refuses, pingora's path refuses with its status.
-        if value.iter().any(|&b| (b < 0x20 && b != b'\t') || b == 0x7f) {
-            return Parsed::Other;
-        }
-        size += name.len() + value.len() + 4;
+        size += header_line_size(name, value);
         let slot = if name.eq_ignore_ascii_case("content-length") {
             let declared = std::str::from_utf8(value).ok().and_then(|v| v.parse::<usize>().ok());
             match (body_len, declared) {

@@ -165,9 +165,10 @@ impl OtcProxy {
     }
 }
 
-/// The bytes a head's header lines take, as `max_header_bytes` counts them.
-fn headers_size(headers: &http::HeaderMap) -> usize {
-    headers.iter().map(|(name, value)| name.as_str().len() + value.len() + 4).sum()
+/// The bytes one header line takes, as `max_header_bytes` counts them (name,
+/// `": "`, value, CRLF). Both readers count with it.
+fn header_line_size(name: &str, value: &[u8]) -> usize {
+    name.len() + value.len() + 4
 }
 
 /// Refuses oversized headers and the framing request smuggling relies on:
@@ -175,7 +176,8 @@ fn headers_size(headers: &http::HeaderMap) -> usize {
 /// disagree.
 fn check_framing(session: &Session, max_header_bytes: usize) -> Result<(), FrontError> {
     let headers = &session.req_header().headers;
-    if headers_size(headers) > max_header_bytes {
+    let size: usize = headers.iter().map(|(name, value)| header_line_size(name.as_str(), value.as_bytes())).sum();
+    if size > max_header_bytes {
         return Err(FrontError::HeadersTooLarge { limit: max_header_bytes });
     }
     let mut lengths = headers.get_all(http::header::CONTENT_LENGTH).iter();

@@ -77,23 +77,11 @@ fn write_context(out: &mut Vec<u8>, context: &CallContext) {
     };
     if !context.authorization.is_empty() {
         key(out, b"authorization");
-        write_list(out, &context.authorization, |out, token| {
-            out.extend_from_slice(br#"{"id":"#);
-            write_str(out, &token.id);
-            out.extend_from_slice(br#","token":"#);
-            write_str(out, &token.token);
-            write_extra(out, &token.extra);
-        });
+        write_list(out, &context.authorization, |out, t| write_entry(out, &t.id, b"token", &t.token, &t.extra));
     }
     if !context.secrets.is_empty() {
         key(out, b"secrets");
-        write_list(out, &context.secrets, |out, secret| {
-            out.extend_from_slice(br#"{"id":"#);
-            write_str(out, &secret.id);
-            out.extend_from_slice(br#","value":"#);
-            write_str(out, &secret.value);
-            write_extra(out, &secret.extra);
-        });
+        write_list(out, &context.secrets, |out, s| write_entry(out, &s.id, b"value", &s.value, &s.extra));
     }
     if let Some(user_id) = &context.user_id {
         key(out, b"user_id");
@@ -119,6 +107,17 @@ fn write_list<T>(out: &mut Vec<u8>, items: &[T], item: impl Fn(&mut Vec<u8>, &T)
         item(out, each);
     }
     out.push(b']');
+}
+
+/// One `authorization[]` or `secrets[]` entry: `{"id":..,"<field>":..,...}`.
+fn write_entry(out: &mut Vec<u8>, id: &str, field: &[u8], value: &str, extra: &Map<String, Value>) {
+    out.extend_from_slice(br#"{"id":"#);
+    write_str(out, id);
+    out.extend_from_slice(b",\"");
+    out.extend_from_slice(field);
+    out.extend_from_slice(b"\":");
+    write_str(out, value);
+    write_extra(out, extra);
 }
 
 /// The rest of an object whose fixed fields are written: `,"k":v...}`.
