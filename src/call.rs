@@ -1,6 +1,7 @@
 //! The life of a tool call, top to bottom: parse, resolve, validate, inject,
 //! forward, re-wrap. Each step is a function named for what it does.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -48,29 +49,38 @@ pub struct Completed {
     pub outcome: CallOutcome,
     /// The upstream that answered.
     pub upstream: String,
+    /// How long the call took: measured once, for the result's `duration`
+    /// and for the metrics.
+    pub took: Duration,
 }
 
-/// Handles `POST /tools/call` from the raw body to the response body.
+/// Handles `POST /tools/call` from the raw body to the response body, under
+/// `runtime` (the one the caller was authenticated with).
 pub async fn call_tool(
     gateway: &Gateway,
+    runtime: Arc<Runtime>,
     caller: &Caller,
     body: &[u8],
     traceparent: Option<String>,
 ) -> Result<(Bytes, Completed), FrontError> {
-    let max_depth = gateway.runtime().config.server.max_json_depth;
+    let max_depth = runtime.config.server.max_json_depth;
     if !wire::nesting_within(body, max_depth) {
         return Err(FrontError::TooDeep(max_depth));
     }
     let call = ParsedCall { traceparent, ..parse_call(body)? };
-    let completed = execute_call(gateway, caller, call).await?;
+    let completed = execute_call(gateway, runtime, caller, call).await?;
     Ok((render_result(&completed.result), completed))
 }
 
-/// Runs a parsed call for a caller: the part of a call every front (OTC,
-/// MCP) shares.
-pub async fn execute_call(gateway: &Gateway, caller: &Caller, call: ParsedCall) -> Result<Completed, FrontError> {
+/// Runs a parsed call for a caller under `runtime`: the part of a call every
+/// front (OTC, MCP) shares.
+pub async fn execute_call(
+    gateway: &Gateway,
+    runtime: Arc<Runtime>,
+    caller: &Caller,
+    call: ParsedCall,
+) -> Result<Completed, FrontError> {
     let started = Instant::now();
-    let runtime = gateway.runtime_owned();
     let catalog = gateway.catalog.load_owned();
     let route = resolve_tool(&catalog, &call.tool_id)?;
     let (call_id, trace_id) = (call.call_id.clone(), call.trace_id.clone());
@@ -90,7 +100,7 @@ async fn run_resolved_call(
     admit_call(runtime, route, caller)?;
     validate_input(route, &call.input)?;
     let context = inject_context(runtime, &route.tool.definition, caller, call.context).await?;
-    let claim = match claim_call_id(runtime, route, &call.call_id, call.client_call_id, &call.input).await? {
+    let claim = match claim_call_id(runtime, route, &call.call_id, call.client_call_id, &call.input, started).await? {
         Claimed::Replay(completed) => return Ok(completed),
         Claimed::Run(claim) => claim,
     };
@@ -98,11 +108,13 @@ async fn run_resolved_call(
     let trace = OutgoingTrace { trace_id: call.trace_id.as_deref(), traceparent: call.traceparent.as_deref() };
     let forwarded = forward_call(runtime, route, &call.call_id, trace, &call.input, &context, max_response).await;
     let finished = forwarded.and_then(|(target, forwarded)| {
-        let result = rewrap_response(forwarded, target, call.call_id.clone(), started)?;
+        let took = started.elapsed();
+        let result = rewrap_response(forwarded, target, call.call_id.clone(), took)?;
         Ok(Completed {
             outcome: if result.success { CallOutcome::Success } else { CallOutcome::ToolError },
             result,
             upstream: target.upstream.name.clone(),
+            took,
         })
     });
     if let Some(claim) = claim {
@@ -129,6 +141,7 @@ async fn claim_call_id(
     call_id: &str,
     client_call_id: bool,
     input: &Value,
+    started: Instant,
 ) -> Result<Claimed, FrontError> {
     if !client_call_id {
         return Ok(Claimed::Run(None));
@@ -143,6 +156,7 @@ async fn claim_call_id(
             outcome: if stored.result.success { CallOutcome::Success } else { CallOutcome::ToolError },
             result: stored.result.clone(),
             upstream: stored.upstream.clone(),
+            took: started.elapsed(),
         })),
         Ok(Decision::Conflict) => Err(FrontError::CallIdReused),
         Ok(Decision::InProgress) => Err(FrontError::CallInProgress),
@@ -177,16 +191,16 @@ fn record_call(
     started: Instant,
 ) {
     let first_upstream = route.targets.first().map_or("", |t| t.upstream.name.as_str());
-    let (upstream, outcome) = match finished {
-        Ok(completed) => (completed.upstream.as_str(), completed.outcome),
-        Err(FrontError::InvalidInput(_)) => (first_upstream, CallOutcome::ValidationError),
-        Err(FrontError::Denied(_)) => (first_upstream, CallOutcome::Denied),
+    let (upstream, outcome, took) = match finished {
+        Ok(completed) => (completed.upstream.as_str(), completed.outcome, completed.took),
+        Err(FrontError::InvalidInput(_)) => (first_upstream, CallOutcome::ValidationError, started.elapsed()),
+        Err(FrontError::Denied(_)) => (first_upstream, CallOutcome::Denied, started.elapsed()),
         // Counted by status (429) in otc_gateway_http_requests_total.
         Err(FrontError::RateLimited { .. }) => return,
-        Err(_) => (first_upstream, CallOutcome::ServerError),
+        Err(_) => (first_upstream, CallOutcome::ServerError, started.elapsed()),
     };
     let tool = route.tool.definition.id.as_str();
-    let seconds = started.elapsed().as_secs_f64();
+    let seconds = took.as_secs_f64();
     gateway.metrics.record_call(tool, upstream, outcome, seconds);
     tracing::info!(call_id, trace_id, tool, upstream, outcome = outcome.as_str(), duration_ms = seconds * 1000.0, "tool call");
 }
@@ -409,10 +423,10 @@ pub fn rewrap_response(
     forwarded: Result<CallReply, ForwardError>,
     target: &Target,
     call_id: String,
-    started: Instant,
+    took: Duration,
 ) -> Result<CallResult, FrontError> {
     // Milliseconds, to the microsecond: more digits are noise.
-    let elapsed_ms = (started.elapsed().as_secs_f64() * 1_000_000.0).round() / 1000.0;
+    let elapsed_ms = (took.as_secs_f64() * 1_000_000.0).round() / 1000.0;
     let failed = |message: &str, detail: String, can_retry: bool| CallResult {
         call_id: call_id.clone(),
         duration: elapsed_ms,

@@ -290,8 +290,8 @@ async fn a_missing_token_fails_at_startup() {
 
 #[tokio::test]
 async fn env_and_file_references_through_the_resolver() {
-    let res = SecretResolver::new(None, Duration::from_secs(1)).expect("resolver");
     std::env::set_var("OTC_VB_OPENAI_API_KEY", "sk-test-env");
+    let res = SecretResolver::new(None, Duration::from_secs(1)).expect("resolver");
     let v = res.resolve(&r("env:OTC_VB_OPENAI_API_KEY"), None).await.expect("env");
     assert_eq!(v.expose(), "sk-test-env");
     let err = res.resolve(&r("env:OTC_VB_UNSET_VAR"), None).await.expect_err("unset");

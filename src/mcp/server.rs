@@ -275,7 +275,7 @@ impl McpFront {
             context: CallContext::default(),
             traceparent,
         };
-        match execute_call(gateway, caller, call).await {
+        match execute_call(gateway, gateway.runtime_owned(), caller, call).await {
             Ok(completed) => Ok(tool_result(&completed.result)),
             Err(FrontError::Lookup(_) | FrontError::Denied(_) | FrontError::InvalidToolId(_)) => Err(unknown()),
             Err(FrontError::InvalidInput(errors)) => Ok(invalid_arguments(&errors)),

@@ -15,9 +15,16 @@
 //! stays with pingora from then on, its requests answered exactly as before
 //! (`OtcProxy`'s `HttpServerApp`). Nothing of a request is consumed until it
 //! is known to be served here, so a hand-over never loses a byte.
+//!
+//! The reader works on the bare socket, taken out of pingora's `Stream` when
+//! the connection is accepted ([`take_socket`]): that stream reads through a
+//! buffer of its own (a copy of every byte) and reads the clock twice for
+//! each read that waits, to time it. A hand-over wraps the socket in a new
+//! `Stream`.
 
 use std::future::Future;
 use std::ops::Range;
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,11 +33,13 @@ use async_trait::async_trait;
 use bytes::{Buf, Bytes, BytesMut};
 use pingora::apps::{HttpServerApp, ReusedHttpStream, ServerApp};
 use pingora::protocols::http::ServerSession as Session;
+use pingora::protocols::l4::stream::Stream as L4Stream;
 use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use pingora_timeout::fast_timeout::fast_timeout;
 use pingora_timeout::Elapsed;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 use super::{header_line_size, InFlight, OtcProxy};
@@ -64,20 +73,24 @@ impl Front {
 
 /// A connection and the bytes read from it but not yet served.
 struct Connection {
-    stream: Stream,
+    stream: TcpStream,
     buf: BytesMut,
-    /// Ends a wait for a head after `KEEP_ALIVE`. One timer for the
-    /// connection's life, moved later at each wait: moving a tokio timer
-    /// later is one atomic operation, where a timer per wait was a
-    /// registration and a removal (about 0.8k instructions a call).
+    /// Ends a wait for a head once the client has sent nothing for
+    /// `KEEP_ALIVE` to twice that. One timer for the connection's life:
+    /// when it fires after bytes came in, it is moved `KEEP_ALIVE` later
+    /// (one atomic operation) and the wait goes on. A timer per wait was a
+    /// registration and a removal (about 0.8k instructions a call), and
+    /// moving it at each wait a clock read.
     idle: Pin<Box<Sleep>>,
+    /// Whether bytes came in since `idle` was last set.
+    active: bool,
     /// Ends a wait for a head when shutdown begins: one subscription for the
     /// connection's life, where one per wait took and released a waiter slot.
     stopping: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
 impl Connection {
-    fn new(stream: Stream, shutdown: &ShutdownWatch) -> Connection {
+    fn new(stream: TcpStream, shutdown: &ShutdownWatch) -> Connection {
         let mut shutdown = shutdown.clone();
         let stopping = async move {
             // A closed watch never fires: pingora would be gone already.
@@ -89,6 +102,7 @@ impl Connection {
             stream,
             buf: BytesMut::with_capacity(READ_BUF),
             idle: Box::pin(tokio::time::sleep(KEEP_ALIVE)),
+            active: false,
             stopping: Box::pin(stopping),
         }
     }
@@ -107,7 +121,18 @@ enum Next {
 #[async_trait]
 impl ServerApp for Front {
     async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
-        let mut conn = Connection::new(stream, shutdown);
+        let socket = match take_socket(&stream) {
+            Ok(socket) => socket,
+            Err(e) => {
+                tracing::debug!(error = %e, "the connection is served by pingora alone");
+                serve_through_pingora(&self.proxy, stream, BytesMut::new(), shutdown).await;
+                return None;
+            }
+        };
+        // The socket lives on in its duplicate; pingora's wrapper, with
+        // nothing read into it yet, is closed.
+        drop(stream);
+        let mut conn = Connection::new(socket, shutdown);
         loop {
             match self.serve_next(&mut conn, shutdown).await {
                 Next::Served => {}
@@ -115,9 +140,26 @@ impl ServerApp for Front {
                 Next::HandOver => break,
             }
         }
-        hand_over(&self.proxy, conn, shutdown).await;
+        serve_through_pingora(&self.proxy, Box::new(L4Stream::from(conn.stream)), conn.buf, shutdown).await;
         None
     }
+}
+
+/// The TCP socket under pingora's freshly accepted `stream`, as a tokio
+/// socket of its own: a duplicate of its descriptor, so that dropping
+/// `stream` then leaves the connection open. Fails for anything that is not
+/// a plain TCP socket (pingora's listener here accepts only those).
+fn take_socket(stream: &Stream) -> std::io::Result<TcpStream> {
+    let Some(stream) = stream.as_any().downcast_ref::<L4Stream>() else {
+        return Err(std::io::Error::new(std::io::ErrorKind::Unsupported, "not a plain socket"));
+    };
+    // SAFETY: the descriptor is `stream`'s, open for as long as it is borrowed.
+    let fd = unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) };
+    let socket = std::net::TcpStream::from(fd.try_clone_to_owned()?);
+    // A Unix socket has no IP address: this fails for it.
+    socket.local_addr()?;
+    socket.set_nonblocking(true)?;
+    TcpStream::from_std(socket)
 }
 
 /// A plain call's head, parsed: what serving it needs, as positions in the
@@ -184,14 +226,18 @@ impl Front {
         if count > max_in_flight {
             return Next::HandOver;
         }
-        let Ok(caller) = gateway.runtime().authenticator.authenticate_credentials(head.credentials(&conn.buf)) else {
+        // The runtime the request is served under: loaded once its head is
+        // in (not while the connection idled), and kept to its end.
+        let runtime = gateway.runtime_owned();
+        let Ok(caller) = runtime.authenticator.authenticate_credentials(head.credentials(&conn.buf)) else {
             return Next::HandOver;
         };
         let traceparent = head.traceparent(&conn.buf);
         conn.buf.advance(head.len);
         let (reply, keep_alive) = match read_body_within(conn, head.body_len, body_timeout).await {
             Ok(Some(body)) => {
-                let reply = self.proxy.run_call(&caller, &body, traceparent).await.unwrap_or_else(|e| e.to_reply());
+                let served = self.proxy.run_call(runtime, &caller, &body, traceparent).await;
+                let reply = served.unwrap_or_else(|e| e.to_reply());
                 let keep_alive = !reply.close && !*shutdown.borrow();
                 (reply, keep_alive)
             }
@@ -215,18 +261,26 @@ async fn read_call_head(conn: &mut Connection, max_header_bytes: usize, max_body
             Parsed::Partial if conn.buf.len() >= MAX_LEAN_HEAD => return Err(Next::HandOver),
             Parsed::Partial => {}
         }
-        conn.idle.as_mut().reset(Instant::now() + KEEP_ALIVE);
-        let Connection { stream, buf, idle, stopping } = conn;
+        let Connection { stream, buf, idle, active, stopping } = conn;
         let read = tokio::select! {
             biased;
-            read = read_more(stream, buf) => read,
-            // Idle too long, or shutdown began: an idle connection closes at
-            // once, a partial head goes unanswered (as on pingora's path).
-            () = idle.as_mut() => return Err(Next::Close),
+            read = read_more(stream, buf) => Some(read),
+            () = idle.as_mut() => None,
+            // Shutdown began: an idle connection closes at once, a partial
+            // head goes unanswered (as on pingora's path).
             () = stopping.as_mut() => return Err(Next::Close),
         };
+        let Some(read) = read else {
+            // Idle too long closes the connection, as shutdown does; a
+            // client that sent something meanwhile gets more time.
+            if !std::mem::take(active) {
+                return Err(Next::Close);
+            }
+            idle.as_mut().reset(Instant::now() + KEEP_ALIVE);
+            continue;
+        };
         match read {
-            Ok(n) if n > 0 => {}
+            Ok(n) if n > 0 => *active = true,
             // Closed or broken: a partial head has nobody waiting for its answer.
             _ => return Err(Next::Close),
         }
@@ -305,7 +359,7 @@ fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Pars
 }
 
 /// Reads more of the connection into its buffer; 0 when the client closed.
-async fn read_more(stream: &mut Stream, buf: &mut BytesMut) -> std::io::Result<usize> {
+async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> std::io::Result<usize> {
     if buf.capacity() - buf.len() < 1024 {
         buf.reserve(READ_BUF);
     }
@@ -350,14 +404,14 @@ async fn write_reply(conn: &mut Connection, reply: &Reply, keep_alive: bool) -> 
     Next::Close
 }
 
-/// Serves the rest of the connection through pingora's session, the bytes
-/// read so far first: pingora's own loop for HTTP/1 (its blanket
+/// Serves the rest of the connection through pingora's session, `read` (the
+/// bytes read so far) first: pingora's own loop for HTTP/1 (its blanket
 /// `ServerApp` for `HttpServerApp`s).
-async fn hand_over(proxy: &Arc<OtcProxy>, conn: Connection, shutdown: &ShutdownWatch) {
-    let mut session = Session::new_http1(conn.stream);
+async fn serve_through_pingora(proxy: &Arc<OtcProxy>, stream: Stream, read: BytesMut, shutdown: &ShutdownWatch) {
+    let mut session = Session::new_http1(stream);
     session.set_keepalive(if *shutdown.borrow() { None } else { Some(KEEP_ALIVE.as_secs()) });
-    if !conn.buf.is_empty() {
-        session.set_pipelined_prefix(conn.buf);
+    if !read.is_empty() {
+        session.set_pipelined_prefix(read);
     }
     let mut result = proxy.process_new_http(session, shutdown).await;
     while let Some((stream, settings)) = result.map(ReusedHttpStream::consume) {

@@ -34,7 +34,7 @@ pub use connection::Front;
 use crate::auth::Caller;
 use crate::call::call_tool;
 use crate::error::{FrontError, Reply};
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, Runtime};
 
 /// The gateway's front as a pingora HTTP application.
 pub struct OtcProxy {
@@ -154,13 +154,19 @@ impl OtcProxy {
             .await
             .map_err(|_| FrontError::BodyTimeout(deadline))??;
         let traceparent = session.req_header().headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
-        self.run_call(&caller, &body, traceparent).await
+        self.run_call(self.gateway.runtime_owned(), &caller, &body, traceparent).await
     }
 
-    /// Runs an authenticated caller's call body, continuing the client's
-    /// `traceparent`: the part of a call both readers share.
-    async fn run_call(&self, caller: &Caller, body: &[u8], traceparent: Option<String>) -> Result<Reply, FrontError> {
-        let (body, _completed) = call_tool(&self.gateway, caller, body, traceparent).await?;
+    /// Runs an authenticated caller's call body under `runtime`, continuing
+    /// the client's `traceparent`: the part of a call both readers share.
+    async fn run_call(
+        &self,
+        runtime: Arc<Runtime>,
+        caller: &Caller,
+        body: &[u8],
+        traceparent: Option<String>,
+    ) -> Result<Reply, FrontError> {
+        let (body, _completed) = call_tool(&self.gateway, runtime, caller, body, traceparent).await?;
         Ok(Reply::ok(body))
     }
 }

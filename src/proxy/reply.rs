@@ -17,8 +17,7 @@ use pingora::apps::{HttpPersistentSettings, ReusedHttpStream};
 use pingora::http::ResponseHeader;
 use pingora::protocols::http::date::get_cached_date;
 use pingora::protocols::http::ServerSession as Session;
-use pingora::protocols::Stream;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::error::Reply;
 
@@ -80,16 +79,30 @@ pub async fn send_reply(mut session: Session, reply: Reply, head_only: bool) -> 
     Some(ReusedHttpStream::new(stream, Some(persistent)))
 }
 
-/// Writes the head and body into pingora's buffered stream; the flush sends
-/// both in one system call when they fit its buffer.
-pub(super) async fn write_reply(stream: &mut Stream, reply: &Reply, head_only: bool, keep_alive: bool) -> std::io::Result<()> {
-    let head = reply_head(reply, keep_alive)?;
-    stream.write_all(&head).await?;
-    if !head_only {
-        stream.write_all(&reply.body).await?;
+/// Writes the head and body to a bare socket, or into pingora's buffered
+/// stream, whose flush then sends them. A body up to [`COPIED_BODY`] bytes
+/// is copied behind the head and sent in one `send`: a `writev` of the two
+/// cost the kernel about 0.4 µs more per reply (benches/README.md).
+pub(super) async fn write_reply<S: AsyncWrite + Unpin>(
+    stream: &mut S,
+    reply: &Reply,
+    head_only: bool,
+    keep_alive: bool,
+) -> std::io::Result<()> {
+    let mut head = reply_head(reply, keep_alive)?;
+    let body: &[u8] = if head_only { &[] } else { &reply.body };
+    if body.len() <= COPIED_BODY {
+        head.extend_from_slice(body);
+        stream.write_all(&head).await?;
+    } else {
+        stream.write_all(&head).await?;
+        stream.write_all(body).await?;
     }
     stream.flush().await
 }
+
+/// The largest body sent in the same buffer as its head.
+const COPIED_BODY: usize = 16 * 1024;
 
 /// The status line and headers of `reply`. Content-Length is the body's
 /// length even for a HEAD, as a GET would have it. (Appended piece by piece:
@@ -97,7 +110,8 @@ pub(super) async fn write_reply(stream: &mut Stream, reply: &Reply, head_only: b
 fn reply_head(reply: &Reply, keep_alive: bool) -> std::io::Result<Vec<u8>> {
     let reason = http::StatusCode::from_u16(reply.status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
     let mut numbers = itoa::Buffer::new();
-    let mut head = Vec::with_capacity(160 + reply.headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum::<usize>());
+    let headers: usize = reply.headers.iter().map(|(n, v)| n.len() + v.len() + 4).sum();
+    let mut head = Vec::with_capacity(160 + headers + reply.body.len().min(COPIED_BODY));
     head.extend_from_slice(b"HTTP/1.1 ");
     head.extend_from_slice(numbers.format(reply.status).as_bytes());
     head.push(b' ');

@@ -123,7 +123,9 @@ impl Http1Client {
         };
         let (answer, reusable) = answered;
         if let Some(stream) = reusable {
-            self.put_idle(stream, timer);
+            // Idle since the exchange began: a little earlier than the truth,
+            // so never kept past the server's own idle limit (and no clock read).
+            self.put_idle(stream, timer, now);
         }
         Ok(answer)
     }
@@ -206,10 +208,10 @@ impl Http1Client {
         None
     }
 
-    fn put_idle(&self, stream: TcpStream, timer: Pin<Box<Sleep>>) {
+    fn put_idle(&self, stream: TcpStream, timer: Pin<Box<Sleep>>, since: Instant) {
         let mut idle = self.lock_idle();
         if idle.len() < MAX_IDLE {
-            idle.push(IdleConnection { stream, since: Instant::now(), timer });
+            idle.push(IdleConnection { stream, since, timer });
         }
     }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use http::{HeaderName, HeaderValue, StatusCode, Uri};
 
 use super::http_client::{self, HttpClient};
-use super::{check_token_ref, EnvSource, FileSource, SecretRef, SecretSource, VaultConfig};
+use super::{check_token_ref, env, FileSource, SecretRef, SecretSource, VaultConfig};
 use super::{VaultError, VaultStats};
 use crate::secret::SecretString;
 
@@ -255,7 +255,7 @@ impl Kv2Source {
     /// One GET to the vault.
     async fn read(&self, key: &Kv2Key) -> Result<SecretData, ReadError> {
         let token = match &self.token {
-            SecretRef::Env { name } => EnvSource.read(name),
+            SecretRef::Env { name } => env::read_now(name),
             SecretRef::File { path } => FileSource.read(std::path::Path::new(path)).await,
             SecretRef::Vault { .. } => {
                 Err(VaultError::Config("the vault token cannot be a vault: reference".into()))
@@ -287,7 +287,7 @@ impl SecretSource for Kv2Source {
 /// Reads the token reference synchronously (startup only).
 fn read_token_blocking(r: &SecretRef) -> Result<SecretString, VaultError> {
     let result = match r {
-        SecretRef::Env { name } => EnvSource.read(name),
+        SecretRef::Env { name } => env::read_now(name),
         SecretRef::File { path } => match std::fs::read_to_string(path) {
             Ok(mut s) => {
                 if s.ends_with('\n') {

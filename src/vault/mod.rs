@@ -40,7 +40,7 @@ const MAX_USER_ID_LEN: usize = 256;
 /// config structs can hold one directly (it deserializes from a string).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum SecretRef {
-    /// `env:NAME`: the environment variable `NAME`, read at resolve time.
+    /// `env:NAME`: the environment variable `NAME`, as it was at start (see [`EnvSource`]).
     Env {
         /// The variable's name.
         name: String,
@@ -553,7 +553,7 @@ impl SecretResolver {
             Some(cfg) => Some(Kv2Source::new(cfg, http_timeout)?),
             None => None,
         };
-        Ok(Self { env: EnvSource, file: FileSource, vault })
+        Ok(Self { env: EnvSource::snapshot(), file: FileSource, vault })
     }
 
     /// Whether a `[vault]` section is configured.
@@ -901,8 +901,8 @@ mod tests {
 
     #[tokio::test]
     async fn resolver_env_and_file_with_user_id() {
-        let resolver = SecretResolver::new(None, Duration::from_secs(1)).expect("resolver");
         std::env::set_var("OTC_TEST_MOD_TOKEN_bob", "bob-token");
+        let resolver = SecretResolver::new(None, Duration::from_secs(1)).expect("resolver");
         let v = resolver
             .resolve(&p("env:OTC_TEST_MOD_TOKEN_{user_id}"), Some("bob"))
             .await
