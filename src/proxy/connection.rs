@@ -45,6 +45,7 @@ use tokio::time::{Instant, Sleep};
 use super::{header_line_size, InFlight, OtcProxy};
 use crate::auth::{Credentials, API_KEY_HEADER};
 use crate::error::{FrontError, Reply};
+use crate::upstream::http1::decimal;
 
 /// How long an idle connection waits for its next request (pingora's
 /// keep-alive default, which the handed-over connections keep).
@@ -318,7 +319,7 @@ fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Pars
         let (name, value) = (header.name, header.value);
         size += header_line_size(name, value);
         let slot = if name.eq_ignore_ascii_case("content-length") {
-            let declared = std::str::from_utf8(value).ok().and_then(|v| v.parse::<usize>().ok());
+            let declared = decimal(value.trim_ascii());
             match (body_len, declared) {
                 (None, Some(n)) if n <= max_body => body_len = Some(n),
                 // Several, unreadable or too large: pingora's path refuses it
@@ -459,6 +460,8 @@ mod tests {
         let Parsed::Call(call) = parse(keyed) else { panic!("a plain call") };
         assert_eq!(call.credentials(keyed.as_bytes()).api_key, Some(&b"k2"[..]));
         assert!(is_call(&parse("POST /call HTTP/1.1\r\nContent-Length: 0\r\nConnection: Keep-Alive\r\n\r\n")));
+        let Parsed::Call(call) = parse("POST /call HTTP/1.1\r\nContent-Length: 7 \r\n\r\n") else { panic!("a plain call") };
+        assert_eq!(call.body_len, 7, "whitespace around the length is not part of it");
     }
 
     #[test]
@@ -479,6 +482,8 @@ mod tests {
             "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n",
             "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n",
             "POST /tools/call HTTP/1.1\r\nContent-Length: 2x\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: +2\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: -0\r\n\r\n",
             "POST /tools/call HTTP/1.1\r\nContent-Length: 2048\r\n\r\n",
             "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n",
             "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n",
