@@ -107,7 +107,7 @@ async fn run_resolved_call(
     let max_response = runtime.config.server.max_body_bytes.max(MIN_RESPONSE_LIMIT);
     let trace = OutgoingTrace { trace_id: call.trace_id.as_deref(), traceparent: call.traceparent.as_deref() };
     let forwarded = forward_call(runtime, route, &call.call_id, trace, &call.input, &context, max_response).await;
-    let finished = forwarded.and_then(|(target, forwarded)| {
+    let mut finished = forwarded.and_then(|(target, forwarded)| {
         let took = started.elapsed();
         let result = rewrap_response(forwarded, target, call.call_id.clone(), took)?;
         Ok(Completed {
@@ -119,6 +119,10 @@ async fn run_resolved_call(
     });
     if let Some(claim) = claim {
         remember_call(claim, &finished).await;
+        // Storing the answer for duplicates is part of what the call took.
+        if let Ok(completed) = &mut finished {
+            completed.took = started.elapsed();
+        }
     }
     finished
 }
