@@ -47,8 +47,9 @@ use crate::auth::{Credentials, API_KEY_HEADER};
 use crate::error::{FrontError, Reply};
 use crate::upstream::http1::decimal;
 
-/// How long an idle connection waits for its next request (pingora's
-/// keep-alive default, which the handed-over connections keep).
+/// How long an idle connection waits for its next request, at least: here up
+/// to twice that (see `Connection::idle`); pingora's keep-alive default,
+/// which the handed-over connections keep exactly.
 const KEEP_ALIVE: Duration = Duration::from_secs(60);
 /// The read buffer a connection starts with; a call's head and a small body
 /// fit in one read.
@@ -434,6 +435,35 @@ mod tests {
 
     fn is_call(parsed: &Parsed) -> bool {
         matches!(parsed, Parsed::Call(_))
+    }
+
+    #[tokio::test]
+    async fn the_socket_taken_from_pingoras_stream_outlives_it() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let mut client = TcpStream::connect(listener.local_addr().expect("address")).await.expect("connect");
+        let (accepted, _) = listener.accept().await.expect("accept");
+        let stream: Stream = Box::new(L4Stream::from(accepted));
+        let mut socket = take_socket(&stream).expect("a TCP socket is taken");
+        drop(stream);
+        // The connection is still open, both ways, on the taken socket.
+        let mut four = [0u8; 4];
+        client.write_all(b"ping").await.expect("client writes");
+        socket.read_exact(&mut four).await.expect("the gateway reads");
+        assert_eq!(&four, b"ping");
+        socket.write_all(b"pong").await.expect("the gateway writes");
+        client.read_exact(&mut four).await.expect("client reads");
+        assert_eq!(&four, b"pong");
+        // And it closes with it.
+        drop(socket);
+        assert_eq!(client.read(&mut four).await.expect("end of stream"), 0);
+    }
+
+    #[tokio::test]
+    async fn only_a_tcp_socket_is_taken() {
+        let (duplex, _other_end) = tokio::io::duplex(64);
+        assert!(take_socket(&(Box::new(duplex) as Stream)).is_err(), "not a pingora socket");
+        let (unix, _peer) = tokio::net::UnixStream::pair().expect("a socket pair");
+        assert!(take_socket(&(Box::new(L4Stream::from(unix)) as Stream)).is_err(), "a Unix socket");
     }
 
     #[test]
