@@ -6,6 +6,12 @@
 //! hyper's general machinery, about a third of the gateway's instructions per
 //! call (callgrind, benches/README.md). A tool call is one POST with a JSON
 //! body and one answer, so the call's own task writes it and reads the answer.
+//!
+//! Idle connections are pooled per data-plane thread. Each thread runs its
+//! own runtime (`server.rs`), and a socket and its timer belong to the
+//! runtime that made them: taken from a pool shared by all threads, they
+//! would be driven by another thread's runtime. A thread's pool is locked
+//! only by that thread, except when stale connections are swept.
 
 use std::future::Future;
 use std::pin::pin;
@@ -16,6 +22,7 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes, BytesMut};
 use http::StatusCode;
+use thread_local::ThreadLocal;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
@@ -23,7 +30,7 @@ use tokio::time::{Instant, Sleep};
 /// How long a connection may stay idle before it is closed rather than
 /// reused.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-/// The most idle connections kept per upstream.
+/// The most idle connections kept per upstream and data-plane thread.
 const MAX_IDLE: usize = 256;
 /// The longest answer head read; past it the answer is refused.
 const MAX_HEAD: usize = 64 * 1024;
@@ -70,8 +77,8 @@ pub struct Http1Client {
     /// `Content-Type`, `Accept`.
     head_prefix: Vec<u8>,
     connect_timeout: Duration,
-    /// Idle connections, the most recently used last.
-    idle: Mutex<Vec<IdleConnection>>,
+    /// Idle connections of each thread, the most recently used last.
+    idle: ThreadLocal<Mutex<Vec<IdleConnection>>>,
 }
 
 #[derive(Debug)]
@@ -97,7 +104,7 @@ impl Http1Client {
             "POST {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-type: application/json\r\naccept: application/json\r\n"
         )
         .into_bytes();
-        Http1Client { address, head_prefix, connect_timeout, idle: Mutex::new(Vec::new()) }
+        Http1Client { address, head_prefix, connect_timeout, idle: ThreadLocal::new() }
     }
 
     /// POSTs `body` with `headers` and reads the whole answer, its body at
@@ -152,16 +159,19 @@ impl Http1Client {
         Ok((answer, reusable.then_some(stream)))
     }
 
-    /// Closes idle connections that have timed out or that the server closed.
+    /// Closes idle connections that have timed out or that the server
+    /// closed, in every thread's pool.
     pub fn close_stale(&self) {
-        let stale: Vec<IdleConnection> = {
-            let mut idle = self.lock_idle();
-            let now = Instant::now();
-            let (keep, stale) = std::mem::take(&mut *idle).into_iter().partition(|c| c.usable(now));
-            *idle = keep;
-            stale
-        };
-        drop(stale);
+        let now = Instant::now();
+        for pool in self.idle.iter() {
+            let stale: Vec<IdleConnection> = {
+                let mut idle = lock(pool);
+                let (keep, stale) = std::mem::take(&mut *idle).into_iter().partition(|c| c.usable(now));
+                *idle = keep;
+                stale
+            };
+            drop(stale);
+        }
     }
 
     fn encode(&self, headers: &[(&str, &[u8])], body: &[u8]) -> Vec<u8> {
@@ -215,10 +225,15 @@ impl Http1Client {
         }
     }
 
+    /// This thread's pool.
     fn lock_idle(&self) -> MutexGuard<'_, Vec<IdleConnection>> {
-        // A panic elsewhere while holding the lock leaves a valid Vec.
-        self.idle.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock(self.idle.get_or_default())
     }
+}
+
+fn lock(pool: &Mutex<Vec<IdleConnection>>) -> MutexGuard<'_, Vec<IdleConnection>> {
+    // A panic elsewhere while holding the lock leaves a valid Vec.
+    pool.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl IdleConnection {
