@@ -626,6 +626,27 @@ mod tests {
         assert!(request.ends_with("\r\n\r\n{\"x\":2}"), "{request}");
     }
 
+    #[test]
+    fn each_thread_reuses_only_the_connections_it_made() {
+        let server = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+        let (address, _received) = server.block_on(raw_server(vec![
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n2",
+        ]));
+        let c = client(&address);
+        let post = |runtime: &tokio::runtime::Runtime| runtime.block_on(c.post(&[], b"", 64, LONG)).expect("answer").body;
+        let runtime = || tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let here = runtime();
+        assert_eq!(&post(&here)[..], b"1");
+        // Another thread, with a runtime of its own, opens its own connection
+        // (the one kept here would answer "2").
+        std::thread::scope(|s| {
+            s.spawn(|| assert_eq!(&post(&runtime())[..], b"1", "a connection of its own"));
+        });
+        // This thread's connection answers its next call.
+        assert_eq!(&post(&here)[..], b"2");
+    }
+
     #[tokio::test]
     async fn reuses_a_kept_alive_connection() {
         let (address, _received) = raw_server(vec![
