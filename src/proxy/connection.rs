@@ -458,6 +458,40 @@ mod tests {
         assert_eq!(client.read(&mut four).await.expect("end of stream"), 0);
     }
 
+    /// A connection on a fresh socket pair, and the client's end.
+    async fn connection() -> (Connection, TcpStream, tokio::sync::watch::Sender<bool>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let client = TcpStream::connect(listener.local_addr().expect("address")).await.expect("connect");
+        let (accepted, _) = listener.accept().await.expect("accept");
+        let (shutdown, watch) = tokio::sync::watch::channel(false);
+        (Connection::new(accepted, &watch), client, shutdown)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_connection_closes_after_the_keep_alive() {
+        let (mut conn, _client, _shutdown) = connection().await;
+        let started = Instant::now();
+        assert!(matches!(read_call_head(&mut conn, 8192, 1024).await, Err(Next::Close)));
+        assert_eq!(started.elapsed(), KEEP_ALIVE);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_byte_moves_the_keep_alive_on_when_it_fires() {
+        let (mut conn, mut client, _shutdown) = connection().await;
+        let started = Instant::now();
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(KEEP_ALIVE / 2).await;
+            client.write_all(b"POST /tools/call").await.expect("a partial head");
+            // (Returned, so the connection stays open.)
+            client
+        });
+        assert!(matches!(read_call_head(&mut conn, 8192, 1024).await, Err(Next::Close)));
+        // Not closed at 60 s (a byte came at 30 s): the timer, firing then,
+        // was moved on by a whole keep-alive, with nothing after it.
+        assert_eq!(started.elapsed(), KEEP_ALIVE * 2);
+        drop(writer.await.expect("the writer"));
+    }
+
     #[tokio::test]
     async fn only_a_tcp_socket_is_taken() {
         let (duplex, _other_end) = tokio::io::duplex(64);
