@@ -78,14 +78,13 @@ pub async fn execute_call(
     gateway: &Gateway,
     runtime: Arc<Runtime>,
     caller: &Caller,
-    call: ParsedCall,
+    mut call: ParsedCall,
 ) -> Result<Completed, FrontError> {
     let started = Instant::now();
     let catalog = gateway.catalog.load_owned();
     let route = resolve_tool(&catalog, &call.tool_id)?;
-    let (call_id, trace_id) = (call.call_id.clone(), call.trace_id.clone());
-    let finished = run_resolved_call(&runtime, route, caller, call, started).await;
-    record_call(gateway, route, &call_id, trace_id.as_deref(), &finished, started);
+    let finished = run_resolved_call(&runtime, route, caller, &mut call, started).await;
+    record_call(gateway, route, &call.call_id, call.trace_id.as_deref(), &finished, started);
     finished
 }
 
@@ -94,12 +93,12 @@ async fn run_resolved_call(
     runtime: &Runtime,
     route: &Route,
     caller: &Caller,
-    call: ParsedCall,
+    call: &mut ParsedCall,
     started: Instant,
 ) -> Result<Completed, FrontError> {
     admit_call(runtime, route, caller)?;
     validate_input(route, &call.input)?;
-    let context = inject_context(runtime, &route.tool.definition, caller, call.context).await?;
+    let context = inject_context(runtime, &route.tool.definition, caller, std::mem::take(&mut call.context)).await?;
     let claim = match claim_call_id(runtime, route, &call.call_id, call.client_call_id, &call.input, started).await? {
         Claimed::Replay(completed) => return Ok(completed),
         Claimed::Run(claim) => claim,
@@ -303,7 +302,7 @@ pub async fn inject_context(
                 let value = runtime.secrets.resolve(reference.get_ref(), authenticated_user).await.map_err(|source| {
                     FrontError::RequirementUnavailable { requirement: format!("secret {}", secret.id), source }
                 })?;
-                context.secrets.push(SecretValue { id: secret.id.clone(), value: value.expose().to_owned(), extra: Default::default() });
+                context.secrets.push(SecretValue { id: secret.id.clone(), value: value.into_exposed(), extra: Default::default() });
             }
             None if context.secrets.iter().any(|s| s.id == secret.id) => {}
             None => missing.secrets.push(secret.id.clone()),
@@ -325,7 +324,7 @@ pub async fn inject_context(
                 match runtime.secrets.resolve(section.token.get_ref(), user).await {
                     Ok(token) => context.authorization.push(AuthorizationToken {
                         id: provider.id.clone(),
-                        token: token.expose().to_owned(),
+                        token: token.into_exposed(),
                         extra: Default::default(),
                     }),
                     Err(e) if e.is_transient() => {

@@ -34,6 +34,12 @@ impl SecretString {
         &self.0
     }
 
+    /// The value itself, moved out: for where it leaves the process as an
+    /// owned string (a tool call's context), without a second copy.
+    pub fn into_exposed(mut self) -> String {
+        std::mem::take(&mut self.0)
+    }
+
     /// Whether the value is the empty string.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
