@@ -133,6 +133,22 @@ async fn two_content_lengths_are_refused_and_the_connection_closed() {
 }
 
 #[tokio::test]
+async fn a_content_length_that_is_not_digits_alone_is_refused_and_the_connection_closed() {
+    let server = calculator().await;
+    let gw = gateway_for(&server, "").await;
+    let body = add_call_body();
+    // RFC 9110: Content-Length = 1*DIGIT. A sign is what a lenient parser
+    // reads and a strict one refuses: two readers of one request disagree.
+    for length in [format!("+{}", body.len()), format!("{}.0", body.len()), format!("0x{:x}", body.len())] {
+        let request = format!("POST /tools/call HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n{body}");
+        let (answer, closed) = raw_exchange(&gw, request.as_bytes(), Duration::from_secs(5)).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{length}: {answer}");
+        assert!(closed, "{length}");
+    }
+    assert_eq!(server.call_count(), 0, "no such request reaches the upstream");
+}
+
+#[tokio::test]
 async fn an_unparsable_request_head_gets_a_json_400_and_the_connection_closed() {
     let gw = Gateway::start(&config("", "")).await;
     let (answer, closed) = raw_exchange(&gw, b"GARBAGE\x01 / HTTP/9\r\n\0\0\r\n\r\n", Duration::from_secs(5)).await;

@@ -91,10 +91,12 @@ impl OtcProxy {
                 _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
             },
             "/tools" => match method {
-                http::Method::GET | http::Method::HEAD => self.authenticate(session).map(|caller| {
-                    let access = &self.gateway.runtime().access;
-                    Reply::ok(access.listing(&self.gateway.catalog.load(), access.matching(&caller)))
-                }),
+                http::Method::GET | http::Method::HEAD => {
+                    let runtime = self.gateway.runtime();
+                    authenticate(&runtime, session).map(|caller| {
+                        Reply::ok(runtime.access.listing(&self.gateway.catalog.load(), runtime.access.matching(&caller)))
+                    })
+                }
                 _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
             },
             "/tools/call" => match method {
@@ -113,25 +115,17 @@ impl OtcProxy {
         Reply::ok(Bytes::from(format!(r#"{{"$schema":"otc://1.0","status":"ok","tools":{tools}}}"#)))
     }
 
-    /// Who is calling, from the request's credentials.
-    fn authenticate(&self, session: &Session) -> Result<Caller, FrontError> {
-        self.gateway.runtime().authenticator.authenticate(&session.req_header().headers).map_err(|e| {
-            tracing::debug!(error = %e, "request refused: bad or missing credentials");
-            FrontError::Unauthenticated(e)
-        })
-    }
 
     /// The MCP front (`mcp::server`): the Origin first (DNS rebinding
     /// protection), then credentials, then one JSON-RPC message per POST.
     async fn mcp(&self, session: &mut Session) -> Result<Reply, FrontError> {
-        let (limit, deadline) = {
+        let (limit, deadline, caller) = {
             let runtime = self.gateway.runtime();
             if let Err(refused) = crate::mcp::server::check_origin(&runtime.config.mcp, &session.req_header().headers) {
                 return Ok(refused);
             }
-            (runtime.config.server.max_body_bytes, runtime.config.server.body_timeout.0)
+            (runtime.config.server.max_body_bytes, runtime.config.server.body_timeout.0, authenticate(&runtime, session)?)
         };
-        let caller = self.authenticate(session)?;
         if session.req_header().method != http::Method::POST {
             // No server-initiated stream is offered (GET), and sessions hold
             // no state to end (DELETE).
@@ -145,16 +139,15 @@ impl OtcProxy {
 
     async fn call(&self, session: &mut Session) -> Result<Reply, FrontError> {
         // Credentials first: an unauthenticated client's body is not read.
-        let caller = self.authenticate(session)?;
-        let (limit, deadline) = {
-            let runtime = self.gateway.runtime();
-            (runtime.config.server.max_body_bytes, runtime.config.server.body_timeout.0)
-        };
+        // One runtime for the whole request, as on the gateway's own reader.
+        let runtime = self.gateway.runtime_owned();
+        let caller = authenticate(&runtime, session)?;
+        let (limit, deadline) = (runtime.config.server.max_body_bytes, runtime.config.server.body_timeout.0);
         let body = fast_timeout(deadline, read_body(session, limit))
             .await
             .map_err(|_| FrontError::BodyTimeout(deadline))??;
         let traceparent = session.req_header().headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
-        self.run_call(self.gateway.runtime_owned(), &caller, &body, traceparent).await
+        self.run_call(runtime, &caller, &body, traceparent).await
     }
 
     /// Runs an authenticated caller's call body under `runtime`, continuing
@@ -169,6 +162,14 @@ impl OtcProxy {
         let (body, _completed) = call_tool(&self.gateway, runtime, caller, body, traceparent).await?;
         Ok(Reply::ok(body))
     }
+}
+
+/// Who is calling, from the request's credentials.
+fn authenticate(runtime: &Runtime, session: &Session) -> Result<Caller, FrontError> {
+    runtime.authenticator.authenticate(&session.req_header().headers).map_err(|e| {
+        tracing::debug!(error = %e, "request refused: bad or missing credentials");
+        FrontError::Unauthenticated(e)
+    })
 }
 
 /// The bytes one header line takes, as `max_header_bytes` counts them (name,

@@ -119,10 +119,12 @@ impl Http1Client {
         let request = self.encode(headers, body);
         let now = Instant::now();
         let (stream, mut timer) = match self.take_idle(now) {
-            Some(idle) => (Some(idle.stream), idle.timer),
+            Some(mut idle) => {
+                idle.timer.as_mut().reset(now + timeout);
+                (Some(idle.stream), idle.timer)
+            }
             None => (None, Box::pin(tokio::time::sleep_until(now + timeout))),
         };
-        timer.as_mut().reset(now + timeout);
         let answered = tokio::select! {
             biased;
             answered = self.exchange(stream, &request, max_body) => answered?,
