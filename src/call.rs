@@ -213,7 +213,7 @@ const MIN_RESPONSE_LIMIT: usize = 16 * 1024 * 1024;
 
 /// Parse: any accepted body shape into a [`ParsedCall`].
 pub fn parse_call(body: &[u8]) -> Result<ParsedCall, FrontError> {
-    let mut outer: CallBody = serde_json::from_slice(body).map_err(|e| FrontError::MalformedCall(e.to_string()))?;
+    let mut outer: CallBody = wire::from_json(body).map_err(|e| FrontError::MalformedCall(e.to_string()))?;
     let outer_schema = outer.schema.take();
     let request = match outer.request {
         Some(inner) => *inner,

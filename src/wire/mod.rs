@@ -367,12 +367,24 @@ fn present<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Option<&
 /// from JSON that is not an object.
 fn parse_object<'a, T: Deserialize<'a>>(text: &'a [u8]) -> Result<T, ResponseShapeError> {
     if text.trim_ascii_start().first() != Some(&b'{') {
-        return Err(match serde_json::from_slice::<serde::de::IgnoredAny>(text) {
+        return Err(match from_json::<serde::de::IgnoredAny>(text) {
             Ok(_) => ResponseShapeError::NotAResult("not an object"),
             Err(e) => ResponseShapeError::NotJson(e.to_string()),
         });
     }
-    serde_json::from_slice(text).map_err(|e| ResponseShapeError::NotJson(e.to_string()))
+    from_json(text).map_err(|e| ResponseShapeError::NotJson(e.to_string()))
+}
+
+/// Parses JSON bytes, checking once up front that they are UTF-8.
+/// serde_json's reader for bytes checks every string on its own, keys
+/// included; for a call's body that was about 1.2k instructions, more than
+/// one check of the whole body costs (benches/README.md). Text that is not
+/// UTF-8 is read by that reader after all, for its error and position.
+pub fn from_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> serde_json::Result<T> {
+    match std::str::from_utf8(body) {
+        Ok(text) => serde_json::from_str(text),
+        Err(_) => serde_json::from_slice(body),
+    }
 }
 
 /// An upstream's answer after [`normalise_tool_response`].
@@ -547,6 +559,18 @@ pub fn is_supported_schema(schema: &str) -> bool {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn json_that_is_not_utf8_is_refused_with_the_readers_position() {
+        let mut body = br#"{"a": ""#.to_vec();
+        body.extend_from_slice(&[0xff, 0xfe]);
+        body.extend_from_slice(br#""}"#);
+        let err = from_json::<Value>(&body).expect_err("not UTF-8");
+        assert!(err.to_string().starts_with("invalid unicode code point at line 1 column 8"), "{err}");
+
+        let text = r#"{"a": "né", "b": [1, 2.5, null]}"#;
+        assert_eq!(from_json::<Value>(text.as_bytes()).expect("json"), serde_json::from_str::<Value>(text).expect("json"));
+    }
 
     #[test]
     fn reads_wrapped_bare_and_output_shapes_alike() {
