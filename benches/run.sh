@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
 # Every benchmark from one command: installs nginx and wrk when missing,
-# builds the release binary, then runs
+# builds the gateway as it ships (scripts/build-release.sh: release profile
+# plus profile-guided optimisation, about ten minutes the first time), then runs
 #   load   the gateway against nginx proxy_pass (benches/load/proxy_vs_nginx.py)
 #   scale  10,000 tools from 50 upstreams        (benches/load/scale.py)
 #   micro  criterion, the hot path's pieces      (benches/hot_path.rs)
 #   instructions  instructions per call under callgrind, gateway and nginx (not in `all`)
-# Usage: benches/run.sh [load|scale|micro|instructions|all] [extra args for the python script]
-# Results and how to read them: benches/README.md.
+# Usage: benches/run.sh [--plain] [load|scale|micro|instructions|all] [extra args for the python script]
+#   --plain  measure `cargo build --release`'s binary instead (no profile-guided step)
+# Results and how to read them: benches/README.md. criterion (micro) always
+# builds with the bench profile: the release profile, without the profile.
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
+plain=0
+if [ "${1:-}" = "--plain" ]; then plain=1; shift; fi
 what="${1:-all}"
 shift || true
 need_build_tools
 apt_install nginx wrk
 cd "$ROOT"
-cargo build --release --locked --bin otc-gateway
+if [ $plain = 1 ]; then
+  cargo build --release --locked --bin otc-gateway
+  export OTC_BENCH_GATEWAY="$ROOT/target/release/otc-gateway"
+elif [ "$what" != micro ]; then
+  gateway=$(bash scripts/build-release.sh | tail -1)  # a failed build stops here (pipefail)
+  export OTC_BENCH_GATEWAY="$gateway"
+fi
+echo "gateway under test: ${OTC_BENCH_GATEWAY:-criterion}" >&2
 case "$what" in
   load) python3 benches/load/proxy_vs_nginx.py "$@" ;;
   scale) python3 benches/load/scale.py "$@" ;;
@@ -24,5 +36,5 @@ case "$what" in
     python3 benches/load/scale.py
     cargo bench --locked --bench hot_path
     ;;
-  *) echo "usage: benches/run.sh [load|scale|micro|instructions|all]" >&2; exit 2 ;;
+  *) echo "usage: benches/run.sh [--plain] [load|scale|micro|instructions|all]" >&2; exit 2 ;;
 esac

@@ -16,7 +16,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-GATEWAY = ROOT / "target" / "release" / "otc-gateway"
+# The binary under test: benches/run.sh sets this to the profile-guided build
+# (scripts/build-release.sh), or to `cargo build --release`'s with --plain.
+GATEWAY = Path(os.environ.get("OTC_BENCH_GATEWAY", ROOT / "target" / "release" / "otc-gateway"))
 WRK_SCRIPT = Path(__file__).resolve().parent / "wrk.lua"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
