@@ -313,12 +313,19 @@ async fn publish_changes(gateway: Arc<Gateway>) {
     }
 }
 
-/// Polls one upstream until it is no longer part of the runtime.
+/// The first retry after a failed catalog fetch; each next one waits twice
+/// as long, up to `catalog.poll_interval`.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+
+/// Polls one upstream until it is no longer part of the runtime: every
+/// `poll_interval` while its fetches work, sooner after one fails (1 s, 2 s,
+/// 4 s ... up to the interval), so that an upstream that starts after the
+/// gateway, or comes back, is picked up within seconds even when the
+/// interval is minutes.
 async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
-    let mut ticks = tokio::time::interval(gateway.runtime().poll.interval);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let interval = gateway.runtime().poll.interval;
+    let mut retry = FIRST_RETRY;
     loop {
-        ticks.tick().await;
         if !gateway.is_current(&upstream) {
             return;
         }
@@ -330,9 +337,22 @@ async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
         if changed {
             gateway.catalog_changed.notify_one();
         }
-        if let Some(status) = gateway.catalog.statuses().get(&upstream.name) {
-            gateway.metrics.set_upstream(&upstream.name, status.up, status.tools);
-        }
+        let up = match gateway.catalog.statuses().get(&upstream.name) {
+            Some(status) => {
+                gateway.metrics.set_upstream(&upstream.name, status.up, status.tools);
+                status.up
+            }
+            None => false,
+        };
+        let wait = if up {
+            retry = FIRST_RETRY;
+            interval
+        } else {
+            let wait = retry.min(interval);
+            retry = retry.saturating_mul(2);
+            wait
+        };
+        tokio::time::sleep(wait).await;
     }
 }
 

@@ -280,6 +280,23 @@ async fn an_upstream_down_at_start_joins_when_it_comes_up() {
 }
 
 #[tokio::test]
+async fn an_upstream_down_at_start_is_retried_within_seconds_even_with_a_long_poll_interval() {
+    let late_addr = free_addr();
+    let toml = GatewayConfig::new()
+        .upstream("late", &format!("http://{late_addr}"))
+        .toml()
+        .replace("poll_interval = \"200ms\"", "poll_interval = \"300s\"");
+    let gw = Gateway::start(&toml).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(gw.tools().await.is_empty());
+
+    let _late = ToolServer::start_on(late_addr, catalog(vec![tool("Late.Comer", "1.0.0", any_object())])).await;
+
+    // The first retry is 1 s after the failed fetch, not 300 s.
+    gw.wait_for_tool("Late.Comer@1.0.0").await;
+}
+
+#[tokio::test]
 async fn a_tool_removed_upstream_disappears_at_the_next_poll() {
     let upstream = ToolServer::start(catalog(vec![
         tool("Calculator.Add", "1.0.0", add_schema()),

@@ -51,6 +51,7 @@ def main():
         upstream = b.start_nginx("upstream", b.DOLLAR + b.upstream_server_block(up_port, work / "catalog.json"),
                                  b.LOAD_CPU, work)
         procs.append(upstream)
+        b.wait_http(f"http://127.0.0.1:{up_port}/tools")
         nginx = b.start_nginx("nginx-proxy", f"""
   upstream tools {{ server 127.0.0.1:{up_port}; keepalive 256; keepalive_requests 1000000; }}
   server {{
