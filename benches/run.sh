@@ -8,8 +8,9 @@
 #   instructions  instructions per call under callgrind, gateway and nginx (not in `all`)
 # Usage: benches/run.sh [--plain] [load|scale|micro|instructions|all] [extra args for the python script]
 #   --plain  measure `cargo build --release`'s binary instead (no profile-guided step)
-# Results and how to read them: benches/README.md. criterion (micro) always
-# builds with the bench profile: the release profile, without the profile.
+#   OTC_BENCH_GATEWAY=path  measure that binary, building nothing (e.g. target/pgo/otc-gateway again)
+# Results and how to read them: benches/README.md. criterion (micro) builds
+# with cargo's bench profile: the release profile's LTO, no profile-guided step.
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 plain=0
 if [ "${1:-}" = "--plain" ]; then plain=1; shift; fi
@@ -18,7 +19,9 @@ shift || true
 need_build_tools
 apt_install nginx wrk
 cd "$ROOT"
-if [ $plain = 1 ]; then
+if [ -n "${OTC_BENCH_GATEWAY:-}" ]; then
+  : # a binary given by the caller, measured as it is
+elif [ $plain = 1 ]; then
   cargo build --release --locked --bin otc-gateway
   export OTC_BENCH_GATEWAY="$ROOT/target/release/otc-gateway"
 elif [ "$what" != micro ]; then
