@@ -15,8 +15,17 @@ command -v python3 >/dev/null 2>&1 || apt_install python3
 cd "$ROOT"
 
 host=$(rustc -vV | sed -n 's/^host: //p')
-profdata="$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-profdata"
-[ -x "$profdata" ] || rustup component add llvm-tools
+# llvm-profdata must match rustc's LLVM: rustup's llvm-tools has the one that
+# does. LLVM_PROFDATA names another.
+profdata="${LLVM_PROFDATA:-$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-profdata}"
+if [ ! -x "$profdata" ]; then
+  if ! command -v rustup >/dev/null 2>&1; then
+    echo "build-release.sh: no llvm-profdata at $profdata and no rustup to install llvm-tools;" \
+      "set LLVM_PROFDATA to one matching rustc's LLVM, or build with cargo build --release" >&2
+    exit 1
+  fi
+  rustup component add llvm-tools
+fi
 
 work="$ROOT/target/pgo"
 rm -rf "$work/profiles" "$work/merged.profdata"
