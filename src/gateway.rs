@@ -13,7 +13,7 @@ use arc_swap::{ArcSwap, Guard};
 use http::HeaderValue;
 
 use crate::auth::{AuthError, Authenticator};
-use crate::catalog::poll::{CatalogStore, PollSettings};
+use crate::catalog::poll::{CatalogStore, PollSettings, Refreshed};
 use crate::config::{Config, ConfigError};
 use crate::idempotency::{IdempotencyError, IdempotencyStore};
 use crate::metrics::Metrics;
@@ -274,14 +274,14 @@ impl Gateway {
             .collect()
     }
 
-    /// Fetches one upstream's catalog, with its bearer token; whether the
-    /// catalog changed.
-    async fn refresh_upstream(&self, runtime: &Runtime, upstream: &Upstream) -> bool {
+    /// Fetches one upstream's catalog, with its bearer token. An unreadable
+    /// bearer token is a failed fetch.
+    async fn refresh_upstream(&self, runtime: &Runtime, upstream: &Upstream) -> Refreshed {
         match upstream_bearer(runtime, upstream).await {
             Ok(bearer) => self.catalog.refresh(upstream, bearer, runtime.poll).await,
             Err(e) => {
                 tracing::warn!(upstream = upstream.name, error = %e, "cannot read the upstream's bearer_token; catalog not fetched");
-                false
+                Refreshed::Failed
             }
         }
     }
@@ -330,27 +330,23 @@ async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
             return;
         }
         upstream.close_stale_connections();
-        let changed = gateway.refresh_upstream(&gateway.runtime(), &upstream).await;
+        let refreshed = gateway.refresh_upstream(&gateway.runtime(), &upstream).await;
         if !gateway.is_current(&upstream) {
             return;
         }
-        if changed {
+        if refreshed == Refreshed::Changed {
             gateway.catalog_changed.notify_one();
         }
-        let up = match gateway.catalog.statuses().get(&upstream.name) {
-            Some(status) => {
-                gateway.metrics.set_upstream(&upstream.name, status.up, status.tools);
-                status.up
-            }
-            None => false,
-        };
-        let wait = if up {
-            retry = FIRST_RETRY;
-            interval
-        } else {
+        if let Some(status) = gateway.catalog.status(&upstream.name) {
+            gateway.metrics.set_upstream(&upstream.name, status.up, status.tools);
+        }
+        let wait = if refreshed == Refreshed::Failed {
             let wait = retry.min(interval);
             retry = retry.saturating_mul(2);
             wait
+        } else {
+            retry = FIRST_RETRY;
+            interval
         };
         tokio::time::sleep(wait).await;
     }

@@ -297,6 +297,27 @@ async fn an_upstream_down_at_start_is_retried_within_seconds_even_with_a_long_po
 }
 
 #[tokio::test]
+async fn an_unreadable_bearer_token_is_a_failed_fetch_and_retried_as_one() {
+    let server = ToolServer::start(catalog(vec![tool("Guarded.Tool", "1.0.0", any_object())])).await;
+    let token = std::env::temp_dir().join(format!("otc-catalog-bearer-{}", std::process::id()));
+    let _ = std::fs::remove_file(&token);
+    let toml = GatewayConfig::new()
+        .upstream_with("guarded", &server.url(), &format!("bearer_token = \"file:{}\"", token.display()))
+        .toml()
+        .replace("poll_interval = \"200ms\"", "poll_interval = \"300s\"");
+    let gw = Gateway::start(&toml).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(gw.tools().await.is_empty(), "no token, no fetch");
+
+    std::fs::write(&token, "catalog-token").expect("write the token");
+
+    gw.wait_for_tool("Guarded.Tool@1.0.0").await;
+    let fetch = server.catalog_fetches().pop().expect("a fetch");
+    assert_eq!(fetch.headers.get("authorization").map(String::as_str), Some("Bearer catalog-token"));
+    let _ = std::fs::remove_file(&token);
+}
+
+#[tokio::test]
 async fn a_tool_removed_upstream_disappears_at_the_next_poll() {
     let upstream = ToolServer::start(catalog(vec![
         tool("Calculator.Add", "1.0.0", add_schema()),

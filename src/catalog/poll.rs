@@ -109,9 +109,9 @@ impl CatalogStore {
         self.upstreams.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// Fetches one upstream's catalog once and records the outcome. Returns
-    /// whether its tool list changed (and the catalog must be republished).
-    pub async fn refresh(&self, upstream: &Upstream, authorization: Option<HeaderValue>, settings: PollSettings) -> bool {
+    /// Fetches one upstream's catalog once and records the outcome in its
+    /// status.
+    pub async fn refresh(&self, upstream: &Upstream, authorization: Option<HeaderValue>, settings: PollSettings) -> Refreshed {
         let etag = self.lock().get(&upstream.name).and_then(|u| u.etag.clone());
         let outcome = upstream.fetch_catalog(authorization, etag.as_deref(), settings.timeout, settings.max_bytes).await;
         let now = unix_now();
@@ -146,7 +146,7 @@ impl CatalogStore {
                             entry.etag = etag;
                             entry.body_hash = Some(hash);
                             mark_up(&mut entry.status, now);
-                            return true;
+                            return Refreshed::Changed;
                         }
                         Err(e) => Some(e.to_string()),
                     }
@@ -155,17 +155,36 @@ impl CatalogStore {
             Err(e) => Some(e.to_string()),
         };
         match failure {
-            None => mark_up(&mut entry.status, now),
+            None => {
+                mark_up(&mut entry.status, now);
+                Refreshed::Unchanged
+            }
             Some(error) => {
                 if entry.status.up || entry.status.last_error.as_deref() != Some(error.as_str()) {
                     tracing::warn!(upstream = upstream.name, error, "catalog fetch failed; keeping the last good catalog");
                 }
                 entry.status.up = false;
                 entry.status.last_error = Some(error);
+                Refreshed::Failed
             }
         }
-        false
     }
+
+    /// One upstream's status.
+    pub fn status(&self, name: &str) -> Option<UpstreamStatus> {
+        self.lock().get(name).map(|u| u.status.clone())
+    }
+}
+
+/// What one catalog refresh came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refreshed {
+    /// A new tool list: the merged catalog must be republished.
+    Changed,
+    /// Fetched, and the same as before (or 304).
+    Unchanged,
+    /// Not fetched, or not readable: the last good catalog stays.
+    Failed,
 }
 
 fn mark_up(status: &mut UpstreamStatus, now: u64) {

@@ -115,7 +115,6 @@ impl OtcProxy {
         Reply::ok(Bytes::from(format!(r#"{{"$schema":"otc://1.0","status":"ok","tools":{tools}}}"#)))
     }
 
-
     /// The MCP front (`mcp::server`): the Origin first (DNS rebinding
     /// protection), then credentials, then one JSON-RPC message per POST.
     async fn mcp(&self, session: &mut Session) -> Result<Reply, FrontError> {
