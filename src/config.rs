@@ -83,6 +83,19 @@ pub struct Config {
     pub mcp: crate::mcp::server::McpConfig,
 }
 
+impl Config {
+    /// The browser origins every data-plane route serves: `[server]
+    /// allowed_origins`, else the older `[mcp] allowed_origins`, else
+    /// loopback origins.
+    pub fn allowed_origins(&self) -> Vec<OriginPattern> {
+        self.server
+            .allowed_origins
+            .clone()
+            .or_else(|| self.mcp.allowed_origins.clone())
+            .unwrap_or_else(OriginPattern::loopback)
+    }
+}
+
 /// `[server]`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -110,6 +123,25 @@ pub struct ServerConfig {
     /// gateway exits anyway. It stops accepting at once, and exits as soon
     /// as nothing is in flight.
     pub shutdown_timeout: Dur,
+    /// The longest a client may take to send a whole request head, from its
+    /// first byte (nginx's `client_header_timeout`); then 408 and close.
+    pub header_timeout: Dur,
+    /// The most client connections open at once. A connection over it
+    /// closes the oldest one that is not running a request (idle, or
+    /// still sending a head or a body), so slow clients cannot crowd out
+    /// the ones that send whole requests.
+    pub max_connections: usize,
+    /// Browser origins any data-plane route serves (a request with another
+    /// `Origin` gets 403; one without `Origin` is not from a browser and is
+    /// served). `scheme://host` allows every port, `scheme://host:port`
+    /// one, `"*"` any origin. Default: `[mcp] allowed_origins` when set,
+    /// else localhost, 127.0.0.1 and `[::1]` over http and https.
+    pub allowed_origins: Option<Vec<OriginPattern>>,
+    /// `Host` names (or addresses) the data plane answers besides loopback
+    /// ones, port ignored; `"*"` any. Default: on a loopback `listen`, only
+    /// loopback names and addresses (a DNS-rebinding page's Host is refused
+    /// with 421); on any other address, every Host.
+    pub allowed_hosts: Option<Vec<String>>,
 }
 
 impl Default for ServerConfig {
@@ -124,6 +156,10 @@ impl Default for ServerConfig {
             body_timeout: Dur(Duration::from_secs(30)),
             shutdown_timeout: Dur(Duration::from_secs(30)),
             max_in_flight: 10_000,
+            header_timeout: Dur(Duration::from_secs(60)),
+            max_connections: 20_000,
+            allowed_origins: None,
+            allowed_hosts: None,
         }
     }
 }
@@ -431,6 +467,69 @@ impl Config {
 /// The 1-based line of a byte offset.
 fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())].iter().filter(|&&b| b == b'\n').count() + 1
+}
+
+/// One `allowed_origins` entry: a browser origin, or `"*"`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OriginPattern {
+    /// `"*"`: any origin.
+    Any,
+    /// `scheme://host[:port]`; no port means any port.
+    Origin {
+        /// `http` or `https`.
+        scheme: String,
+        /// The host, lower-cased (IPv6 in brackets).
+        host: String,
+        /// The port, when only one is allowed.
+        port: Option<u16>,
+    },
+}
+
+impl OriginPattern {
+    /// localhost, 127.0.0.1 and `[::1]`, any port, http and https.
+    pub fn loopback() -> Vec<OriginPattern> {
+        let local = ["localhost", "127.0.0.1", "[::1]"];
+        ["http", "https"]
+            .into_iter()
+            .flat_map(|scheme| local.map(|host| OriginPattern::Origin { scheme: scheme.into(), host: host.into(), port: None }))
+            .collect()
+    }
+
+    /// `scheme://host[:port]` with nothing after it (a trailing `/`
+    /// tolerated), as a browser sends it in `Origin`.
+    pub fn parse(text: &str) -> Option<OriginPattern> {
+        let uri: http::Uri = text.parse().ok()?;
+        let scheme = uri.scheme_str()?.to_ascii_lowercase();
+        if !matches!(scheme.as_str(), "http" | "https") || uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
+            return None;
+        }
+        let host = uri.host()?.to_ascii_lowercase();
+        Some(OriginPattern::Origin { scheme, host, port: uri.port_u16() })
+    }
+
+    /// Whether this pattern admits `origin` (a parsed `Origin` header).
+    pub fn allows(&self, origin: &OriginPattern) -> bool {
+        match (self, origin) {
+            (OriginPattern::Any, _) => true,
+            (
+                OriginPattern::Origin { scheme, host, port },
+                OriginPattern::Origin { scheme: s, host: h, port: p },
+            ) => scheme == s && host == h && (port.is_none() || port == p),
+            (OriginPattern::Origin { .. }, OriginPattern::Any) => false,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for OriginPattern {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if text == "*" {
+            return Ok(OriginPattern::Any);
+        }
+        OriginPattern::parse(&text).ok_or_else(|| {
+            D::Error::custom(format!("invalid origin {text:?}: write scheme://host or scheme://host:port (http or https), or \"*\""))
+        })
+    }
 }
 
 #[cfg(test)]

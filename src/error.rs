@@ -48,6 +48,35 @@ pub enum FrontError {
     /// the framing a request-smuggling attack relies on.
     #[error("ambiguous request framing: {0}")]
     AmbiguousFraming(&'static str),
+    /// More header lines than the gateway reads.
+    #[error("more than {limit} request header lines")]
+    TooManyHeaders {
+        /// The limit.
+        limit: usize,
+    },
+    /// An HTTP/1.1 request without a `Host`, or with several (RFC 9112 3.2).
+    #[error("bad Host header: {0}")]
+    HostHeader(&'static str),
+    /// A `Transfer-Encoding` other than `chunked` alone.
+    #[error("unsupported Transfer-Encoding")]
+    UnsupportedTransferEncoding,
+    /// An `Expect` other than `100-continue`.
+    #[error("unsupported Expect")]
+    ExpectationFailed,
+    /// The client did not send a whole request head within
+    /// `server.header_timeout` of its first byte.
+    #[error("request head not received within {0:?}")]
+    HeadTimeout(std::time::Duration),
+    /// A browser request from an `Origin` not in `allowed_origins`; `mcp`
+    /// when it was for `/mcp`, which answers in JSON-RPC.
+    #[error("Origin not allowed")]
+    ForbiddenOrigin {
+        /// Whether the route was `/mcp`.
+        mcp: bool,
+    },
+    /// A `Host` this gateway does not answer (DNS rebinding protection).
+    #[error("Host not served by this gateway; see server.allowed_hosts")]
+    MisdirectedHost,
     /// The client did not send its body within `server.body_timeout`.
     #[error("request body not received within {0:?}")]
     BodyTimeout(std::time::Duration),
@@ -155,8 +184,13 @@ impl FrontError {
             FrontError::NotFound(_) => 404,
             FrontError::MethodNotAllowed { .. } => 405,
             FrontError::BodyTooLarge { .. } => 413,
-            FrontError::HeadersTooLarge { .. } => 431,
-            FrontError::BodyTimeout(_) => 408,
+            FrontError::HeadersTooLarge { .. } | FrontError::TooManyHeaders { .. } => 431,
+            FrontError::BodyTimeout(_) | FrontError::HeadTimeout(_) => 408,
+            FrontError::HostHeader(_) => 400,
+            FrontError::UnsupportedTransferEncoding => 501,
+            FrontError::ExpectationFailed => 417,
+            FrontError::ForbiddenOrigin { .. } => 403,
+            FrontError::MisdirectedHost => 421,
             FrontError::AmbiguousFraming(_) | FrontError::TooDeep(_) => 400,
             FrontError::InvalidInput(_) => 422,
             FrontError::UpstreamRefused { status, .. } => *status,
@@ -188,6 +222,13 @@ impl FrontError {
             FrontError::MalformedHead(_) => "The request is not well-formed HTTP/1.1".into(),
             FrontError::HeadersTooLarge { limit } => format!("The request headers are larger than the {limit} bytes allowed"),
             FrontError::AmbiguousFraming(_) => "The request's length is ambiguous".into(),
+            FrontError::TooManyHeaders { limit } => format!("The request has more than {limit} header lines"),
+            FrontError::HostHeader(_) => "The request must carry exactly one Host header".into(),
+            FrontError::UnsupportedTransferEncoding => "Only Transfer-Encoding: chunked is supported".into(),
+            FrontError::ExpectationFailed => "Only Expect: 100-continue is supported".into(),
+            FrontError::HeadTimeout(_) => "The request head took too long to arrive".into(),
+            FrontError::ForbiddenOrigin { .. } => "Forbidden: this Origin may not use the gateway".into(),
+            FrontError::MisdirectedHost => "This gateway does not serve that Host".into(),
             FrontError::BodyTimeout(_) => "The request body took too long to arrive".into(),
             FrontError::TooDeep(max) => format!("The request body is nested deeper than {max} levels"),
             FrontError::MalformedCall(_) => "The request body is not a valid tool call".into(),
@@ -250,6 +291,13 @@ impl FrontError {
         let status = self.status();
         let message = self.message();
         let body = match self {
+            // The MCP front's refusals are JSON-RPC errors; this one comes
+            // before the body (and its id) is read.
+            FrontError::ForbiddenOrigin { mcp: true } => serde_json::to_vec(&serde_json::json!({
+                "jsonrpc": "2.0",
+                "id": null,
+                "error": {"code": -32000, "message": "Forbidden: this Origin may not use the MCP endpoint"},
+            })),
             FrontError::InvalidInput(errors) => serde_json::to_vec(&ValidationErrorBody {
                 schema: SCHEMA,
                 message: &message,
@@ -299,6 +347,13 @@ impl FrontError {
                     | FrontError::Unauthenticated(_)
                     | FrontError::HeadersTooLarge { .. }
                     | FrontError::AmbiguousFraming(_)
+                    | FrontError::TooManyHeaders { .. }
+                    | FrontError::HostHeader(_)
+                    | FrontError::UnsupportedTransferEncoding
+                    | FrontError::ExpectationFailed
+                    | FrontError::HeadTimeout(_)
+                    | FrontError::ForbiddenOrigin { .. }
+                    | FrontError::MisdirectedHost
                     | FrontError::BodyTimeout(_)
                     | FrontError::Overloaded(_)
             ),

@@ -12,6 +12,7 @@ use std::time::Duration;
 use arc_swap::{ArcSwap, Guard};
 use http::HeaderValue;
 
+use crate::browser::BrowserPolicy;
 use crate::auth::{AuthError, Authenticator};
 use crate::catalog::poll::{CatalogStore, PollSettings, Refreshed};
 use crate::config::{Config, ConfigError};
@@ -64,6 +65,8 @@ pub struct Runtime {
     pub access: AccessPolicy,
     /// Calls per caller or shared.
     pub rate_limits: RateLimits,
+    /// Which browser origins and hosts the data plane answers.
+    pub browser: BrowserPolicy,
 }
 
 impl Runtime {
@@ -103,7 +106,8 @@ impl Runtime {
         };
         let access = AccessPolicy::new(config.policy.clone());
         let rate_limits = RateLimits::new(&config.rate_limit);
-        Ok(Runtime { config, upstreams, poll, secrets, authenticator, idempotency, access, rate_limits })
+        let browser = BrowserPolicy::new(&config);
+        Ok(Runtime { config, upstreams, poll, secrets, authenticator, idempotency, access, rate_limits, browser })
     }
 }
 

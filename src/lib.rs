@@ -7,6 +7,7 @@
 pub mod admin;
 pub mod allocator;
 pub mod auth;
+pub mod browser;
 pub mod call;
 pub mod catalog;
 pub mod circuit;

@@ -25,8 +25,7 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::HeaderMap;
-use serde::de::Error as _;
-use serde::{Deserialize, Deserializer};
+use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::jsonrpc::{params_object, Message, OutgoingResponse, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
@@ -34,6 +33,7 @@ use super::{is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSION_HEAD
 use crate::auth::Caller;
 use crate::call::{execute_call, ParsedCall};
 use crate::catalog::Catalog;
+use crate::config::OriginPattern;
 use crate::error::{FrontError, Reply};
 use crate::gateway::Gateway;
 use crate::resolve::{ToolRef, VersionRequest};
@@ -42,105 +42,16 @@ use crate::wire::{CallContext, CallResult, ToolDefinition};
 /// The most tools in one `tools/list` page.
 const PAGE_SIZE: usize = 500;
 
-/// A JSON-RPC code for transport-level refusals (the SDKs use it too).
-const TRANSPORT_ERROR: i64 = -32000;
-
 /// The `_meta` prefix of what the gateway adds.
 const META: &str = "otc-gateway";
 
 /// `[mcp]`: the MCP front.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct McpConfig {
-    /// Origins a browser may call `/mcp` from (DNS rebinding protection).
-    /// `scheme://host` allows every port, `scheme://host:port` one port,
-    /// `"*"` any origin. Requests without an `Origin` header (not from a
-    /// browser) are always served. Default: localhost, 127.0.0.1 and
-    /// `[::1]` over http and https.
-    pub allowed_origins: Vec<OriginPattern>,
-}
-
-impl Default for McpConfig {
-    fn default() -> Self {
-        let local = ["localhost", "127.0.0.1", "[::1]"];
-        let allowed_origins = ["http", "https"]
-            .into_iter()
-            .flat_map(|scheme| local.map(|host| OriginPattern::Origin { scheme: scheme.into(), host: host.into(), port: None }))
-            .collect();
-        McpConfig { allowed_origins }
-    }
-}
-
-/// One `allowed_origins` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum OriginPattern {
-    /// `"*"`: any origin.
-    Any,
-    /// `scheme://host[:port]`; no port means any port.
-    Origin {
-        /// `http` or `https`.
-        scheme: String,
-        /// The host, lower-cased (IPv6 in brackets).
-        host: String,
-        /// The port, when only one is allowed.
-        port: Option<u16>,
-    },
-}
-
-impl<'de> Deserialize<'de> for OriginPattern {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        if text == "*" {
-            return Ok(OriginPattern::Any);
-        }
-        parse_origin(&text).ok_or_else(|| {
-            D::Error::custom(format!("invalid origin {text:?}: write scheme://host or scheme://host:port (http or https), or \"*\""))
-        })
-    }
-}
-
-impl OriginPattern {
-    fn allows(&self, origin: &OriginPattern) -> bool {
-        match (self, origin) {
-            (OriginPattern::Any, _) => true,
-            (
-                OriginPattern::Origin { scheme, host, port },
-                OriginPattern::Origin { scheme: s, host: h, port: p },
-            ) => scheme == s && host == h && (port.is_none() || port == p),
-            (OriginPattern::Origin { .. }, OriginPattern::Any) => false,
-        }
-    }
-}
-
-/// `scheme://host[:port]` with nothing after it (a trailing `/` tolerated).
-fn parse_origin(text: &str) -> Option<OriginPattern> {
-    let uri: http::Uri = text.parse().ok()?;
-    let scheme = uri.scheme_str()?.to_ascii_lowercase();
-    if !matches!(scheme.as_str(), "http" | "https") || uri.path_and_query().is_some_and(|p| p.as_str() != "/") {
-        return None;
-    }
-    let host = uri.host()?.to_ascii_lowercase();
-    Some(OriginPattern::Origin { scheme, host, port: uri.port_u16() })
-}
-
-/// DNS rebinding protection: a request with an `Origin` header must come
-/// from an allowed origin, else 403 (before authentication, before the body
-/// is read).
-pub fn check_origin(config: &McpConfig, headers: &HeaderMap) -> Result<(), Reply> {
-    let Some(origin) = headers.get(http::header::ORIGIN) else { return Ok(()) };
-    let parsed = origin.to_str().ok().and_then(parse_origin);
-    let allowed = match &parsed {
-        Some(origin) => config.allowed_origins.iter().any(|p| p.allows(origin)),
-        // `Origin: null` (sandboxed pages, file: URLs) only under "*".
-        None => config.allowed_origins.contains(&OriginPattern::Any),
-    };
-    if allowed {
-        return Ok(());
-    }
-    tracing::info!(origin = ?origin, "MCP request refused: Origin not in mcp.allowed_origins");
-    let body = OutgoingResponse::error(Value::Null, TRANSPORT_ERROR, "Forbidden: this Origin may not use the MCP endpoint");
-    // The body was not read: the connection cannot carry another request.
-    Err(Reply { close: true, ..reply(403, body.to_bytes()) })
+    /// The older name of `[server] allowed_origins`, still accepted: it
+    /// applies to every data-plane route when that is not set.
+    pub allowed_origins: Option<Vec<OriginPattern>>,
 }
 
 /// The MCP front's state: the tool name table, built once per catalog.
@@ -408,33 +319,6 @@ fn reply(status: u16, body: Bytes) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn headers(origin: &str) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        h.insert(http::header::ORIGIN, origin.parse().expect("header"));
-        h
-    }
-
-    #[test]
-    fn only_allowed_origins_pass() {
-        let config = McpConfig::default();
-        assert!(check_origin(&config, &HeaderMap::new()).is_ok());
-        for ok in ["http://localhost:3000", "http://127.0.0.1", "https://[::1]:8443", "http://LOCALHOST:1"] {
-            assert!(check_origin(&config, &headers(ok)).is_ok(), "{ok}");
-        }
-        for bad in ["http://evil.example.com", "null", "http://localhost.evil.com", "ftp://localhost"] {
-            let refused = check_origin(&config, &headers(bad)).expect_err(bad);
-            assert_eq!(refused.status, 403);
-        }
-        let config: McpConfig = toml::from_str("allowed_origins = [\"https://app.example.com:8443\"]").expect("valid");
-        assert!(check_origin(&config, &headers("https://app.example.com:8443")).is_ok());
-        assert!(check_origin(&config, &headers("https://app.example.com")).is_err());
-        assert!(check_origin(&config, &headers("http://localhost")).is_err());
-        let config: McpConfig = toml::from_str("allowed_origins = [\"*\"]").expect("valid");
-        assert!(check_origin(&config, &headers("null")).is_ok());
-        assert!(toml::from_str::<McpConfig>("allowed_origins = [\"app.example.com\"]").is_err());
-        assert!(toml::from_str::<McpConfig>("allowed_origins = [\"http://a.com/path\"]").is_err());
-    }
 
     #[test]
     fn versions_are_negotiated() {

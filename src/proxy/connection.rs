@@ -44,6 +44,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::{header_line_size, InFlight, OtcProxy};
 use crate::auth::{Credentials, API_KEY_HEADER};
+use crate::browser::BrowserPolicy;
 use crate::error::{FrontError, Reply};
 use crate::upstream::http1::decimal;
 
@@ -177,6 +178,10 @@ struct CallHead {
     authorization: Option<Range<usize>>,
     /// Where the `traceparent` value is, continued upstream.
     traceparent: Option<Range<usize>>,
+    /// Where the (one) `Host` value is.
+    host: Range<usize>,
+    /// Where the `Origin` value is, when a browser sent one.
+    origin: Option<Range<usize>>,
 }
 
 impl CallHead {
@@ -186,6 +191,12 @@ impl CallHead {
             api_key: self.api_key.clone().map(|at| &buf[at]),
             authorization: self.authorization.clone().map(|at| &buf[at]),
         }
+    }
+
+    /// The browser checks every data-plane route passes ([`BrowserPolicy`]).
+    fn check_browser(&self, buf: &[u8], policy: &BrowserPolicy) -> Result<(), FrontError> {
+        policy.check_host(Some(&buf[self.host.clone()]))?;
+        policy.check_origin(self.origin.clone().map(|at| &buf[at]), false)
     }
 
     /// The client's `traceparent`, when it is text (httparse let no control
@@ -231,6 +242,11 @@ impl Front {
         // The runtime the request is served under: loaded once its head is
         // in (not while the connection idled), and kept to its end.
         let runtime = gateway.runtime_owned();
+        if let Err(refused) = head.check_browser(&conn.buf, &runtime.browser) {
+            let reply = refused.to_reply();
+            gateway.metrics.record_http("/tools/call", reply.status);
+            return write_reply(conn, &reply, false).await;
+        }
         let Ok(caller) = runtime.authenticator.authenticate_credentials(head.credentials(&conn.buf)) else {
             return Next::HandOver;
         };
@@ -308,8 +324,9 @@ fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Pars
     {
         return Parsed::Other;
     }
-    let mut head = CallHead { len, body_len: 0, api_key: None, authorization: None, traceparent: None };
+    let mut head = CallHead { len, body_len: 0, api_key: None, authorization: None, traceparent: None, host: 0..0, origin: None };
     let mut body_len = None;
+    let mut hosts = 0;
     let mut size = 0;
     let at = |value: &[u8]| {
         let start = value.as_ptr() as usize - buf.as_ptr() as usize;
@@ -342,16 +359,23 @@ fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Pars
             // A second one is ignored, as on pingora's path.
             head.traceparent.get_or_insert_with(|| at(value));
             continue;
+        } else if name.eq_ignore_ascii_case("host") {
+            hosts += 1;
+            head.host = at(value);
+            continue;
+        } else if name.eq_ignore_ascii_case("origin") {
+            &mut head.origin
         } else {
             continue;
         };
         if slot.is_some() {
-            // Credentials sent twice: pingora's path refuses them.
+            // Credentials (or Origin) sent twice: pingora's path refuses them.
             return Parsed::Other;
         }
         *slot = Some(at(value));
     }
-    if size > max_header_bytes {
+    // No Host or several: pingora's path refuses it (`head`).
+    if size > max_header_bytes || hosts != 1 {
         return Parsed::Other;
     }
     match body_len {
@@ -429,8 +453,16 @@ async fn serve_through_pingora(proxy: &Arc<OtcProxy>, stream: Stream, read: Byte
 mod tests {
     use super::*;
 
+    /// Parses `head` with a `Host` line added after its request line.
     fn parse(head: &str) -> Parsed {
-        parse_call_head(head.as_bytes(), 8192, 1024)
+        parse_call_head(with_host(head).as_bytes(), 8192, 1024)
+    }
+
+    fn with_host(head: &str) -> String {
+        match head.split_once("\r\n") {
+            Some((line, rest)) => format!("{line}\r\nHost: localhost\r\n{rest}"),
+            None => head.to_owned(),
+        }
     }
 
     fn is_call(parsed: &Parsed) -> bool {
@@ -517,12 +549,14 @@ mod tests {
             call.traceparent(buf.as_bytes()).as_deref(),
             Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
         );
-        let twice = "POST /call HTTP/1.1\r\ntraceparent: first\r\ntraceparent: second\r\nContent-Length: 0\r\n\r\n";
-        let Parsed::Call(call) = parse(twice) else { panic!("a plain call") };
+        let twice = with_host("POST /call HTTP/1.1\r\ntraceparent: first\r\ntraceparent: second\r\nContent-Length: 0\r\n\r\n");
+        let Parsed::Call(call) = parse_call_head(twice.as_bytes(), 8192, 1024) else { panic!("a plain call") };
         assert_eq!(call.traceparent(twice.as_bytes()).as_deref(), Some("first"), "the first traceparent counts");
-        let keyed = "POST /tools/call HTTP/1.1\r\nOXP-API-Key: k2\r\nContent-Length: 0\r\n\r\n";
-        let Parsed::Call(call) = parse(keyed) else { panic!("a plain call") };
+        let keyed = with_host("POST /tools/call HTTP/1.1\r\nOXP-API-Key: k2\r\nContent-Length: 0\r\n\r\n");
+        let Parsed::Call(call) = parse_call_head(keyed.as_bytes(), 8192, 1024) else { panic!("a plain call") };
         assert_eq!(call.credentials(keyed.as_bytes()).api_key, Some(&b"k2"[..]));
+        assert!(matches!(parse_call_head(b"POST /call HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 8192, 1024), Parsed::Other), "no Host");
+        assert!(matches!(parse("POST /call HTTP/1.1\r\nHost: b\r\nContent-Length: 0\r\n\r\n"), Parsed::Other), "two Hosts");
         assert!(is_call(&parse("POST /call HTTP/1.1\r\nContent-Length: 0\r\nConnection: Keep-Alive\r\n\r\n")));
         let Parsed::Call(call) = parse("POST /call HTTP/1.1\r\nContent-Length: 7 \r\n\r\n") else { panic!("a plain call") };
         assert_eq!(call.body_len, 7, "whitespace around the length is not part of it");
@@ -596,6 +630,7 @@ mod tests {
             if let Some(auth) = &authorization { lines.insert(0, format!("{}: {auth}", case("authorization"))); }
             if let Some(tp) = &traceparent { lines.push(format!("{}: {tp}", case("traceparent"))); }
             lines.push("Content-Length: 2".to_owned());
+            lines.push("Host: localhost".to_owned());
             let head = format!("POST /tools/call HTTP/1.1\r\n{}\r\n\r\n{{}}", lines.join("\r\n"));
             let Parsed::Call(call) = parse_call_head(head.as_bytes(), 8192, 1024) else {
                 return Err(proptest::test_runner::TestCaseError::fail(format!("not read as a call: {head:?}")));

@@ -16,10 +16,12 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use pingora::apps::{HttpServerApp, ReusedHttpStream};
+use pingora::http::ResponseHeader;
 use pingora::protocols::http::ServerSession as Session;
 use pingora::server::ShutdownWatch;
 use pingora::ErrorType;
@@ -27,6 +29,7 @@ use pingora::ErrorType;
 use pingora_timeout::fast_timeout::fast_timeout;
 
 mod connection;
+mod head;
 mod reply;
 
 pub use connection::Front;
@@ -35,6 +38,7 @@ use crate::auth::Caller;
 use crate::call::call_tool;
 use crate::error::{FrontError, Reply};
 use crate::gateway::{Gateway, Runtime};
+use head::Expect;
 
 /// The gateway's front as a pingora HTTP application.
 pub struct OtcProxy {
@@ -79,35 +83,49 @@ impl OtcProxy {
         OtcProxy { gateway, in_flight, mcp: Default::default() }
     }
 
-    /// Dispatches on the route and method.
+    /// Checks the head, then dispatches on the route and method.
     async fn serve(&self, session: &mut Session, route: &'static str) -> Reply {
-        if let Err(e) = check_framing(session, self.gateway.runtime().config.server.max_header_bytes) {
-            return e.to_reply();
-        }
+        let expect = match check_head(&self.gateway.runtime(), session, route) {
+            Ok(expect) => expect,
+            Err(e) => return e.to_reply(),
+        };
         let method = session.req_header().method.clone();
         let result = match route {
             "/health" => match method {
-                http::Method::GET | http::Method::HEAD => Ok(self.health()),
+                http::Method::GET | http::Method::HEAD => self.admit().map(|_in_flight| self.health()),
                 _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
             },
             "/tools" => match method {
-                http::Method::GET | http::Method::HEAD => {
+                http::Method::GET | http::Method::HEAD => self.admit().and_then(|_in_flight| {
                     let runtime = self.gateway.runtime();
                     authenticate(&runtime, session).map(|caller| {
                         Reply::ok(runtime.access.listing(&self.gateway.catalog.load(), runtime.access.matching(&caller)))
                     })
-                }
+                }),
                 _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
             },
             "/tools/call" => match method {
-                http::Method::POST => self.call(session).await,
+                http::Method::POST => self.call(session, expect).await,
                 _ => Err(FrontError::MethodNotAllowed { allow: "POST" }),
             },
             // (Boxed to keep its state out of every request's future.)
-            "/mcp" => Box::pin(self.mcp(session)).await,
+            "/mcp" => Box::pin(self.mcp(session, expect)).await,
             _ => Err(FrontError::NotFound(session.req_header().uri.path().chars().take(200).collect())),
         };
         result.unwrap_or_else(|e| e.to_reply())
+    }
+
+    /// Counts a request whose head and body have arrived as in flight, or
+    /// refuses it over `server.max_in_flight`. Requests still arriving are
+    /// not counted: a client that sends a head and stalls holds no slot
+    /// (slow connections are bounded by `server.max_connections`).
+    fn admit(&self) -> Result<InFlight, FrontError> {
+        let (in_flight, count) = InFlight::enter(&self.in_flight);
+        let limit = self.gateway.runtime().config.server.max_in_flight;
+        if count > limit {
+            return Err(FrontError::Overloaded(limit));
+        }
+        Ok(in_flight)
     }
 
     fn health(&self) -> Reply {
@@ -117,12 +135,9 @@ impl OtcProxy {
 
     /// The MCP front (`mcp::server`): the Origin first (DNS rebinding
     /// protection), then credentials, then one JSON-RPC message per POST.
-    async fn mcp(&self, session: &mut Session) -> Result<Reply, FrontError> {
+    async fn mcp(&self, session: &mut Session, expect: Expect) -> Result<Reply, FrontError> {
         let (limit, deadline, caller) = {
             let runtime = self.gateway.runtime();
-            if let Err(refused) = crate::mcp::server::check_origin(&runtime.config.mcp, &session.req_header().headers) {
-                return Ok(refused);
-            }
             (runtime.config.server.max_body_bytes, runtime.config.server.body_timeout.0, authenticate(&runtime, session)?)
         };
         if session.req_header().method != http::Method::POST {
@@ -130,21 +145,19 @@ impl OtcProxy {
             // no state to end (DELETE).
             return Err(FrontError::MethodNotAllowed { allow: "POST" });
         }
-        let body = fast_timeout(deadline, read_body(session, limit))
-            .await
-            .map_err(|_| FrontError::BodyTimeout(deadline))??;
+        let body = read_body_within(session, expect, limit, deadline).await?;
+        let _in_flight = self.admit()?;
         Ok(self.mcp.handle_post(&self.gateway, &caller, &session.req_header().headers, &body).await)
     }
 
-    async fn call(&self, session: &mut Session) -> Result<Reply, FrontError> {
+    async fn call(&self, session: &mut Session, expect: Expect) -> Result<Reply, FrontError> {
         // Credentials first: an unauthenticated client's body is not read.
         // One runtime for the whole request, as on the gateway's own reader.
         let runtime = self.gateway.runtime_owned();
         let caller = authenticate(&runtime, session)?;
         let (limit, deadline) = (runtime.config.server.max_body_bytes, runtime.config.server.body_timeout.0);
-        let body = fast_timeout(deadline, read_body(session, limit))
-            .await
-            .map_err(|_| FrontError::BodyTimeout(deadline))??;
+        let body = read_body_within(session, expect, limit, deadline).await?;
+        let _in_flight = self.admit()?;
         let traceparent = session.req_header().headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
         self.run_call(runtime, &caller, &body, traceparent).await
     }
@@ -177,36 +190,43 @@ fn header_line_size(name: &str, value: &[u8]) -> usize {
     name.len() + value.len() + 4
 }
 
-/// Refuses oversized headers and the framing request smuggling relies on:
-/// Content-Length together with Transfer-Encoding, or Content-Lengths that
-/// disagree.
-fn check_framing(session: &Session, max_header_bytes: usize) -> Result<(), FrontError> {
+/// Refuses oversized headers, then runs the checks every head passes
+/// ([`head`]) on the raw head pingora read.
+fn check_head(runtime: &Runtime, session: &Session, route: &'static str) -> Result<Expect, FrontError> {
+    let max_header_bytes = runtime.config.server.max_header_bytes;
     let headers = &session.req_header().headers;
     let size: usize = headers.iter().map(|(name, value)| header_line_size(name.as_str(), value.as_bytes())).sum();
     if size > max_header_bytes {
         return Err(FrontError::HeadersTooLarge { limit: max_header_bytes });
     }
-    let mut lengths = headers.get_all(http::header::CONTENT_LENGTH).iter();
-    if let Some(first) = lengths.next() {
-        if headers.contains_key(http::header::TRANSFER_ENCODING) {
-            return Err(FrontError::AmbiguousFraming("both Content-Length and Transfer-Encoding"));
-        }
-        if lengths.any(|other| other != first) {
-            return Err(FrontError::AmbiguousFraming("several different Content-Lengths"));
-        }
+    let Session::H1(_) = session else { return Ok(Expect::Nothing) };
+    head::check_raw_head(&session.to_h1_raw(), &runtime.browser, route == "/mcp")
+}
+
+/// Reads the body within `deadline`, first telling a client that waits
+/// for it (`Expect: 100-continue`) to send it.
+async fn read_body_within(session: &mut Session, expect: Expect, limit: usize, deadline: Duration) -> Result<Bytes, FrontError> {
+    if expect == Expect::Continue && !body_over(session, limit) {
+        let go_on = ResponseHeader::build(100, Some(0)).map_err(|e| FrontError::BodyUnreadable(e.to_string()))?;
+        session.write_response_header(Box::new(go_on)).await.map_err(|e| FrontError::BodyUnreadable(e.to_string()))?;
     }
-    Ok(())
+    fast_timeout(deadline, read_body(session, limit)).await.map_err(|_| FrontError::BodyTimeout(deadline))?
+}
+
+/// Whether the declared Content-Length is over `limit` (refused unread).
+fn body_over(session: &Session, limit: usize) -> bool {
+    declared_length(session).is_some_and(|n| n > limit as u64)
+}
+
+/// The request's Content-Length, when it has a readable one.
+fn declared_length(session: &Session) -> Option<u64> {
+    session.req_header().headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
 }
 
 /// Reads the whole request body, refusing more than `limit` bytes: by the
 /// declared Content-Length before reading, or as the chunks arrive.
 async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, FrontError> {
-    let declared = session
-        .req_header()
-        .headers
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared = declared_length(session);
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(FrontError::BodyTooLarge { limit });
     }
@@ -224,13 +244,7 @@ impl OtcProxy {
     /// One request, from its parsed head to its reply.
     async fn answer(&self, session: &mut Session) -> Reply {
         let route = route_of(session.req_header().uri.path());
-        let (_in_flight, count) = InFlight::enter(&self.in_flight);
-        let limit = self.gateway.runtime().config.server.max_in_flight;
-        let reply = if count > limit {
-            FrontError::Overloaded(limit).to_reply()
-        } else {
-            self.serve(session, route).await
-        };
+        let reply = self.serve(session, route).await;
         self.gateway.metrics.record_http(route, reply.status);
         reply
     }
@@ -256,11 +270,17 @@ impl HttpServerApp for OtcProxy {
                 // empty page; a broken connection gets nothing.
                 if matches!(e.etype(), ErrorType::InvalidHTTPHeader) {
                     // (Its reply closes the connection.)
-                    let reply = FrontError::MalformedHead(e.to_string()).to_reply();
+                    let too_many = e.root_cause().downcast_ref::<httparse::Error>() == Some(&httparse::Error::TooManyHeaders);
+                    let error = if too_many {
+                        FrontError::TooManyHeaders { limit: head::MAX_HEADER_LINES }
+                    } else {
+                        FrontError::MalformedHead(e.to_string())
+                    };
+                    let reply = error.to_reply();
+                    self.gateway.metrics.record_http("other", reply.status);
                     if let Err(write_error) = reply::write_through_pingora(&mut session, reply, false).await {
                         tracing::debug!(error = %write_error, "could not write an error response");
                     }
-                    self.gateway.metrics.record_http("other", 400);
                 }
                 session.shutdown().await;
                 return None;

@@ -1,0 +1,159 @@
+//! The checks every request head passes, on either reader: framing (RFC
+//! 9112), `Host`, `Origin`. Both readers gather the same [`HeadFacts`] from
+//! their httparse header lines and call [`HeadFacts::check`], so a request
+//! is refused alike whichever reader saw it. pingora's path re-parses the
+//! raw head it read: pingora itself drops a Content-Length sent with
+//! Transfer-Encoding and merges equal duplicates, which is exactly what
+//! must be seen to refuse them.
+
+use crate::browser::BrowserPolicy;
+use crate::error::FrontError;
+
+/// The most header lines a request may have; more get 431.
+pub(super) const MAX_HEADER_LINES: usize = 100;
+
+/// What the checks need of a head, gathered in one pass over its lines.
+#[derive(Debug, Default)]
+pub(super) struct HeadFacts<'h> {
+    /// Header lines.
+    lines: usize,
+    /// Content-Length values (a comma-separated list counts each one).
+    content_lengths: usize,
+    /// The `Transfer-Encoding` lines, and the first's value.
+    transfer_encodings: usize,
+    transfer_encoding: Option<&'h [u8]>,
+    /// The `Host` lines, and the first's value.
+    hosts: usize,
+    host: Option<&'h [u8]>,
+    /// The first `Origin`.
+    origin: Option<&'h [u8]>,
+    /// The first `Expect`.
+    expect: Option<&'h [u8]>,
+}
+
+/// What a head's `Expect` asks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Expect {
+    /// Nothing.
+    Nothing,
+    /// `100-continue`: the client waits for `100 Continue` before its body.
+    Continue,
+}
+
+impl<'h> HeadFacts<'h> {
+    /// Notes one header line. Returns whether it was one of the headers
+    /// gathered here (the lean reader then looks no further at it).
+    pub(super) fn note(&mut self, name: &str, value: &'h [u8]) -> bool {
+        self.lines += 1;
+        if name.eq_ignore_ascii_case("host") {
+            self.hosts += 1;
+            self.host.get_or_insert(value);
+        } else if name.eq_ignore_ascii_case("content-length") {
+            self.content_lengths += 1 + value.iter().filter(|&&b| b == b',').count();
+        } else if name.eq_ignore_ascii_case("transfer-encoding") {
+            self.transfer_encodings += 1;
+            self.transfer_encoding.get_or_insert(value);
+        } else if name.eq_ignore_ascii_case("origin") {
+            self.origin.get_or_insert(value);
+        } else if name.eq_ignore_ascii_case("expect") {
+            self.expect.get_or_insert(value);
+        } else {
+            return false;
+        }
+        true
+    }
+
+    /// The framing, `Host` and `Origin` checks, in that order: a head
+    /// whose length is in doubt is refused before anything is judged on it.
+    /// `http11` is false for HTTP/1.0 (which needs no `Host`); `mcp` shapes
+    /// an `Origin` refusal for `/mcp`.
+    pub(super) fn check(&self, http11: bool, policy: &BrowserPolicy, mcp: bool) -> Result<Expect, FrontError> {
+        if self.lines > MAX_HEADER_LINES {
+            return Err(FrontError::TooManyHeaders { limit: MAX_HEADER_LINES });
+        }
+        if self.content_lengths > 0 && self.transfer_encodings > 0 {
+            return Err(FrontError::AmbiguousFraming("both Content-Length and Transfer-Encoding"));
+        }
+        if self.content_lengths > 1 {
+            return Err(FrontError::AmbiguousFraming("more than one Content-Length"));
+        }
+        match self.transfer_encoding {
+            Some(coding) if self.transfer_encodings > 1 || !coding.trim_ascii().eq_ignore_ascii_case(b"chunked") => {
+                return Err(FrontError::UnsupportedTransferEncoding)
+            }
+            _ => {}
+        }
+        if http11 && self.hosts != 1 {
+            return Err(FrontError::HostHeader(if self.hosts == 0 { "missing" } else { "more than one" }));
+        }
+        policy.check_host(self.host)?;
+        policy.check_origin(self.origin, mcp)?;
+        match self.expect {
+            None => Ok(Expect::Nothing),
+            Some(value) if value.trim_ascii().eq_ignore_ascii_case(b"100-continue") => Ok(Expect::Continue),
+            Some(_) => Err(FrontError::ExpectationFailed),
+        }
+    }
+}
+
+/// The facts of a raw head (pingora's path): parsed again with httparse,
+/// with room for one line more than allowed so that too many is seen.
+pub(super) fn check_raw_head(raw: &[u8], policy: &BrowserPolicy, mcp: bool) -> Result<Expect, FrontError> {
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADER_LINES + 1];
+    let mut request = httparse::Request::new(&mut slots);
+    match request.parse(raw) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Err(httparse::Error::TooManyHeaders) => return Err(FrontError::TooManyHeaders { limit: MAX_HEADER_LINES }),
+        // pingora parsed it already; its parser is laxer about request
+        // targets (it escapes them), which changes nothing checked here.
+        _ => return Ok(Expect::Nothing),
+    }
+    let mut facts = HeadFacts::default();
+    for header in request.headers.iter() {
+        facts.note(header.name, header.value);
+    }
+    facts.check(request.version == Some(1), policy, mcp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    fn check(head: &str) -> Result<Expect, FrontError> {
+        let policy = BrowserPolicy::new(&Config::parse("", "test").expect("config"));
+        check_raw_head(head.as_bytes(), &policy, false)
+    }
+
+    fn status(head: &str) -> u16 {
+        check(head).map_or_else(|e| e.status(), |_| 200)
+    }
+
+    #[test]
+    fn framing_refusals_have_their_statuses() {
+        let ok = "POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n";
+        assert_eq!(status(ok), 200);
+        for (head, expected) in [
+            ("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nContent-Length: 2\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 67\r\nContent-Length: 67\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 67, 67\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nContent-Length: 2\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nHost: localhost\r\nHost: localhost\r\nContent-Length: 2\r\n\r\n", 400),
+            ("POST / HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
+            ("POST / HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", 501),
+            ("POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\nExpect: 200-ok\r\n\r\n", 417),
+            ("GET / HTTP/1.1\r\nHost: evil.example\r\n\r\n", 421),
+            ("GET / HTTP/1.1\r\nHost: localhost\r\nOrigin: https://evil.example\r\n\r\n", 403),
+        ] {
+            assert_eq!(status(head), expected, "{head:?}");
+        }
+        assert_eq!(check("POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\nExpect: 100-Continue\r\n\r\n").ok(), Some(Expect::Continue));
+        assert_eq!(status("GET / HTTP/1.0\r\n\r\n"), 200, "HTTP/1.0 needs no Host");
+        assert_eq!(status("POST / HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding:  Chunked \r\n\r\n"), 200);
+        let lines: String = (0..MAX_HEADER_LINES).map(|i| format!("X-{i}: y\r\n")).collect();
+        assert_eq!(status(&format!("GET / HTTP/1.1\r\nHost: localhost\r\n{lines}\r\n")), 431);
+        let many: String = (0..400).map(|i| format!("X-{i}: y\r\n")).collect();
+        assert_eq!(status(&format!("GET / HTTP/1.1\r\nHost: localhost\r\n{many}\r\n")), 431);
+    }
+}
