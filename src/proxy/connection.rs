@@ -42,6 +42,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
+use super::open_connections::{OpenConnections, Registered};
 use super::{header_line_size, InFlight, OtcProxy};
 use crate::auth::{Credentials, API_KEY_HEADER};
 use crate::browser::BrowserPolicy;
@@ -65,12 +66,13 @@ const MAX_HEADERS: usize = 32;
 /// with the gateway's own reader.
 pub struct Front {
     proxy: Arc<OtcProxy>,
+    open: Arc<OpenConnections>,
 }
 
 impl Front {
     /// A front over the gateway's HTTP application.
     pub fn new(proxy: OtcProxy) -> Front {
-        Front { proxy: Arc::new(proxy) }
+        Front { proxy: Arc::new(proxy), open: Arc::default() }
     }
 }
 
@@ -90,6 +92,11 @@ struct Connection {
     /// Ends a wait for a head when shutdown begins: one subscription for the
     /// connection's life, where one per wait took and released a waiter slot.
     stopping: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// Its place among the open connections (`open_connections`).
+    registered: Option<Registered>,
+    /// Ends a wait for the client once the connection was closed to make
+    /// room for a newer one; one subscription for the connection's life.
+    evicted: Pin<Box<dyn Future<Output = ()> + Send>>,
 }
 
 impl Connection {
@@ -107,6 +114,21 @@ impl Connection {
             idle: Box::pin(tokio::time::sleep(KEEP_ALIVE)),
             active: false,
             stopping: Box::pin(stopping),
+            registered: None,
+            evicted: Box::pin(std::future::pending()),
+        }
+    }
+
+    /// Counts the connection among the open ones.
+    fn register(&mut self, registered: Registered) {
+        self.evicted = registered.closed();
+        self.registered = Some(registered);
+    }
+
+    /// Marks it as running a request, which is never closed for room.
+    fn set_busy(&self, busy: bool) {
+        if let Some(registered) = &self.registered {
+            registered.set_busy(busy);
         }
     }
 }
@@ -136,15 +158,42 @@ impl ServerApp for Front {
         // nothing read into it yet, is closed.
         drop(stream);
         let mut conn = Connection::new(socket, shutdown);
+        let max_connections = self.proxy.gateway.runtime().config.server.max_connections;
+        conn.register(self.open.register(max_connections));
         loop {
             match self.serve_next(&mut conn, shutdown).await {
                 Next::Served => {}
                 Next::Close => return None,
-                Next::HandOver => break,
+                Next::HandOver => conn = self.serve_one_through_pingora(conn, shutdown).await?,
             }
         }
-        serve_through_pingora(&self.proxy, Box::new(L4Stream::from(conn.stream)), conn.buf, shutdown).await;
-        None
+    }
+}
+
+impl Front {
+    /// Hands one request to pingora's session, its bytes read so far first,
+    /// and takes the connection back after the reply: every head on a
+    /// connection is read here first, under one header deadline and one
+    /// connection bound.
+    async fn serve_one_through_pingora(&self, conn: Connection, shutdown: &ShutdownWatch) -> Option<Connection> {
+        let Connection { stream, buf, idle, active, stopping, registered, evicted } = conn;
+        let mut session = Session::new_http1(Box::new(L4Stream::from(stream)));
+        session.set_keepalive(if *shutdown.borrow() { None } else { Some(KEEP_ALIVE.as_secs()) });
+        if !buf.is_empty() {
+            session.set_pipelined_prefix(buf);
+        }
+        if let Some(registered) = &registered {
+            registered.set_busy(true);
+        }
+        let back = self.proxy.serve_one(session, shutdown).await?;
+        if let Some(registered) = &registered {
+            registered.set_busy(false);
+        }
+        let stream = take_socket(&back.stream).ok()?;
+        // (The duplicate carries the connection on; this closes the original descriptor.)
+        drop(back.stream);
+        let buf = back.pipelined.unwrap_or_else(|| BytesMut::with_capacity(READ_BUF));
+        Some(Connection { stream, buf, idle, active, stopping, registered, evicted })
     }
 }
 
@@ -222,21 +271,22 @@ impl Front {
     /// not a plain call.
     async fn serve_next(&self, conn: &mut Connection, shutdown: &ShutdownWatch) -> Next {
         let gateway = &self.proxy.gateway;
-        let (max_header_bytes, max_body, body_timeout, max_in_flight) = {
+        let (max_header_bytes, max_body, body_timeout, max_in_flight, header_timeout) = {
             let server = &gateway.runtime().config.server;
-            (server.max_header_bytes, server.max_body_bytes, server.body_timeout.0, server.max_in_flight)
+            (server.max_header_bytes, server.max_body_bytes, server.body_timeout.0, server.max_in_flight, server.header_timeout.0)
         };
-        let head = match read_call_head(conn, max_header_bytes, max_body).await {
+        let head = match read_call_head(conn, max_header_bytes, max_body, header_timeout).await {
             Ok(head) => head,
-            Err(next) => return next,
+            Err(HeadWait::Done(next)) => return next,
+            Err(HeadWait::TimedOut) => {
+                let reply = FrontError::HeadTimeout(header_timeout).to_reply();
+                gateway.metrics.record_http("other", reply.status);
+                return write_reply(conn, &reply, false).await;
+            }
         };
         // Past this point the request is served here; until it, nothing is
         // consumed, and pingora's path answers (and counts) what is refused.
         if *shutdown.borrow() {
-            return Next::HandOver;
-        }
-        let (in_flight, count) = InFlight::enter(&self.proxy.in_flight);
-        if count > max_in_flight {
             return Next::HandOver;
         }
         // The runtime the request is served under: loaded once its head is
@@ -254,45 +304,94 @@ impl Front {
         conn.buf.advance(head.len);
         let (reply, keep_alive) = match read_body_within(conn, head.body_len, body_timeout).await {
             Ok(Some(body)) => {
-                let served = self.proxy.run_call(runtime, &caller, &body, traceparent).await;
+                // In flight from here: a request counts once it has arrived.
+                let (in_flight, count) = InFlight::enter(&self.proxy.in_flight);
+                let served = if count > max_in_flight {
+                    Err(FrontError::Overloaded(max_in_flight))
+                } else {
+                    conn.set_busy(true);
+                    self.proxy.run_call(runtime, &caller, &body, traceparent).await
+                };
+                drop(in_flight);
+                conn.set_busy(false);
                 let reply = served.unwrap_or_else(|e| e.to_reply());
                 let keep_alive = !reply.close && !*shutdown.borrow();
                 (reply, keep_alive)
             }
-            // The client went away mid-body: nobody to answer.
+            // The client went away mid-body, or its connection was closed
+            // to make room: nobody to answer.
             Ok(None) => return Next::Close,
             Err(_) => (FrontError::BodyTimeout(body_timeout).to_reply(), false),
         };
         gateway.metrics.record_http("/tools/call", reply.status);
-        drop(in_flight);
         write_reply(conn, &reply, keep_alive).await
     }
 }
 
+/// Why no plain call's head came.
+enum HeadWait {
+    /// Not a plain call's (hand over), or the connection is done.
+    Done(Next),
+    /// The head did not arrive whole within `server.header_timeout` of its
+    /// first byte.
+    TimedOut,
+}
+
 /// Waits for a complete head in the connection's buffer and parses it; `Err`
-/// when it is not a plain call's or the connection is done.
-async fn read_call_head(conn: &mut Connection, max_header_bytes: usize, max_body: usize) -> Result<CallHead, Next> {
+/// when it is not a plain call's, the connection is done, or the head is
+/// too slow.
+///
+/// While no byte of a head is in, the keep-alive bounds the wait; from the
+/// first byte, the header deadline does (the `idle` timer is moved to it,
+/// and back once the head is in). A head that comes in one read, as most
+/// do, never reads the clock for it.
+async fn read_call_head(
+    conn: &mut Connection,
+    max_header_bytes: usize,
+    max_body: usize,
+    header_timeout: Duration,
+) -> Result<CallHead, HeadWait> {
+    let mut head_deadline = None;
     loop {
-        match parse_call_head(&conn.buf, max_header_bytes, max_body) {
+        let parsed = match parse_call_head(&conn.buf, max_header_bytes, max_body) {
+            Parsed::Partial if conn.buf.len() >= MAX_LEAN_HEAD => Parsed::Other,
+            parsed => parsed,
+        };
+        if head_deadline.is_some() && !matches!(parsed, Parsed::Partial) {
+            // (pingora's path bounds the rest of a head handed over.) The
+            // bytes so far are counted in this reset.
+            conn.idle.as_mut().reset(Instant::now() + KEEP_ALIVE);
+            conn.active = false;
+        }
+        match parsed {
             Parsed::Call(head) => return Ok(head),
-            Parsed::Other => return Err(Next::HandOver),
-            Parsed::Partial if conn.buf.len() >= MAX_LEAN_HEAD => return Err(Next::HandOver),
+            Parsed::Other => return Err(HeadWait::Done(Next::HandOver)),
             Parsed::Partial => {}
         }
-        let Connection { stream, buf, idle, active, stopping } = conn;
+        if head_deadline.is_none() && !conn.buf.is_empty() {
+            let deadline = Instant::now() + header_timeout;
+            conn.idle.as_mut().reset(deadline);
+            head_deadline = Some(deadline);
+        }
+        let Connection { stream, buf, idle, active, stopping, evicted, .. } = conn;
         let read = tokio::select! {
             biased;
             read = read_more(stream, buf) => Some(read),
             () = idle.as_mut() => None,
             // Shutdown began: an idle connection closes at once, a partial
             // head goes unanswered (as on pingora's path).
-            () = stopping.as_mut() => return Err(Next::Close),
+            () = stopping.as_mut() => return Err(HeadWait::Done(Next::Close)),
+            // Closed to make room for a newer connection.
+            () = evicted.as_mut() => return Err(HeadWait::Done(Next::Close)),
         };
         let Some(read) = read else {
+            if head_deadline.is_some() {
+                return Err(HeadWait::TimedOut);
+            }
             // Idle too long closes the connection, as shutdown does; a
             // client that sent something meanwhile gets more time.
             if !std::mem::take(active) {
-                return Err(Next::Close);
+                return Err(HeadWait::Done(Next::Close));
             }
             idle.as_mut().reset(Instant::now() + KEEP_ALIVE);
             continue;
@@ -300,7 +399,7 @@ async fn read_call_head(conn: &mut Connection, max_header_bytes: usize, max_body
         match read {
             Ok(n) if n > 0 => *active = true,
             // Closed or broken: a partial head has nobody waiting for its answer.
-            _ => return Err(Next::Close),
+            _ => return Err(HeadWait::Done(Next::Close)),
         }
     }
 }
@@ -400,20 +499,30 @@ async fn read_body_within(conn: &mut Connection, len: usize, timeout: Duration) 
     if conn.buf.len() >= len {
         return Ok(Some(conn.buf.split_to(len).freeze()));
     }
-    fast_timeout(timeout, read_body(conn, len)).await
+    let Connection { evicted, .. } = conn;
+    let mut evicted = evicted.as_mut();
+    // (The eviction future is taken apart from the rest of the connection.)
+    let body = fast_timeout(timeout, async {
+        tokio::select! {
+            biased;
+            body = read_body(&mut conn.stream, &mut conn.buf, len) => body,
+            () = evicted.as_mut() => None,
+        }
+    });
+    body.await
 }
 
 /// The body that follows a head, `len` bytes; `None` when the connection
 /// ended first.
-async fn read_body(conn: &mut Connection, len: usize) -> Option<Bytes> {
-    conn.buf.reserve(len - conn.buf.len());
-    while conn.buf.len() < len {
-        match read_more(&mut conn.stream, &mut conn.buf).await {
+async fn read_body(stream: &mut TcpStream, buf: &mut BytesMut, len: usize) -> Option<Bytes> {
+    buf.reserve(len - buf.len());
+    while buf.len() < len {
+        match read_more(stream, buf).await {
             Ok(n) if n > 0 => {}
             _ => return None,
         }
     }
-    Some(conn.buf.split_to(len).freeze())
+    Some(buf.split_to(len).freeze())
 }
 
 /// Writes a reply; closes the connection unless it is kept alive.
@@ -499,28 +608,52 @@ mod tests {
         (Connection::new(accepted, &watch), client, shutdown)
     }
 
+    /// The header deadline the timer tests use.
+    const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
     #[tokio::test(start_paused = true)]
     async fn a_silent_connection_closes_after_the_keep_alive() {
         let (mut conn, _client, _shutdown) = connection().await;
         let started = Instant::now();
-        assert!(matches!(read_call_head(&mut conn, 8192, 1024).await, Err(Next::Close)));
+        assert!(matches!(read_call_head(&mut conn, 8192, 1024, HEADER_TIMEOUT).await, Err(HeadWait::Done(Next::Close))));
         assert_eq!(started.elapsed(), KEEP_ALIVE);
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_byte_moves_the_keep_alive_on_when_it_fires() {
+    async fn a_head_must_arrive_whole_within_the_header_timeout_of_its_first_byte() {
         let (mut conn, mut client, _shutdown) = connection().await;
         let started = Instant::now();
         let writer = tokio::spawn(async move {
             tokio::time::sleep(KEEP_ALIVE / 2).await;
-            client.write_all(b"POST /tools/call").await.expect("a partial head");
-            // (Returned, so the connection stays open.)
+            // One byte a second: each read is quick, the head never ends.
+            for byte in b"POST /tools/call HTTP/1.1\r\nHost: localhost\r\nX-Slow: " {
+                client.write_all(&[*byte]).await.expect("a byte");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
             client
         });
-        assert!(matches!(read_call_head(&mut conn, 8192, 1024).await, Err(Next::Close)));
-        // Not closed at 60 s (a byte came at 30 s): the timer, firing then,
-        // was moved on by a whole keep-alive, with nothing after it.
-        assert_eq!(started.elapsed(), KEEP_ALIVE * 2);
+        assert!(matches!(read_call_head(&mut conn, 8192, 1024, HEADER_TIMEOUT).await, Err(HeadWait::TimedOut)));
+        // Timed from the head's first byte, whatever came after it.
+        assert_eq!(started.elapsed(), KEEP_ALIVE / 2 + HEADER_TIMEOUT);
+        drop(writer.await.expect("the writer"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_slow_head_the_keep_alive_counts_again() {
+        let (mut conn, mut client, _shutdown) = connection().await;
+        client.write_all(b"POST /tools/call HTTP/1.1\r\n").await.expect("part of a head");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(HEADER_TIMEOUT / 2).await;
+            client.write_all(b"Host: localhost\r\nContent-Length: 2\r\n\r\n{}").await.expect("the rest");
+            client
+        });
+        let head = read_call_head(&mut conn, 8192, 1024, HEADER_TIMEOUT).await;
+        assert!(matches!(head, Ok(CallHead { body_len: 2, .. })));
+        conn.buf.clear();
+        let served = Instant::now();
+        assert!(matches!(read_call_head(&mut conn, 8192, 1024, HEADER_TIMEOUT).await, Err(HeadWait::Done(Next::Close))));
+        assert_eq!(served.elapsed(), KEEP_ALIVE, "an idle connection waits the keep-alive, not the header deadline");
         drop(writer.await.expect("the writer"));
     }
 

@@ -30,6 +30,7 @@ use pingora_timeout::fast_timeout::fast_timeout;
 
 mod connection;
 mod head;
+mod open_connections;
 mod reply;
 
 pub use connection::Front;
@@ -252,15 +253,40 @@ impl OtcProxy {
 
 #[async_trait]
 impl HttpServerApp for OtcProxy {
-    async fn process_new_http(self: &Arc<Self>, mut session: Session, shutdown: &ShutdownWatch) -> Option<ReusedHttpStream> {
+    /// Serves a connection that is pingora's alone (not a TCP socket, so
+    /// never in practice: see `connection::take_socket`), one request at a time.
+    async fn process_new_http(self: &Arc<Self>, session: Session, shutdown: &ShutdownWatch) -> Option<ReusedHttpStream> {
+        self.serve_one(session, shutdown).await.map(reply::Reusable::into_reused)
+    }
+}
+
+impl OtcProxy {
+    /// One request on a pingora session, from reading its head to writing
+    /// its reply; the connection comes back for the next one. The head is
+    /// bounded by `server.header_timeout`: on the gateway's own reader's
+    /// connections it is in the session's first bytes already.
+    async fn serve_one(self: &Arc<Self>, mut session: Session, shutdown: &ShutdownWatch) -> Option<reply::Reusable> {
         reply::allow_pipelining(&mut session);
+        let header_timeout = self.gateway.runtime().config.server.header_timeout.0;
         // An idle keep-alive connection stops waiting when shutdown begins.
         let mut stopping = shutdown.clone();
         let head = tokio::select! {
             biased;
-            head = session.read_request() => head,
+            head = fast_timeout(header_timeout, session.read_request()) => head,
             // (A closed watch never fires: pingora would be gone already.)
             Ok(()) = stopping.changed() => return None,
+        };
+        let head = match head {
+            Ok(head) => head,
+            Err(_) => {
+                let reply = FrontError::HeadTimeout(header_timeout).to_reply();
+                self.gateway.metrics.record_http("other", reply.status);
+                if let Err(write_error) = reply::write_through_pingora(&mut session, reply, false).await {
+                    tracing::debug!(error = %write_error, "could not write an error response");
+                }
+                session.shutdown().await;
+                return None;
+            }
         };
         match head {
             Ok(true) => {}

@@ -12,11 +12,12 @@
 //! pingora and are parsed as the next request once this reply is written
 //! (RFC 9112 §9.3.2, replies in request order).
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use pingora::apps::{HttpPersistentSettings, ReusedHttpStream};
 use pingora::http::ResponseHeader;
 use pingora::protocols::http::date::get_cached_date;
 use pingora::protocols::http::ServerSession as Session;
+use pingora::protocols::Stream;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use crate::error::Reply;
@@ -28,9 +29,30 @@ pub fn allow_pipelining(session: &mut Session) {
     }
 }
 
+/// A connection after a reply, ready for its next request.
+pub(super) struct Reusable {
+    /// The connection.
+    pub stream: Stream,
+    /// Bytes the client sent past the request just answered.
+    pub pipelined: Option<BytesMut>,
+    /// What pingora keeps from one request to the next.
+    persistent: HttpPersistentSettings,
+}
+
+impl Reusable {
+    /// As pingora hands a connection back to its own server loop.
+    pub fn into_reused(self) -> ReusedHttpStream {
+        let Reusable { stream, pipelined, mut persistent } = self;
+        if let Some(prefix) = pipelined {
+            persistent.set_pipelined_prefix(prefix);
+        }
+        ReusedHttpStream::new(stream, Some(persistent))
+    }
+}
+
 /// Writes `reply` (only its head when answering a HEAD) and returns the
 /// connection for its next request, or `None` when it closes.
-pub async fn send_reply(mut session: Session, reply: Reply, head_only: bool) -> Option<ReusedHttpStream> {
+pub(super) async fn send_reply(mut session: Session, reply: Reply, head_only: bool) -> Option<Reusable> {
     if reply.close {
         // The rest of the request body is still on the wire: this connection
         // cannot carry another request.
@@ -40,7 +62,7 @@ pub async fn send_reply(mut session: Session, reply: Reply, head_only: bool) -> 
         Session::H1(h1) => h1.is_body_done(),
         _ => false,
     };
-    let mut persistent = HttpPersistentSettings::for_session(&session);
+    let persistent = HttpPersistentSettings::for_session(&session);
     let h1 = match session {
         Session::H1(h1) if body_done => h1,
         // An unread body is pingora's to drain (or to close on) after the
@@ -73,10 +95,7 @@ pub async fn send_reply(mut session: Session, reply: Reply, head_only: bool) -> 
         let _ = stream.shutdown().await;
         return None;
     }
-    if let Some(prefix) = pipelined {
-        persistent.set_pipelined_prefix(prefix);
-    }
-    Some(ReusedHttpStream::new(stream, Some(persistent)))
+    Some(Reusable { stream, pipelined, persistent })
 }
 
 /// Writes the head and body to a bare socket, or into pingora's buffered
@@ -138,13 +157,14 @@ fn reply_head(reply: &Reply, keep_alive: bool) -> std::io::Result<Vec<u8>> {
 
 /// pingora's own writer: a `ResponseHeader`, the body, then `finish`, which
 /// drains an unread body or closes the connection.
-async fn send_through_pingora(mut session: Session, reply: Reply, head_only: bool) -> Option<ReusedHttpStream> {
+async fn send_through_pingora(mut session: Session, reply: Reply, head_only: bool) -> Option<Reusable> {
     let persistent = HttpPersistentSettings::for_session(&session);
     if let Err(e) = write_through_pingora(&mut session, reply, head_only).await {
         tracing::debug!(error = %e, "could not write the response");
         return None;
     }
-    session.finish().await.ok().flatten().map(|stream| ReusedHttpStream::from_reusable_stream(stream, persistent))
+    let (stream, pipelined) = session.finish().await.ok().flatten()?.into_parts();
+    Some(Reusable { stream, pipelined, persistent })
 }
 
 /// One header and one body chunk through pingora's session.
