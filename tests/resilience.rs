@@ -108,7 +108,7 @@ async fn content_length_with_transfer_encoding_is_refused_and_the_connection_clo
     let gw = gateway_for(&server, "").await;
     let body = add_call_body();
     let request = format!(
-        "POST /tools/call HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n{body}",
+        "POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n{body}",
         body.len()
     );
     let (answer, closed) = raw_exchange(&gw, request.as_bytes(), Duration::from_secs(5)).await;
@@ -123,7 +123,7 @@ async fn two_content_lengths_are_refused_and_the_connection_closed() {
     let gw = gateway_for(&server, "").await;
     let body = add_call_body();
     let request = format!(
-        "POST /tools/call HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nContent-Length: 3\r\n\r\n{body}",
+        "POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\nContent-Length: 3\r\n\r\n{body}",
         body.len()
     );
     let (answer, closed) = raw_exchange(&gw, request.as_bytes(), Duration::from_secs(5)).await;
@@ -140,7 +140,7 @@ async fn a_content_length_that_is_not_digits_alone_is_refused_and_the_connection
     // RFC 9110: Content-Length = 1*DIGIT. A sign is what a lenient parser
     // reads and a strict one refuses: two readers of one request disagree.
     for length in [format!("+{}", body.len()), format!("{}.0", body.len()), format!("0x{:x}", body.len())] {
-        let request = format!("POST /tools/call HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n\r\n{body}");
+        let request = format!("POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: {length}\r\n\r\n{body}");
         let (answer, closed) = raw_exchange(&gw, request.as_bytes(), Duration::from_secs(5)).await;
         assert!(answer.starts_with("HTTP/1.1 400"), "{length}: {answer}");
         assert!(closed, "{length}");
@@ -167,7 +167,7 @@ async fn keep_alive_carries_several_requests_and_http_1_0_closes_after_one() {
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     for last in [false, true] {
         let close = if last { "Connection: close\r\n" } else { "" };
-        stream.write_all(format!("GET /health HTTP/1.1\r\nHost: x\r\n{close}\r\n").as_bytes()).await.expect("write");
+        stream.write_all(format!("GET /health HTTP/1.1\r\nHost: localhost\r\n{close}\r\n").as_bytes()).await.expect("write");
         let mut buf = [0u8; 4096];
         let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await.expect("an answer").expect("read");
         let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
@@ -189,9 +189,9 @@ async fn pipelined_requests_are_all_answered_in_order() {
     // bytes read past each request are parsed as the next one.
     let call = add_call_body();
     let pipelined = format!(
-        "GET /health HTTP/1.1\r\nHost: x\r\n\r\n\
-         POST /tools/call HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{call}\
-         GET /nowhere HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n\
+         POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{call}\
+         GET /nowhere HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
         call.len()
     );
     let (answers, closed) = raw_exchange(&gw, pipelined.as_bytes(), Duration::from_secs(10)).await;
@@ -233,7 +233,7 @@ async fn read_answers(stream: &mut TcpStream, count: usize) -> Vec<(String, Valu
 
 fn call_request(body: &str, extra_headers: &str) -> String {
     format!(
-        "POST /tools/call HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra_headers}Content-Length: {}\r\n\r\n{body}",
+        "POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{extra_headers}Content-Length: {}\r\n\r\n{body}",
         body.len()
     )
 }
@@ -259,7 +259,7 @@ async fn calls_that_arrive_in_pieces_or_pipelined_are_answered_in_order_on_one_c
     let pipelined = [
         call_request(&second, ""),
         call_request(&add_call_body(), ""),
-        "GET /health HTTP/1.1\r\nHost: x\r\n\r\n".to_owned(),
+        "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n".to_owned(),
         call_request(&second, ""),
     ]
     .concat();
@@ -326,14 +326,14 @@ async fn a_call_refused_after_a_served_one_on_the_same_connection_gets_its_401()
 async fn a_head_answer_has_no_body_and_the_connection_stays_usable() {
     let gw = Gateway::start(&config("", "")).await;
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
-    stream.write_all(b"HEAD /tools HTTP/1.1\r\nHost: x\r\n\r\n").await.expect("write");
+    stream.write_all(b"HEAD /tools HTTP/1.1\r\nHost: localhost\r\n\r\n").await.expect("write");
     let mut buf = [0u8; 4096];
     let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await.expect("an answer").expect("read");
     let head = String::from_utf8_lossy(&buf[..n]).into_owned();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(head.to_ascii_lowercase().contains("content-length: "), "HEAD tells the length GET would have: {head}");
     assert!(head.ends_with("\r\n\r\n"), "no body bytes after a HEAD answer: {head:?}");
-    stream.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n").await.expect("write");
+    stream.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n").await.expect("write");
     let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await.expect("an answer").expect("read");
     let next = String::from_utf8_lossy(&buf[..n]).into_owned();
     assert!(next.starts_with("HTTP/1.1 200"), "the next answer starts cleanly: {next:?}");
@@ -342,7 +342,7 @@ async fn a_head_answer_has_no_body_and_the_connection_stays_usable() {
 #[tokio::test]
 async fn oversized_headers_are_431() {
     let gw = Gateway::start(&config("max_header_bytes = 4096", "")).await;
-    let request = format!("GET /tools HTTP/1.1\r\nHost: x\r\nX-Padding: {}\r\n\r\n", "a".repeat(8000));
+    let request = format!("GET /tools HTTP/1.1\r\nHost: localhost\r\nX-Padding: {}\r\n\r\n", "a".repeat(8000));
     let (answer, _) = raw_exchange(&gw, request.as_bytes(), Duration::from_secs(5)).await;
     assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
     assert_eq!(gw.get("/health").await.status, 200, "the gateway keeps serving");
@@ -371,7 +371,7 @@ async fn a_client_that_stops_sending_its_body_is_cut_off_and_holds_nobody_up() {
     let gw = gateway_for(&server, "body_timeout = \"500ms\"").await;
     let started = Instant::now();
     let stalled = async {
-        let request = "POST /tools/call HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"request\":";
+        let request = "POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{\"request\":";
         raw_exchange(&gw, request.as_bytes(), Duration::from_secs(10)).await
     };
     let meanwhile = async {
@@ -392,7 +392,7 @@ async fn two_hundred_half_open_slowloris_connections_do_not_stop_calls() {
     let mut idle = Vec::new();
     for _ in 0..200 {
         let mut s = TcpStream::connect(gw.addr).await.expect("connect");
-        s.write_all(b"POST /tools/call HTTP/1.1\r\nHost: x\r\nX-Slow: ").await.expect("write");
+        s.write_all(b"POST /tools/call HTTP/1.1\r\nHost: localhost\r\nX-Slow: ").await.expect("write");
         idle.push(s);
     }
     for _ in 0..5 {
