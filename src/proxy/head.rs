@@ -1,10 +1,11 @@
-//! The checks every request head passes, on either reader: framing (RFC
-//! 9112), `Host`, `Origin`. Both readers gather the same [`HeadFacts`] from
-//! their httparse header lines and call [`HeadFacts::check`], so a request
-//! is refused alike whichever reader saw it. pingora's path re-parses the
-//! raw head it read: pingora itself drops a Content-Length sent with
-//! Transfer-Encoding and merges equal duplicates, which is exactly what
-//! must be seen to refuse them.
+//! The checks every request head passes: framing (RFC 9112), `Host`,
+//! `Origin`. The gateway's own reader serves only heads that pass them
+//! trivially (one Content-Length, one Host, no Transfer-Encoding or
+//! Expect) and checks `Host` and `Origin` itself with the same
+//! [`BrowserPolicy`]; every other head goes to pingora's path, which runs
+//! [`check_raw_head`] on the raw head it read: pingora itself drops a
+//! Content-Length sent with Transfer-Encoding and merges equal duplicates,
+//! which is exactly what must be seen to refuse them.
 
 use crate::browser::BrowserPolicy;
 use crate::error::FrontError;
@@ -41,9 +42,8 @@ pub(super) enum Expect {
 }
 
 impl<'h> HeadFacts<'h> {
-    /// Notes one header line. Returns whether it was one of the headers
-    /// gathered here (the lean reader then looks no further at it).
-    pub(super) fn note(&mut self, name: &str, value: &'h [u8]) -> bool {
+    /// Notes one header line.
+    pub(super) fn note(&mut self, name: &str, value: &'h [u8]) {
         self.lines += 1;
         if name.eq_ignore_ascii_case("host") {
             self.hosts += 1;
@@ -57,10 +57,7 @@ impl<'h> HeadFacts<'h> {
             self.origin.get_or_insert(value);
         } else if name.eq_ignore_ascii_case("expect") {
             self.expect.get_or_insert(value);
-        } else {
-            return false;
         }
-        true
     }
 
     /// The framing, `Host` and `Origin` checks, in that order: a head
