@@ -323,3 +323,15 @@ async fn a_loopback_gateway_refuses_a_rebound_host_unless_configured() {
     let (answer, _) = exchange(&named, call_request(rebound).as_bytes()).await;
     assert_eq!(status_of(&answer), "421", "{answer}");
 }
+
+#[tokio::test]
+async fn a_malformed_head_is_refused_without_quoting_its_credentials() {
+    let calc = calculator().await;
+    let gw = gateway(&calc, "", "").await;
+    let (answer, closed) =
+        exchange(&gw, b"GARBAGE\x01 / HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sekrit-token-4711\r\n\r\n").await;
+    assert_eq!(status_of(&answer), "400", "{answer}");
+    assert!(closed);
+    assert!(!answer.contains("sekrit-token-4711"), "the error quotes the credentials back: {answer}");
+    assert!(!gw.logs().contains("sekrit-token-4711"), "the log quotes the credentials");
+}

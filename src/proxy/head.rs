@@ -93,23 +93,24 @@ impl<'h> HeadFacts<'h> {
     }
 }
 
-/// The facts of a raw head (pingora's path): parsed again with httparse,
-/// with room for one line more than allowed so that too many is seen.
-pub(super) fn check_raw_head(raw: &[u8], policy: &BrowserPolicy, mcp: bool) -> Result<Expect, FrontError> {
+/// The checks on a raw head (pingora's path): its header lines parsed again
+/// with httparse, with room for one line more than allowed so that too many
+/// is seen. The request line is pingora's business (it may have escaped
+/// the target); `http11` is its version.
+pub(super) fn check_raw_head(raw: &[u8], http11: bool, policy: &BrowserPolicy, mcp: bool) -> Result<Expect, FrontError> {
+    let lines = raw.iter().position(|&b| b == b'\n').map_or(&raw[raw.len()..], |end| &raw[end + 1..]);
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADER_LINES + 1];
-    let mut request = httparse::Request::new(&mut slots);
-    match request.parse(raw) {
+    match httparse::parse_headers(lines, &mut slots) {
         Ok(httparse::Status::Complete(_)) => {}
         Err(httparse::Error::TooManyHeaders) => return Err(FrontError::TooManyHeaders { limit: MAX_HEADER_LINES }),
-        // pingora parsed it already; its parser is laxer about request
-        // targets (it escapes them), which changes nothing checked here.
-        _ => return Ok(Expect::Nothing),
+        // pingora read these lines; what httparse cannot is not checked, so refused.
+        Ok(httparse::Status::Partial) | Err(_) => return Err(FrontError::MalformedHead("header lines".into())),
     }
     let mut facts = HeadFacts::default();
-    for header in request.headers.iter() {
+    for header in slots.iter().take_while(|h| !h.name.is_empty()) {
         facts.note(header.name, header.value);
     }
-    facts.check(request.version == Some(1), policy, mcp)
+    facts.check(http11, policy, mcp)
 }
 
 #[cfg(test)]
@@ -119,7 +120,7 @@ mod tests {
 
     fn check(head: &str) -> Result<Expect, FrontError> {
         let policy = BrowserPolicy::new(&Config::parse("", "test").expect("config"));
-        check_raw_head(head.as_bytes(), &policy, false)
+        check_raw_head(head.as_bytes(), !head.contains("HTTP/1.0"), &policy, false)
     }
 
     fn status(head: &str) -> u16 {

@@ -201,7 +201,8 @@ fn check_head(runtime: &Runtime, session: &Session, route: &'static str) -> Resu
         return Err(FrontError::HeadersTooLarge { limit: max_header_bytes });
     }
     let Session::H1(_) = session else { return Ok(Expect::Nothing) };
-    head::check_raw_head(&session.to_h1_raw(), &runtime.browser, route == "/mcp")
+    let http11 = session.req_header().version == http::Version::HTTP_11;
+    head::check_raw_head(&session.to_h1_raw(), http11, &runtime.browser, route == "/mcp")
 }
 
 /// Reads the body within `deadline`, first telling a client that waits
@@ -300,7 +301,9 @@ impl OtcProxy {
                     let error = if too_many {
                         FrontError::TooManyHeaders { limit: head::MAX_HEADER_LINES }
                     } else {
-                        FrontError::MalformedHead(e.to_string())
+                        // The cause alone: pingora's message quotes the head's
+                        // bytes, credentials included.
+                        FrontError::MalformedHead(e.root_cause().to_string())
                     };
                     let reply = error.to_reply();
                     self.gateway.metrics.record_http("other", reply.status);
