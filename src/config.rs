@@ -186,8 +186,8 @@ impl Default for CatalogConfig {
     }
 }
 
-/// One `[[upstreams]]` entry.
-#[derive(Debug, Clone, Deserialize)]
+/// One `[[upstreams]]` entry. (Equality ignores where in the file it was.)
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct UpstreamConfig {
     /// Unique, `[a-z0-9_-]+`; appears in metrics and /status.

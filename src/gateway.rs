@@ -15,7 +15,7 @@ use http::HeaderValue;
 use crate::browser::BrowserPolicy;
 use crate::auth::{AuthError, Authenticator};
 use crate::catalog::poll::{CatalogStore, PollSettings, Refreshed};
-use crate::config::{Config, ConfigError};
+use crate::config::{Config, ConfigError, UpstreamConfig};
 use crate::idempotency::{IdempotencyError, IdempotencyStore};
 use crate::metrics::Metrics;
 use crate::policy::AccessPolicy;
@@ -93,6 +93,11 @@ impl Runtime {
             .iter()
             .enumerate()
             .map(|(order, u)| {
+                // An unchanged upstream (same settings, same place) keeps its
+                // circuit and its connection pools across a reload.
+                if let Some(kept) = previous.and_then(|old| old.unchanged_upstream(order, u)) {
+                    return Ok(kept);
+                }
                 Upstream::from_config(order, u).map(Arc::new).map_err(|source| BuildError::UpstreamUrl {
                     name: u.name.get_ref().0.clone(),
                     source,
@@ -105,9 +110,17 @@ impl Runtime {
             max_bytes: config.catalog.max_catalog_bytes,
         };
         let access = AccessPolicy::new(config.policy.clone());
-        let rate_limits = RateLimits::new(&config.rate_limit);
+        let rate_limits = RateLimits::new(&config.rate_limit, previous.map(|old| &old.rate_limits));
         let browser = BrowserPolicy::new(&config);
         Ok(Runtime { config, upstreams, poll, secrets, authenticator, idempotency, access, rate_limits, browser })
+    }
+}
+
+impl Runtime {
+    /// This runtime's upstream built from exactly `config` at `order`, if any.
+    fn unchanged_upstream(&self, order: usize, config: &UpstreamConfig) -> Option<Arc<Upstream>> {
+        let at = self.config.upstreams.iter().position(|old| old == config)?;
+        (at == order).then(|| self.upstreams.get(at).cloned()).flatten()
     }
 }
 

@@ -1,14 +1,15 @@
 //! Rate limits per caller or shared, on the tools their patterns match
-//! (`[[rate_limit]]`, the `governor` crate's GCRA buckets).
+//! (`[[rate_limit]]`): GCRA buckets, one per caller or one for everyone.
 //!
 //! Limits are per gateway process: with N replicas behind a load balancer, a
 //! caller gets up to N times the rate; size `rate` as the total divided by N.
 
+use std::collections::HashMap;
 use std::num::NonZeroU32;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultDirectRateLimiter, DefaultKeyedRateLimiter, Quota, RateLimiter};
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 
@@ -67,91 +68,134 @@ impl<'de> Deserialize<'de> for Rate {
 }
 
 /// The limits of one config, with their buckets.
-#[derive(Default)]
 pub struct RateLimits {
-    limits: Vec<Limit>,
+    limits: Vec<Arc<Limit>>,
     /// Calls counted, to sweep idle per-user buckets now and then.
-    checks: std::sync::atomic::AtomicU64,
+    checks: AtomicU64,
+    /// What bucket times count from (kept across reloads with the buckets).
+    epoch: Instant,
 }
 
 /// Every this many checks, per-user buckets back at full burst are dropped,
 /// so memory follows the callers active lately, not every caller ever seen.
 const SWEEP_EVERY: u64 = 4096;
 
+/// One limit: its config and its buckets. Shared by the runtimes of
+/// successive reloads while its `[[rate_limit]]` is unchanged.
 struct Limit {
-    name: String,
-    tools: Vec<ToolPattern>,
-    bucket: Bucket,
-}
-
-enum Bucket {
-    Global(DefaultDirectRateLimiter),
-    PerUser(DefaultKeyedRateLimiter<String>),
+    config: RateLimitConfig,
+    /// The time between two calls at the steady rate, in nanoseconds.
+    interval: u64,
+    /// How far ahead of now a bucket's theoretical arrival time may run: the
+    /// burst's worth of intervals.
+    tolerance: u64,
+    /// Per bucket key (the caller, or "" for a global limit): the
+    /// theoretical arrival time, in nanoseconds since the epoch.
+    buckets: Mutex<HashMap<String, u64>>,
 }
 
 impl std::fmt::Debug for RateLimits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.limits.iter().map(|l| &l.name)).finish()
+        f.debug_list().entries(self.limits.iter().map(|l| &l.config.name)).finish()
+    }
+}
+
+impl Limit {
+    fn new(config: &RateLimitConfig) -> Limit {
+        let interval = u64::try_from((config.rate.period / config.rate.count.get()).as_nanos()).unwrap_or(u64::MAX).max(1);
+        let burst = config.burst.filter(|b| *b > 0).unwrap_or(config.rate.count.get());
+        Limit {
+            config: config.clone(),
+            interval,
+            tolerance: interval.saturating_mul(u64::from(burst)),
+            buckets: Mutex::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+        // Nothing panics while holding it; the map is consistent anyway.
+        self.buckets.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The bucket a caller's call counts against.
+    fn key<'c>(&self, caller: &'c Caller) -> &'c str {
+        match (self.config.per, caller.kind, &caller.user_id) {
+            (Per::Global, _, _) => "",
+            (Per::User, CallerKind::Anonymous, _) | (Per::User, _, None) => "anonymous",
+            (Per::User, _, Some(user)) => user.as_str(),
+        }
     }
 }
 
 impl RateLimits {
-    /// Builds the buckets for the `[[rate_limit]]` sections.
-    pub fn new(configs: &[RateLimitConfig]) -> RateLimits {
-        let limits = configs
-            .iter()
-            .map(|c| {
-                let per_cell = c.rate.period / c.rate.count.get();
-                let burst = c.burst.and_then(NonZeroU32::new).unwrap_or(c.rate.count);
-                let quota = Quota::with_period(per_cell.max(Duration::from_nanos(1)))
-                    .unwrap_or_else(|| Quota::per_second(c.rate.count))
-                    .allow_burst(burst);
-                let bucket = match c.per {
-                    Per::Global => Bucket::Global(RateLimiter::direct(quota)),
-                    Per::User => Bucket::PerUser(RateLimiter::keyed(quota)),
-                };
-                Limit { name: c.name.clone(), tools: c.tools.clone(), bucket }
-            })
-            .collect();
-        RateLimits { limits, checks: Default::default() }
+    /// Builds the limits of the `[[rate_limit]]` sections. A limit whose
+    /// name and definition are unchanged since `previous` keeps its buckets,
+    /// so a reload neither refills a limited caller nor forgets a burst.
+    pub fn new(configs: &[RateLimitConfig], previous: Option<&RateLimits>) -> RateLimits {
+        let kept = |config: &RateLimitConfig| {
+            previous.and_then(|p| p.limits.iter().find(|l| l.config == *config)).cloned()
+        };
+        let limits = configs.iter().map(|c| kept(c).unwrap_or_else(|| Arc::new(Limit::new(c)))).collect();
+        let epoch = previous.map_or_else(Instant::now, |p| p.epoch);
+        RateLimits { limits, checks: AtomicU64::new(0), epoch }
     }
 
-    /// Counts a call by `caller` to `key` against every limit that applies;
-    /// over one, how long until a call would be allowed.
+    /// Counts a call by `caller` to `key` against every limit that applies,
+    /// all or nothing: over one of them, how long until a call would be
+    /// allowed, and no bucket is touched (a refused call consumes nothing).
+    ///
+    /// The GCRA, by hand rather than with `governor`: a call that matches
+    /// several limits must take from all of them or from none, and
+    /// governor's buckets can only be taken from one at a time. The matching
+    /// limits' locks are taken in config order, so two calls never deadlock.
     pub fn check(&self, caller: &Caller, key: &str) -> Result<(), (String, Duration)> {
         // Without limits a call touches nothing shared here.
         if self.limits.is_empty() {
             return Ok(());
         }
-        if self.checks.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
+        if self.checks.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
             self.sweep();
         }
-        for limit in self.limits.iter().filter(|l| l.tools.iter().any(|p| p.matches(key))) {
-            let verdict = match &limit.bucket {
-                Bucket::Global(bucket) => bucket.check(),
-                Bucket::PerUser(bucket) => {
-                    let who = match (caller.kind, &caller.user_id) {
-                        (CallerKind::Anonymous, _) | (_, None) => "anonymous",
-                        (_, Some(user)) => user.as_str(),
-                    };
-                    bucket.check_key(&who.to_owned())
+        let matching: Vec<&Limit> =
+            self.limits.iter().filter(|l| l.config.tools.iter().any(|p| p.matches(key))).map(|l| &**l).collect();
+        if matching.is_empty() {
+            return Ok(());
+        }
+        let now = self.now();
+        let mut locked: Vec<_> = matching.iter().map(|limit| limit.lock()).collect();
+        let mut admitted = Vec::with_capacity(matching.len());
+        for (limit, buckets) in matching.iter().zip(&locked) {
+            let tat = buckets.get(limit.key(caller)).copied().unwrap_or(now).max(now);
+            let next = tat.saturating_add(limit.interval);
+            if next - now > limit.tolerance {
+                let wait = Duration::from_nanos(next - now - limit.tolerance);
+                return Err((limit.config.name.clone(), wait));
+            }
+            admitted.push(next);
+        }
+        for ((limit, buckets), next) in matching.iter().zip(locked.iter_mut()).zip(admitted) {
+            match buckets.get_mut(limit.key(caller)) {
+                Some(tat) => *tat = next,
+                None => {
+                    buckets.insert(limit.key(caller).to_owned(), next);
                 }
-            };
-            if let Err(not_until) = verdict {
-                let wait = not_until.wait_time_from(DefaultClock::default().now());
-                return Err((limit.name.clone(), wait));
             }
         }
         Ok(())
     }
 
+    /// Nanoseconds since the epoch.
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
     /// Drops per-user buckets that are full again (their callers idle).
     fn sweep(&self) {
-        for limit in &self.limits {
-            if let Bucket::PerUser(bucket) = &limit.bucket {
-                bucket.retain_recent();
-                bucket.shrink_to_fit();
-            }
+        let now = self.now();
+        for limit in self.limits.iter().filter(|l| l.config.per == Per::User) {
+            let mut buckets = limit.lock();
+            buckets.retain(|_, tat| *tat > now);
+            buckets.shrink_to_fit();
         }
     }
 }
@@ -166,7 +210,7 @@ mod tests {
             rate_limit: Vec<RateLimitConfig>,
         }
         let file: File = toml::from_str(toml_text).expect("rate limits parse");
-        RateLimits::new(&file.rate_limit)
+        RateLimits::new(&file.rate_limit, None)
     }
 
     fn user(id: &str) -> Caller {
@@ -174,7 +218,7 @@ mod tests {
     }
 
     fn per_user_buckets(limits: &RateLimits) -> usize {
-        limits.limits.iter().map(|l| if let Bucket::PerUser(b) = &l.bucket { b.len() } else { 0 }).sum()
+        limits.limits.iter().filter(|l| l.config.per == Per::User).map(|l| l.lock().len()).sum()
     }
 
     #[test]
@@ -202,5 +246,48 @@ mod tests {
             let _ = limits.check(&user("sweeper"), "Other.Tool");
         }
         assert!(per_user_buckets(&limits) < 100, "idle buckets must be dropped: {}", per_user_buckets(&limits));
+    }
+
+    #[test]
+    fn a_burst_then_the_steady_rate() {
+        let limits = limits("[[rate_limit]]\nname = \"calc\"\ntools = [\"Calc.*\"]\nper = \"global\"\nrate = \"2/h\"\nburst = 3\n");
+        for n in 0..3 {
+            assert!(limits.check(&user(&format!("u{n}")), "Calc.Add").is_ok(), "call {n} of the burst");
+        }
+        let (_, wait) = limits.check(&user("u9"), "Calc.Add").expect_err("the burst is spent, for everyone");
+        assert!(wait > Duration::from_secs(29 * 60) && wait <= Duration::from_secs(30 * 60), "{wait:?}");
+    }
+
+    #[test]
+    fn a_refused_call_consumes_nothing() {
+        let limits = limits(
+            "[[rate_limit]]\nname = \"wide\"\ntools = [\"Calc.*\"]\nper = \"user\"\nrate = \"3/h\"\n\n\
+             [[rate_limit]]\nname = \"narrow\"\ntools = [\"Calc.Add\"]\nper = \"user\"\nrate = \"1/h\"\n",
+        );
+        assert!(limits.check(&user("ann"), "Calc.Add").is_ok());
+        // Refused by "narrow" twice: "wide" must not count those.
+        for _ in 0..2 {
+            assert_eq!(limits.check(&user("ann"), "Calc.Add").expect_err("narrow").0, "narrow");
+        }
+        assert!(limits.check(&user("ann"), "Calc.Sub").is_ok(), "wide: 2 of 3");
+        assert!(limits.check(&user("ann"), "Calc.Sub").is_ok(), "wide: 3 of 3");
+        assert_eq!(limits.check(&user("ann"), "Calc.Sub").expect_err("wide is spent").0, "wide");
+    }
+
+    #[test]
+    fn unchanged_limits_keep_their_buckets_across_a_reload() {
+        let text = "[[rate_limit]]\nname = \"calc\"\ntools = [\"Calc.*\"]\nper = \"user\"\nrate = \"1/h\"\n";
+        let before = limits(text);
+        assert!(before.check(&user("ann"), "Calc.Add").is_ok());
+        #[derive(Deserialize)]
+        struct File {
+            rate_limit: Vec<RateLimitConfig>,
+        }
+        let same: File = toml::from_str(text).expect("parse");
+        let after = RateLimits::new(&same.rate_limit, Some(&before));
+        assert!(after.check(&user("ann"), "Calc.Add").is_err(), "still limited after an unrelated reload");
+        let changed: File = toml::from_str(&text.replace("1/h", "2/h")).expect("parse");
+        let redefined = RateLimits::new(&changed.rate_limit, Some(&after));
+        assert!(redefined.check(&user("ann"), "Calc.Add").is_ok(), "a changed limit starts afresh");
     }
 }

@@ -271,3 +271,53 @@ async fn each_call_is_logged_once_and_traced_upstream() {
         assert!(lines[0].contains(field), "{field} missing from {}", lines[0]);
     }
 }
+
+/// A config with one upstream (`upstream_extra` in its table) and `rest` after it.
+fn config_with(url: &str, upstream_extra: &str, rest: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\n[catalog]\npoll_interval = \"200ms\"\nrequest_timeout = \"1s\"\n\n\
+         [[upstreams]]\nname = \"calc\"\nurl = \"{url}\"\n{upstream_extra}\n\n{rest}"
+    )
+}
+
+#[tokio::test]
+async fn an_unrelated_reload_keeps_a_limited_caller_limited() {
+    let calc = server_with("Calculator.Add").await;
+    let limit = "[[rate_limit]]\nname = \"calc\"\ntools = [\"Calculator.*\"]\nper = \"global\"\nrate = \"1/h\"\n";
+    let gw = Gateway::start(&config_with(&calc.url(), "", limit)).await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    assert_eq!(gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 1})).await.status, 200);
+    assert_eq!(gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 1})).await.status, 429);
+    // Only a comment changes: the bucket is the same bucket.
+    gw.rewrite_config(&format!("# edited\n{}", config_with(&calc.url(), "", limit)));
+    wait_generation(&gw, 2).await;
+    assert_eq!(gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 1})).await.status, 429, "a reload is no fresh burst");
+    // A changed limit is a new limit.
+    gw.rewrite_config(&config_with(&calc.url(), "", &limit.replace("1/h", "2/h")));
+    wait_generation(&gw, 3).await;
+    assert_eq!(gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 1})).await.status, 200);
+    assert_eq!(calc.call_count(), 2);
+}
+
+#[tokio::test]
+async fn an_unrelated_reload_keeps_an_open_circuit_open() {
+    let mut calc = server_with("Calculator.Add").await;
+    let circuit = "circuit_failures = 3\ncircuit_cooldown = \"60s\"";
+    let gw = Gateway::start(&config_with(&calc.url(), circuit, "")).await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    calc.stop().await;
+    let developer_message = |resp: &common::Resp| resp.json()["developer_message"].as_str().unwrap_or_default().to_owned();
+    let mut opened = false;
+    for _ in 0..6 {
+        let resp = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 1})).await;
+        if developer_message(&resp).contains("circuit open") {
+            opened = true;
+            break;
+        }
+    }
+    assert!(opened, "the circuit opens after connection failures");
+    gw.rewrite_config(&format!("# edited\n{}", config_with(&calc.url(), circuit, "")));
+    wait_generation(&gw, 2).await;
+    let resp = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 1})).await;
+    assert!(developer_message(&resp).contains("circuit open"), "still open after the reload: {}", resp.text());
+}
