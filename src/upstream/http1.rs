@@ -373,7 +373,10 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, ExchangeError> {
     } else {
         length.map_or(Framing::UntilClose, Framing::Length)
     };
-    Ok(Some(Head { len, status, is_json, framing, keep_alive: keep_alive && framing != Framing::UntilClose }))
+    // An answer with both framings is one an intermediary could read
+    // differently (RFC 9112 6.3): read as chunked, then closed, never reused.
+    let ambiguous = transfer_encoded && length.is_some();
+    Ok(Some(Head { len, status, is_json, framing, keep_alive: keep_alive && framing != Framing::UntilClose && !ambiguous }))
 }
 
 /// Whether a `Content-Type` says JSON (`application/json`, `...+json`),
@@ -686,6 +689,18 @@ mod tests {
         let c = client(&address);
         assert_eq!(&c.post(&[], b"", 64, LONG).await.expect("chunked").body[..], b"Wikipedia");
         assert_eq!(&c.post(&[], b"", 64, LONG).await.expect("reused").body[..], b"next");
+    }
+
+    #[tokio::test]
+    async fn an_answer_with_both_content_length_and_chunked_closes_its_connection() {
+        let (address, _received) = raw_server(vec![
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n4\r\nWiki\r\n0\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext",
+        ])
+        .await;
+        let c = client(&address);
+        assert_eq!(&c.post(&[], b"", 64, LONG).await.expect("chunked wins").body[..], b"Wiki");
+        assert!(c.lock_idle().is_empty(), "not returned to the pool");
     }
 
     #[tokio::test]
