@@ -65,24 +65,19 @@ unsafe impl GlobalAlloc for Allocator {
     }
 }
 
-/// mimalloc's `mi_option_purge_delay` (its `mi_option_t` enum, v3 header;
-/// the Rust bindings name the options on either side, 14 and 16, not this one).
+/// mimalloc's `mi_option_purge_delay` (v3's `mi_option_t`). By hand because
+/// libmimalloc-sys names the options on either side (14, 16) but not this
+/// one; a test checks the index against the option's default.
 const MI_OPTION_PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
 
-/// mimalloc's `mi_option_allow_thp`, in the same enum.
-const MI_OPTION_ALLOW_THP: libmimalloc_sys::mi_option_t = 43;
-
-/// Keeps the gateway's memory in 4 KiB pages. mimalloc asks the kernel for
-/// transparent huge pages on its arenas (`MADV_HUGEPAGE`); a 2 MiB page is
+/// Keeps the gateway's memory in 4 KiB pages. A transparent huge page is
 /// resident whole once any byte of it is touched, and is purged only whole,
-/// so live data scattered over a catalog rebuild's pages held about 16 MB
-/// more than it used (scale benchmark, 10,000 tools: 62.7 MB -> 46.5 MB).
-/// Redis advises turning THP off for the same reason.
+/// so live data scattered over a catalog rebuild's pages held much more
+/// than it used (the scale benchmark's memory, benches/README.md). Redis
+/// advises turning THP off for the same reason.
 pub fn use_small_pages() {
-    // SAFETY: sets an integer option; no pointers are involved.
-    unsafe { mi::mi_option_set(MI_OPTION_ALLOW_THP, 0) }
-    // The option stops new `MADV_HUGEPAGE` advice; the prctl also covers the
-    // arena mimalloc mapped before main ran and hosts whose THP mode is
+    // mimalloc is built without its `MADV_HUGEPAGE` advice (libmimalloc-sys's
+    // `no_thp` feature); the prctl also covers hosts whose THP mode is
     // `always`. A kernel without it (before 3.15) leaves THP as it was.
     // SAFETY: PR_SET_THP_DISABLE takes integer arguments only.
     #[cfg(target_os = "linux")]
@@ -152,15 +147,7 @@ mod tests {
 
     #[test]
     fn small_pages_turn_off_transparent_huge_pages() {
-        // The allow-THP option defaults to 1, its neighbours to 16 and 0: a
-        // moved enum would fail the first assertion. No other test sets it.
-        if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
-            // SAFETY: reads an integer option.
-            assert_eq!(unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_ALLOW_THP) }, 1);
-        }
         use_small_pages();
-        // SAFETY: reads an integer option.
-        assert_eq!(unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_ALLOW_THP) }, 0);
         #[cfg(target_os = "linux")]
         {
             // SAFETY: PR_GET_THP_DISABLE takes integer arguments only.

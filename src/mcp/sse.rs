@@ -20,7 +20,11 @@ pub struct Event {
 /// An incremental event stream parser.
 #[derive(Debug, Default)]
 pub struct SseParser {
+    /// Bytes of a line not yet ended.
     pending: Vec<u8>,
+    /// How much of `pending` is known to hold no line end: a long line
+    /// arriving in many chunks is scanned once, not again at every chunk.
+    scanned: usize,
     data: String,
     has_data: bool,
     event: Option<String>,
@@ -38,7 +42,7 @@ impl SseParser {
         self.pending.extend_from_slice(chunk);
         let mut events = Vec::new();
         let mut start = 0;
-        let mut i = 0;
+        let mut i = self.scanned;
         while i < self.pending.len() {
             let end = match self.pending[i] {
                 b'\n' => i + 1,
@@ -60,6 +64,9 @@ impl SseParser {
             i = end;
         }
         self.pending.drain(..start);
+        // Up to a trailing CR (which waits for a possible LF) nothing left
+        // ends a line.
+        self.scanned = self.pending.len() - usize::from(self.pending.last() == Some(&b'\r'));
         events
     }
 
@@ -130,6 +137,23 @@ mod tests {
         assert_eq!(events[0].event, None);
         assert_eq!(events[1].data, "x");
         assert_eq!(p.last_event_id(), Some("0"));
+    }
+
+    #[test]
+    fn a_long_line_in_many_chunks_is_scanned_once() {
+        let mut p = SseParser::new();
+        assert!(p.push(b"data: ").is_empty());
+        let chunk = [b'x'; 1000];
+        for n in 1..=300 {
+            assert!(p.push(&chunk).is_empty());
+            assert_eq!(p.scanned, 6 + n * 1000, "only the new bytes are scanned");
+        }
+        let events = p.push(b"\r");
+        assert!(events.is_empty(), "a CR may be half of a CRLF");
+        let events = p.push(b"\n\n");
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].data.len(), 300_000);
+        assert_eq!(p.scanned, 0);
     }
 
     #[test]
