@@ -126,7 +126,9 @@ pub fn run(
     };
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
-    let mut service = Service::new("otc-gateway data plane".to_owned(), Front::new(OtcProxy::new(gateway, in_flight)));
+    let open_files = raise_open_files_limit();
+    let mut service =
+        Service::new("otc-gateway data plane".to_owned(), Front::new(OtcProxy::new(gateway, in_flight), open_files));
     match data_listen.options() {
         Some(options) => service.add_tcp_with_settings(&listen.to_string(), options),
         None => service.add_tcp(&listen.to_string()),
@@ -134,6 +136,33 @@ pub fn run(
     // (`data_listen` holds a port-0 reservation; run_forever never returns.)
     server.add_service(service);
     server.run_forever()
+}
+
+/// Raises the soft limit on open files to the hard one, as nginx's
+/// `worker_rlimit_nofile` does: every client connection and every upstream
+/// connection is a descriptor, and a soft limit of 1,024 (a common default)
+/// would refuse connections long before `server.max_connections`. Returns
+/// the limit in force, if it could be read.
+fn raise_open_files_limit() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit and setrlimit only read and write `limit`.
+        unsafe {
+            if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+                return None;
+            }
+            if limit.rlim_cur < limit.rlim_max {
+                let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                    limit = raised;
+                }
+            }
+        }
+        Some(limit.rlim_cur)
+    }
+    #[cfg(not(unix))]
+    None
 }
 
 /// Reloads the config when its file changes (including an atomic rename or a

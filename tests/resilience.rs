@@ -521,6 +521,26 @@ async fn sigterm_lets_an_in_flight_call_finish_then_exits_0() {
 }
 
 #[tokio::test]
+async fn sigterm_waits_for_a_call_whose_body_is_still_arriving() {
+    let server = calculator().await;
+    let mut gw = gateway_for(&server, "").await;
+    let body = add_call_body();
+    let (first, second) = body.split_at(body.len() / 2);
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    let head = format!("POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{first}", body.len());
+    stream.write_all(head.as_bytes()).await.expect("head and half the body");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.signal("TERM");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stream.write_all(second.as_bytes()).await.expect("the rest of the body");
+    let answers = read_answers(&mut stream, 1).await;
+    assert_eq!(answers[0].0, "200", "{answers:?}");
+    assert_eq!(answers[0].1["result"]["value"], json!(3));
+    let status = gw.wait_exit(Duration::from_secs(20)).await.expect("the gateway exits after draining");
+    assert!(status.success(), "exit status {status:?}");
+}
+
+#[tokio::test]
 async fn sigterm_closes_an_idle_kept_alive_connection_at_once() {
     let calc = calculator().await;
     let mut gw = gateway_for(&calc, "").await;

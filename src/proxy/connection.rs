@@ -67,12 +67,26 @@ const MAX_HEADERS: usize = 32;
 pub struct Front {
     proxy: Arc<OtcProxy>,
     open: Arc<OpenConnections>,
+    /// The most client connections the process's open-file limit leaves
+    /// room for: half of it, the other half for upstream connections and
+    /// files. `server.max_connections` is capped at this.
+    fd_room: usize,
 }
 
 impl Front {
-    /// A front over the gateway's HTTP application.
-    pub fn new(proxy: OtcProxy) -> Front {
-        Front { proxy: Arc::new(proxy), open: Arc::default() }
+    /// A front over the gateway's HTTP application, in a process that may
+    /// have `open_files` descriptors (unknown: no cap but the config's).
+    pub fn new(proxy: OtcProxy, open_files: Option<u64>) -> Front {
+        let fd_room = open_files.map_or(usize::MAX, |n| usize::try_from(n / 2).unwrap_or(usize::MAX).max(1));
+        let configured = proxy.gateway.runtime().config.server.max_connections;
+        if configured > fd_room {
+            tracing::warn!(
+                max_connections = configured,
+                open_files_limit = open_files,
+                "server.max_connections is more than half the open-file limit allows; {fd_room} client connections at most"
+            );
+        }
+        Front { proxy: Arc::new(proxy), open: Arc::default(), fd_room }
     }
 }
 
@@ -158,7 +172,7 @@ impl ServerApp for Front {
         // nothing read into it yet, is closed.
         drop(stream);
         let mut conn = Connection::new(socket, shutdown);
-        let max_connections = self.proxy.gateway.runtime().config.server.max_connections;
+        let max_connections = self.proxy.gateway.runtime().config.server.max_connections.min(self.fd_room);
         conn.register(self.open.register(max_connections));
         loop {
             match self.serve_next(&mut conn, shutdown).await {
@@ -289,6 +303,8 @@ impl Front {
         if *shutdown.borrow() {
             return Next::HandOver;
         }
+        // Being served, for graceful shutdown: from its head to its reply.
+        let serving = InFlight::enter(&self.proxy.in_flight);
         // The runtime the request is served under: loaded once its head is
         // in (not while the connection idled), and kept to its end.
         let runtime = gateway.runtime_owned();
@@ -305,7 +321,7 @@ impl Front {
         let (reply, keep_alive) = match read_body_within(conn, head.body_len, body_timeout).await {
             Ok(Some(body)) => {
                 // In flight from here: a request counts once it has arrived.
-                let (in_flight, count) = InFlight::enter(&self.proxy.in_flight);
+                let (in_flight, count) = InFlight::enter(&self.proxy.admitted);
                 let served = if count > max_in_flight {
                     Err(FrontError::Overloaded(max_in_flight))
                 } else {
@@ -324,6 +340,7 @@ impl Front {
             Err(_) => (FrontError::BodyTimeout(body_timeout).to_reply(), false),
         };
         gateway.metrics.record_http("/tools/call", reply.status);
+        drop(serving);
         write_reply(conn, &reply, keep_alive).await
     }
 }

@@ -45,6 +45,9 @@ use head::Expect;
 pub struct OtcProxy {
     gateway: Arc<Gateway>,
     in_flight: Arc<AtomicUsize>,
+    /// Requests whose body has arrived and that are being worked on: what
+    /// `server.max_in_flight` bounds.
+    admitted: Arc<AtomicUsize>,
     mcp: crate::mcp::server::McpFront,
 }
 
@@ -81,7 +84,7 @@ impl OtcProxy {
     /// A front over the given gateway state; `in_flight` counts the
     /// requests being served, for graceful shutdown.
     pub fn new(gateway: Arc<Gateway>, in_flight: Arc<AtomicUsize>) -> OtcProxy {
-        OtcProxy { gateway, in_flight, mcp: Default::default() }
+        OtcProxy { gateway, in_flight, admitted: Arc::default(), mcp: Default::default() }
     }
 
     /// Checks the head, then dispatches on the route and method.
@@ -121,12 +124,12 @@ impl OtcProxy {
     /// not counted: a client that sends a head and stalls holds no slot
     /// (slow connections are bounded by `server.max_connections`).
     fn admit(&self) -> Result<InFlight, FrontError> {
-        let (in_flight, count) = InFlight::enter(&self.in_flight);
+        let (admitted, count) = InFlight::enter(&self.admitted);
         let limit = self.gateway.runtime().config.server.max_in_flight;
         if count > limit {
             return Err(FrontError::Overloaded(limit));
         }
-        Ok(in_flight)
+        Ok(admitted)
     }
 
     fn health(&self) -> Reply {
@@ -246,6 +249,8 @@ impl OtcProxy {
     /// One request, from its parsed head to its reply.
     async fn answer(&self, session: &mut Session) -> Reply {
         let route = route_of(session.req_header().uri.path());
+        // Being served, for graceful shutdown: from its head to its reply.
+        let _serving = InFlight::enter(&self.in_flight);
         let reply = self.serve(session, route).await;
         self.gateway.metrics.record_http(route, reply.status);
         reply
