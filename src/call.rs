@@ -12,7 +12,7 @@ use crate::catalog::{Catalog, Route, Target};
 use crate::circuit::Admission;
 use crate::error::{AuthorizationChallenge, FrontError, MissingRequirements};
 use crate::gateway::{upstream_bearer, Gateway, Runtime};
-use crate::idempotency::{Decision, Fingerprint, Pending, StoredCall};
+use crate::idempotency::{CallerScope, Decision, Fingerprint, Pending, StoredCall};
 use crate::metrics::CallOutcome;
 use crate::resolve::parse_tool_id;
 use crate::upstream::{CallReply, ForwardError};
@@ -98,14 +98,19 @@ async fn run_resolved_call(
 ) -> Result<Completed, FrontError> {
     admit_call(runtime, route, caller)?;
     validate_input(route, &call.input)?;
+    // A client's call_id is theirs: whose it is comes from the context as
+    // they sent it, before anything is injected.
+    let scope = call.client_call_id.then(|| CallerScope::of(caller, &call.context));
     let context = inject_context(runtime, &route.tool.definition, caller, std::mem::take(&mut call.context)).await?;
-    let claim = match claim_call_id(runtime, route, &call.call_id, call.client_call_id, &call.input, started).await? {
+    let claim = match claim_call_id(runtime, route, scope.as_ref(), &call.call_id, &call.input, &context, started).await? {
         Claimed::Replay(completed) => return Ok(completed),
         Claimed::Run(claim) => claim,
     };
     let max_response = runtime.config.server.max_body_bytes.max(MIN_RESPONSE_LIMIT);
     let trace = OutgoingTrace { trace_id: call.trace_id.as_deref(), traceparent: call.traceparent.as_deref() };
-    let forwarded = forward_call(runtime, route, &call.call_id, trace, &call.input, &context, max_response).await;
+    let scoped_id = scope.map(|scope| scope.forwarded_call_id(&call.call_id));
+    let upstream_call_id = scoped_id.as_deref().unwrap_or(&call.call_id);
+    let forwarded = forward_call(runtime, route, upstream_call_id, trace, &call.input, &context, max_response).await;
     let mut finished = forwarded.and_then(|(target, forwarded)| {
         let took = started.elapsed();
         let result = rewrap_response(forwarded, target, call.call_id.clone(), took)?;
@@ -135,25 +140,25 @@ enum Claimed {
     Replay(Completed),
 }
 
-/// Claims a client-sent `call_id` (gateway-made ids are never repeated). A
-/// store that cannot answer lets the call run undeduplicated: refusing every
-/// call while Redis is down would be worse than a rare double run.
+/// Claims a client-sent `call_id` for its caller (`scope`; gateway-made ids
+/// are never repeated and have none). A store that cannot answer lets the
+/// call run undeduplicated: refusing every call while Redis is down would be
+/// worse than a rare double run.
 async fn claim_call_id(
     runtime: &Runtime,
     route: &Route,
+    scope: Option<&CallerScope>,
     call_id: &str,
-    client_call_id: bool,
     input: &Value,
+    context: &CallContext,
     started: Instant,
 ) -> Result<Claimed, FrontError> {
-    if !client_call_id {
-        return Ok(Claimed::Run(None));
-    }
+    let Some(scope) = scope else { return Ok(Claimed::Run(None)) };
     let tool = &route.tool.definition.id;
-    let fingerprint = Fingerprint::of(tool, input);
+    let fingerprint = Fingerprint::of(tool, input, context);
     // A concurrent duplicate waits as long as the first call may take.
     let longest = route.targets.iter().map(|t| t.upstream.call_timeout).max().unwrap_or_default();
-    match runtime.idempotency.claim(call_id, &fingerprint, longest + Duration::from_secs(5)).await {
+    match runtime.idempotency.claim(&scope.key(call_id), &fingerprint, longest + Duration::from_secs(5)).await {
         Ok(Decision::Run(claim)) => Ok(Claimed::Run(Some(claim))),
         Ok(Decision::Replay(stored)) => Ok(Claimed::Replay(Completed {
             outcome: if stored.result.success { CallOutcome::Success } else { CallOutcome::ToolError },

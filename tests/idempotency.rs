@@ -10,11 +10,17 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::{add, add_schema, catalog, free_addr, html_500, tool, tool_error, Gateway, Resp, ToolServer};
 use otc_gateway::config::Dur;
-use otc_gateway::idempotency::{Decision, Fingerprint, IdempotencyConfig, IdempotencyStore, StoredCall};
-use otc_gateway::wire::CallResult;
+use otc_gateway::auth::Caller;
+use otc_gateway::idempotency::{CallKey, CallerScope, Decision, Fingerprint, IdempotencyConfig, IdempotencyStore, StoredCall};
+use otc_gateway::wire::{CallContext, CallResult};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+
+/// The store key of an anonymous caller's `call_id`, for the stores' own tests.
+fn key(call_id: &str) -> CallKey {
+    CallerScope::of(&Caller::anonymous(), &CallContext::default()).key(call_id)
+}
 
 async fn slow_calculator(delay: Duration) -> ToolServer {
     let server = ToolServer::start(catalog(vec![tool("Calculator.Add", "1.0.0", add_schema())])).await;
@@ -265,15 +271,15 @@ async fn two_stores(redis: &Redis, ttl: Duration) -> (IdempotencyStore, Idempote
 async fn redis_claims_abandoned_by_a_replica_do_not_block_the_call_id() {
     let redis = Redis::start();
     let (one, two) = two_stores(&redis, Duration::from_secs(60)).await;
-    let fp = Fingerprint::of("Calculator.Add@1.0.0", &json!({"a": 1, "b": 1}));
+    let fp = Fingerprint::of("Calculator.Add@1.0.0", &json!({"a": 1, "b": 1}), &CallContext::default());
 
     // A claim dropped on one replica (its client went away) frees the id
     // for the other (the release runs on a spawned task).
-    let Ok(Decision::Run(claim)) = one.claim("dropped", &fp, Duration::from_secs(1)).await else { panic!("run") };
+    let Ok(Decision::Run(claim)) = one.claim(&key("dropped"), &fp, Duration::from_secs(1)).await else { panic!("run") };
     drop(claim);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        match two.claim("dropped", &fp, Duration::from_millis(50)).await {
+        match two.claim(&key("dropped"), &fp, Duration::from_millis(50)).await {
             Ok(Decision::Run(claim)) => {
                 claim.release().await;
                 break;
@@ -285,23 +291,24 @@ async fn redis_claims_abandoned_by_a_replica_do_not_block_the_call_id() {
 
     // A replica that dies mid-call: its claim lasts as long as the call
     // could (the wait), not the whole ttl.
-    let Ok(Decision::Run(claim)) = one.claim("crashed", &fp, Duration::from_millis(400)).await else { panic!("run") };
+    let Ok(Decision::Run(claim)) = one.claim(&key("crashed"), &fp, Duration::from_millis(400)).await else { panic!("run") };
     std::mem::forget(claim);
-    assert!(matches!(two.claim("crashed", &fp, Duration::from_millis(50)).await, Ok(Decision::InProgress)));
+    assert!(matches!(two.claim(&key("crashed"), &fp, Duration::from_millis(50)).await, Ok(Decision::InProgress)));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let Ok(Decision::Run(claim)) = two.claim("crashed", &fp, Duration::from_secs(1)).await else { panic!("run") };
+    let Ok(Decision::Run(claim)) = two.claim(&key("crashed"), &fp, Duration::from_secs(1)).await else { panic!("run") };
     claim.complete(&stored(5)).await;
-    match one.claim("crashed", &fp, Duration::from_secs(1)).await {
+    match one.claim(&key("crashed"), &fp, Duration::from_secs(1)).await {
         Ok(Decision::Replay(call)) => assert_eq!(*call, stored(5)),
         other => panic!("{other:?}"),
     }
-    let other_input = Fingerprint::of("Calculator.Add@1.0.0", &json!({"a": 2, "b": 1}));
-    assert!(matches!(one.claim("crashed", &other_input, Duration::from_secs(1)).await, Ok(Decision::Conflict)));
+    let other_input = Fingerprint::of("Calculator.Add@1.0.0", &json!({"a": 2, "b": 1}), &CallContext::default());
+    assert!(matches!(one.claim(&key("crashed"), &other_input, Duration::from_secs(1)).await, Ok(Decision::Conflict)));
 
     // The answer is kept for the ttl, under the documented prefix.
     let client = redis::Client::open(format!("redis://{}", redis.addr)).expect("client");
     let mut connection = redis::aio::ConnectionManager::new(client).await.expect("connect");
-    let ttl_ms: i64 = redis::cmd("PTTL").arg("otc-gateway:idem:crashed").query_async(&mut connection).await.expect("pttl");
+    let stored_key = format!("otc-gateway:idem:v2:{}", key("crashed").as_str());
+    let ttl_ms: i64 = redis::cmd("PTTL").arg(&stored_key).query_async(&mut connection).await.expect("pttl");
     assert!(ttl_ms > 50_000 && ttl_ms <= 60_000, "{ttl_ms}");
     assert_eq!((one.stats().replayed, one.stats().conflict, two.stats().stored), (1, 1, 1));
 }
@@ -311,14 +318,14 @@ async fn concurrent_claims_across_redis_replicas_elect_one() {
     let redis = Redis::start();
     let (one, two) = two_stores(&redis, Duration::from_secs(60)).await;
     let (one, two) = (Arc::new(one), Arc::new(two));
-    let fp = Fingerprint::of("Calculator.Add@1.0.0", &json!({"a": 1, "b": 1}));
+    let fp = Fingerprint::of("Calculator.Add@1.0.0", &json!({"a": 1, "b": 1}), &CallContext::default());
     let runs = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..10)
         .map(|i| {
             let store = if i % 2 == 0 { one.clone() } else { two.clone() };
             let (fp, runs) = (fp.clone(), runs.clone());
             tokio::spawn(async move {
-                match store.claim("race", &fp, Duration::from_secs(5)).await.expect("redis answers") {
+                match store.claim(&key("race"), &fp, Duration::from_secs(5)).await.expect("redis answers") {
                     Decision::Run(claim) => {
                         runs.fetch_add(1, Ordering::SeqCst);
                         tokio::time::sleep(Duration::from_millis(200)).await;
@@ -350,5 +357,218 @@ async fn a_client_that_goes_away_mid_call_does_not_make_it_run_twice() {
     assert_eq!(retry["value"], json!(2));
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(call_with_id(gw.addr, Some("gone-client"), 1).await.result(), retry);
+    assert_eq!(server.call_count(), 1);
+}
+
+// ---------------------------------------------------------------------------
+// A call_id belongs to its caller
+// ---------------------------------------------------------------------------
+
+const JWT_SECRET: &str = "an-hs256-secret-long-enough-for-the-gateway-32";
+
+/// `User.Profile`: a tool that answers with the calling user's private data
+/// (the user id and secret it was given), counting its runs.
+async fn profile_server() -> ToolServer {
+    let mut profile = common::needing("User.Profile", json!({"user_id": true, "secrets": [{"id": "PROFILE_KEY"}]}));
+    profile["input_schema"] = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+    let server = ToolServer::start(catalog(vec![profile])).await;
+    server.on_call(|req| {
+        let context = &common::forwarded(req)["context"];
+        let secret = context["secrets"].as_array().and_then(|s| s.first()).map(|s| s["value"].clone());
+        common::success(req, json!({"private_data_of": context["user_id"], "with_secret": secret, "input": common::forwarded(req)["input"]}))
+    });
+    server
+}
+
+/// A gateway in front of `server`, `auth` its [auth] table, `extra` appended.
+fn profile_config(server: &ToolServer, auth: &str, extra: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\n\
+         [catalog]\npoll_interval = \"200ms\"\nrequest_timeout = \"1s\"\n\n\
+         [[upstreams]]\nname = \"profiles\"\nurl = \"{}\"\n\n\
+         [secrets]\nPROFILE_KEY = \"env:PROFILE_KEY\"\n\n[auth]\n{auth}\n\n{extra}",
+        server.url()
+    )
+}
+
+const JWT_AUTH: &str = "mode = \"jwt\"\nhs256_secret = \"env:GW_JWT_SECRET\"\napi_keys = [{ key = \"env:SVC_KEY\", user_id = \"svc\" }]";
+const OPEN_AUTH: &str = "mode = \"none\"\napi_keys = [{ key = \"env:SVC_KEY\", user_id = \"svc\" }]";
+const ENV: &[(&str, &str)] =
+    &[("GW_JWT_SECRET", JWT_SECRET), ("PROFILE_KEY", "profile-secret-value"), ("SVC_KEY", "svc-api-key-0123456789")];
+
+async fn profile_gateway(server: &ToolServer, auth: &str, extra: &str) -> Gateway {
+    let gw = Gateway::start_with_env(&profile_config(server, auth, extra), ENV).await;
+    // (Listed for the service key's holder: mode jwt lists nothing to anyone else.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let key = [("oxp-api-key", "svc-api-key-0123456789")];
+        let tools = common::send_with_headers(gw.addr, "GET", "/tools", Bytes::new(), &key).await;
+        if tools.status == 200 && tools.text().contains("User.Profile") {
+            return gw;
+        }
+        assert!(Instant::now() < deadline, "User.Profile was never listed: {}", tools.text());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn bearer(user: &str) -> String {
+    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() + 3600;
+    let token = jsonwebtoken::encode(
+        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
+        &json!({"sub": user, "exp": exp}),
+        &jsonwebtoken::EncodingKey::from_secret(JWT_SECRET.as_bytes()),
+    )
+    .expect("a token");
+    format!("Bearer {token}")
+}
+
+/// A profile call with `call_id`, input `n` and `context`, with these headers.
+async fn profile_call(gw: &Gateway, headers: &[(&str, &str)], call_id: &str, n: i64, context: Value) -> common::Resp {
+    let body = json!({"request": {"tool_id": "User.Profile@1.0.0", "call_id": call_id, "input": {"n": n}, "context": context}});
+    let mut all = vec![("content-type", "application/json")];
+    all.extend_from_slice(headers);
+    common::send_with_headers(gw.addr, "POST", "/tools/call", Bytes::from(body.to_string()), &all).await
+}
+
+async fn as_user(gw: &Gateway, user: &str, call_id: &str, n: i64) -> Value {
+    let auth = bearer(user);
+    let resp = profile_call(gw, &[("authorization", &auth)], call_id, n, json!({})).await;
+    assert_eq!(resp.status, 200, "{user}: {}", resp.text());
+    resp.result()
+}
+
+#[tokio::test]
+async fn another_user_with_my_call_id_gets_their_own_call_never_my_answer() {
+    let server = profile_server().await;
+    let gw = profile_gateway(&server, JWT_AUTH, "").await;
+    let alice = as_user(&gw, "alice", "X-1", 1).await;
+    assert_eq!(alice["value"]["private_data_of"], json!("alice"));
+    let bob = as_user(&gw, "bob", "X-1", 1).await;
+    assert_eq!(bob["value"]["private_data_of"], json!("bob"), "bob must not get alice's answer: {bob}");
+    assert_eq!(bob["call_id"], json!("X-1"), "each caller gets back the call_id it sent");
+    assert_eq!(server.call_count(), 2, "bob's call ran for bob");
+    // Alice's own duplicate is still answered from her first call.
+    assert_eq!(as_user(&gw, "alice", "X-1", 1).await, alice);
+    assert_eq!(server.call_count(), 2);
+    // The upstream never saw one call_id for two callers.
+    let ids: Vec<String> = server.calls().iter().map(|c| common::forwarded(c)["call_id"].as_str().unwrap_or_default().to_owned()).collect();
+    assert_ne!(ids[0], ids[1], "{ids:?}");
+    assert!(ids.iter().all(|id| id.ends_with(".X-1")), "{ids:?}");
+}
+
+#[tokio::test]
+async fn a_call_id_planted_by_another_user_does_not_answer_mine() {
+    let server = profile_server().await;
+    let gw = profile_gateway(&server, JWT_AUTH, "").await;
+    let planted = as_user(&gw, "bob", "order-7", 7).await;
+    assert_eq!(planted["value"]["private_data_of"], json!("bob"));
+    let alice = as_user(&gw, "alice", "order-7", 7).await;
+    assert_eq!(alice["value"]["private_data_of"], json!("alice"), "alice got bob's planted answer: {alice}");
+    assert_eq!(server.call_count(), 2);
+}
+
+#[tokio::test]
+async fn another_users_call_id_cannot_be_probed_or_squatted() {
+    let server = profile_server().await;
+    let gw = profile_gateway(&server, JWT_AUTH, "").await;
+    as_user(&gw, "alice", "probe-1", 1).await;
+    // Bob, the same id with another input: his own call, not "already used".
+    let bob = as_user(&gw, "bob", "probe-1", 2).await;
+    assert_eq!(bob["value"]["input"], json!({"n": 2}));
+    // Alice reusing her own id for another input is still refused.
+    let auth = bearer("alice");
+    let reused = profile_call(&gw, &[("authorization", &auth)], "probe-1", 2, json!({})).await;
+    assert!(reused.server_error(400)["message"].as_str().unwrap_or_default().contains("call_id"));
+    assert_eq!(server.call_count(), 2);
+}
+
+#[tokio::test]
+async fn anonymous_callers_are_told_apart_by_what_they_send() {
+    let server = profile_server().await;
+    let gw = profile_gateway(&server, OPEN_AUTH, "").await;
+    let alice = profile_call(&gw, &[], "anon-1", 1, json!({"user_id": "alice"})).await.result();
+    assert_eq!(alice["value"]["private_data_of"], json!("alice"));
+    let bob = profile_call(&gw, &[], "anon-1", 1, json!({"user_id": "bob"})).await.result();
+    assert_eq!(bob["value"]["private_data_of"], json!("bob"), "context.user_id bob replayed alice's answer: {bob}");
+    assert_eq!(server.call_count(), 2);
+    // The same anonymous caller's duplicate is replayed.
+    assert_eq!(profile_call(&gw, &[], "anon-1", 1, json!({"user_id": "alice"})).await.result(), alice);
+    assert_eq!(server.call_count(), 2);
+
+    // An API-key caller's answer is theirs: an anonymous caller claiming the
+    // same user id, with the same call_id, runs their own call.
+    let keyed = profile_call(&gw, &[("oxp-api-key", "svc-api-key-0123456789")], "svc-1", 1, json!({})).await.result();
+    assert_eq!(keyed["value"]["private_data_of"], json!("svc"));
+    assert_eq!(profile_call(&gw, &[("oxp-api-key", "svc-api-key-0123456789")], "svc-1", 1, json!({})).await.result(), keyed);
+    assert_eq!(server.call_count(), 3, "the key holder's duplicate is replayed");
+    let spoofed = profile_call(&gw, &[], "svc-1", 1, json!({"user_id": "svc"})).await;
+    assert_eq!(spoofed.status, 200, "{}", spoofed.text());
+    assert_eq!(server.call_count(), 4, "the anonymous caller's call ran: it got no stored answer");
+}
+
+#[tokio::test]
+async fn replicas_sharing_redis_keep_each_callers_call_ids_apart() {
+    let redis = Redis::start();
+    let server = profile_server().await;
+    let store = format!("[idempotency]\nttl = \"1m\"\nstore = \"redis://{}\"\n", redis.addr);
+    let one = profile_gateway(&server, JWT_AUTH, &store).await;
+    let two = profile_gateway(&server, JWT_AUTH, &store).await;
+    let alice = as_user(&one, "alice", "fleet-1", 1).await;
+    assert_eq!(as_user(&two, "alice", "fleet-1", 1).await, alice, "alice's duplicate, on the other replica");
+    assert_eq!(server.call_count(), 1);
+    let bob = as_user(&two, "bob", "fleet-1", 1).await;
+    assert_eq!(bob["value"]["private_data_of"], json!("bob"));
+    assert_eq!(server.call_count(), 2);
+    // Another input, bob, on the first replica: his own call again, no 400.
+    assert_eq!(as_user(&one, "bob", "fleet-1", 1).await, bob);
+    assert_eq!(as_user(&one, "carol", "fleet-1", 5).await["value"]["private_data_of"], json!("carol"));
+    assert_eq!(server.call_count(), 3);
+}
+
+/// The fingerprint entries were stored under before call_ids were scoped:
+/// the tool id and the input's canonical JSON.
+fn unscoped_fingerprint(tool: &str, input: &Value) -> String {
+    use sha2::{Digest, Sha256};
+    fn canonical(hasher: &mut Sha256, value: &Value) {
+        match value {
+            Value::Object(map) => {
+                let mut fields: Vec<_> = map.iter().collect();
+                fields.sort_unstable_by(|a, b| a.0.cmp(b.0));
+                hasher.update(b"{");
+                for (key, field) in fields {
+                    hasher.update(Value::String(key.clone()).to_string().as_bytes());
+                    hasher.update(b":");
+                    canonical(hasher, field);
+                    hasher.update(b",");
+                }
+                hasher.update(b"}");
+            }
+            scalar => hasher.update(scalar.to_string().as_bytes()),
+        }
+    }
+    let mut hasher = Sha256::new();
+    hasher.update(tool.as_bytes());
+    hasher.update([0]);
+    canonical(&mut hasher, input);
+    hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn answers_stored_before_call_ids_were_scoped_are_never_served() {
+    let redis = Redis::start();
+    let server = profile_server().await;
+    let store = format!("[idempotency]\nttl = \"1m\"\nstore = \"redis://{}\"\n", redis.addr);
+    let gw = profile_gateway(&server, OPEN_AUTH, &store).await;
+    // An answer written by an older gateway, for anyone with the call_id.
+    let planted = StoredCall {
+        result: CallResult { call_id: "old-1".into(), duration: 1.0, success: true, value: Some(json!("someone else's data").into()), error: None },
+        upstream: "profiles".into(),
+    };
+    let value = format!("D {} {}", unscoped_fingerprint("User.Profile@1.0.0", &json!({"n": 1})), serde_json::to_string(&planted).expect("json"));
+    let client = redis::Client::open(format!("redis://{}", redis.addr)).expect("client");
+    let mut connection = redis::aio::ConnectionManager::new(client).await.expect("connect");
+    let () = redis::cmd("SET").arg("otc-gateway:idem:old-1").arg(value).query_async(&mut connection).await.expect("set");
+    let answer = profile_call(&gw, &[], "old-1", 1, json!({"user_id": "alice"})).await.result();
+    assert_eq!(answer["value"]["private_data_of"], json!("alice"), "an unscoped entry was served: {answer}");
     assert_eq!(server.call_count(), 1);
 }

@@ -1,6 +1,6 @@
 //! Idempotency entries in this process's memory, bounded in count and bytes.
 //!
-//! One map from `call_id` to its entry, and a queue of keys in claim order
+//! One map from `key` to its entry, and a queue of keys in claim order
 //! for evicting the oldest first. A running call's entry holds a
 //! `tokio::sync::watch` sender that its duplicates wait on; completing the
 //! call sends the answer, releasing it drops the sender (the waiters then try
@@ -30,7 +30,7 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct State {
     entries: HashMap<String, Entry>,
-    /// `(call_id, claim)` in claim order, for evicting the oldest first. A
+    /// `(key, claim)` in claim order, for evicting the oldest first. A
     /// pair whose entry is gone or was claimed again is stale and skipped.
     order: VecDeque<(String, u64)>,
     /// Bytes of the answers held (see [`ENTRY_OVERHEAD`]).
@@ -71,26 +71,26 @@ impl MemoryStore {
     }
 
     /// See [`Store::claim`].
-    pub async fn claim_now(&self, call_id: &str, fingerprint: &Fingerprint, wait: Duration) -> Claim {
+    pub async fn claim_now(&self, key: &str, fingerprint: &Fingerprint, wait: Duration) -> Claim {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let mut answer = {
                 let mut state = self.lock();
                 let expired = state
                     .entries
-                    .get(call_id)
+                    .get(key)
                     .is_some_and(|e| e.is_answered() && e.at.elapsed() > self.ttl);
                 if expired {
-                    remove(&mut state, call_id);
+                    remove(&mut state, key);
                 }
-                match state.entries.get(call_id) {
+                match state.entries.get(key) {
                     None => {
                         let claim = state.next_claim;
                         state.next_claim += 1;
                         let (answer, _) = watch::channel(None);
                         let entry = Entry { fingerprint: fingerprint.clone(), claim, at: Instant::now(), size: 0, answer };
-                        state.entries.insert(call_id.to_owned(), entry);
-                        state.order.push_back((call_id.to_owned(), claim));
+                        state.entries.insert(key.to_owned(), entry);
+                        state.order.push_back((key.to_owned(), claim));
                         self.evict(&mut state);
                         return Claim::Run(Token(u128::from(claim)));
                     }
@@ -119,10 +119,10 @@ impl MemoryStore {
     /// Stores the answer of claim `token` and wakes its waiters. A claim that
     /// is no longer the key's (which cannot happen in memory, as running
     /// entries are neither expired nor evicted) stores nothing.
-    pub fn complete_now(&self, call_id: &str, token: Token, call: &StoredCall) {
-        let size = serde_json::to_vec(call).map_or(0, |b| b.len()) + call_id.len() + ENTRY_OVERHEAD;
+    pub fn complete_now(&self, key: &str, token: Token, call: &StoredCall) {
+        let size = serde_json::to_vec(call).map_or(0, |b| b.len()) + key.len() + ENTRY_OVERHEAD;
         let mut state = self.lock();
-        let Some(entry) = state.entries.get_mut(call_id).filter(|e| u128::from(e.claim) == token.0) else {
+        let Some(entry) = state.entries.get_mut(key).filter(|e| u128::from(e.claim) == token.0) else {
             return;
         };
         entry.answer.send_replace(Some(Arc::new(call.clone())));
@@ -133,11 +133,11 @@ impl MemoryStore {
     }
 
     /// Drops claim `token` if it is still the key's; its waiters try again.
-    pub fn release_now(&self, call_id: &str, token: Token) {
+    pub fn release_now(&self, key: &str, token: Token) {
         let mut state = self.lock();
-        let ours = state.entries.get(call_id).is_some_and(|e| u128::from(e.claim) == token.0 && !e.is_answered());
+        let ours = state.entries.get(key).is_some_and(|e| u128::from(e.claim) == token.0 && !e.is_answered());
         if ours {
-            remove(&mut state, call_id);
+            remove(&mut state, key);
         }
     }
 
@@ -211,37 +211,42 @@ fn remove(state: &mut State, key: &str) {
 
 #[async_trait::async_trait]
 impl Store for MemoryStore {
-    async fn claim(&self, call_id: &str, fingerprint: &Fingerprint, wait: Duration) -> Result<Claim, IdempotencyError> {
-        Ok(self.claim_now(call_id, fingerprint, wait).await)
+    async fn claim(&self, key: &str, fingerprint: &Fingerprint, wait: Duration) -> Result<Claim, IdempotencyError> {
+        Ok(self.claim_now(key, fingerprint, wait).await)
     }
 
     async fn complete(
         &self,
-        call_id: &str,
+        key: &str,
         _fingerprint: &Fingerprint,
         token: Token,
         call: &StoredCall,
     ) -> Result<(), IdempotencyError> {
-        self.complete_now(call_id, token, call);
+        self.complete_now(key, token, call);
         Ok(())
     }
 
-    async fn release(&self, call_id: &str, _fingerprint: &Fingerprint, token: Token) -> Result<(), IdempotencyError> {
-        self.release_now(call_id, token);
+    async fn release(&self, key: &str, _fingerprint: &Fingerprint, token: Token) -> Result<(), IdempotencyError> {
+        self.release_now(key, token);
         Ok(())
     }
 
-    fn release_detached(self: Arc<Self>, call_id: String, _fingerprint: Fingerprint, token: Token) {
-        self.release_now(&call_id, token);
+    fn release_detached(self: Arc<Self>, key: String, _fingerprint: Fingerprint, token: Token) {
+        self.release_now(&key, token);
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::{Decision, IdempotencyStore};
+    use super::super::{CallKey, CallerScope, Decision, IdempotencyStore};
     use super::*;
-    use crate::wire::CallResult;
+    use crate::auth::Caller;
+    use crate::wire::{CallContext, CallResult};
     use serde_json::json;
+
+    fn key(call_id: &str) -> CallKey {
+        CallerScope::of(&Caller::anonymous(), &CallContext::default()).key(call_id)
+    }
 
     const WAIT: Duration = Duration::from_secs(1);
 
@@ -253,7 +258,7 @@ mod tests {
     }
 
     fn fp(input: i64) -> Fingerprint {
-        Fingerprint::of("T.t@1.0.0", &json!({"x": input}))
+        Fingerprint::of("T.t@1.0.0", &json!({"x": input}), &CallContext::default())
     }
 
     fn run(claim: Claim) -> Token {
@@ -278,7 +283,7 @@ mod tests {
         assert_eq!(replayed(store.claim_now("a", &fp(1), WAIT).await), 7);
         assert!(matches!(store.claim_now("a", &fp(2), WAIT).await, Claim::Conflict));
         // Another tool with the same input is another call too.
-        let other_tool = Fingerprint::of("T.t@2.0.0", &json!({"x": 1}));
+        let other_tool = Fingerprint::of("T.t@2.0.0", &json!({"x": 1}), &CallContext::default());
         assert!(matches!(store.claim_now("a", &other_tool, WAIT).await, Claim::Conflict));
         // The conflict changed nothing.
         assert_eq!(replayed(store.claim_now("a", &fp(1), WAIT).await), 7);
@@ -420,17 +425,17 @@ mod tests {
     #[tokio::test]
     async fn a_dropped_claim_is_released() {
         let store = IdempotencyStore::memory(Duration::from_secs(60), 10, 1 << 20);
-        let Ok(Decision::Run(pending)) = store.claim("a", &fp(1), WAIT).await else { panic!("expected Run") };
+        let Ok(Decision::Run(pending)) = store.claim(&key("a"), &fp(1), WAIT).await else { panic!("expected Run") };
         // The request future was dropped (client gone): nothing stored, and
         // the next call with the id runs.
         drop(pending);
-        let Ok(Decision::Run(pending)) = store.claim("a", &fp(1), WAIT).await else { panic!("expected Run") };
+        let Ok(Decision::Run(pending)) = store.claim(&key("a"), &fp(1), WAIT).await else { panic!("expected Run") };
         pending.complete(&stored(3)).await;
-        match store.claim("a", &fp(1), WAIT).await {
+        match store.claim(&key("a"), &fp(1), WAIT).await {
             Ok(Decision::Replay(call)) => assert_eq!(call.result.value, Some(json!(3).into())),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(store.claim("a", &fp(2), WAIT).await, Ok(Decision::Conflict)));
+        assert!(matches!(store.claim(&key("a"), &fp(2), WAIT).await, Ok(Decision::Conflict)));
         let stats = store.stats();
         assert_eq!((stats.stored, stats.replayed, stats.conflict), (1, 1, 1));
     }

@@ -1,11 +1,15 @@
 //! Idempotent calls: the spec calls `call_id` "an idempotency key".
 //!
-//! A call whose client-sent `call_id` was seen within the ttl, for the same
-//! resolved tool and the same input, gets the first call's answer again
-//! without the tool being called. A duplicate that arrives while the first is
-//! still running waits for it. The same `call_id` with another tool or input
-//! is refused. Entries live in memory ([`memory`]) or, to share them between
-//! replicas, in Redis ([`redis`]); both implement [`Store`].
+//! A `call_id` belongs to its caller. A call whose client-sent `call_id` the
+//! same caller used within the ttl, for the same resolved tool, input and
+//! injected context, gets the first call's answer again without the tool
+//! being called. A duplicate that arrives while the first is still running
+//! waits for it. The same caller's `call_id` with another tool or input is
+//! refused. Another caller's identical `call_id` is simply their own call:
+//! entries are keyed by [`CallKey`], a digest of the caller ([`CallerScope`])
+//! and the `call_id`, so nobody can read, plant, probe or block another
+//! caller's answers. Entries live in memory ([`memory`]) or, to share them
+//! between replicas, in Redis ([`redis`]); both implement [`Store`].
 //!
 //! The life of a key: [`IdempotencyStore::claim`] either hands back the
 //! stored answer or a [`Pending`] claim. The caller runs the call and then
@@ -26,8 +30,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use crate::auth::{Caller, CallerKind};
 use crate::config::Dur;
-use crate::wire::CallResult;
+use crate::wire::{CallContext, CallResult};
 
 /// `[idempotency]`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -55,23 +60,96 @@ impl Default for IdempotencyConfig {
     }
 }
 
+/// Who a `call_id` belongs to: the authenticated caller (how they were
+/// identified and their user id), or for an anonymous caller everything
+/// that identifies them to the tool, the `context` they sent (their
+/// `user_id` included). A digest: secrets a client sent in its context are
+/// never kept, only mixed into it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CallerScope([u8; 32]);
+
+impl CallerScope {
+    /// The scope of `caller`, who sent `context` (before the gateway
+    /// injected anything into it).
+    pub fn of(caller: &Caller, context: &CallContext) -> CallerScope {
+        let mut hasher = Sha256::new();
+        match (caller.kind, &caller.user_id) {
+            (CallerKind::Jwt, Some(user)) => feed(&mut hasher, &["jwt", user]),
+            (CallerKind::ApiKey, Some(user)) => feed(&mut hasher, &["api-key", user]),
+            _ => {
+                feed(&mut hasher, &["anonymous"]);
+                canonical(&mut hasher, &serde_json::to_value(context).unwrap_or_default());
+            }
+        }
+        CallerScope(hasher.finalize().into())
+    }
+
+    /// The store key of this caller's `call_id`.
+    pub fn key(&self, call_id: &str) -> CallKey {
+        let mut hasher = Sha256::new();
+        hasher.update(self.0);
+        hasher.update(call_id.as_bytes());
+        CallKey(hex(&hasher.finalize()))
+    }
+
+    /// The `call_id` an upstream sees for this caller's `call_id`: prefixed
+    /// with 64 bits of the scope, so that two callers' equal ids never reach
+    /// an upstream (which may deduplicate on them too) as one id.
+    pub fn forwarded_call_id(&self, call_id: &str) -> String {
+        format!("{}.{call_id}", hex(&self.0[..8]))
+    }
+}
+
+impl std::fmt::Debug for CallerScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallerScope(..)")
+    }
+}
+
+/// Where a caller's `call_id` is stored: 64 hex digits of a digest of the
+/// caller's scope and the `call_id`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallKey(String);
+
+impl CallKey {
+    /// As text, for storage.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Feeds length-prefixed parts, so that no two lists feed the same bytes.
+fn feed(hasher: &mut Sha256, parts: &[&str]) {
+    for part in parts {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part.as_bytes());
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// What makes two calls with one `call_id` the same call: the resolved tool
-/// id and the input, hashed.
+/// id, the input and the context the tool would get, hashed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fingerprint(String);
 
 impl Fingerprint {
-    /// Hashes the resolved tool id (version included) and the input in a
-    /// canonical form: object keys sorted at every level. Sorting here rather
-    /// than relying on serde_json's default `BTreeMap` keeps two equal inputs
-    /// equal even if some dependency turns serde_json's `preserve_order` on.
-    pub fn of(tool: &str, input: &Value) -> Fingerprint {
+    /// Hashes the resolved tool id (version included), the input and the
+    /// injected context (user id, secrets, tokens: whatever can change the
+    /// tool's result; only their digest is kept) in a canonical form: object
+    /// keys sorted at every level. Sorting here rather than relying on
+    /// serde_json's default `BTreeMap` keeps two equal inputs equal even if
+    /// some dependency turns serde_json's `preserve_order` on.
+    pub fn of(tool: &str, input: &Value, context: &CallContext) -> Fingerprint {
         let mut hasher = Sha256::new();
         hasher.update(tool.as_bytes());
         hasher.update([0]);
         canonical(&mut hasher, input);
-        let digest = hasher.finalize();
-        Fingerprint(digest.iter().map(|b| format!("{b:02x}")).collect())
+        hasher.update([0]);
+        canonical(&mut hasher, &serde_json::to_value(context).unwrap_or_default());
+        Fingerprint(hex(&hasher.finalize()))
     }
 
     /// As text (64 hex digits), for storage.
@@ -153,25 +231,25 @@ pub enum IdempotencyError {
 /// Where entries live: implemented in memory and in Redis.
 #[async_trait::async_trait]
 pub trait Store: Send + Sync {
-    /// Claims `call_id` for `fingerprint`, waiting up to `wait` for a
-    /// concurrent first call to finish.
-    async fn claim(&self, call_id: &str, fingerprint: &Fingerprint, wait: Duration) -> Result<Claim, IdempotencyError>;
+    /// Claims `key` (a [`CallKey`]) for `fingerprint`, waiting up to `wait`
+    /// for a concurrent first call to finish.
+    async fn claim(&self, key: &str, fingerprint: &Fingerprint, wait: Duration) -> Result<Claim, IdempotencyError>;
 
     /// Stores the answer of the call claimed with `token`; its waiters get it.
     async fn complete(
         &self,
-        call_id: &str,
+        key: &str,
         fingerprint: &Fingerprint,
         token: Token,
         call: &StoredCall,
     ) -> Result<(), IdempotencyError>;
 
-    /// Gives the claim made with `token` up: the next claim of `call_id` runs.
-    async fn release(&self, call_id: &str, fingerprint: &Fingerprint, token: Token) -> Result<(), IdempotencyError>;
+    /// Gives the claim made with `token` up: the next claim of `key` runs.
+    async fn release(&self, key: &str, fingerprint: &Fingerprint, token: Token) -> Result<(), IdempotencyError>;
 
     /// [`Store::release`] from synchronous code (a dropped [`Pending`]): at
     /// once, or on a spawned task.
-    fn release_detached(self: Arc<Self>, call_id: String, fingerprint: Fingerprint, token: Token);
+    fn release_detached(self: Arc<Self>, key: String, fingerprint: Fingerprint, token: Token);
 }
 
 /// Counts of what the store decided, for `otc_gateway_idempotency_total`.
@@ -260,16 +338,17 @@ impl IdempotencyStore {
         IdempotencyStore { store, kind, counters: Arc::default() }
     }
 
-    /// Claims `call_id` for this fingerprint, waiting up to `wait` for a
-    /// concurrent first call to finish. An error means the store could not
-    /// answer; the caller decides what to do (the gateway runs the call).
-    pub async fn claim(&self, call_id: &str, fingerprint: &Fingerprint, wait: Duration) -> Result<Decision, IdempotencyError> {
+    /// Claims a caller's `call_id` (its `key`) for this fingerprint,
+    /// waiting up to `wait` for a concurrent first call to finish. An error
+    /// means the store could not answer; the caller decides what to do (the
+    /// gateway runs the call).
+    pub async fn claim(&self, key: &CallKey, fingerprint: &Fingerprint, wait: Duration) -> Result<Decision, IdempotencyError> {
         let counters = &self.counters;
-        match self.store.claim(call_id, fingerprint, wait).await {
+        match self.store.claim(key.as_str(), fingerprint, wait).await {
             Ok(Claim::Run(token)) => Ok(Decision::Run(Pending {
                 store: self.store.clone(),
                 counters: self.counters.clone(),
-                call_id: call_id.to_owned(),
+                key: key.as_str().to_owned(),
                 fingerprint: fingerprint.clone(),
                 token,
                 settled: false,
@@ -317,7 +396,7 @@ impl std::fmt::Debug for IdempotencyStore {
 pub struct Pending {
     store: Arc<dyn Store>,
     counters: Arc<Counters>,
-    call_id: String,
+    key: String,
     fingerprint: Fingerprint,
     token: Token,
     settled: bool,
@@ -328,7 +407,7 @@ impl Pending {
     /// is logged and counted; the claim is then released (by `Drop`) so that
     /// duplicates are not left waiting for an answer that never comes.
     pub async fn complete(mut self, call: &StoredCall) {
-        match self.store.complete(&self.call_id, &self.fingerprint, self.token, call).await {
+        match self.store.complete(&self.key, &self.fingerprint, self.token, call).await {
             Ok(()) => {
                 Counters::bump(&self.counters.stored);
                 self.settled = true;
@@ -346,7 +425,7 @@ impl Pending {
         // Marked first: if this fails there is nothing better to do than the
         // same attempt again in `Drop`; the claim expires in the store anyway.
         self.settled = true;
-        if let Err(e) = self.store.release(&self.call_id, &self.fingerprint, self.token).await {
+        if let Err(e) = self.store.release(&self.key, &self.fingerprint, self.token).await {
             Counters::bump(&self.counters.unavailable);
             tracing::warn!(error = %e, "could not release an idempotency claim");
         }
@@ -356,16 +435,16 @@ impl Pending {
 impl Drop for Pending {
     fn drop(&mut self) {
         if !self.settled {
-            let call_id = std::mem::take(&mut self.call_id);
+            let key = std::mem::take(&mut self.key);
             let fingerprint = self.fingerprint.clone();
-            self.store.clone().release_detached(call_id, fingerprint, self.token);
+            self.store.clone().release_detached(key, fingerprint, self.token);
         }
     }
 }
 
 impl std::fmt::Debug for Pending {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Pending").field("call_id", &self.call_id).field("token", &self.token).finish_non_exhaustive()
+        f.debug_struct("Pending").field("key", &self.key).field("token", &self.token).finish_non_exhaustive()
     }
 }
 
@@ -376,17 +455,61 @@ mod tests {
 
     #[test]
     fn the_fingerprint_ignores_key_order_and_sees_everything_else() {
-        let a = Fingerprint::of("T.t@1.0.0", &json!({"a": 1, "b": {"x": [1, 2], "y": "s"}}));
+        let a = Fingerprint::of("T.t@1.0.0", &json!({"a": 1, "b": {"x": [1, 2], "y": "s"}}), &CallContext::default());
         let reordered: Value = serde_json::from_str(r#"{"b": {"y": "s", "x": [1, 2]}, "a": 1}"#).expect("json");
-        assert_eq!(a, Fingerprint::of("T.t@1.0.0", &reordered));
-        assert_ne!(a, Fingerprint::of("T.t@1.0.1", &reordered), "the version counts");
-        assert_ne!(a, Fingerprint::of("T.t@1.0.0", &json!({"a": 1, "b": {"x": [2, 1], "y": "s"}})));
-        assert_ne!(a, Fingerprint::of("T.t@1.0.0", &json!({"a": "1", "b": {"x": [1, 2], "y": "s"}})));
+        assert_eq!(a, Fingerprint::of("T.t@1.0.0", &reordered, &CallContext::default()));
+        assert_ne!(a, Fingerprint::of("T.t@1.0.1", &reordered, &CallContext::default()), "the version counts");
+        assert_ne!(a, Fingerprint::of("T.t@1.0.0", &json!({"a": 1, "b": {"x": [2, 1], "y": "s"}}), &CallContext::default()));
+        assert_ne!(a, Fingerprint::of("T.t@1.0.0", &json!({"a": "1", "b": {"x": [1, 2], "y": "s"}}), &CallContext::default()));
         // A key that looks like a separator cannot fake another structure.
         assert_ne!(
-            Fingerprint::of("T", &json!({"a": {"b": 1}})),
-            Fingerprint::of("T", &serde_json::from_str(r#"{"a\":{\"b": 1}"#).expect("json"))
+            Fingerprint::of("T", &json!({"a": {"b": 1}}), &CallContext::default()),
+            Fingerprint::of("T", &serde_json::from_str(r#"{"a\":{\"b": 1}"#).expect("json"), &CallContext::default())
         );
         assert_eq!(a.as_str().len(), 64);
+    }
+
+    fn context(json: Value) -> CallContext {
+        serde_json::from_value(json).expect("a context")
+    }
+
+    #[test]
+    fn the_fingerprint_sees_the_injected_context_by_digest_only() {
+        let input = json!({"a": 1});
+        let with = |secret: &str| {
+            Fingerprint::of("T.t@1.0.0", &input, &context(json!({"user_id": "ann", "secrets": [{"id": "K", "value": secret}]})))
+        };
+        assert_eq!(with("s3cr3t-one"), with("s3cr3t-one"));
+        assert_ne!(with("s3cr3t-one"), with("s3cr3t-two"), "a rotated secret is another call");
+        assert_ne!(with("s3cr3t-one"), Fingerprint::of("T.t@1.0.0", &input, &context(json!({"user_id": "bob", "secrets": [{"id": "K", "value": "s3cr3t-one"}]}))));
+        assert!(!with("s3cr3t-one").as_str().contains("s3cr3t"));
+    }
+
+    #[test]
+    fn a_scope_is_who_the_caller_is() {
+        let jwt = Caller { user_id: Some("ann".into()), claims: Value::Null, kind: CallerKind::Jwt };
+        let key = Caller { kind: CallerKind::ApiKey, ..jwt.clone() };
+        let empty = CallContext::default();
+        let claims_ann = context(json!({"user_id": "ann"}));
+        let scopes = [
+            CallerScope::of(&jwt, &empty),
+            CallerScope::of(&key, &empty),
+            CallerScope::of(&Caller::anonymous(), &claims_ann),
+            CallerScope::of(&Caller::anonymous(), &empty),
+            CallerScope::of(&Caller::anonymous(), &context(json!({"user_id": "ann", "tenant": "x"}))),
+        ];
+        for (i, a) in scopes.iter().enumerate() {
+            for b in &scopes[i + 1..] {
+                assert_ne!(a.key("c-1"), b.key("c-1"));
+            }
+        }
+        // An authenticated caller is themselves whatever context they send.
+        assert_eq!(CallerScope::of(&jwt, &claims_ann).key("c-1"), scopes[0].key("c-1"));
+        assert_eq!(CallerScope::of(&Caller::anonymous(), &context(json!({"user_id": "ann"}))).key("c-1"), scopes[2].key("c-1"));
+        assert_ne!(scopes[0].key("c-1"), scopes[0].key("c-2"));
+        assert_eq!(scopes[0].key("c-1").as_str().len(), 64);
+        let forwarded = scopes[0].forwarded_call_id("c-1");
+        assert!(forwarded.ends_with(".c-1") && forwarded.len() == 16 + 1 + 3, "{forwarded}");
+        assert_ne!(forwarded, scopes[1].forwarded_call_id("c-1"));
     }
 }

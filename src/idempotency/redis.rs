@@ -1,6 +1,8 @@
 //! Idempotency entries in Redis, shared by every replica.
 //!
-//! A key `otc-gateway:idem:<call_id>` holds `P <fingerprint> <token>` while
+//! A key `otc-gateway:idem:v2:<key>` (the call's [`super::CallKey`]: a digest
+//! of its caller and `call_id`, so neither is stored in clear) holds
+//! `P <fingerprint> <token>` while
 //! its first call runs and `D <fingerprint> <answer JSON>` once it answered.
 //! The claim is `SET key P… NX PX <wait>`: exactly one replica wins it, and
 //! a replica that dies mid-call leaves a claim that expires once the call
@@ -25,8 +27,10 @@ use redis::FromRedisValue;
 
 use super::{Claim, Fingerprint, IdempotencyError, Store, StoredCall, Token};
 
-/// Every key this store writes starts with this.
-pub const PREFIX: &str = "otc-gateway:idem:";
+/// Every key this store writes starts with this. `v2`: keys are scoped to
+/// their caller; entries written before (`otc-gateway:idem:<call_id>`, for
+/// anyone with the `call_id`) are never read.
+pub const PREFIX: &str = "otc-gateway:idem:v2:";
 
 /// The longest one Redis command may take, connecting included.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(1);
@@ -112,8 +116,8 @@ impl RedisStore {
     }
 }
 
-fn key(call_id: &str) -> String {
-    format!("{PREFIX}{call_id}")
+fn redis_key(key: &str) -> String {
+    format!("{PREFIX}{key}")
 }
 
 fn pending_value(fingerprint: &Fingerprint, token: Token) -> String {
@@ -126,11 +130,11 @@ fn millis(d: Duration) -> u64 {
 
 #[async_trait::async_trait]
 impl Store for RedisStore {
-    async fn claim(&self, call_id: &str, fingerprint: &Fingerprint, wait: Duration) -> Result<Claim, IdempotencyError> {
+    async fn claim(&self, key: &str, fingerprint: &Fingerprint, wait: Duration) -> Result<Claim, IdempotencyError> {
         if self.paused() {
             return Err(IdempotencyError::Unavailable("paused after a recent failure".into()));
         }
-        let key = key(call_id);
+        let key = redis_key(key);
         let token = Token(uuid::Uuid::new_v4().as_u128());
         let pending = pending_value(fingerprint, token);
         let deadline = Instant::now() + wait;
@@ -167,7 +171,7 @@ impl Store for RedisStore {
 
     async fn complete(
         &self,
-        call_id: &str,
+        key: &str,
         fingerprint: &Fingerprint,
         token: Token,
         call: &StoredCall,
@@ -177,29 +181,29 @@ impl Store for RedisStore {
         script
             .arg(COMPLETE)
             .arg(1)
-            .arg(key(call_id))
+            .arg(redis_key(key))
             .arg(pending_value(fingerprint, token))
             .arg(format!("D {} {answer}", fingerprint.as_str()))
             .arg(millis(self.ttl));
         if self.run::<i64>(&script).await? == 0 {
             // Our claim expired and another call claimed the id: its answer
             // is the one duplicates will get.
-            tracing::debug!(call_id, "idempotency claim lost before the answer; not stored");
+            tracing::debug!(key, "idempotency claim lost before the answer; not stored");
         }
         Ok(())
     }
 
-    async fn release(&self, call_id: &str, fingerprint: &Fingerprint, token: Token) -> Result<(), IdempotencyError> {
+    async fn release(&self, key: &str, fingerprint: &Fingerprint, token: Token) -> Result<(), IdempotencyError> {
         let mut script = redis::cmd("EVAL");
-        script.arg(RELEASE).arg(1).arg(key(call_id)).arg(pending_value(fingerprint, token));
+        script.arg(RELEASE).arg(1).arg(redis_key(key)).arg(pending_value(fingerprint, token));
         self.run::<i64>(&script).await.map(drop)
     }
 
-    fn release_detached(self: Arc<Self>, call_id: String, fingerprint: Fingerprint, token: Token) {
+    fn release_detached(self: Arc<Self>, key: String, fingerprint: Fingerprint, token: Token) {
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 handle.spawn(async move {
-                    if let Err(e) = self.release(&call_id, &fingerprint, token).await {
+                    if let Err(e) = self.release(&key, &fingerprint, token).await {
                         tracing::warn!(error = %e, "could not release an abandoned idempotency claim; it expires by itself");
                     }
                 });
@@ -235,10 +239,11 @@ pub fn redact(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::CallContext;
 
     #[test]
     fn values_parse_and_passwords_are_hidden() {
-        let fp = Fingerprint::of("T", &serde_json::json!({}));
+        let fp = Fingerprint::of("T", &serde_json::json!({}), &CallContext::default());
         let pending = pending_value(&fp, Token(7));
         assert!(matches!(parse(&pending), Stored::Pending(f) if f == fp.as_str()));
         assert!(matches!(parse("D abc {\"x\": 1}"), Stored::Done("abc", "{\"x\": 1}")));
