@@ -100,7 +100,10 @@ mod tests {
         let parse = |text: &str| serde_json::from_str::<Value>(text).expect("json");
         let schema = parse(r#"{"properties": {"i": {"type": "integer"}, "m": {"maximum": 98765432109876543210}}}"#);
         let v = InputValidator::compile(&schema).expect("compiles");
-        for ok in [r#"{"i": 98765432109876543210}"#, r#"{"i": -1e30}"#, r#"{"m": 98765432109876543210}"#, r#"{"m": -1e400}"#] {
+        for ok in [r#"{"i": 98765432109876543210}"#, r#"{"i": -1e30}"#] {
+            assert!(v.check(&parse(ok)).is_ok(), "{ok}");
+        }
+        for ok in [r#"{"m": 98765432109876543210}"#, r#"{"m": -1e400}"#] {
             assert!(v.check(&parse(ok)).is_ok(), "{ok}");
         }
         for bad in [r#"{"i": 98765432109876543210.5}"#, r#"{"m": 98765432109876543211}"#, r#"{"m": 1e400}"#] {

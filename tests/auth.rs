@@ -632,7 +632,8 @@ async fn a_token_with_a_crit_header_is_refused() {
 
 #[tokio::test]
 async fn a_token_with_a_crit_header_gets_401_at_the_gateway() {
-    let server = common::ToolServer::start(common::catalog(vec![common::tool("Calc.Echo", "1.0.0", json!({"type": "object"}))])).await;
+    let echo = common::tool("Calc.Echo", "1.0.0", json!({"type": "object"}));
+    let server = common::ToolServer::start(common::catalog(vec![echo])).await;
     let gw = common::GatewayConfig::new()
         .upstream("tools", &server.url())
         .raw("[auth]\nmode = \"jwt\"\nhs256_secret = \"env:AUTH_CRIT_SECRET\"\n")
@@ -675,7 +676,8 @@ async fn a_fractional_numeric_date_is_read_as_seconds() {
     // RFC 7519 allows a NumericDate that is not an integer.
     let auth = hs_auth("OTC_AUTH_HS_FRACTION").await;
     let later = format!("{}.5", now() + 600);
-    let token = hs256_with_header(r#"{"alg":"HS256"}"#, &claims(json!({"exp": serde_json::from_str::<Value>(&later).expect("n")})));
+    let exp: Value = serde_json::from_str(&later).expect("a number");
+    let token = hs256_with_header(r#"{"alg":"HS256"}"#, &claims(json!({ "exp": exp })));
     assert!(auth.authenticate(&bearer(&token)).is_ok());
     let earlier = format!("{}.25", now() - 3600);
     let token = hs256(&claims(json!({"exp": serde_json::from_str::<Value>(&earlier).expect("n")})), HS_SECRET);
