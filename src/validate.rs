@@ -96,6 +96,35 @@ mod tests {
     }
 
     #[test]
+    fn numbers_past_64_bits_are_compared_exactly() {
+        let parse = |text: &str| serde_json::from_str::<Value>(text).expect("json");
+        let schema = parse(r#"{"properties": {"i": {"type": "integer"}, "m": {"maximum": 98765432109876543210}}}"#);
+        let v = InputValidator::compile(&schema).expect("compiles");
+        for ok in [r#"{"i": 98765432109876543210}"#, r#"{"i": -1e30}"#] {
+            assert!(v.check(&parse(ok)).is_ok(), "{ok}");
+        }
+        for ok in [r#"{"m": 98765432109876543210}"#, r#"{"m": -1e400}"#] {
+            assert!(v.check(&parse(ok)).is_ok(), "{ok}");
+        }
+        for bad in [r#"{"i": 98765432109876543210.5}"#, r#"{"m": 98765432109876543211}"#, r#"{"m": 1e400}"#] {
+            assert!(v.check(&parse(bad)).is_err(), "{bad}");
+        }
+        // An exponent far past any float is compared without being expanded.
+        let started = std::time::Instant::now();
+        assert!(v.check(&parse(r#"{"i": 1e999999999, "m": 1e-999999999}"#)).is_ok());
+        assert!(v.check(&parse(r#"{"m": 1e999999999}"#)).is_err());
+        // Nor are many digits costly, against any numeric keyword.
+        let every = InputValidator::compile(&parse(
+            r#"{"properties": {"n": {"type": "integer", "multipleOf": 7, "maximum": 1e30, "exclusiveMinimum": 0.5}}}"#,
+        ))
+        .expect("compiles");
+        let digits = "9".repeat(200_000);
+        assert!(every.check(&parse(&format!(r#"{{"n": {digits}}}"#))).is_err());
+        assert!(every.check(&parse(&format!(r#"{{"n": 0.{digits}}}"#))).is_err());
+        assert!(started.elapsed() < std::time::Duration::from_secs(1), "{:?}", started.elapsed());
+    }
+
+    #[test]
     fn a_schema_that_does_not_compile_is_refused() {
         assert!(InputValidator::compile(&json!({"type": "no-such-type"})).is_err());
     }

@@ -592,3 +592,100 @@ async fn nothing_secret_in_debug_output() {
     assert!(!shown.contains(HS_SECRET), "{shown}");
     assert!(!shown.contains("test-hs256"), "{shown}");
 }
+
+/// A properly signed HS256 token whose protected header is `header`, written
+/// as is (so it may hold anything, `crit` included).
+fn hs256_with_header(header: &str, claims: &Value) -> String {
+    let message = format!("{}.{}", URL_SAFE_NO_PAD.encode(header), URL_SAFE_NO_PAD.encode(claims.to_string()));
+    let key = EncodingKey::from_secret(HS_SECRET.as_bytes());
+    let signature = jsonwebtoken::crypto::sign(message.as_bytes(), &key, Algorithm::HS256).expect("sign");
+    format!("{message}.{signature}")
+}
+
+/// Headers naming critical extensions (RFC 7515 section 4.1.11), none of which
+/// the gateway understands: every one is refused, the empty list, `null` and
+/// malformed values and an escaped key included.
+const CRIT_HEADERS: [&str; 7] = [
+    r#"{"alg":"HS256","typ":"JWT","crit":["exp"],"exp":1}"#,
+    r#"{"alg":"HS256","typ":"JWT","crit":["urn:x"],"urn:x":true}"#,
+    r#"{"alg":"HS256","crit":[]}"#,
+    r#"{"alg":"HS256","crit":null}"#,
+    r#"{"alg":"HS256","crit":"exp"}"#,
+    r#"{"alg":"HS256","crit":[1]}"#,
+    r#"{"alg":"HS256","cr\u0069t":["urn:x"]}"#,
+];
+
+#[tokio::test]
+async fn a_token_with_a_crit_header_is_refused() {
+    let auth = hs_auth("OTC_AUTH_HS_CRIT").await;
+    let good = claims(json!({}));
+    // The same header without `crit`, signed the same way, is accepted.
+    let plain = hs256_with_header(r#"{"alg":"HS256","typ":"JWT"}"#, &good);
+    assert_eq!(auth.authenticate(&bearer(&plain)).expect("valid").user_id.as_deref(), Some("alice"));
+    for header in CRIT_HEADERS {
+        let token = hs256_with_header(header, &good);
+        let err = rejected(&auth, &token);
+        assert!(matches!(&err, AuthError::Invalid(_)), "{header}: {err:?}");
+        assert_eq!(err.public_message(), "invalid credentials", "{header}");
+    }
+}
+
+#[tokio::test]
+async fn a_token_with_a_crit_header_gets_401_at_the_gateway() {
+    let echo = common::tool("Calc.Echo", "1.0.0", json!({"type": "object"}));
+    let server = common::ToolServer::start(common::catalog(vec![echo])).await;
+    let gw = common::GatewayConfig::new()
+        .upstream("tools", &server.url())
+        .raw("[auth]\nmode = \"jwt\"\nhs256_secret = \"env:AUTH_CRIT_SECRET\"\n")
+        .start_with_env(&[("AUTH_CRIT_SECRET", HS_SECRET)])
+        .await;
+    let call = Bytes::from_static(br#"{"request":{"tool_id":"Calc.Echo@1.0.0","input":{"x":1}}}"#);
+    let send = |method: &'static str, path: &'static str, token: String| {
+        let body = if method == "POST" { call.clone() } else { Bytes::new() };
+        let addr = gw.addr;
+        async move {
+            let auth = format!("Bearer {token}");
+            let headers = [("authorization", auth.as_str()), ("content-type", "application/json")];
+            common::send_with_headers(addr, method, path, body, &headers).await
+        }
+    };
+    let good = claims(json!({}));
+    let plain = hs256_with_header(r#"{"alg":"HS256","typ":"JWT"}"#, &good);
+    let deadline = std::time::Instant::now() + common::WAIT_TIMEOUT;
+    while !send("GET", "/tools", plain.clone()).await.text().contains("Calc.Echo@1.0.0") {
+        assert!(std::time::Instant::now() < deadline, "Calc.Echo never listed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    send("POST", "/tools/call", plain.clone()).await.expect_status(200);
+    assert_eq!(server.call_count(), 1);
+    for header in CRIT_HEADERS {
+        let token = hs256_with_header(header, &good);
+        for (method, path) in [("POST", "/tools/call"), ("GET", "/tools")] {
+            let resp = send(method, path, token.clone()).await;
+            assert_eq!(resp.status, 401, "{method} {path} with {header}: {}", resp.text());
+            assert!(resp.header("www-authenticate").is_some_and(|c| c.starts_with("Bearer")), "{header}");
+            let signature = token.rsplit('.').next().expect("a signature");
+            assert!(!resp.text().contains(signature) && !resp.text().contains(&token), "{}", resp.text());
+        }
+    }
+    assert_eq!(server.call_count(), 1, "a refused token never reaches the tool");
+}
+
+#[tokio::test]
+async fn a_fractional_numeric_date_is_read_as_seconds() {
+    // RFC 7519 allows a NumericDate that is not an integer.
+    let auth = hs_auth("OTC_AUTH_HS_FRACTION").await;
+    let later = format!("{}.5", now() + 600);
+    let exp: Value = serde_json::from_str(&later).expect("a number");
+    let token = hs256_with_header(r#"{"alg":"HS256"}"#, &claims(json!({ "exp": exp })));
+    assert!(auth.authenticate(&bearer(&token)).is_ok());
+    let earlier = format!("{}.25", now() - 3600);
+    let token = hs256(&claims(json!({"exp": serde_json::from_str::<Value>(&earlier).expect("n")})), HS_SECRET);
+    assert!(matches!(rejected(&auth, &token), AuthError::Expired));
+    let token = hs256(&claims(json!({"nbf": (now() + 3600) as f64 + 0.5})), HS_SECRET);
+    assert!(matches!(rejected(&auth, &token), AuthError::NotYetValid));
+    for bad in [json!("soon"), json!(-1), json!(true), json!(1e300)] {
+        let token = hs256(&claims(json!({"exp": bad})), HS_SECRET);
+        assert!(matches!(&rejected(&auth, &token), AuthError::Invalid(r) if r.contains("exp")), "{bad}");
+    }
+}

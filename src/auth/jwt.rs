@@ -5,7 +5,8 @@
 //! never be used as an HMAC secret), the asymmetric ones only with a key of
 //! the matching type from the JWKS, and `none` never (`jsonwebtoken` cannot
 //! even parse it). `exp` is required; `nbf` is checked when present; `iss`
-//! and `aud` when configured.
+//! and `aud` when configured. A header with `crit` is refused: the gateway
+//! understands no JWS extension (RFC 7515 section 4.1.11).
 //!
 //! The JWKS is held in an [`ArcSwap`], so verification takes no lock; a
 //! background task reloads it periodically, and sooner when a token names a
@@ -260,6 +261,8 @@ pub(crate) struct JwtVerifier {
     hs256_validation: Validation,
     jwks: Option<Jwks>,
     jwks_validations: Vec<(Algorithm, Validation)>,
+    /// Seconds of clock skew allowed on `exp` and `nbf`.
+    leeway: u64,
     user_id_claim: String,
 }
 
@@ -284,7 +287,8 @@ impl JwtVerifier {
         let validation = |alg: Algorithm| {
             let mut v = Validation::new(alg);
             // A configured iss/aud must be present, not merely "not wrong".
-            let mut required = vec!["exp"];
+            // `exp` and `nbf` are checked by `check_times`, not here.
+            let mut required = vec![];
             if s.audience.is_some() {
                 required.push("aud");
             }
@@ -292,8 +296,8 @@ impl JwtVerifier {
                 required.push("iss");
             }
             v.set_required_spec_claims(&required);
-            v.validate_exp = true;
-            v.validate_nbf = true;
+            v.validate_exp = false;
+            v.validate_nbf = false;
             v.leeway = s.leeway.as_secs();
             match &s.audience {
                 Some(aud) => v.set_audience(&[aud]),
@@ -313,6 +317,7 @@ impl JwtVerifier {
             hs256_validation: validation(Algorithm::HS256),
             jwks,
             jwks_validations: JWKS_ALGORITHMS.iter().map(|a| (*a, validation(*a))).collect(),
+            leeway: s.leeway.as_secs(),
             user_id_claim: s.user_id_claim,
         })
     }
@@ -325,6 +330,7 @@ impl JwtVerifier {
         if token.split('.').count() != 3 {
             return Err(AuthError::Invalid("not a JWT".into()));
         }
+        refuse_critical_extensions(token)?;
         // The header is unauthenticated: it only chooses among keys we trust.
         let header = jsonwebtoken::decode_header(token).map_err(|_| {
             AuthError::Invalid("malformed header or algorithm not supported".into())
@@ -348,6 +354,7 @@ impl JwtVerifier {
                 self.verify_with_jwks(jwks, token, alg, header.kid.as_deref(), validation)?
             }
         };
+        check_times(&claims, self.leeway)?;
         let user_id = match claims.get(&self.user_id_claim) {
             Some(Value::String(s)) if !s.is_empty() => s.clone(),
             _ => return Err(AuthError::MissingUserClaim { claim: self.user_id_claim.clone() }),
@@ -395,6 +402,64 @@ impl JwtVerifier {
         }
         Err(last)
     }
+}
+
+/// `exp` (required) and `nbf` (when present) of verified claims, with
+/// `leeway` seconds of skew, as `jsonwebtoken` would check them. Checked here
+/// because the gateway's serde_json keeps numbers as text
+/// (`arbitrary_precision`), and `jsonwebtoken` then reads a fractional
+/// NumericDate (`"exp": 1767225600.5`, RFC 7519 allows it) as a claim of the
+/// wrong type.
+fn check_times(claims: &Value, leeway: u64) -> Result<(), AuthError> {
+    let now = jsonwebtoken::get_current_timestamp();
+    let date = |name: &str| -> Result<Option<u64>, AuthError> {
+        match claims.get(name) {
+            None | Some(Value::Null) => Ok(None),
+            Some(value) => numeric_date(value).map(Some).ok_or_else(|| {
+                AuthError::Invalid(format!("claim {name:?} has the wrong type"))
+            }),
+        }
+    };
+    let Some(exp) = date("exp")? else {
+        return Err(AuthError::Invalid("missing required claim \"exp\"".into()));
+    };
+    let nbf = date("nbf")?;
+    if exp < now.saturating_sub(leeway) {
+        return Err(AuthError::Expired);
+    }
+    if nbf.is_some_and(|nbf| nbf > now.saturating_add(leeway)) {
+        return Err(AuthError::NotYetValid);
+    }
+    Ok(())
+}
+
+/// A NumericDate as whole seconds: a non-negative number below 2^64,
+/// rounded (as `jsonwebtoken` reads one).
+fn numeric_date(value: &Value) -> Option<u64> {
+    let Value::Number(number) = value else { return None };
+    number.as_u64().or_else(|| {
+        number.as_f64().filter(|v| v.is_finite() && *v >= 0.0 && *v < u64::MAX as f64).map(|v| v.round() as u64)
+    })
+}
+
+/// RFC 7515 section 4.1.11: a recipient must refuse a JWS whose `crit` header
+/// names an extension it does not understand. The gateway understands none,
+/// so a header with `crit` at all (an empty list, `null` or a malformed value
+/// included) is refused, before any key is chosen. `jsonwebtoken` reads
+/// `crit` but does not act on it, so the protected header is decoded here
+/// (bounded: the whole token is at most [`MAX_TOKEN_LEN`]).
+fn refuse_critical_extensions(token: &str) -> Result<(), AuthError> {
+    use base64::Engine;
+    let malformed = || AuthError::Invalid("malformed header or algorithm not supported".into());
+    let encoded = token.split('.').next().unwrap_or_default();
+    let header = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(encoded).map_err(|_| malformed())?;
+    // Keys only: every value is skipped unread.
+    let fields: std::collections::BTreeMap<String, serde::de::IgnoredAny> =
+        serde_json::from_slice(&header).map_err(|_| malformed())?;
+    if fields.contains_key("crit") {
+        return Err(AuthError::Invalid("the header names critical extensions (crit), which are not supported".into()));
+    }
+    Ok(())
 }
 
 fn decode(token: &str, key: &DecodingKey, validation: &Validation) -> Result<Value, AuthError> {

@@ -160,7 +160,11 @@ impl Fingerprint {
 
 /// Feeds `value` as JSON with sorted object keys. Scalars are written by
 /// serde_json (strings escaped), so no two different values feed the same
-/// bytes. The depth is bounded: serde_json refuses to parse deeper than 128.
+/// bytes. A number is fed as the client wrote it (serde_json's
+/// `arbitrary_precision`): `98765432109876543210` and `98765432109876543211`
+/// differ, as do `1e2` and `100`; before, numbers past 64 bits were rounded
+/// to one float and such inputs were the same call. The depth is bounded:
+/// serde_json refuses to parse deeper than 128.
 fn canonical(hasher: &mut Sha256, value: &Value) {
     match value {
         Value::Object(map) => {
@@ -511,5 +515,15 @@ mod tests {
         let forwarded = scopes[0].forwarded_call_id("c-1");
         assert!(forwarded.ends_with(".c-1") && forwarded.len() == 16 + 1 + 3, "{forwarded}");
         assert_ne!(forwarded, scopes[1].forwarded_call_id("c-1"));
+    }
+
+    #[test]
+    fn numbers_count_digit_for_digit() {
+        let of = |text: &str| Fingerprint::of("T", &serde_json::from_str(text).expect("json"), &CallContext::default());
+        assert_eq!(of(r#"{"n": 98765432109876543210}"#), of(r#"{"n": 98765432109876543210}"#));
+        assert_ne!(of(r#"{"n": 98765432109876543210}"#), of(r#"{"n": 98765432109876543211}"#));
+        assert_ne!(of(r#"{"n": 1.000000000000000000001}"#), of(r#"{"n": 1.000000000000000000002}"#));
+        // Numbers are compared as written.
+        assert_ne!(of(r#"{"n": 100}"#), of(r#"{"n": 1e2}"#));
     }
 }

@@ -232,6 +232,17 @@ mod tests {
     }
 
     #[test]
+    fn ids_keep_their_digits() {
+        for id in ["12345678901234567890123", "-0", "1.000000000000000000001", "7"] {
+            let text = format!(r#"{{"jsonrpc": "2.0", "id": {id}, "method": "ping"}}"#);
+            let Ok(Message::Request { id: got, .. }) = Message::from_slice(text.as_bytes()) else { panic!("{text}") };
+            let answer = OutgoingResponse::result(got, json!({})).to_bytes();
+            let answer = std::str::from_utf8(&answer).expect("utf-8");
+            assert!(answer.contains(&format!(r#""id":{id},"#)), "{answer}");
+        }
+    }
+
+    #[test]
     fn outgoing_shapes() {
         let params = json!({"x": 1});
         let r = serde_json::to_value(OutgoingRequest::request(7, "tools/list", Some(&params))).expect("json");

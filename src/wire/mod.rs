@@ -252,8 +252,9 @@ pub fn normalise_tool_response(body: &[u8]) -> Result<UpstreamResult, ResponseSh
     }
     Ok(UpstreamResult {
         // The text of a JSON value: a number parses alike as JSON and as a
-        // Rust float; anything else is no duration.
-        duration: fields.duration.and_then(|v| v.get().parse::<f64>().ok()),
+        // Rust float; anything else is no duration, nor is a number past any
+        // float (`1e400`, JSON but infinite as an f64).
+        duration: fields.duration.and_then(|v| v.get().parse::<f64>().ok()).filter(|d| d.is_finite()),
         success,
         value: success.then(|| fields.value.map_or_else(RawJson::null, |v| RawJson(v.to_owned()))),
         // Errors are rare, and small: they are read as a `Value`.
@@ -618,6 +619,43 @@ mod tests {
     }
 
     #[test]
+    fn numbers_keep_their_text_through_the_flattened_fields_and_the_upstream_body() {
+        // `#[serde(flatten)]` buffers a field before it is read: numbers must survive that too.
+        let body = br#"{"request": {"tool_id": "K.T", "input": {"n": 98765432109876543210, "f": 1.000000000000000000001, "z": -0, "e": 1e400},
+            "context": {"tenant": 12345678901234567890123, "ratio": 0.1, "secrets": [{"id": "S", "value": "v", "n": 98765432109876543211}]}}}"#;
+        let call: CallBody = from_json(body).expect("a call");
+        let request = call.request.expect("wrapped");
+        let input = Value::Object(request.input.expect("input"));
+        let context = request.context.expect("context");
+        assert_eq!(context.extra["tenant"].to_string(), "12345678901234567890123");
+        assert_eq!(context.secrets[0].extra["n"].to_string(), "98765432109876543211");
+        let written = upstream_call_body(&UpstreamCallRequest {
+            tool_id: "K.T@1.0.0",
+            call_id: "c",
+            trace_id: None,
+            input: &input,
+            context: &context,
+        });
+        let written = String::from_utf8(written).expect("utf-8");
+        for text in [
+            r#""n":98765432109876543210"#,
+            r#""f":1.000000000000000000001"#,
+            r#""z":-0"#,
+            // Only an exponent's spelling is settled: `e`, and its sign always written.
+            r#""e":1e+400"#,
+            r#""tenant":12345678901234567890123"#,
+            r#""ratio":0.1"#,
+            r#""n":98765432109876543211}"#,
+        ] {
+            assert!(written.contains(text), "{text} in {written}");
+        }
+        // A value read back and compared: equal by its digits.
+        let a: RawJson = serde_json::from_str("98765432109876543210").expect("raw");
+        let b: RawJson = serde_json::from_str("98765432109876543211").expect("raw");
+        assert_ne!(a, b);
+    }
+
+    #[test]
     fn null_fields_read_as_their_absence_where_the_protocol_says_so() {
         // `value: null` is a success with a null value; `error: null` is no error.
         let r = normalise_tool_response(br#"{"success": true, "value": null, "error": null}"#).expect("a result");
@@ -626,7 +664,7 @@ mod tests {
         let r = normalise_tool_response(br#"{"call_id": "x", "duration": 2.5}"#).expect("a result");
         assert_eq!((r.duration, r.value), (Some(2.5), Some(RawJson::null())));
         // A duration that is not a number is no duration.
-        for duration in [r#""2.5""#, "null", "true", "[1]", "{}"] {
+        for duration in [r#""2.5""#, "null", "true", "[1]", "{}", "1e400", "-1e400"] {
             let body = format!(r#"{{"success": true, "value": 1, "duration": {duration}}}"#);
             assert_eq!(normalise_tool_response(body.as_bytes()).expect("a result").duration, None, "{duration}");
         }

@@ -167,7 +167,9 @@ fn needs_escape(bytes: &[u8]) -> bool {
 }
 
 /// Any value through serde_json. Writing a `Value`, a number or a string
-/// into a `Vec` cannot fail.
+/// into a `Vec` cannot fail. A number in a `Value` is written as the text it
+/// was read from (serde_json's `arbitrary_precision`): an input's
+/// `98765432109876543210` reaches the upstream as those digits.
 fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     let _ = serde_json::to_writer(out, value);
 }

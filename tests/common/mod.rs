@@ -204,6 +204,8 @@ struct ServerState {
     handler: Mutex<Handler>,
     call_delay: Mutex<Duration>,
     calls: Mutex<Vec<Value>>,
+    /// Each call body as the bytes received (a `Value` may have rounded its numbers).
+    raw_calls: Mutex<Vec<Bytes>>,
     requests: Mutex<Vec<Seen>>,
 }
 
@@ -232,6 +234,7 @@ impl ToolServer {
             handler: Mutex::new(Arc::new(echo)),
             call_delay: Mutex::new(Duration::ZERO),
             calls: Mutex::new(Vec::new()),
+            raw_calls: Mutex::new(Vec::new()),
             requests: Mutex::new(Vec::new()),
         });
         let mut server = ToolServer { addr, state, accept: None };
@@ -310,6 +313,12 @@ impl ToolServer {
     /// recorded as a JSON string).
     pub fn calls(&self) -> Vec<Value> {
         self.state.calls.lock().unwrap().clone()
+    }
+
+    /// The last POST /tools/call body as the bytes received, as text.
+    pub fn last_raw_call(&self) -> String {
+        let calls = self.state.raw_calls.lock().unwrap();
+        String::from_utf8_lossy(calls.last().expect("the tool server received no call")).into_owned()
     }
 
     /// How many calls arrived.
@@ -434,6 +443,7 @@ async fn handle(req: Request<Incoming>, state: Arc<ServerState>) -> Result<Respo
             let value: Value = serde_json::from_slice(&body)
                 .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&body).into_owned()));
             state.calls.lock().unwrap().push(value.clone());
+            state.raw_calls.lock().unwrap().push(body.clone());
             let delay = *state.call_delay.lock().unwrap();
             if !delay.is_zero() {
                 tokio::time::sleep(delay).await;
