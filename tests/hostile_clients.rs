@@ -44,21 +44,7 @@ fn call_request(headers: &str) -> String {
     format!("POST /tools/call HTTP/1.1\r\n{headers}Content-Length: {}\r\n\r\n{body}", body.len())
 }
 
-/// Reads until the gateway closes the connection or `limit` passes: what
-/// came back, and whether it was closed.
-async fn read_all(stream: &mut TcpStream, limit: Duration) -> (String, bool) {
-    let mut out = Vec::new();
-    let mut buf = [0u8; 8192];
-    let deadline = Instant::now() + limit;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, stream.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&out).into_owned(), true),
-            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
-            Err(_) => return (String::from_utf8_lossy(&out).into_owned(), false),
-        }
-    }
-}
+use common::read_until_closed as read_all;
 
 /// Sends `request` on a new connection; what came back and whether it closed.
 async fn exchange(gw: &Gateway, request: &[u8]) -> (String, bool) {

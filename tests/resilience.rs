@@ -42,17 +42,7 @@ async fn gateway_for(calc: &ToolServer, server_extra: &str) -> Gateway {
 async fn raw_exchange(gw: &Gateway, request: &[u8], limit: Duration) -> (String, bool) {
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     stream.write_all(request).await.expect("write");
-    let mut out = Vec::new();
-    let mut buf = [0u8; 8192];
-    let deadline = Instant::now() + limit;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match tokio::time::timeout(left, stream.read(&mut buf)).await {
-            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&out).into_owned(), true),
-            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
-            Err(_) => return (String::from_utf8_lossy(&out).into_owned(), false),
-        }
-    }
+    common::read_until_closed(&mut stream, limit).await
 }
 
 fn add_call_body() -> String {

@@ -939,6 +939,23 @@ impl Resp {
 }
 
 /// One request on a fresh connection, bounded by [`REQUEST_TIMEOUT`].
+/// Reads a raw connection until the gateway closes it or `limit` passes:
+/// what came back, and whether it was closed.
+pub async fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (String, bool) {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return (String::from_utf8_lossy(&out).into_owned(), true),
+            Ok(Ok(n)) => out.extend_from_slice(&buf[..n]),
+            Err(_) => return (String::from_utf8_lossy(&out).into_owned(), false),
+        }
+    }
+}
+
 pub async fn send(addr: SocketAddr, method: &str, path: &str, body: Bytes, content_type: Option<&str>) -> Resp {
     let headers: Vec<(&str, &str)> = content_type.map(|ct| ("content-type", ct)).into_iter().collect();
     send_with_headers(addr, method, path, body, &headers).await
