@@ -523,6 +523,12 @@ async fn replicas_sharing_redis_keep_each_callers_call_ids_apart() {
     assert_eq!(as_user(&one, "bob", "fleet-1", 1).await, bob);
     assert_eq!(as_user(&one, "carol", "fleet-1", 5).await["value"]["private_data_of"], json!("carol"));
     assert_eq!(server.call_count(), 3);
+    // Redis holds neither the call_id nor who sent it in its key names.
+    let client = redis::Client::open(format!("redis://{}", redis.addr)).expect("client");
+    let mut connection = redis::aio::ConnectionManager::new(client).await.expect("connect");
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut connection).await.expect("keys");
+    assert_eq!(keys.len(), 3, "one entry per caller: {keys:?}");
+    assert!(keys.iter().all(|k| k.starts_with("otc-gateway:idem:v2:") && !k.contains("fleet") && !k.contains("alice")), "{keys:?}");
 }
 
 /// The fingerprint entries were stored under before call_ids were scoped:

@@ -126,8 +126,15 @@ fn feed(hasher: &mut Sha256, parts: &[&str]) {
     }
 }
 
+/// Lower-case hex digits of `bytes`.
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    out
 }
 
 /// What makes two calls with one `call_id` the same call: the resolved tool

@@ -123,6 +123,14 @@ pub fn forwarded(body: &Value) -> &Value {
     &body["request"]
 }
 
+/// Whether `seen`, the `call_id` an OTC upstream received, is the client's
+/// `call_id` scoped to its caller as the gateway forwards it: 16 hex digits
+/// of the caller's digest, a dot, then the id as sent.
+pub fn is_scoped_call_id(seen: &Value, call_id: &str) -> bool {
+    let Some((prefix, id)) = seen.as_str().and_then(|s| s.split_once('.')) else { return false };
+    prefix.len() == 16 && prefix.bytes().all(|b| b.is_ascii_hexdigit()) && id == call_id
+}
+
 /// A successful OTC result carrying `value`, with the forwarded call_id and no duration.
 pub fn success(req: &Value, value: Value) -> Reply {
     let body = json!({
