@@ -68,7 +68,9 @@ fn hot_path(c: &mut Criterion) {
 
     c.bench_function("parse_tool_id", |b| b.iter(|| parse_tool_id(black_box("Kit42.Tool042@1.0.0"))));
     for id in ["Kit42.Tool042@1.0.0", "Kit42.Tool042@1", "Kit42.Tool042"] {
-        c.bench_function(&format!("resolve {id} (10,000 tools)"), |b| b.iter(|| resolve_tool(&catalog, black_box(id)).is_ok()));
+        c.bench_function(&format!("resolve {id} (10,000 tools)"), |b| {
+            b.iter(|| resolve_tool(&catalog, black_box(id)).is_ok())
+        });
     }
 
     let schema = json!({"type": "object", "properties": {"a": {"type": "number"}, "b": {"type": "number"}},
@@ -84,9 +86,8 @@ fn hot_path(c: &mut Criterion) {
     c.bench_function("rewrite_request (inject secret + upstream body)", |b| {
         b.iter(|| {
             let call = parse_call(body).expect("parses");
-            let context = rt
-                .block_on(inject_context(&runtime, &route.tool.definition, &caller, call.context))
-                .expect("injects");
+            let context =
+                rt.block_on(inject_context(&runtime, &route.tool.definition, &caller, call.context)).expect("injects");
             Bytes::from(upstream_call_body(&UpstreamCallRequest {
                 tool_id: &route.tool.definition.id,
                 call_id: &call.call_id,

@@ -9,6 +9,10 @@ need_redis
 need_deploy_tools
 need_conformance
 cd "$ROOT"
+# Guardrails before any test: the tree is formatted (rustfmt.toml) and
+# clippy-clean, warnings refused.
+cargo fmt --check
+cargo clippy --locked --all-targets -j 2 -- -D warnings
 export OTC_TEST_PYTHON="$ROOT/.venv/bin/python"
 export OTC_TEST_LANGCHAIN_PYTHON="$ROOT/.venv-langchain/bin/python"
 # Two cores: two test binaries' worth of gateways at a time is plenty.

@@ -61,8 +61,13 @@ fn route(gateway: &Gateway, request: Request<Incoming>) -> Response<Full<Bytes>>
             response
         }
         (&Method::GET, "/health") => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
-        (_, "/status" | "/health" | "/metrics") => json(StatusCode::METHOD_NOT_ALLOWED, &serde_json::json!({"message": "use GET"})),
-        _ => json(StatusCode::NOT_FOUND, &serde_json::json!({"message": "admin endpoints: GET /metrics, GET /status, GET /health"})),
+        (_, "/status" | "/health" | "/metrics") => {
+            json(StatusCode::METHOD_NOT_ALLOWED, &serde_json::json!({"message": "use GET"}))
+        }
+        _ => json(
+            StatusCode::NOT_FOUND,
+            &serde_json::json!({"message": "admin endpoints: GET /metrics, GET /status, GET /health"}),
+        ),
     }
 }
 
@@ -108,8 +113,6 @@ fn json<T: Serialize>(status: StatusCode, body: &T) -> Response<Full<Bytes>> {
     let bytes = serde_json::to_vec(body).unwrap_or_default();
     let mut response = Response::new(Full::new(Bytes::from(bytes)));
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
     response
 }

@@ -154,7 +154,9 @@ mod tests {
         let legacy = policy("[mcp]\nallowed_origins = [\"https://app.example.com\"]\n");
         assert!(origin_ok(&legacy, "https://app.example.com"));
         assert!(!origin_ok(&legacy, "http://localhost"));
-        let both = policy("[server]\nallowed_origins = [\"https://a.example\"]\n[mcp]\nallowed_origins = [\"https://b.example\"]\n");
+        let both = policy(
+            "[server]\nallowed_origins = [\"https://a.example\"]\n[mcp]\nallowed_origins = [\"https://b.example\"]\n",
+        );
         assert!(origin_ok(&both, "https://a.example") && !origin_ok(&both, "https://b.example"), "[server] wins");
         for bad in ["app.example.com", "http://a.com/path"] {
             assert!(Config::parse(&format!("[server]\nallowed_origins = [\"{bad}\"]\n"), "test").is_err(), "{bad}");

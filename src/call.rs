@@ -102,10 +102,11 @@ async fn run_resolved_call(
     // they sent it, before anything is injected.
     let scope = call.client_call_id.then(|| CallerScope::of(caller, &call.context));
     let context = inject_context(runtime, &route.tool.definition, caller, std::mem::take(&mut call.context)).await?;
-    let claim = match claim_call_id(runtime, route, scope.as_ref(), &call.call_id, &call.input, &context, started).await? {
-        Claimed::Replay(completed) => return Ok(completed),
-        Claimed::Run(claim) => claim,
-    };
+    let claim =
+        match claim_call_id(runtime, route, scope.as_ref(), &call.call_id, &call.input, &context, started).await? {
+            Claimed::Replay(completed) => return Ok(completed),
+            Claimed::Run(claim) => claim,
+        };
     let max_response = runtime.config.server.max_body_bytes.max(MIN_RESPONSE_LIMIT);
     let trace = OutgoingTrace { trace_id: call.trace_id.as_deref(), traceparent: call.traceparent.as_deref() };
     let scoped_id = scope.map(|scope| scope.forwarded_call_id(&call.call_id));
@@ -210,7 +211,15 @@ fn record_call(
     let tool = route.tool.definition.id.as_str();
     let seconds = took.as_secs_f64();
     gateway.metrics.record_call(tool, upstream, outcome, seconds);
-    tracing::info!(call_id, trace_id, tool, upstream, outcome = outcome.as_str(), duration_ms = seconds * 1000.0, "tool call");
+    tracing::info!(
+        call_id,
+        trace_id,
+        tool,
+        upstream,
+        outcome = outcome.as_str(),
+        duration_ms = seconds * 1000.0,
+        "tool call"
+    );
 }
 
 /// Tool answers may be larger than requests; never below this many bytes.
@@ -304,10 +313,15 @@ pub async fn inject_context(
     for secret in &requirements.secrets {
         match managed.get(&secret.id) {
             Some(reference) => {
-                let value = runtime.secrets.resolve(reference.get_ref(), authenticated_user).await.map_err(|source| {
-                    FrontError::RequirementUnavailable { requirement: format!("secret {}", secret.id), source }
-                })?;
-                context.secrets.push(SecretValue { id: secret.id.clone(), value: value.into_exposed(), extra: Default::default() });
+                let value =
+                    runtime.secrets.resolve(reference.get_ref(), authenticated_user).await.map_err(|source| {
+                        FrontError::RequirementUnavailable { requirement: format!("secret {}", secret.id), source }
+                    })?;
+                context.secrets.push(SecretValue {
+                    id: secret.id.clone(),
+                    value: value.into_exposed(),
+                    extra: Default::default(),
+                });
             }
             None if context.secrets.iter().any(|s| s.id == secret.id) => {}
             None => missing.secrets.push(secret.id.clone()),
@@ -384,14 +398,24 @@ pub async fn forward_call<'r>(
             retry_after = Some(retry_after.map_or(wait, |w| w.min(wait)));
             continue;
         }
-        let authorization = upstream_bearer(runtime, &target.upstream).await.map_err(|source| {
-            FrontError::RequirementUnavailable { requirement: format!("bearer_token of upstream {}", target.upstream.name), source }
-        })?;
+        let authorization =
+            upstream_bearer(runtime, &target.upstream).await.map_err(|source| FrontError::RequirementUnavailable {
+                requirement: format!("bearer_token of upstream {}", target.upstream.name),
+                source,
+            })?;
         let forwarded = match &target.upstream.mcp {
             // MCP: `tools/call` under the tool's original MCP name.
             Some(mcp) => {
-                crate::mcp::upstream::call(&target.upstream, mcp, &target.upstream_id, input, context, authorization, max_response)
-                    .await
+                crate::mcp::upstream::call(
+                    &target.upstream,
+                    mcp,
+                    &target.upstream_id,
+                    input,
+                    context,
+                    authorization,
+                    max_response,
+                )
+                .await
             }
             None => {
                 let body = wire::upstream_call_body(&UpstreamCallRequest {

@@ -302,9 +302,7 @@ impl<'de> Deserialize<'de> for UpstreamName {
             && name.len() <= 64
             && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
         if !ok {
-            return Err(D::Error::custom(format!(
-                "invalid upstream name {name:?}: use 1 to 64 of [a-z0-9_-]"
-            )));
+            return Err(D::Error::custom(format!("invalid upstream name {name:?}: use 1 to 64 of [a-z0-9_-]")));
         }
         Ok(UpstreamName(name))
     }
@@ -323,9 +321,8 @@ pub struct UpstreamUrl(pub String);
 impl<'de> Deserialize<'de> for UpstreamUrl {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        let uri: http::Uri = text
-            .parse()
-            .map_err(|e| D::Error::custom(format!("invalid upstream url {text:?}: {e}")))?;
+        let uri: http::Uri =
+            text.parse().map_err(|e| D::Error::custom(format!("invalid upstream url {text:?}: {e}")))?;
         match uri.scheme_str() {
             Some("http") => {}
             Some("https") => {
@@ -376,8 +373,8 @@ impl<'de> Deserialize<'de> for ToolVersion {
 impl Config {
     /// Reads and validates a config file.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_owned(), source })?;
         Config::parse(&text, &path.display().to_string())
     }
 
@@ -405,14 +402,17 @@ impl Config {
                 ));
             }
             // MCP tools have bare names: the id's toolkit and version come from here.
-            if *upstream.protocol.get_ref() == Protocol::Mcp && (upstream.toolkit.is_none() || upstream.version.is_none()) {
+            if *upstream.protocol.get_ref() == Protocol::Mcp
+                && (upstream.toolkit.is_none() || upstream.version.is_none())
+            {
                 return Err(format!(
                     "line {}: upstreams[{i}]: an \"mcp\" upstream needs `toolkit` and `version` (its tools are served as <toolkit>.<name>@<version>)",
                     line(upstream.protocol.span())
                 ));
             }
             if let Some(provider) = &upstream.user_token {
-                if *upstream.protocol.get_ref() != Protocol::Mcp || !self.authorization.contains_key(provider.get_ref()) {
+                if *upstream.protocol.get_ref() != Protocol::Mcp || !self.authorization.contains_key(provider.get_ref())
+                {
                     return Err(format!(
                         "line {}: upstreams[{i}].user_token: only for \"mcp\" upstreams, naming an [authorization.<provider>] section",
                         line(provider.span())
@@ -491,7 +491,9 @@ impl OriginPattern {
         let local = ["localhost", "127.0.0.1", "[::1]"];
         ["http", "https"]
             .into_iter()
-            .flat_map(|scheme| local.map(|host| OriginPattern::Origin { scheme: scheme.into(), host: host.into(), port: None }))
+            .flat_map(|scheme| {
+                local.map(|host| OriginPattern::Origin { scheme: scheme.into(), host: host.into(), port: None })
+            })
             .collect()
     }
 
@@ -511,10 +513,9 @@ impl OriginPattern {
     pub fn allows(&self, origin: &OriginPattern) -> bool {
         match (self, origin) {
             (OriginPattern::Any, _) => true,
-            (
-                OriginPattern::Origin { scheme, host, port },
-                OriginPattern::Origin { scheme: s, host: h, port: p },
-            ) => scheme == s && host == h && (port.is_none() || port == p),
+            (OriginPattern::Origin { scheme, host, port }, OriginPattern::Origin { scheme: s, host: h, port: p }) => {
+                scheme == s && host == h && (port.is_none() || port == p)
+            }
             (OriginPattern::Origin { .. }, OriginPattern::Any) => false,
         }
     }
@@ -527,7 +528,9 @@ impl<'de> Deserialize<'de> for OriginPattern {
             return Ok(OriginPattern::Any);
         }
         OriginPattern::parse(&text).ok_or_else(|| {
-            D::Error::custom(format!("invalid origin {text:?}: write scheme://host or scheme://host:port (http or https), or \"*\""))
+            D::Error::custom(format!(
+                "invalid origin {text:?}: write scheme://host or scheme://host:port (http or https), or \"*\""
+            ))
         })
     }
 }
@@ -545,8 +548,8 @@ mod tests {
 
     #[test]
     fn a_minimal_config_gets_defaults() {
-        let c = Config::parse("[[upstreams]]\nname = \"calc\"\nurl = \"http://127.0.0.1:9001/\"\n", "t")
-            .expect("valid");
+        let c =
+            Config::parse("[[upstreams]]\nname = \"calc\"\nurl = \"http://127.0.0.1:9001/\"\n", "t").expect("valid");
         assert_eq!(c.upstreams[0].url.0, "http://127.0.0.1:9001");
         assert_eq!(c.catalog.poll_interval.0, Duration::from_secs(10));
         assert_eq!(c.server.max_body_bytes, 1 << 20);
@@ -573,7 +576,8 @@ mod tests {
         assert!(e.contains("line 2") && e.contains("poll_interval"), "{e}");
         let e = err("[[upstreams]]\nname = \"a\"\nurl = \"http://x\"\nprotocol = \"grpc\"\n");
         assert!(e.contains("line 4") && e.contains("grpc"), "{e}");
-        let e = err("[[upstreams]]\nname = \"a\"\nurl = \"http://x\"\n[[upstreams]]\nname = \"a\"\nurl = \"http://y\"\n");
+        let e =
+            err("[[upstreams]]\nname = \"a\"\nurl = \"http://x\"\n[[upstreams]]\nname = \"a\"\nurl = \"http://y\"\n");
         assert!(e.contains("line 5") && e.contains("duplicate") && e.contains("upstreams[1].name"), "{e}");
         let e = err("[server]\nlisten = \"127.0.0.1:1\"\nmax_body = 5\n");
         assert!(e.contains("line 3") && e.contains("max_body"), "{e}");

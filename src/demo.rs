@@ -90,7 +90,8 @@ async fn serve(server: ToolServer) -> std::io::Result<SocketAddr> {
                     let server = server.clone();
                     async move { Ok::<_, Infallible>(handle(&server, request).await) }
                 });
-                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                let _ =
+                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
             });
         }
     });

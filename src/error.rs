@@ -10,8 +10,8 @@ use serde_json::Value;
 
 use crate::auth::AuthError;
 use crate::catalog::LookupError;
-use crate::vault::VaultError;
 use crate::resolve::ToolIdError;
+use crate::vault::VaultError;
 use crate::wire::{ServerErrorBody, ValidationErrorBody, SCHEMA};
 
 /// Everything that ends a front request with an error status.
@@ -220,7 +220,9 @@ impl FrontError {
             FrontError::BodyTooLarge { limit } => format!("The request body is larger than the {limit} bytes allowed"),
             FrontError::BodyUnreadable(_) => "The request body could not be read".into(),
             FrontError::MalformedHead(_) => "The request is not well-formed HTTP/1.1".into(),
-            FrontError::HeadersTooLarge { limit } => format!("The request headers are larger than the {limit} bytes allowed"),
+            FrontError::HeadersTooLarge { limit } => {
+                format!("The request headers are larger than the {limit} bytes allowed")
+            }
             FrontError::AmbiguousFraming(_) => "The request's length is ambiguous".into(),
             FrontError::TooManyHeaders { limit } => format!("The request has more than {limit} header lines"),
             FrontError::HostHeader(_) => "The request must carry exactly one Host header".into(),
@@ -245,9 +247,7 @@ impl FrontError {
             FrontError::Unavailable { .. } => "The tool server is temporarily unavailable".into(),
             FrontError::UpstreamRefused { .. } => "The tool server refused the call".into(),
             FrontError::Overloaded(_) => "The gateway is at capacity; retry shortly".into(),
-            FrontError::CallIdReused => {
-                "This call_id was already used for a different call; use a new call_id".into()
-            }
+            FrontError::CallIdReused => "This call_id was already used for a different call; use a new call_id".into(),
             FrontError::CallInProgress => "A call with this call_id is still running; retry later".into(),
             FrontError::Unauthenticated(e) => format!("The gateway needs valid credentials: {}", e.public_message()),
             FrontError::MissingRequirements(missing) => missing.describe(),
@@ -298,11 +298,9 @@ impl FrontError {
                 "id": null,
                 "error": {"code": -32000, "message": "Forbidden: this Origin may not use the MCP endpoint"},
             })),
-            FrontError::InvalidInput(errors) => serde_json::to_vec(&ValidationErrorBody {
-                schema: SCHEMA,
-                message: &message,
-                parameter_errors: errors,
-            }),
+            FrontError::InvalidInput(errors) => {
+                serde_json::to_vec(&ValidationErrorBody { schema: SCHEMA, message: &message, parameter_errors: errors })
+            }
             FrontError::UpstreamRefused { body, .. } => {
                 let mut body = body.clone();
                 if let Value::Object(obj) = &mut body {

@@ -12,8 +12,8 @@ use std::time::Duration;
 use arc_swap::{ArcSwap, Guard};
 use http::HeaderValue;
 
-use crate::browser::BrowserPolicy;
 use crate::auth::{AuthError, Authenticator};
+use crate::browser::BrowserPolicy;
 use crate::catalog::poll::{CatalogStore, PollSettings, Refreshed};
 use crate::config::{Config, ConfigError, UpstreamConfig};
 use crate::idempotency::{IdempotencyError, IdempotencyStore};
@@ -98,10 +98,9 @@ impl Runtime {
                 if let Some(kept) = previous.and_then(|old| old.unchanged_upstream(order, u)) {
                     return Ok(kept);
                 }
-                Upstream::from_config(order, u).map(Arc::new).map_err(|source| BuildError::UpstreamUrl {
-                    name: u.name.get_ref().0.clone(),
-                    source,
-                })
+                Upstream::from_config(order, u)
+                    .map(Arc::new)
+                    .map_err(|source| BuildError::UpstreamUrl { name: u.name.get_ref().0.clone(), source })
             })
             .collect::<Result<Vec<_>, _>>()?;
         let poll = PollSettings {
@@ -223,7 +222,12 @@ impl Gateway {
             ("server.admin_listen", &old.config.server.admin_listen, &config.server.admin_listen),
         ] {
             if old_value != new_value {
-                tracing::warn!(key, old = old_value, new = new_value, "a listen address cannot move without a restart; keeping the old one");
+                tracing::warn!(
+                    key,
+                    old = old_value,
+                    new = new_value,
+                    "a listen address cannot move without a restart; keeping the old one"
+                );
             }
         }
         let runtime = Runtime::build(config, Some(&old)).await?;

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use otc_gateway::config::Config;
-use otc_gateway::server::{self, ControlPlane};
 use otc_gateway::demo;
+use otc_gateway::server::{self, ControlPlane};
 
 /// One URL in front of many OTC tool servers.
 #[derive(Parser)]
@@ -133,7 +133,10 @@ fn warn_unmatched_patterns(config: Config) {
         }
         let catalog = gateway.catalog.load();
         for pattern in gateway.runtime().access.unmatched_patterns(&catalog) {
-            eprintln!("warning: policy pattern {pattern:?} matches no tool in the current catalog ({} tools)", catalog.len());
+            eprintln!(
+                "warning: policy pattern {pattern:?} matches no tool in the current catalog ({} tools)",
+                catalog.len()
+            );
         }
     });
 }
@@ -157,7 +160,9 @@ fn init_logging(format: LogFormat, default_level: &str) -> tracing_appender::non
     // so no token ever reaches the log; it only lowers, never raises, a level.
     let cap = ["pingora", "pingora_core", "pingora_proxy", "hyper", "hyper_util", "rustls"]
         .into_iter()
-        .fold(Targets::new().with_default(LevelFilter::TRACE), |cap, target| cap.with_target(target, LevelFilter::DEBUG));
+        .fold(Targets::new().with_default(LevelFilter::TRACE), |cap, target| {
+            cap.with_target(target, LevelFilter::DEBUG)
+        });
     let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     // Colours only for a person at a terminal, never in files or pipes.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());

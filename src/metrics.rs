@@ -210,8 +210,12 @@ impl Metrics {
             "1 when the upstream's last catalog fetch worked, else 0.",
             &["upstream"],
         );
-        let catalog_tools =
-            gauge_vec(&registry, "otc_gateway_catalog_tools", "Tools in the upstream's last good catalog.", &["upstream"]);
+        let catalog_tools = gauge_vec(
+            &registry,
+            "otc_gateway_catalog_tools",
+            "Tools in the upstream's last good catalog.",
+            &["upstream"],
+        );
         let config_reloads = counter_vec(
             &registry,
             "otc_gateway_config_reloads_total",
@@ -317,12 +321,11 @@ impl Metrics {
             }
         }
         let mut calls = self.write_calls();
-        let series = calls.entry(upstream.to_owned()).or_default().entry(tool.to_owned()).or_insert_with(|| {
-            CallSeries {
+        let series =
+            calls.entry(upstream.to_owned()).or_default().entry(tool.to_owned()).or_insert_with(|| CallSeries {
                 duration: self.tool_call_duration.with_label_values(&[tool, upstream]),
                 outcomes: Default::default(),
-            }
-        });
+            });
         self.observe(series, tool, upstream, outcome, seconds);
     }
 
@@ -540,11 +543,15 @@ mod tests {
         assert_eq!(bucket(t1, u1, "30"), Some(4.0));
         assert_eq!(bucket(t1, u1, "+Inf"), Some(4.0));
         assert_eq!(
-            sample(&text, r#"otc_gateway_tool_call_duration_seconds_count{tool="Calculator.Add@1.0.0",upstream="math"}"#),
+            sample(
+                &text,
+                r#"otc_gateway_tool_call_duration_seconds_count{tool="Calculator.Add@1.0.0",upstream="math"}"#
+            ),
             Some(4.0)
         );
-        let sum = sample(&text, r#"otc_gateway_tool_call_duration_seconds_sum{tool="Calculator.Add@1.0.0",upstream="math"}"#)
-            .unwrap();
+        let sum =
+            sample(&text, r#"otc_gateway_tool_call_duration_seconds_sum{tool="Calculator.Add@1.0.0",upstream="math"}"#)
+                .unwrap();
         assert!((sum - 2.2014).abs() < 1e-9, "{sum}");
         let (t2, u2) = ("Calculator.Add@2.0.0", "math2");
         assert_eq!(bucket(t2, u2, "30"), Some(0.0));
@@ -581,7 +588,10 @@ mod tests {
         assert_eq!(sample(&text, r#"otc_gateway_upstream_up{upstream="math"}"#), Some(0.0));
         assert!(!text.contains(r#"upstream="sms""#), "sms lingers:\n{text}");
         assert_eq!(
-            sample(&text, r#"otc_gateway_tool_calls_total{outcome="tool_error",tool="Calculator.Add@1.0.0",upstream="math"}"#),
+            sample(
+                &text,
+                r#"otc_gateway_tool_calls_total{outcome="tool_error",tool="Calculator.Add@1.0.0",upstream="math"}"#
+            ),
             Some(1.0)
         );
 
@@ -593,7 +603,10 @@ mod tests {
             Some(1.0)
         );
         assert_eq!(
-            sample(&text, r#"otc_gateway_tool_calls_total{outcome="server_error",tool="Sms.Send@1.0.0",upstream="sms"}"#),
+            sample(
+                &text,
+                r#"otc_gateway_tool_calls_total{outcome="server_error",tool="Sms.Send@1.0.0",upstream="sms"}"#
+            ),
             None
         );
         assert_eq!(
@@ -670,8 +683,11 @@ mod tests {
         assert_eq!(sample(&text, r#"otc_gateway_http_requests_total{route="/tools/call",status="200"}"#), Some(4000.0));
         let total: f64 = (0..3)
             .map(|i| {
-                sample(&text, &format!(r#"otc_gateway_tool_calls_total{{outcome="success",tool="T.t{i}@1.0.0",upstream="up"}}"#))
-                    .unwrap()
+                sample(
+                    &text,
+                    &format!(r#"otc_gateway_tool_calls_total{{outcome="success",tool="T.t{i}@1.0.0",upstream="up"}}"#),
+                )
+                .unwrap()
             })
             .sum();
         assert_eq!(total, 4000.0);

@@ -102,7 +102,8 @@ impl std::fmt::Debug for RateLimits {
 
 impl Limit {
     fn new(config: &RateLimitConfig) -> Limit {
-        let interval = u64::try_from((config.rate.period / config.rate.count.get()).as_nanos()).unwrap_or(u64::MAX).max(1);
+        let interval =
+            u64::try_from((config.rate.period / config.rate.count.get()).as_nanos()).unwrap_or(u64::MAX).max(1);
         let burst = config.burst.filter(|b| *b > 0).unwrap_or(config.rate.count.get());
         Limit {
             config: config.clone(),
@@ -132,9 +133,8 @@ impl RateLimits {
     /// name and definition are unchanged since `previous` keeps its buckets,
     /// so a reload neither refills a limited caller nor forgets a burst.
     pub fn new(configs: &[RateLimitConfig], previous: Option<&RateLimits>) -> RateLimits {
-        let kept = |config: &RateLimitConfig| {
-            previous.and_then(|p| p.limits.iter().find(|l| l.config == *config)).cloned()
-        };
+        let kept =
+            |config: &RateLimitConfig| previous.and_then(|p| p.limits.iter().find(|l| l.config == *config)).cloned();
         let limits = configs.iter().map(|c| kept(c).unwrap_or_else(|| Arc::new(Limit::new(c)))).collect();
         let epoch = previous.map_or_else(Instant::now, |p| p.epoch);
         RateLimits { limits, checks: AtomicU64::new(0), epoch }
@@ -234,7 +234,8 @@ mod tests {
 
     #[test]
     fn idle_per_user_buckets_are_swept() {
-        let limits = limits("[[rate_limit]]\nname = \"calc\"\ntools = [\"Calc.*\"]\nper = \"user\"\nrate = \"1000/s\"\n");
+        let limits =
+            limits("[[rate_limit]]\nname = \"calc\"\ntools = [\"Calc.*\"]\nper = \"user\"\nrate = \"1000/s\"\n");
         for n in 0..100 {
             assert!(limits.check(&user(&format!("user-{n}")), "Calc.Add").is_ok());
         }
@@ -250,7 +251,9 @@ mod tests {
 
     #[test]
     fn a_burst_then_the_steady_rate() {
-        let limits = limits("[[rate_limit]]\nname = \"calc\"\ntools = [\"Calc.*\"]\nper = \"global\"\nrate = \"2/h\"\nburst = 3\n");
+        let limits = limits(
+            "[[rate_limit]]\nname = \"calc\"\ntools = [\"Calc.*\"]\nper = \"global\"\nrate = \"2/h\"\nburst = 3\n",
+        );
         for n in 0..3 {
             assert!(limits.check(&user(&format!("u{n}")), "Calc.Add").is_ok(), "call {n} of the burst");
         }

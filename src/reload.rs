@@ -145,7 +145,9 @@ pub fn watch_config(
         Err(e) => tracing::warn!(error = %e, "config watch error"),
     })
     .map_err(|source| ReloadError::Watch { dir: dir.clone(), source })?;
-    watcher.watch(&dir, RecursiveMode::NonRecursive).map_err(|source| ReloadError::Watch { dir: dir.clone(), source })?;
+    watcher
+        .watch(&dir, RecursiveMode::NonRecursive)
+        .map_err(|source| ReloadError::Watch { dir: dir.clone(), source })?;
 
     let label = path.display().to_string();
     std::thread::Builder::new()
@@ -168,9 +170,10 @@ fn is_change(event: &Event, file_name: &OsStr) -> bool {
         EventKind::Create(_) | EventKind::Modify(_) | EventKind::Remove(_) | EventKind::Any | EventKind::Other => true,
     };
     kind_counts
-        && event.paths.iter().any(|p| {
-            p.file_name().is_some_and(|name| name == file_name || name == OsStr::new(CONFIGMAP_DATA_LINK))
-        })
+        && event
+            .paths
+            .iter()
+            .any(|p| p.file_name().is_some_and(|name| name == file_name || name == OsStr::new(CONFIGMAP_DATA_LINK)))
 }
 
 /// Waits for changes, coalesces each burst, and calls `on_change` once per

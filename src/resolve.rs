@@ -121,9 +121,19 @@ mod tests {
     #[test]
     fn everything_else_is_invalid() {
         for bad in [
-            "", "Calculator", "Calculator.", ".Add", "Calculator.Add@", "Calculator.Add@1.2",
-            "Calculator.Add@latest", "Calculator.Add@1.0.0-rc1", "Calc-ulator.Add", "A.B.C",
-            "Calculator.Add@1@2", "Calculator.Add@ 1", "Calculator.Add@99999999999999999999",
+            "",
+            "Calculator",
+            "Calculator.",
+            ".Add",
+            "Calculator.Add@",
+            "Calculator.Add@1.2",
+            "Calculator.Add@latest",
+            "Calculator.Add@1.0.0-rc1",
+            "Calc-ulator.Add",
+            "A.B.C",
+            "Calculator.Add@1@2",
+            "Calculator.Add@ 1",
+            "Calculator.Add@99999999999999999999",
         ] {
             assert!(parse_tool_id(bad).is_err(), "{bad:?} should be invalid");
         }
@@ -137,7 +147,21 @@ mod tests {
         assert_eq!(parse_tool_version("v1.0.0"), None);
         assert_eq!(parse_tool_version("10.20.300"), Some(Version::new(10, 20, 300)));
         assert_eq!(parse_tool_version("999999999999999999.0.1"), Some(Version::new(999_999_999_999_999_999, 0, 1)));
-        for bad in ["", ".", "..", "1..0", ".1.0", "1.0.", "1.0.0.", "1.0.x", "1.+0.0", "1. 0.0", "1.0.0-rc1", "1.0.0+b", "1.0.1234567890123456789"] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "1..0",
+            ".1.0",
+            "1.0.",
+            "1.0.0.",
+            "1.0.x",
+            "1.+0.0",
+            "1. 0.0",
+            "1.0.0-rc1",
+            "1.0.0+b",
+            "1.0.1234567890123456789",
+        ] {
             assert_eq!(parse_tool_version(bad), None, "{bad:?}");
         }
     }

@@ -1,16 +1,16 @@
 //! Starting the gateway: the pingora data plane on `listen`, and a small
 //! control runtime for catalog polling and the admin listener.
 
-use std::path::PathBuf;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pingora::listeners::TcpSocketOptions;
-use pingora::services::listening::Service;
 use pingora::server::configuration::ServerConf;
 use pingora::server::Server;
+use pingora::services::listening::Service;
 
 use crate::config::Config;
 use crate::gateway::Gateway;

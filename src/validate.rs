@@ -90,7 +90,8 @@ mod tests {
         let errors = v.check(&json!({"a": 10})).expect_err("b is missing");
         assert_eq!(errors.get("b").map(String::as_str), Some("is required"));
         let strict = InputValidator::compile(&json!({"type": "object", "properties": {"a": {}},
-                                                     "additionalProperties": false})).expect("compiles");
+                                                     "additionalProperties": false}))
+        .expect("compiles");
         let errors = strict.check(&json!({"a": 1, "extra": 2})).expect_err("extra is unexpected");
         assert_eq!(errors.keys().collect::<Vec<_>>(), vec!["extra"]);
     }

@@ -84,7 +84,14 @@ async fn listing(gw: &Gateway, token: &str) -> Vec<String> {
 async fn call(gw: &Gateway, token: &str, tool_id: &str) -> Resp {
     let auth = format!("Bearer {token}");
     let body = Bytes::from(json!({"request": {"tool_id": tool_id, "input": {}}}).to_string());
-    send_with_headers(gw.addr, "POST", "/tools/call", body, &[("authorization", &auth), ("content-type", "application/json")]).await
+    send_with_headers(
+        gw.addr,
+        "POST",
+        "/tools/call",
+        body,
+        &[("authorization", &auth), ("content-type", "application/json")],
+    )
+    .await
 }
 
 #[tokio::test]

@@ -10,13 +10,13 @@ use std::time::Duration;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use bytes::Bytes;
+use common::jwk;
 use http::{HeaderMap, HeaderValue};
 use http_body_util::Full;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
-use common::jwk;
 use otc_gateway::auth::{AuthConfig, AuthError, AuthMode, Authenticator, CallerKind};
 use otc_gateway::vault::{SecretRef, SecretResolver};
 use serde_json::{json, Value};
@@ -41,10 +41,7 @@ fn env_ref(name: &str, value: &str) -> SecretRef {
 
 fn bearer(token: &str) -> HeaderMap {
     let mut h = HeaderMap::new();
-    h.insert(
-        http::header::AUTHORIZATION,
-        HeaderValue::from_str(&format!("Bearer {token}")).expect("header"),
-    );
+    h.insert(http::header::AUTHORIZATION, HeaderValue::from_str(&format!("Bearer {token}")).expect("header"));
     h
 }
 
@@ -76,22 +73,19 @@ fn claims(extra: Value) -> Value {
 }
 
 fn hs256(claims: &Value, secret: &str) -> String {
-    encode(&Header::new(Algorithm::HS256), claims, &EncodingKey::from_secret(secret.as_bytes()))
-        .expect("sign")
+    encode(&Header::new(Algorithm::HS256), claims, &EncodingKey::from_secret(secret.as_bytes())).expect("sign")
 }
 
 fn rs256(claims: &Value, pem: &str, kid: Option<&str>) -> String {
     let mut header = Header::new(Algorithm::RS256);
     header.kid = kid.map(str::to_owned);
-    encode(&header, claims, &EncodingKey::from_rsa_pem(pem.as_bytes()).expect("rsa key"))
-        .expect("sign")
+    encode(&header, claims, &EncodingKey::from_rsa_pem(pem.as_bytes()).expect("rsa key")).expect("sign")
 }
 
 fn es256(claims: &Value, kid: &str) -> String {
     let mut header = Header::new(Algorithm::ES256);
     header.kid = Some(kid.to_owned());
-    encode(&header, claims, &EncodingKey::from_ec_pem(EC_PEM.as_bytes()).expect("ec key"))
-        .expect("sign")
+    encode(&header, claims, &EncodingKey::from_ec_pem(EC_PEM.as_bytes()).expect("ec key")).expect("sign")
 }
 
 fn jwks_json(keys: Vec<Jwk>) -> String {
@@ -227,18 +221,14 @@ async fn alg_none_is_refused() {
 async fn garbage_is_refused() {
     let auth = hs_auth("OTC_AUTH_HS_GARBAGE").await;
     let long = "a".repeat(20_000);
-    for token in ["garbage", "a.b.c", "eyJhbGciOiJIUzI1NiJ9.bm90IGpzb24.c2ln", "...", long.as_str()]
-    {
+    for token in ["garbage", "a.b.c", "eyJhbGciOiJIUzI1NiJ9.bm90IGpzb24.c2ln", "...", long.as_str()] {
         let err = auth.authenticate(&bearer(token)).expect_err(token);
         assert!(matches!(err, AuthError::Invalid(_)), "{token}: {err:?}");
     }
     // Other algorithms of the HMAC family are not on the list.
-    let token = encode(
-        &Header::new(Algorithm::HS512),
-        &claims(json!({})),
-        &EncodingKey::from_secret(HS_SECRET.as_bytes()),
-    )
-    .expect("sign");
+    let token =
+        encode(&Header::new(Algorithm::HS512), &claims(json!({})), &EncodingKey::from_secret(HS_SECRET.as_bytes()))
+            .expect("sign");
     assert!(matches!(rejected(&auth, &token), AuthError::Invalid(r) if r.contains("not accepted")));
 }
 
@@ -265,10 +255,7 @@ async fn user_id_claim_is_configurable() {
     let token = hs256(&claims(json!({"email": "alice@example.com"})), HS_SECRET);
     let caller = auth.authenticate(&bearer(&token)).expect("valid");
     assert_eq!(caller.user_id.as_deref(), Some("alice@example.com"));
-    assert!(matches!(
-        rejected(&auth, &hs256(&claims(json!({})), HS_SECRET)),
-        AuthError::MissingUserClaim { .. }
-    ));
+    assert!(matches!(rejected(&auth, &hs256(&claims(json!({})), HS_SECRET)), AuthError::MissingUserClaim { .. }));
 }
 
 async fn jwks_file_auth(keys: Vec<Jwk>, name: &str) -> Authenticator {
@@ -289,12 +276,9 @@ async fn rs256_and_es256_from_a_jwks_file() {
         "jwks-basic.json",
     )
     .await;
-    let caller = auth
-        .authenticate(&bearer(&rs256(&claims(json!({})), RSA_PEM, Some("rsa-1"))))
-        .expect("rs256");
+    let caller = auth.authenticate(&bearer(&rs256(&claims(json!({})), RSA_PEM, Some("rsa-1")))).expect("rs256");
     assert_eq!(caller.user_id.as_deref(), Some("alice"));
-    let caller =
-        auth.authenticate(&bearer(&es256(&claims(json!({"sub": "bob"})), "ec-1"))).expect("es256");
+    let caller = auth.authenticate(&bearer(&es256(&claims(json!({"sub": "bob"})), "ec-1"))).expect("es256");
     assert_eq!(caller.user_id.as_deref(), Some("bob"));
     // No kid: the RSA keys are tried.
     assert!(auth.authenticate(&bearer(&rs256(&claims(json!({})), RSA_PEM, None))).is_ok());
@@ -309,8 +293,7 @@ async fn rs256_and_es256_from_a_jwks_file() {
     let err = rejected(&auth, &es256(&claims(json!({})), "rsa-1"));
     assert!(matches!(err, AuthError::Invalid(_)), "{err:?}");
     // Expired and wrong audience also apply to JWKS keys.
-    let err =
-        rejected(&auth, &rs256(&claims(json!({"exp": now() - 3600})), RSA_PEM, Some("rsa-1")));
+    let err = rejected(&auth, &rs256(&claims(json!({"exp": now() - 3600})), RSA_PEM, Some("rsa-1")));
     assert!(matches!(err, AuthError::Expired), "{err:?}");
     let err = rejected(&auth, &rs256(&claims(json!({"aud": "x"})), RSA_PEM, Some("rsa-1")));
     assert!(matches!(err, AuthError::Invalid(_)), "{err:?}");
@@ -328,16 +311,14 @@ async fn hs256_is_refused_without_a_shared_secret() {
     let auth = jwks_file_auth(vec![rsa], "jwks-confusion.json").await;
     let mut header = Header::new(Algorithm::HS256);
     header.kid = Some("rsa-1".into());
-    let token =
-        encode(&header, &claims(json!({})), &EncodingKey::from_secret(n.as_bytes())).expect("sign");
+    let token = encode(&header, &claims(json!({})), &EncodingKey::from_secret(n.as_bytes())).expect("sign");
     let err = rejected(&auth, &token);
     assert!(matches!(&err, AuthError::Invalid(r) if r.contains("HS256")), "{err:?}");
 }
 
 #[tokio::test]
 async fn a_jwks_file_is_reloaded_on_an_unknown_kid() {
-    let path =
-        temp_file("jwks-rotate.json", &jwks_json(vec![jwk(RSA_PEM, Algorithm::RS256, "old")]));
+    let path = temp_file("jwks-rotate.json", &jwks_json(vec![jwk(RSA_PEM, Algorithm::RS256, "old")]));
     let cfg = AuthConfig {
         mode: AuthMode::Jwt,
         jwks: Some(format!("file:{path}")),
@@ -347,8 +328,7 @@ async fn a_jwks_file_is_reloaded_on_an_unknown_kid() {
     let auth = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
     let token = rs256(&claims(json!({})), RSA_OTHER_PEM, Some("new"));
     assert!(auth.authenticate(&bearer(&token)).is_err());
-    std::fs::write(&path, jwks_json(vec![jwk(RSA_OTHER_PEM, Algorithm::RS256, "new")]))
-        .expect("rotate");
+    std::fs::write(&path, jwks_json(vec![jwk(RSA_OTHER_PEM, Algorithm::RS256, "new")])).expect("rotate");
     let mut ok = false;
     for _ in 0..40 {
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -401,9 +381,7 @@ async fn jwks_server(initial: String) -> JwksServer {
                         Ok::<_, Infallible>(resp.expect("response"))
                     }
                 });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), svc)
-                    .await;
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await;
             });
         }
     });
@@ -443,11 +421,8 @@ async fn a_jwks_url_is_fetched_and_refreshed() {
 
 #[tokio::test]
 async fn an_unreachable_jwks_fails_at_startup() {
-    let cfg = AuthConfig {
-        mode: AuthMode::Jwt,
-        jwks: Some("http://127.0.0.1:1/jwks.json".into()),
-        ..AuthConfig::default()
-    };
+    let cfg =
+        AuthConfig { mode: AuthMode::Jwt, jwks: Some("http://127.0.0.1:1/jwks.json".into()), ..AuthConfig::default() };
     let err = Authenticator::new(&cfg, &resolver()).await.expect_err("unreachable");
     assert!(matches!(err, AuthError::Jwks { .. }), "{err:?}");
     let cfg = AuthConfig {
@@ -526,22 +501,14 @@ async fn mixed_hs256_and_api_keys() {
     let cfg = AuthConfig {
         mode: AuthMode::Jwt,
         hs256_secret: Some(env_ref("OTC_AUTH_MIXED_HS", HS_SECRET)),
-        api_keys: toml::from_str::<AuthConfig>(
-            "api_keys = [{ key = \"env:OTC_AUTH_MIXED_KEY\", user_id = \"svc\" }]",
-        )
-        .expect("keys")
-        .api_keys,
+        api_keys: toml::from_str::<AuthConfig>("api_keys = [{ key = \"env:OTC_AUTH_MIXED_KEY\", user_id = \"svc\" }]")
+            .expect("keys")
+            .api_keys,
         ..AuthConfig::default()
     };
     let auth = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
-    assert_eq!(
-        auth.authenticate(&bearer("mixed-service-key-123456")).expect("key").kind,
-        CallerKind::ApiKey
-    );
-    assert_eq!(
-        auth.authenticate(&bearer(&hs256(&claims(json!({})), HS_SECRET))).expect("jwt").kind,
-        CallerKind::Jwt
-    );
+    assert_eq!(auth.authenticate(&bearer("mixed-service-key-123456")).expect("key").kind, CallerKind::ApiKey);
+    assert_eq!(auth.authenticate(&bearer(&hs256(&claims(json!({})), HS_SECRET))).expect("jwt").kind, CallerKind::Jwt);
     assert!(matches!(auth.authenticate(&bearer("not-a-key")), Err(AuthError::Invalid(_))));
 }
 
@@ -549,10 +516,7 @@ async fn mixed_hs256_and_api_keys() {
 async fn configuration_errors() {
     let res = resolver();
     // JWT settings with mode none: a likely mistake.
-    let cfg = AuthConfig {
-        hs256_secret: Some(env_ref("OTC_AUTH_CFG_A", HS_SECRET)),
-        ..AuthConfig::default()
-    };
+    let cfg = AuthConfig { hs256_secret: Some(env_ref("OTC_AUTH_CFG_A", HS_SECRET)), ..AuthConfig::default() };
     assert!(matches!(Authenticator::new(&cfg, &res).await, Err(AuthError::Config(_))));
     // mode jwt with nothing to verify against.
     let cfg = AuthConfig { mode: AuthMode::Jwt, ..AuthConfig::default() };
@@ -567,17 +531,11 @@ async fn configuration_errors() {
     assert!(matches!(err, AuthError::Secret { .. }), "{err:?}");
     assert!(err.to_string().contains("OTC_AUTH_CFG_UNSET"), "{err}");
     // Per-user references make no sense for gateway-wide keys.
-    let cfg: AuthConfig = toml::from_str(
-        "mode = \"jwt\"\napi_keys = [{ key = \"env:K_{user_id}\", user_id = \"a\" }]",
-    )
-    .expect("parses");
+    let cfg: AuthConfig =
+        toml::from_str("mode = \"jwt\"\napi_keys = [{ key = \"env:K_{user_id}\", user_id = \"a\" }]").expect("parses");
     assert!(matches!(Authenticator::new(&cfg, &res).await, Err(AuthError::Config(_))));
     // A bad jwks setting.
-    let cfg = AuthConfig {
-        mode: AuthMode::Jwt,
-        jwks: Some("/etc/jwks.json".into()),
-        ..AuthConfig::default()
-    };
+    let cfg = AuthConfig { mode: AuthMode::Jwt, jwks: Some("/etc/jwks.json".into()), ..AuthConfig::default() };
     assert!(matches!(Authenticator::new(&cfg, &res).await, Err(AuthError::Config(_))));
 }
 

@@ -189,7 +189,10 @@ async fn the_client_gets_its_own_call_id_whatever_the_upstream_echoes() {
     let (calc, gw) = calculator().await;
     calc.on_call(|_| (200, json!({"call_id": "the-upstreams-own", "success": true, "value": 3}).to_string()));
     let resp = gw
-        .post_json("/tools/call", &json!({"request": {"tool_id": "Calculator.Add@1.0.0", "call_id": "mine-1", "input": {"a": 1, "b": 2}}}))
+        .post_json(
+            "/tools/call",
+            &json!({"request": {"tool_id": "Calculator.Add@1.0.0", "call_id": "mine-1", "input": {"a": 1, "b": 2}}}),
+        )
         .await;
     assert_eq!(resp.result()["call_id"], "mine-1", "the result carries the call id the client sent");
     // A generated id too.

@@ -55,10 +55,8 @@ fn deploy_check_script_passes() {
     // Under CI, scripts/test.sh has installed every optional tool: a skip
     // there means a check silently stopped running.
     if std::env::var_os("CI").is_some() {
-        let skipped: Vec<&str> = stdout
-            .lines()
-            .filter(|line| line.starts_with("skip ") && !line.contains("systemd-analyze"))
-            .collect();
+        let skipped: Vec<&str> =
+            stdout.lines().filter(|line| line.starts_with("skip ") && !line.contains("systemd-analyze")).collect();
         assert!(skipped.is_empty(), "deploy/check.sh skipped checks under CI:\n{}\n\n{stdout}", skipped.join("\n"));
     }
     for line in stdout.lines().filter(|line| line.starts_with("skip ")) {
@@ -184,7 +182,8 @@ fn try_query(prometheus: SocketAddr, promql: &str) -> Option<Vec<Value>> {
 /// An instant query against Prometheus's HTTP API: the result vector.
 fn query(prometheus: SocketAddr, promql: &str) -> Vec<Value> {
     let (status, body) = http(prometheus, "GET", &format!("/api/v1/query?query={}", percent_encode(promql)), "");
-    let json: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{promql}: bad answer {status} ({e}): {body}"));
+    let json: Value =
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{promql}: bad answer {status} ({e}): {body}"));
     assert_eq!(json["status"], "success", "{promql}: {body}");
     match &json["data"]["result"] {
         Value::Array(items) => items.clone(),
@@ -202,7 +201,10 @@ fn dashboard_queries() -> Vec<(String, String)> {
         for panel in panels.as_array().into_iter().flatten() {
             for target in panel["targets"].as_array().into_iter().flatten() {
                 if let Some(expr) = target["expr"].as_str() {
-                    out.push((format!("panel {:?} {}", panel["title"].as_str().unwrap_or(""), target["refId"]), expr.to_owned()));
+                    out.push((
+                        format!("panel {:?} {}", panel["title"].as_str().unwrap_or(""), target["refId"]),
+                        expr.to_owned(),
+                    ));
                 }
             }
             walk(&panel["panels"], out);
@@ -216,8 +218,12 @@ fn dashboard_queries() -> Vec<(String, String)> {
     }
     for variable in dashboard["templating"]["list"].as_array().into_iter().flatten() {
         if let Some(q) = variable["query"]["query"].as_str() {
-            let selector = q.strip_prefix("label_values(").and_then(|s| s.rsplit_once(',')).map(|(sel, _)| sel.to_owned());
-            out.push((format!("variable {}", variable["name"]), selector.unwrap_or_else(|| panic!("variable query {q}"))));
+            let selector =
+                q.strip_prefix("label_values(").and_then(|s| s.rsplit_once(',')).map(|(sel, _)| sel.to_owned());
+            out.push((
+                format!("variable {}", variable["name"]),
+                selector.unwrap_or_else(|| panic!("variable query {q}")),
+            ));
         }
     }
     assert!(out.len() > 10, "too few queries found in the dashboard: {out:?}");

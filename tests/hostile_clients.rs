@@ -73,7 +73,10 @@ async fn read_one(stream: &mut TcpStream) -> String {
                 return text;
             }
         }
-        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await.expect("an answer").expect("read");
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("an answer")
+            .expect("read");
         assert!(n > 0, "closed before a whole answer: {text}");
         out.extend_from_slice(&buf[..n]);
     }
@@ -159,10 +162,14 @@ async fn expect_100_continue_gets_100_before_the_body_is_sent() {
         stream.write_all(head.as_bytes()).await.expect("head");
         // A client that waits for 100 Continue sends nothing more until it comes.
         let mut buf = [0u8; 1024];
-        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await.expect("100 Continue comes").expect("read");
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("100 Continue comes")
+            .expect("read");
         let interim = String::from_utf8_lossy(&buf[..n]).into_owned();
         assert!(interim.starts_with("HTTP/1.1 100"), "{path}: {interim}");
-        let payload = if path == "/mcp" { r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_owned() } else { body.clone() };
+        let payload =
+            if path == "/mcp" { r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_owned() } else { body.clone() };
         stream.write_all(payload.as_bytes()).await.expect("body");
         let rest = if interim.contains("\r\n\r\nHTTP/1.1") { interim.clone() } else { read_one(&mut stream).await };
         let last = rest.rfind("HTTP/1.1 ").map_or("", |at| &rest[at..]);
@@ -231,7 +238,11 @@ async fn a_flood_of_idle_connections_closes_the_oldest_and_real_callers_are_serv
     for i in 0..30 {
         let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
         // Half send part of a head, half a head without its body.
-        let bytes: &[u8] = if i % 2 == 0 { b"POST /tools/call HTTP/1.1\r\nHost: loc" } else { b"POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: 50\r\n\r\n" };
+        let bytes: &[u8] = if i % 2 == 0 {
+            b"POST /tools/call HTTP/1.1\r\nHost: loc"
+        } else {
+            b"POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: 50\r\n\r\n"
+        };
         stream.write_all(bytes).await.expect("write");
         flood.push(stream);
         // (Accepted in order, so the oldest is known.)
@@ -257,15 +268,24 @@ async fn a_foreign_origin_is_refused_on_every_route_before_the_upstream_is_calle
     assert_eq!(status_of(&answer), "403", "{answer}");
     assert!(closed);
     for path in ["/tools", "/health"] {
-        let (answer, _) = exchange(&gw, format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nOrigin: https://evil.example\r\n\r\n").as_bytes()).await;
+        let (answer, _) = exchange(
+            &gw,
+            format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nOrigin: https://evil.example\r\n\r\n").as_bytes(),
+        )
+        .await;
         assert_eq!(status_of(&answer), "403", "{path}: {answer}");
     }
-    let (answer, _) = exchange(&gw, b"POST /mcp HTTP/1.1\r\nHost: localhost\r\nOrigin: null\r\nContent-Length: 2\r\n\r\n{}").await;
+    let (answer, _) =
+        exchange(&gw, b"POST /mcp HTTP/1.1\r\nHost: localhost\r\nOrigin: null\r\nContent-Length: 2\r\n\r\n{}").await;
     assert_eq!(status_of(&answer), "403", "{answer}");
     assert!(answer.contains("jsonrpc"), "/mcp refuses in JSON-RPC: {answer}");
     assert_eq!(calc.call_count(), 0, "the upstream never saw a foreign page's call");
     // A local page, and a client that is no browser, are served.
-    let (answer, _) = exchange(&gw, call_request("Host: localhost\r\nOrigin: http://localhost:3000\r\nConnection: close\r\n").as_bytes()).await;
+    let (answer, _) = exchange(
+        &gw,
+        call_request("Host: localhost\r\nOrigin: http://localhost:3000\r\nConnection: close\r\n").as_bytes(),
+    )
+    .await;
     assert_eq!(status_of(&answer), "200", "{answer}");
     let (answer, _) = exchange(&gw, call_request("Host: localhost\r\nConnection: close\r\n").as_bytes()).await;
     assert_eq!(status_of(&answer), "200", "{answer}");
@@ -280,9 +300,14 @@ async fn configured_origins_apply_to_every_route_and_the_older_mcp_key_still_wor
         ("", "[mcp]\nallowed_origins = [\"https://app.example.com\"]\n"),
     ] {
         let gw = gateway(&calc, server, extra).await;
-        let (ok, _) = exchange(&gw, call_request("Host: localhost\r\nOrigin: https://app.example.com\r\nConnection: close\r\n").as_bytes()).await;
+        let (ok, _) = exchange(
+            &gw,
+            call_request("Host: localhost\r\nOrigin: https://app.example.com\r\nConnection: close\r\n").as_bytes(),
+        )
+        .await;
         assert_eq!(status_of(&ok), "200", "{server}{extra}: {ok}");
-        let (refused, _) = exchange(&gw, call_request("Host: localhost\r\nOrigin: http://localhost\r\n").as_bytes()).await;
+        let (refused, _) =
+            exchange(&gw, call_request("Host: localhost\r\nOrigin: http://localhost\r\n").as_bytes()).await;
         assert_eq!(status_of(&refused), "403", "{server}{extra}: {refused}");
     }
 }
@@ -300,11 +325,13 @@ async fn a_loopback_gateway_refuses_a_rebound_host_unless_configured() {
     assert_eq!(status_of(&answer), "421", "{answer}");
     assert_eq!(calc.call_count(), 0);
     for host in ["localhost", "127.0.0.1", "[::1]:80"] {
-        let (answer, _) = exchange(&gw, format!("GET /tools HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes()).await;
+        let (answer, _) =
+            exchange(&gw, format!("GET /tools HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes()).await;
         assert_eq!(status_of(&answer), "200", "{host}: {answer}");
     }
     let named = gateway(&calc, "allowed_hosts = [\"tools.internal\"]", "").await;
-    let (answer, _) = exchange(&named, call_request("Host: tools.internal:8080\r\nConnection: close\r\n").as_bytes()).await;
+    let (answer, _) =
+        exchange(&named, call_request("Host: tools.internal:8080\r\nConnection: close\r\n").as_bytes()).await;
     assert_eq!(status_of(&answer), "200", "{answer}");
     let (answer, _) = exchange(&named, call_request(rebound).as_bytes()).await;
     assert_eq!(status_of(&answer), "421", "{answer}");
@@ -315,7 +342,8 @@ async fn a_malformed_head_is_refused_without_quoting_its_credentials() {
     let calc = calculator().await;
     let gw = gateway(&calc, "", "").await;
     let (answer, closed) =
-        exchange(&gw, b"GARBAGE\x01 / HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sekrit-token-4711\r\n\r\n").await;
+        exchange(&gw, b"GARBAGE\x01 / HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer sekrit-token-4711\r\n\r\n")
+            .await;
     assert_eq!(status_of(&answer), "400", "{answer}");
     assert!(closed);
     assert!(!answer.contains("sekrit-token-4711"), "the error quotes the credentials back: {answer}");

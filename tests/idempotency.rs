@@ -9,9 +9,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{add, add_schema, catalog, free_addr, html_500, tool, tool_error, Gateway, Resp, ToolServer};
-use otc_gateway::config::Dur;
 use otc_gateway::auth::Caller;
-use otc_gateway::idempotency::{CallKey, CallerScope, Decision, Fingerprint, IdempotencyConfig, IdempotencyStore, StoredCall};
+use otc_gateway::config::Dur;
+use otc_gateway::idempotency::{
+    CallKey, CallerScope, Decision, Fingerprint, IdempotencyConfig, IdempotencyStore, StoredCall,
+};
 use otc_gateway::wire::{CallContext, CallResult};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -88,7 +90,10 @@ async fn a_call_refused_before_the_tool_ran_can_be_retried_with_its_call_id() {
     let server = slow_calculator(Duration::ZERO).await;
     let gw = Gateway::start(&config(&server.url(), "")).await;
     gw.wait_for_tool("Calculator.Add@1.0.0").await;
-    let body = Bytes::from(json!({"request": {"tool_id": "Calculator.Add@1.0.0", "call_id": "fix-and-retry", "input": {"a": "x"}}}).to_string());
+    let body = Bytes::from(
+        json!({"request": {"tool_id": "Calculator.Add@1.0.0", "call_id": "fix-and-retry", "input": {"a": "x"}}})
+            .to_string(),
+    );
     common::send(gw.addr, "POST", "/tools/call", body, Some("application/json")).await.expect_status(422);
     let retried = call_with_id(gw.addr, Some("fix-and-retry"), 1).await;
     assert_eq!(retried.result()["value"], json!(2), "{}", retried.text());
@@ -253,18 +258,22 @@ async fn without_redis_calls_run_undeduplicated_until_it_is_back() {
 
 fn stored(value: i64) -> StoredCall {
     StoredCall {
-        result: CallResult { call_id: "c".into(), duration: 1.0, success: true, value: Some(json!(value).into()), error: None },
+        result: CallResult {
+            call_id: "c".into(),
+            duration: 1.0,
+            success: true,
+            value: Some(json!(value).into()),
+            error: None,
+        },
         upstream: "u".into(),
     }
 }
 
 /// Two stores on one Redis, as two replicas would have.
 async fn two_stores(redis: &Redis, ttl: Duration) -> (IdempotencyStore, IdempotencyStore) {
-    let config = IdempotencyConfig { ttl: Dur(ttl), store: Some(format!("redis://{}", redis.addr)), ..Default::default() };
-    (
-        IdempotencyStore::build(&config).await.expect("store"),
-        IdempotencyStore::build(&config).await.expect("store"),
-    )
+    let config =
+        IdempotencyConfig { ttl: Dur(ttl), store: Some(format!("redis://{}", redis.addr)), ..Default::default() };
+    (IdempotencyStore::build(&config).await.expect("store"), IdempotencyStore::build(&config).await.expect("store"))
 }
 
 #[tokio::test]
@@ -291,7 +300,9 @@ async fn redis_claims_abandoned_by_a_replica_do_not_block_the_call_id() {
 
     // A replica that dies mid-call: its claim lasts as long as the call
     // could (the wait), not the whole ttl.
-    let Ok(Decision::Run(claim)) = one.claim(&key("crashed"), &fp, Duration::from_millis(400)).await else { panic!("run") };
+    let Ok(Decision::Run(claim)) = one.claim(&key("crashed"), &fp, Duration::from_millis(400)).await else {
+        panic!("run")
+    };
     std::mem::forget(claim);
     assert!(matches!(two.claim(&key("crashed"), &fp, Duration::from_millis(50)).await, Ok(Decision::InProgress)));
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -391,7 +402,8 @@ fn profile_config(server: &ToolServer, auth: &str, extra: &str) -> String {
     )
 }
 
-const JWT_AUTH: &str = "mode = \"jwt\"\nhs256_secret = \"env:GW_JWT_SECRET\"\napi_keys = [{ key = \"env:SVC_KEY\", user_id = \"svc\" }]";
+const JWT_AUTH: &str =
+    "mode = \"jwt\"\nhs256_secret = \"env:GW_JWT_SECRET\"\napi_keys = [{ key = \"env:SVC_KEY\", user_id = \"svc\" }]";
 const OPEN_AUTH: &str = "mode = \"none\"\napi_keys = [{ key = \"env:SVC_KEY\", user_id = \"svc\" }]";
 const ENV: &[(&str, &str)] =
     &[("GW_JWT_SECRET", JWT_SECRET), ("PROFILE_KEY", "profile-secret-value"), ("SVC_KEY", "svc-api-key-0123456789")];
@@ -451,7 +463,11 @@ async fn another_user_with_my_call_id_gets_their_own_call_never_my_answer() {
     assert_eq!(as_user(&gw, "alice", "X-1", 1).await, alice);
     assert_eq!(server.call_count(), 2);
     // The upstream never saw one call_id for two callers.
-    let ids: Vec<String> = server.calls().iter().map(|c| common::forwarded(c)["call_id"].as_str().unwrap_or_default().to_owned()).collect();
+    let ids: Vec<String> = server
+        .calls()
+        .iter()
+        .map(|c| common::forwarded(c)["call_id"].as_str().unwrap_or_default().to_owned())
+        .collect();
     assert_ne!(ids[0], ids[1], "{ids:?}");
     assert!(ids.iter().all(|id| id.ends_with(".X-1")), "{ids:?}");
 }
@@ -499,7 +515,10 @@ async fn anonymous_callers_are_told_apart_by_what_they_send() {
     // same user id, with the same call_id, runs their own call.
     let keyed = profile_call(&gw, &[("oxp-api-key", "svc-api-key-0123456789")], "svc-1", 1, json!({})).await.result();
     assert_eq!(keyed["value"]["private_data_of"], json!("svc"));
-    assert_eq!(profile_call(&gw, &[("oxp-api-key", "svc-api-key-0123456789")], "svc-1", 1, json!({})).await.result(), keyed);
+    assert_eq!(
+        profile_call(&gw, &[("oxp-api-key", "svc-api-key-0123456789")], "svc-1", 1, json!({})).await.result(),
+        keyed
+    );
     assert_eq!(server.call_count(), 3, "the key holder's duplicate is replayed");
     let spoofed = profile_call(&gw, &[], "svc-1", 1, json!({"user_id": "svc"})).await;
     assert_eq!(spoofed.status, 200, "{}", spoofed.text());
@@ -528,7 +547,10 @@ async fn replicas_sharing_redis_keep_each_callers_call_ids_apart() {
     let mut connection = redis::aio::ConnectionManager::new(client).await.expect("connect");
     let keys: Vec<String> = redis::cmd("KEYS").arg("*").query_async(&mut connection).await.expect("keys");
     assert_eq!(keys.len(), 3, "one entry per caller: {keys:?}");
-    assert!(keys.iter().all(|k| k.starts_with("otc-gateway:idem:v2:") && !k.contains("fleet") && !k.contains("alice")), "{keys:?}");
+    assert!(
+        keys.iter().all(|k| k.starts_with("otc-gateway:idem:v2:") && !k.contains("fleet") && !k.contains("alice")),
+        "{keys:?}"
+    );
 }
 
 /// The fingerprint entries were stored under before call_ids were scoped:
@@ -567,13 +589,24 @@ async fn answers_stored_before_call_ids_were_scoped_are_never_served() {
     let gw = profile_gateway(&server, OPEN_AUTH, &store).await;
     // An answer written by an older gateway, for anyone with the call_id.
     let planted = StoredCall {
-        result: CallResult { call_id: "old-1".into(), duration: 1.0, success: true, value: Some(json!("someone else's data").into()), error: None },
+        result: CallResult {
+            call_id: "old-1".into(),
+            duration: 1.0,
+            success: true,
+            value: Some(json!("someone else's data").into()),
+            error: None,
+        },
         upstream: "profiles".into(),
     };
-    let value = format!("D {} {}", unscoped_fingerprint("User.Profile@1.0.0", &json!({"n": 1})), serde_json::to_string(&planted).expect("json"));
+    let value = format!(
+        "D {} {}",
+        unscoped_fingerprint("User.Profile@1.0.0", &json!({"n": 1})),
+        serde_json::to_string(&planted).expect("json")
+    );
     let client = redis::Client::open(format!("redis://{}", redis.addr)).expect("client");
     let mut connection = redis::aio::ConnectionManager::new(client).await.expect("connect");
-    let () = redis::cmd("SET").arg("otc-gateway:idem:old-1").arg(value).query_async(&mut connection).await.expect("set");
+    let () =
+        redis::cmd("SET").arg("otc-gateway:idem:old-1").arg(value).query_async(&mut connection).await.expect("set");
     let answer = profile_call(&gw, &[], "old-1", 1, json!({"user_id": "alice"})).await.result();
     assert_eq!(answer["value"]["private_data_of"], json!("alice"), "an unscoped entry was served: {answer}");
     assert_eq!(server.call_count(), 1);

@@ -105,14 +105,10 @@ fn mcp_upstream(name: &str, url: &str, toolkit: &str, extra: &str) -> String {
 async fn python_client(url: &str, calls: &Value) -> Value {
     let mut command = Command::new(python());
     command.arg(peer_script("mcp_client.py")).arg(url).arg(calls.to_string());
-    let output = tokio::task::spawn_blocking(move || command.output())
-        .await
-        .expect("join")
-        .expect("run mcp_client.py");
+    let output = tokio::task::spawn_blocking(move || command.output()).await.expect("join").expect("run mcp_client.py");
     assert!(output.status.success(), "mcp_client.py failed: {}", String::from_utf8_lossy(&output.stderr));
-    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
-        panic!("mcp_client.py printed no JSON ({e}): {}", String::from_utf8_lossy(&output.stdout))
-    })
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("mcp_client.py printed no JSON ({e}): {}", String::from_utf8_lossy(&output.stdout)))
 }
 
 // ---------------------------------------------------------------------------
@@ -228,10 +224,7 @@ async fn bodies_over_64_kb_go_through_both_bridges() {
 #[tokio::test]
 async fn json_replies_a_restarted_server_and_a_server_that_is_down() {
     let mut peer = McpPeer::start(true);
-    let gw = GatewayConfig::new()
-        .raw(&mcp_upstream("py", &peer.url(), "Py", "circuit_failures = 100"))
-        .start()
-        .await;
+    let gw = GatewayConfig::new().raw(&mcp_upstream("py", &peer.url(), "Py", "circuit_failures = 100")).start().await;
     gw.wait_for_tool("Py.add@1.0.0").await;
     assert_eq!(gw.call("Py.add", json!({"a": 1, "b": 1})).await.result()["value"], 2);
 
@@ -259,10 +252,7 @@ async fn json_replies_a_restarted_server_and_a_server_that_is_down() {
 #[tokio::test]
 async fn a_call_that_outlives_call_timeout_is_a_retryable_tool_failure() {
     let peer = McpPeer::start(false);
-    let gw = GatewayConfig::new()
-        .raw(&mcp_upstream("py", &peer.url(), "Py", "call_timeout = \"700ms\""))
-        .start()
-        .await;
+    let gw = GatewayConfig::new().raw(&mcp_upstream("py", &peer.url(), "Py", "call_timeout = \"700ms\"")).start().await;
     gw.wait_for_tool("Py.slow@1.0.0").await;
     let started = Instant::now();
     let result = gw.call("Py.slow", json!({"seconds": 5})).await.result();
@@ -311,8 +301,13 @@ async fn bearer_tokens_and_per_user_tokens_go_upstream_and_mcp_needs_credentials
     let refused = mcp_post(&gw, &init, &[]).await;
     assert_eq!(refused.status, 401, "{}", refused.text());
     assert!(refused.header("www-authenticate").is_some_and(|v| v.starts_with("Bearer")));
-    let listed = mcp_post(&gw, &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-        "params": {"name": "Mine_whoami"}}), &key).await;
+    let listed = mcp_post(
+        &gw,
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "Mine_whoami"}}),
+        &key,
+    )
+    .await;
     assert_eq!(listed.json()["result"]["content"][0]["text"], "Bearer alice-google-token", "{}", listed.text());
 }
 
@@ -403,7 +398,8 @@ async fn the_mcp_front_follows_the_streamable_http_rules() {
         json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
         json!({"jsonrpc": "2.0", "id": 5, "result": {}}),
     ] {
-        let resp = mcp_post(&gw, &message, &[("mcp-session-id", &session), ("mcp-protocol-version", "2025-03-26")]).await;
+        let resp =
+            mcp_post(&gw, &message, &[("mcp-session-id", &session), ("mcp-protocol-version", "2025-03-26")]).await;
         assert_eq!(resp.status, 202, "{message}: {}", resp.text());
         assert!(resp.body.is_empty());
     }
@@ -422,7 +418,9 @@ async fn the_mcp_front_follows_the_streamable_http_rules() {
     assert_eq!(resp.json()["id"], Value::Null);
     let batch = json!([{"jsonrpc": "2.0", "id": 1, "method": "ping"}]);
     assert_eq!(mcp_post(&gw, &batch, &[]).await.json()["error"]["code"], -32600);
-    let resp = mcp_post(&gw, &json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}), &[("mcp-protocol-version", "1999-01-01")]).await;
+    let resp =
+        mcp_post(&gw, &json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}), &[("mcp-protocol-version", "1999-01-01")])
+            .await;
     assert_eq!(resp.status, 400, "an unsupported MCP-Protocol-Version: {}", resp.text());
 
     // No server-initiated stream, no session state to end.
@@ -519,12 +517,14 @@ async fn scripted(req: hyper::Request<hyper::body::Incoming>, seen: Seen) -> Res
     };
     let tool = |name: &str| json!({"name": name, "description": name, "inputSchema": {"type": "object"}});
     let response = match message["method"].as_str() {
-        Some("initialize") => {
-            json_reply(json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "scripted", "version": "1"}}))
-        }
+        Some("initialize") => json_reply(
+            json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "scripted", "version": "1"}}),
+        ),
         Some("tools/list") => match message["params"]["cursor"].as_str() {
             None => json_reply(json!({"tools": [tool("first"), tool("dup.name")], "nextCursor": "page-2"})),
-            Some("page-2") => json_reply(json!({"tools": [tool("second"), tool("dup_name"), tool("broken"), tool("hang")]})),
+            Some("page-2") => {
+                json_reply(json!({"tools": [tool("second"), tool("dup_name"), tool("broken"), tool("hang")]}))
+            }
             Some(_) => json_reply(json!({"tools": []})),
         },
         Some("tools/call") if message["params"]["name"] == "hang" => {
@@ -532,7 +532,8 @@ async fn scripted(req: hyper::Request<hyper::body::Incoming>, seen: Seen) -> Res
             json_reply(json!({"content": []}))
         }
         Some("tools/call") if message["params"]["name"] == "broken" => {
-            let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "it broke"}}).to_string();
+            let body =
+                json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32603, "message": "it broke"}}).to_string();
             hyper::Response::builder()
                 .header("content-type", "application/json")
                 .body(Full::new(Bytes::from(body)).boxed())
@@ -543,7 +544,10 @@ async fn scripted(req: hyper::Request<hyper::body::Incoming>, seen: Seen) -> Res
             // then the response.
             let events = [
                 "id: ev-0\ndata:\n\n".to_owned(),
-                format!("event: message\ndata: {}\n\n", json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}})),
+                format!(
+                    "event: message\ndata: {}\n\n",
+                    json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progress": 1}})
+                ),
                 format!("data: {}\r\n\r\n", json!({"jsonrpc": "2.0", "id": "server-ping-1", "method": "ping"})),
                 format!(
                     "id: ev-3\ndata: {}\n\n",
@@ -582,7 +586,8 @@ async fn pages_pings_notifications_sessions_and_errors_of_a_scripted_server() {
     assert_eq!(result["value"], json!({"called": true}), "{result}");
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let pong = seen.lock().expect("lock").iter().any(|(_, m)| m["id"] == "server-ping-1" && m["result"] == json!({}));
+        let pong =
+            seen.lock().expect("lock").iter().any(|(_, m)| m["id"] == "server-ping-1" && m["result"] == json!({}));
         if pong {
             break;
         }
@@ -599,7 +604,13 @@ async fn pages_pings_notifications_sessions_and_errors_of_a_scripted_server() {
     // A call that outlives call_timeout: retryable, and cancelled upstream.
     let hung = gw.call("S.hang", json!({})).await.result();
     assert_eq!(hung["error"]["can_retry"], true, "{hung}");
-    let call_id = seen.lock().expect("lock").iter().rev().find(|(_, m)| m["params"]["name"] == "hang").map(|(_, m)| m["id"].clone());
+    let call_id = seen
+        .lock()
+        .expect("lock")
+        .iter()
+        .rev()
+        .find(|(_, m)| m["params"]["name"] == "hang")
+        .map(|(_, m)| m["id"].clone());
     let call_id = call_id.expect("the hanging call reached the server");
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
@@ -624,7 +635,15 @@ async fn pages_pings_notifications_sessions_and_errors_of_a_scripted_server() {
     assert!(first["params"]["clientInfo"]["name"].is_string());
     assert_eq!(requests[1].1["method"], "notifications/initialized");
     for (headers, message) in &requests[1..] {
-        assert_eq!(headers.get("mcp-session-id").map(|v| v.to_str().unwrap_or("")), Some("scripted-session-1"), "{message}");
-        assert_eq!(headers.get("mcp-protocol-version").map(|v| v.to_str().unwrap_or("")), Some("2025-06-18"), "{message}");
+        assert_eq!(
+            headers.get("mcp-session-id").map(|v| v.to_str().unwrap_or("")),
+            Some("scripted-session-1"),
+            "{message}"
+        );
+        assert_eq!(
+            headers.get("mcp-protocol-version").map(|v| v.to_str().unwrap_or("")),
+            Some("2025-06-18"),
+            "{message}"
+        );
     }
 }

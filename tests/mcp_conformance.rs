@@ -19,10 +19,6 @@ fn the_mcp_conformance_suite_passes() {
         .expect("run scripts/conformance.sh");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success(),
-        "scripts/conformance.sh failed ({}):\n{stdout}\n{stderr}",
-        output.status
-    );
+    assert!(output.status.success(), "scripts/conformance.sh failed ({}):\n{stdout}\n{stderr}", output.status);
     assert!(stdout.contains("MCP conformance: all 6 scenarios passed"), "{stdout}\n{stderr}");
 }

@@ -61,11 +61,8 @@ async fn inputs_reach_the_upstream_digit_for_digit() {
     let sent: Vec<String> = numbers.iter().map(|(name, text, _)| format!(r#""{name}":{text}"#)).collect();
     let fields: Vec<String> = numbers.iter().map(|(name, _, text)| format!(r#""{name}":{text}"#)).collect();
     let input = format!(r#"{{{},"list":[12345678901234567890123,0.1]}}"#, sent.join(","));
-    let resp = call_raw(
-        &gw,
-        &format!(r#"{{"tool_id":"Num.Echo@1.0.0","input":{input},"context":{{"tenant":{BIG}}}}}"#),
-    )
-    .await;
+    let resp =
+        call_raw(&gw, &format!(r#"{{"tool_id":"Num.Echo@1.0.0","input":{input},"context":{{"tenant":{BIG}}}}}"#)).await;
     resp.expect_status(200);
     let upstream = server.last_raw_call();
     for field in &fields {
@@ -90,7 +87,9 @@ async fn a_result_with_big_numbers_comes_back_digit_for_digit_through_both_front
     assert_has(&resp.text(), &format!(r#""value":{value}"#), "POST /tools/call");
 
     // /mcp: the value as structuredContent and as the text item, both as the tool wrote them.
-    let resp = mcp_raw(&gw, r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"Num_Echo","arguments":{}}}"#).await;
+    let resp =
+        mcp_raw(&gw, r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"Num_Echo","arguments":{}}}"#)
+            .await;
     resp.expect_status(200);
     let text = resp.text();
     assert_has(&text, &format!(r#""structuredContent":{value}"#), "/mcp structuredContent");
@@ -215,10 +214,13 @@ async fn mcp_numbers(
     let id = text.split(r#""id":"#).nth(1).and_then(|rest| rest.split([',', '}']).next()).unwrap_or("null").to_owned();
     let result = match message["method"].as_str() {
         Some("initialize") => {
-            r#"{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"n","version":"1"}}"#.to_owned()
+            r#"{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"n","version":"1"}}"#
+                .to_owned()
         }
         Some("tools/list") => r#"{"tools":[{"name":"big","inputSchema":{"type":"object"}}]}"#.to_owned(),
-        Some("tools/call") => format!(r#"{{"content":[],"structuredContent":{{"n":{BIG},"f":1.000000000000000000001}}}}"#),
+        Some("tools/call") => {
+            format!(r#"{{"content":[],"structuredContent":{{"n":{BIG},"f":1.000000000000000000001}}}}"#)
+        }
         _ => return Ok(hyper::Response::builder().status(202).body(Full::new(Bytes::new())).expect("response")),
     };
     let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{result}}}"#);

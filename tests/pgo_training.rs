@@ -10,12 +10,7 @@ use std::process::Command;
 fn train(gateway: &str, calls: u32) -> std::process::Output {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pgo-train.py");
     let python = std::env::var("OTC_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    Command::new(python)
-        .arg(script)
-        .arg(gateway)
-        .args(["--calls", &calls.to_string()])
-        .output()
-        .expect("python3 runs")
+    Command::new(python).arg(script).arg(gateway).args(["--calls", &calls.to_string()]).output().expect("python3 runs")
 }
 
 #[test]

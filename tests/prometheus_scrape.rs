@@ -145,9 +145,8 @@ async fn start_target() -> (SocketAddr, tokio::task::JoinHandle<()>, Target) {
     });
     let math_v2 = ToolServer::start(catalog(vec![tool("Calculator.Add", "2.0.0", add_schema())])).await;
     math_v2.on_call(add);
-    let gateway = Arc::new(
-        GatewayConfig::new().upstream("math", &math.url()).upstream("math-v2", &math_v2.url()).start().await,
-    );
+    let gateway =
+        Arc::new(GatewayConfig::new().upstream("math", &math.url()).upstream("math-v2", &math_v2.url()).start().await);
     gateway.wait_for_tool("Calculator.Add@2.0.0").await;
     gateway.wait_for_tool("Calculator.Fail@1.0.0").await;
     let load = {

@@ -106,11 +106,21 @@ proptest! {
 /// Arbitrary JSON, biased towards the field names the parsers look at.
 fn arb_json() -> impl Strategy<Value = serde_json::Value> {
     let key = prop_oneof![
-        Just("tool_id".to_owned()), Just("input".to_owned()), Just("inputs".to_owned()),
-        Just("request".to_owned()), Just("$schema".to_owned()), Just("context".to_owned()),
-        Just("id".to_owned()), Just("version".to_owned()), Just("input_schema".to_owned()),
-        Just("parameters".to_owned()), Just("items".to_owned()), Just("result".to_owned()),
-        Just("success".to_owned()), Just("error".to_owned()), Just("requirements".to_owned()),
+        Just("tool_id".to_owned()),
+        Just("input".to_owned()),
+        Just("inputs".to_owned()),
+        Just("request".to_owned()),
+        Just("$schema".to_owned()),
+        Just("context".to_owned()),
+        Just("id".to_owned()),
+        Just("version".to_owned()),
+        Just("input_schema".to_owned()),
+        Just("parameters".to_owned()),
+        Just("items".to_owned()),
+        Just("result".to_owned()),
+        Just("success".to_owned()),
+        Just("error".to_owned()),
+        Just("requirements".to_owned()),
         "[a-z]{1,6}",
     ];
     let leaf = prop_oneof![

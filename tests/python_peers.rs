@@ -61,7 +61,11 @@ impl PythonServer {
             if let Some(status) = server.child.try_wait().expect("wait") {
                 panic!("{script} exited ({status}) before listening on {addr}:\n{}", stderr());
             }
-            assert!(Instant::now() < deadline, "{script} did not listen on {addr} within {PEER_START:?}:\n{}", stderr());
+            assert!(
+                Instant::now() < deadline,
+                "{script} did not listen on {addr} within {PEER_START:?}:\n{}",
+                stderr()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
         server
@@ -83,10 +87,8 @@ impl Drop for PythonServer {
 /// gateway in front of it that names its bare ids `Math.<name>@1.0.0`.
 async fn langchain_behind_gateway() -> (PythonServer, common::Gateway) {
     let lc = PythonServer::start(python("OTC_TEST_LANGCHAIN_PYTHON", ".venv-langchain"), "langchain_server.py");
-    let gw = GatewayConfig::new()
-        .upstream_with("lc", &lc.url(), "toolkit = \"Math\"\nversion = \"1.0.0\"")
-        .start()
-        .await;
+    let gw =
+        GatewayConfig::new().upstream_with("lc", &lc.url(), "toolkit = \"Math\"\nversion = \"1.0.0\"").start().await;
     gw.wait_for_tool("Math.add@1.0.0").await;
     (lc, gw)
 }

@@ -106,7 +106,9 @@ async fn an_invalid_config_keeps_the_old_one_serving() {
         assert_eq!(s["generation"], json!(1 + i as u64), "nothing was applied: {s}\n{}", gw.logs());
         let resp = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await;
         assert_eq!(resp.status, 200, "the old config keeps serving");
-        assert!(metrics(&gw).await.contains(&format!("otc_gateway_config_reloads_total{{result=\"error\"}} {}", i + 1)));
+        assert!(metrics(&gw)
+            .await
+            .contains(&format!("otc_gateway_config_reloads_total{{result=\"error\"}} {}", i + 1)));
         gw.wait_for_log(&["config reload refused"]).await;
         // Back to good, so the next bad one is a change again.
         gw.rewrite_config(&good);
@@ -157,7 +159,8 @@ async fn a_changed_listen_address_is_logged_and_the_old_one_kept() {
     let calc = server_with("Calculator.Add").await;
     let gw = Gateway::start(&config("200ms", &[("calc", &calc.url())])).await;
     gw.wait_for_tool("Calculator.Add@1.0.0").await;
-    let moved = config("200ms", &[("calc", &calc.url())]).replace("listen = \"127.0.0.1:0\"\nadmin", "listen = \"127.0.0.1:1\"\nadmin");
+    let moved = config("200ms", &[("calc", &calc.url())])
+        .replace("listen = \"127.0.0.1:0\"\nadmin", "listen = \"127.0.0.1:1\"\nadmin");
     gw.rewrite_config(&moved);
     wait_generation(&gw, 2).await;
     gw.wait_for_log(&["cannot move without a restart"]).await;
@@ -169,7 +172,8 @@ async fn no_call_fails_while_the_config_flips_back_and_forth() {
     let calc = server_with("Calculator.Add").await;
     let text = server_with("Text.Count").await;
     let one = config("200ms", &[("calc", &calc.url())]);
-    let two = config("200ms", &[("calc", &calc.url()), ("text", &text.url())]).replace("request_timeout = \"1s\"", "request_timeout = \"2s\"");
+    let two = config("200ms", &[("calc", &calc.url()), ("text", &text.url())])
+        .replace("request_timeout = \"1s\"", "request_timeout = \"2s\"");
     let gw = Arc::new(Gateway::start(&one).await);
     gw.wait_for_tool("Calculator.Add@1.0.0").await;
 
@@ -208,7 +212,11 @@ async fn no_call_fails_while_the_config_flips_back_and_forth() {
 
 #[tokio::test]
 async fn metrics_count_calls_by_tool_upstream_and_outcome_with_bounded_labels() {
-    let calc = ToolServer::start(catalog(vec![tool("Calculator.Add", "1.0.0", add_schema()), tool("Calculator.Fail", "1.0.0", json!({"type": "object"}))])).await;
+    let calc = ToolServer::start(catalog(vec![
+        tool("Calculator.Add", "1.0.0", add_schema()),
+        tool("Calculator.Fail", "1.0.0", json!({"type": "object"})),
+    ]))
+    .await;
     calc.on_call(|req| {
         if common::forwarded(req)["tool_id"] == "Calculator.Fail@1.0.0" {
             common::tool_error(req, json!({"message": "no"}))
@@ -251,7 +259,10 @@ async fn each_call_is_logged_once_and_traced_upstream() {
     server.on_call(echo);
     let gw = Gateway::start(&config("200ms", &[("calc", &server.url())])).await;
     gw.wait_for_tool("Calc.Echo@1.0.0").await;
-    let body = Bytes::from(json!({"request": {"tool_id": "Calc.Echo@1.0.0", "call_id": "call-log-once-1", "trace_id": "trace-abc"}}).to_string());
+    let body = Bytes::from(
+        json!({"request": {"tool_id": "Calc.Echo@1.0.0", "call_id": "call-log-once-1", "trace_id": "trace-abc"}})
+            .to_string(),
+    );
     let incoming = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     send_with_headers(gw.addr, "POST", "/tools/call", body, &[("traceparent", incoming)]).await.expect_status(200);
 
@@ -291,7 +302,11 @@ async fn an_unrelated_reload_keeps_a_limited_caller_limited() {
     // Only a comment changes: the bucket is the same bucket.
     gw.rewrite_config(&format!("# edited\n{}", config_with(&calc.url(), "", limit)));
     wait_generation(&gw, 2).await;
-    assert_eq!(gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 1})).await.status, 429, "a reload is no fresh burst");
+    assert_eq!(
+        gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 1})).await.status,
+        429,
+        "a reload is no fresh burst"
+    );
     // A changed limit is a new limit.
     gw.rewrite_config(&config_with(&calc.url(), "", &limit.replace("1/h", "2/h")));
     wait_generation(&gw, 3).await;
@@ -306,7 +321,8 @@ async fn an_unrelated_reload_keeps_an_open_circuit_open() {
     let gw = Gateway::start(&config_with(&calc.url(), circuit, "")).await;
     gw.wait_for_tool("Calculator.Add@1.0.0").await;
     calc.stop().await;
-    let developer_message = |resp: &common::Resp| resp.json()["developer_message"].as_str().unwrap_or_default().to_owned();
+    let developer_message =
+        |resp: &common::Resp| resp.json()["developer_message"].as_str().unwrap_or_default().to_owned();
     let mut opened = false;
     for _ in 0..6 {
         let resp = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 1})).await;

@@ -157,9 +157,15 @@ async fn keep_alive_carries_several_requests_and_http_1_0_closes_after_one() {
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     for last in [false, true] {
         let close = if last { "Connection: close\r\n" } else { "" };
-        stream.write_all(format!("GET /health HTTP/1.1\r\nHost: localhost\r\n{close}\r\n").as_bytes()).await.expect("write");
+        stream
+            .write_all(format!("GET /health HTTP/1.1\r\nHost: localhost\r\n{close}\r\n").as_bytes())
+            .await
+            .expect("write");
         let mut buf = [0u8; 4096];
-        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await.expect("an answer").expect("read");
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("an answer")
+            .expect("read");
         let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
         assert!(answer.starts_with("HTTP/1.1 200"), "request {} on the connection: {answer}", if last { 2 } else { 1 });
     }
@@ -214,7 +220,10 @@ async fn read_answers(stream: &mut TcpStream, count: usize) -> Vec<(String, Valu
                 continue;
             }
         }
-        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await.expect("an answer").expect("read");
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .expect("an answer")
+            .expect("read");
         assert!(n > 0, "closed after {} answers of {count}", answers.len());
         bytes.extend_from_slice(&buf[..n]);
     }
@@ -293,11 +302,9 @@ async fn a_call_refused_after_a_served_one_on_the_same_connection_gets_its_401()
     // A refused call on the same connection, a good one pipelined behind it.
     // Its body is left unread (an unauthenticated client's body is not
     // taken in), so the connection closes after the 401.
-    let requests = [
-        call_request(&add_call_body(), "Authorization: Bearer not-a-key\r\n"),
-        call_request(&add_call_body(), good),
-    ]
-    .concat();
+    let requests =
+        [call_request(&add_call_body(), "Authorization: Bearer not-a-key\r\n"), call_request(&add_call_body(), good)]
+            .concat();
     stream.write_all(requests.as_bytes()).await.expect("write");
     let refused = read_answers(&mut stream, 1).await.remove(0);
     assert_eq!(refused.0, "401", "{refused:?}");
@@ -318,13 +325,15 @@ async fn a_head_answer_has_no_body_and_the_connection_stays_usable() {
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     stream.write_all(b"HEAD /tools HTTP/1.1\r\nHost: localhost\r\n\r\n").await.expect("write");
     let mut buf = [0u8; 4096];
-    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await.expect("an answer").expect("read");
+    let n =
+        tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await.expect("an answer").expect("read");
     let head = String::from_utf8_lossy(&buf[..n]).into_owned();
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     assert!(head.to_ascii_lowercase().contains("content-length: "), "HEAD tells the length GET would have: {head}");
     assert!(head.ends_with("\r\n\r\n"), "no body bytes after a HEAD answer: {head:?}");
     stream.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n").await.expect("write");
-    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await.expect("an answer").expect("read");
+    let n =
+        tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await.expect("an answer").expect("read");
     let next = String::from_utf8_lossy(&buf[..n]).into_owned();
     assert!(next.starts_with("HTTP/1.1 200"), "the next answer starts cleanly: {next:?}");
 }
@@ -545,7 +554,8 @@ async fn sigterm_closes_an_idle_kept_alive_connection_at_once() {
     let slow = {
         let addr = gw.addr;
         tokio::spawn(async move {
-            common::send(addr, "POST", "/tools/call", bytes::Bytes::from(add_call_body()), Some("application/json")).await
+            common::send(addr, "POST", "/tools/call", bytes::Bytes::from(add_call_body()), Some("application/json"))
+                .await
         })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;

@@ -80,10 +80,18 @@ async fn secrets_come_from_env_file_and_vault_and_replace_what_the_client_sent()
             file.display()
         ),
     );
-    let gw = Gateway::start_with_env(&toml, &[("TEST_VAULT_TOKEN", VAULT_TOKEN), ("TEST_DB_PASSWORD", "db-from-env-77ef")]).await;
+    let gw =
+        Gateway::start_with_env(&toml, &[("TEST_VAULT_TOKEN", VAULT_TOKEN), ("TEST_DB_PASSWORD", "db-from-env-77ef")])
+            .await;
     gw.wait_for_tool("Db.Query@1.0.0").await;
 
-    let resp = call_as(&gw, None, "Sms.Send@1.0.0", json!({"context": {"secrets": [{"id": "TWILIO_API_KEY", "value": "client-forged"}]}})).await;
+    let resp = call_as(
+        &gw,
+        None,
+        "Sms.Send@1.0.0",
+        json!({"context": {"secrets": [{"id": "TWILIO_API_KEY", "value": "client-forged"}]}}),
+    )
+    .await;
     assert_eq!(resp.status, 200, "{}", resp.text());
     let context = context_of(&server);
     assert_eq!(secret_value(&context, "TWILIO_API_KEY").as_deref(), Some("twilio-from-vault-91ab"));
@@ -157,14 +165,21 @@ async fn unmet_requirements_are_400s_that_name_them_and_never_reach_the_tool() {
     assert_eq!(server.call_count(), 0);
 
     // What the gateway does not manage passes through from the client.
-    let resp = call_as(&gw, None, "Sms.Send@1.0.0", json!({"context": {"secrets": [{"id": "UNCONFIGURED_KEY", "value": "client-own"}]}})).await;
+    let resp = call_as(
+        &gw,
+        None,
+        "Sms.Send@1.0.0",
+        json!({"context": {"secrets": [{"id": "UNCONFIGURED_KEY", "value": "client-own"}]}}),
+    )
+    .await;
     resp.expect_status(200);
     assert_eq!(secret_value(&context_of(&server), "UNCONFIGURED_KEY").as_deref(), Some("client-own"));
 }
 
 #[tokio::test]
 async fn per_user_tokens_come_from_the_vault_for_the_authenticated_user_only() {
-    let server = tool_server(vec![needing("Gmail.Read", json!({"authorization": [{"id": "google"}], "user_id": true}))]).await;
+    let server =
+        tool_server(vec![needing("Gmail.Read", json!({"authorization": [{"id": "google"}], "user_id": true}))]).await;
     let vault = Kv2Server::start(VAULT_TOKEN).await;
     vault.put("secret/oauth/google/alice", json!({"access_token": "ya29.alice-token-e4"}));
     let toml = config(
@@ -177,7 +192,8 @@ async fn per_user_tokens_come_from_the_vault_for_the_authenticated_user_only() {
             vault.url()
         ),
     );
-    let gw = Gateway::start_with_env(&toml, &[("TEST_VAULT_TOKEN", VAULT_TOKEN), ("TEST_JWT_SECRET", JWT_SECRET)]).await;
+    let gw =
+        Gateway::start_with_env(&toml, &[("TEST_VAULT_TOKEN", VAULT_TOKEN), ("TEST_JWT_SECRET", JWT_SECRET)]).await;
     let alice = jwt("alice", json!({}));
     let deadline = Instant::now() + Duration::from_secs(10);
     while call_as(&gw, Some(&alice), "Gmail.Read@1.0.0", json!({})).await.status != 200 {
@@ -206,7 +222,8 @@ async fn jwt_mode_refuses_bad_credentials_with_401_and_keeps_health_open() {
         "[auth]\nmode = \"jwt\"\nhs256_secret = \"env:TEST_JWT_SECRET\"\nissuer = \"https://auth.example.com\"\naudience = \"otc-gateway\"\n\
          api_keys = [{ key = \"env:TEST_SVC_KEY\", user_id = \"svc-reports\" }]\n",
     );
-    let gw = Gateway::start_with_env(&toml, &[("TEST_JWT_SECRET", JWT_SECRET), ("TEST_SVC_KEY", "svc-key-0a9b8c")]).await;
+    let gw =
+        Gateway::start_with_env(&toml, &[("TEST_JWT_SECRET", JWT_SECRET), ("TEST_SVC_KEY", "svc-key-0a9b8c")]).await;
     assert_eq!(gw.get("/health").await.status, 200, "/health needs no credentials");
     assert_eq!(gw.get("/tools").await.status, 401, "/tools does");
 
@@ -235,7 +252,9 @@ async fn jwt_mode_refuses_bad_credentials_with_401_and_keeps_health_open() {
     let alg_none = format!(
         "{}.{}.",
         base64_url(br#"{"alg":"none","typ":"JWT"}"#),
-        base64_url(json!({"sub": "carol", "exp": get_current_timestamp() + 600, "aud": "otc-gateway"}).to_string().as_bytes())
+        base64_url(
+            json!({"sub": "carol", "exp": get_current_timestamp() + 600, "aud": "otc-gateway"}).to_string().as_bytes()
+        )
     );
     let calls = server.call_count();
     for (what, token) in [
@@ -328,7 +347,11 @@ async fn no_secret_or_token_appears_in_logs_errors_status_or_metrics() {
     bodies.push(common::send(gw.admin, "GET", "/status", Bytes::new(), None).await.text());
     bodies.push(common::send(gw.admin, "GET", "/metrics", Bytes::new(), None).await.text());
     // The tool did get the values: the canaries are real.
-    assert_eq!(secret_value(&server.calls().iter().map(common::forwarded).next().expect("a call")["context"], "ENV_KEY").as_deref(), Some("leak-canary-env-4"));
+    assert_eq!(
+        secret_value(&server.calls().iter().map(common::forwarded).next().expect("a call")["context"], "ENV_KEY")
+            .as_deref(),
+        Some("leak-canary-env-4")
+    );
     tokio::time::sleep(Duration::from_millis(300)).await; // let the log writer flush
     let logs = gw.logs();
     assert!(logs.contains("TRACE") || logs.contains("DEBUG"), "the gateway logged at trace level");

@@ -18,12 +18,7 @@ fn r(s: &str) -> SecretRef {
 }
 
 /// A resolver for `server`, the token in a fresh env var.
-fn resolver(
-    server: &Kv2Server,
-    env_name: &str,
-    ttl: Duration,
-    timeout: Duration,
-) -> SecretResolver {
+fn resolver(server: &Kv2Server, env_name: &str, ttl: Duration, timeout: Duration) -> SecretResolver {
     std::env::set_var(env_name, TOKEN);
     let mut cfg = VaultConfig::new(server.url(), SecretRef::Env { name: env_name.to_owned() });
     cfg.cache_ttl = ttl;
@@ -49,8 +44,7 @@ fn assert_clean(err: &VaultError, values: &[&str]) {
 async fn reads_a_field_with_the_token_header() {
     let server = Kv2Server::start(TOKEN).await;
     server.put("secret/tools/twilio", json!({"api_key": "twilio-key-123", "sid": "AC1"}));
-    let res =
-        resolver(&server, "OTC_VB_TOKEN_GOOD", Duration::from_secs(60), Duration::from_secs(2));
+    let res = resolver(&server, "OTC_VB_TOKEN_GOOD", Duration::from_secs(60), Duration::from_secs(2));
     let v = res.resolve(&r("vault:secret/tools/twilio#api_key"), None).await.expect("read");
     assert_eq!(v.expose(), "twilio-key-123");
     assert_eq!(server.request_paths(), vec!["/v1/secret/data/tools/twilio".to_owned()]);
@@ -62,8 +56,7 @@ async fn reads_a_field_with_the_token_header() {
 async fn a_bad_token_is_forbidden() {
     let server = Kv2Server::start("the-real-token").await;
     server.put("secret/tools/twilio", json!({"api_key": "twilio-key-123"}));
-    let res =
-        resolver(&server, "OTC_VB_TOKEN_BAD", Duration::from_secs(60), Duration::from_secs(2));
+    let res = resolver(&server, "OTC_VB_TOKEN_BAD", Duration::from_secs(60), Duration::from_secs(2));
     let err = res.resolve(&r("vault:secret/tools/twilio#api_key"), None).await.expect_err("403");
     assert!(matches!(err, VaultError::Forbidden { .. }), "{err:?}");
     assert!(err.to_string().contains("vault:secret/tools/twilio#api_key"), "{err}");
@@ -75,8 +68,7 @@ async fn a_bad_token_is_forbidden() {
 #[tokio::test]
 async fn a_missing_path_is_not_found() {
     let server = Kv2Server::start(TOKEN).await;
-    let res =
-        resolver(&server, "OTC_VB_TOKEN_404", Duration::from_secs(60), Duration::from_secs(2));
+    let res = resolver(&server, "OTC_VB_TOKEN_404", Duration::from_secs(60), Duration::from_secs(2));
     let err = res.resolve(&r("vault:secret/nope#x"), None).await.expect_err("404");
     assert!(matches!(err, VaultError::NotFound { .. }), "{err:?}");
     // An unknown mount is a 404 too.
@@ -104,8 +96,7 @@ async fn a_deleted_secret_is_not_found_and_not_served_stale() {
 async fn a_missing_field_is_named() {
     let server = Kv2Server::start(TOKEN).await;
     server.put("secret/tools/twilio", json!({"api_key": "k", "obj": {"a": 1}, "port": 8080}));
-    let res =
-        resolver(&server, "OTC_VB_TOKEN_FIELD", Duration::from_secs(60), Duration::from_secs(2));
+    let res = resolver(&server, "OTC_VB_TOKEN_FIELD", Duration::from_secs(60), Duration::from_secs(2));
     let err = res.resolve(&r("vault:secret/tools/twilio#token"), None).await.expect_err("field");
     match &err {
         VaultError::MissingField { field, .. } => assert_eq!(field, "token"),
@@ -123,8 +114,7 @@ async fn a_missing_field_is_named() {
 async fn values_are_cached_for_the_ttl_and_fields_share_a_fetch() {
     let server = Kv2Server::start(TOKEN).await;
     server.put("secret/tools/twilio", json!({"api_key": "k1", "sid": "s1"}));
-    let res =
-        resolver(&server, "OTC_VB_TOKEN_CACHE", Duration::from_millis(300), Duration::from_secs(2));
+    let res = resolver(&server, "OTC_VB_TOKEN_CACHE", Duration::from_millis(300), Duration::from_secs(2));
     let api_key = r("vault:secret/tools/twilio#api_key");
     let sid = r("vault:secret/tools/twilio#sid");
     assert_eq!(res.resolve(&api_key, None).await.expect("1").expose(), "k1");
@@ -145,8 +135,7 @@ async fn values_are_cached_for_the_ttl_and_fields_share_a_fetch() {
 async fn a_cached_value_is_served_stale_while_the_vault_is_sealed() {
     let server = Kv2Server::start(TOKEN).await;
     server.put("secret/tools/twilio", json!({"api_key": "k1"}));
-    let res =
-        resolver(&server, "OTC_VB_TOKEN_STALE", Duration::from_millis(50), Duration::from_secs(2));
+    let res = resolver(&server, "OTC_VB_TOKEN_STALE", Duration::from_millis(50), Duration::from_secs(2));
     let api_key = r("vault:secret/tools/twilio#api_key");
     assert_eq!(res.resolve(&api_key, None).await.expect("first").expose(), "k1");
     server.set_down(true);
@@ -185,8 +174,7 @@ async fn never_fetched_and_sealed_is_unavailable_at_once() {
     let server = Kv2Server::start(TOKEN).await;
     server.put("secret/x", json!({"f": "v"}));
     server.set_down(true);
-    let res =
-        resolver(&server, "OTC_VB_TOKEN_SEALED", Duration::from_secs(60), Duration::from_secs(5));
+    let res = resolver(&server, "OTC_VB_TOKEN_SEALED", Duration::from_secs(60), Duration::from_secs(5));
     let started = Instant::now();
     let err = res.resolve(&r("vault:secret/x#f"), None).await.expect_err("sealed");
     assert!(started.elapsed() < Duration::from_secs(1));
@@ -203,8 +191,7 @@ async fn never_fetched_and_hung_is_bounded_by_the_timeout() {
     let server = Kv2Server::start(TOKEN).await;
     server.put("secret/x", json!({"f": "v"}));
     server.set_hang(true);
-    let res =
-        resolver(&server, "OTC_VB_TOKEN_HANG", Duration::from_secs(60), Duration::from_millis(300));
+    let res = resolver(&server, "OTC_VB_TOKEN_HANG", Duration::from_secs(60), Duration::from_millis(300));
     let started = Instant::now();
     let err = res.resolve(&r("vault:secret/x#f"), None).await.expect_err("hung");
     let took = started.elapsed();
@@ -218,8 +205,7 @@ async fn never_fetched_and_hung_is_bounded_by_the_timeout() {
 #[tokio::test]
 async fn never_fetched_and_refused_is_unavailable_at_once() {
     let mut server = Kv2Server::start(TOKEN).await;
-    let res =
-        resolver(&server, "OTC_VB_TOKEN_REFUSED", Duration::from_secs(60), Duration::from_secs(5));
+    let res = resolver(&server, "OTC_VB_TOKEN_REFUSED", Duration::from_secs(60), Duration::from_secs(5));
     server.stop().await;
     let started = Instant::now();
     let err = res.resolve(&r("vault:secret/x#f"), None).await.expect_err("refused");
@@ -232,8 +218,7 @@ async fn per_user_paths_substitute_the_user_id() {
     let server = Kv2Server::start(TOKEN).await;
     server.put("secret/oauth/google/alice", json!({"access_token": "ya29.alice"}));
     server.put("secret/oauth/google/a b@c", json!({"access_token": "ya29.spaced"}));
-    let res =
-        resolver(&server, "OTC_VB_TOKEN_USER", Duration::from_secs(60), Duration::from_secs(2));
+    let res = resolver(&server, "OTC_VB_TOKEN_USER", Duration::from_secs(60), Duration::from_secs(2));
     let google = r("vault:secret/oauth/google/{user_id}#access_token");
     assert_eq!(res.resolve(&google, Some("alice")).await.expect("alice").expose(), "ya29.alice");
     assert_eq!(res.resolve(&google, Some("a b@c")).await.expect("encoded").expose(), "ya29.spaced");
@@ -258,8 +243,7 @@ async fn the_token_can_come_from_a_file_and_is_reread() {
     let dir = temp_dir("token-file");
     let token_file = dir.join("vault-token");
     std::fs::write(&token_file, "token-one\n").expect("write");
-    let mut cfg =
-        VaultConfig::new(server.url(), SecretRef::File { path: token_file.display().to_string() });
+    let mut cfg = VaultConfig::new(server.url(), SecretRef::File { path: token_file.display().to_string() });
     cfg.cache_ttl = Duration::ZERO;
     let res = SecretResolver::new(Some(cfg), Duration::from_secs(2)).expect("resolver");
     assert_eq!(res.resolve(&r("vault:secret/x#f"), None).await.expect("read").expose(), "v");
@@ -279,10 +263,7 @@ async fn the_token_can_come_from_a_file_and_is_reread() {
 
 #[tokio::test]
 async fn a_missing_token_fails_at_startup() {
-    let cfg = VaultConfig::new(
-        "http://127.0.0.1:8200",
-        SecretRef::Env { name: "OTC_VB_TOKEN_NEVER_SET".into() },
-    );
+    let cfg = VaultConfig::new("http://127.0.0.1:8200", SecretRef::Env { name: "OTC_VB_TOKEN_NEVER_SET".into() });
     let err = SecretResolver::new(Some(cfg), Duration::from_secs(1)).expect_err("no token");
     assert!(matches!(err, VaultError::Token { .. }), "{err:?}");
     assert!(err.to_string().contains("OTC_VB_TOKEN_NEVER_SET"), "{err}");
@@ -302,10 +283,7 @@ async fn env_and_file_references_through_the_resolver() {
     std::fs::write(&key, "file-secret-value\n").expect("write");
     let v = res.resolve(&r(&format!("file:{}", key.display())), None).await.expect("file");
     assert_eq!(v.expose(), "file-secret-value");
-    let err = res
-        .resolve(&r(&format!("file:{}", dir.join("missing").display())), None)
-        .await
-        .expect_err("missing");
+    let err = res.resolve(&r(&format!("file:{}", dir.join("missing").display())), None).await.expect_err("missing");
     assert!(matches!(err, VaultError::FileUnreadable { kind: std::io::ErrorKind::NotFound, .. }));
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -328,9 +306,7 @@ async fn the_fake_answers_like_kv_v2() {
     assert_eq!(body["data"]["metadata"]["deletion_time"], "");
     assert_eq!(body["data"]["metadata"]["destroyed"], false);
     assert!(body["data"]["metadata"]["created_time"].as_str().is_some_and(|t| t.ends_with('Z')));
-    for key in
-        ["request_id", "lease_id", "renewable", "lease_duration", "wrap_info", "warnings", "auth"]
-    {
+    for key in ["request_id", "lease_id", "renewable", "lease_duration", "wrap_info", "warnings", "auth"] {
         assert!(body.get(key).is_some(), "{key} missing");
     }
     let (status, body) = get("/v1/secret/data/tools/twilio?version=1", Some(TOKEN)).await;

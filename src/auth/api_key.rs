@@ -44,9 +44,7 @@ impl ApiKeys {
             let d = digest(key.expose());
             if let Some((_, other)) = entries.iter().find(|(e, _)| *e == d) {
                 if *other != user_id {
-                    return Err(format!(
-                        "users {other:?} and {user_id:?} are configured with the same API key"
-                    ));
+                    return Err(format!("users {other:?} and {user_id:?} are configured with the same API key"));
                 }
                 continue;
             }
@@ -89,8 +87,7 @@ mod tests {
 
     #[test]
     fn looks_up_the_user() {
-        let k = keys(&[("key-reports-123", "svc-reports"), ("key-billing-456", "svc-billing")])
-            .expect("valid");
+        let k = keys(&[("key-reports-123", "svc-reports"), ("key-billing-456", "svc-billing")]).expect("valid");
         assert_eq!(k.lookup("key-reports-123"), Some("svc-reports"));
         assert_eq!(k.lookup("key-billing-456"), Some("svc-billing"));
         assert_eq!(k.lookup("key-billing-45"), None);

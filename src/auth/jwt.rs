@@ -66,9 +66,7 @@ impl JwksSource {
             return Ok(JwksSource::File(PathBuf::from(path)));
         }
         if s.starts_with("http://") || s.starts_with("https://") {
-            let uri: http::Uri = s
-                .parse()
-                .map_err(|e| AuthError::Config(format!("jwks URL {s:?} is invalid: {e}")))?;
+            let uri: http::Uri = s.parse().map_err(|e| AuthError::Config(format!("jwks URL {s:?} is invalid: {e}")))?;
             return Ok(JwksSource::Url(uri));
         }
         Err(AuthError::Config(format!("jwks {s:?} must be \"file:/path\" or an http(s):// URL")))
@@ -164,14 +162,12 @@ fn parse_jwks(body: &[u8]) -> Result<KeySet, String> {
 
 async fn load_jwks(source: &JwksSource, client: &HttpClient) -> Result<KeySet, String> {
     let body: bytes::Bytes = match source {
-        JwksSource::File(path) => tokio::fs::read(path)
-            .await
-            .map_err(|e| format!("cannot read the file: {}", e.kind()))?
-            .into(),
+        JwksSource::File(path) => {
+            tokio::fs::read(path).await.map_err(|e| format!("cannot read the file: {}", e.kind()))?.into()
+        }
         JwksSource::Url(uri) => {
             let accept = (http::header::ACCEPT, http::HeaderValue::from_static("application/json"));
-            let (status, body) =
-                http_client::get(client, uri.clone(), vec![accept], JWKS_FETCH_TIMEOUT).await?;
+            let (status, body) = http_client::get(client, uri.clone(), vec![accept], JWKS_FETCH_TIMEOUT).await?;
             if status != http::StatusCode::OK {
                 return Err(format!("HTTP {status}"));
             }
@@ -204,13 +200,7 @@ impl Jwks {
         tracing::info!(jwks = %source, keys = initial.keys.len(), "JWKS loaded");
         let keys = Arc::new(ArcSwap::from_pointee(initial));
         let reload_now = Arc::new(Notify::new());
-        let task = tokio::spawn(refresh_loop(
-            source.clone(),
-            client,
-            keys.clone(),
-            reload_now.clone(),
-            refresh,
-        ));
+        let task = tokio::spawn(refresh_loop(source.clone(), client, keys.clone(), reload_now.clone(), refresh));
         Ok(Self { source, keys, reload_now, task })
     }
 }
@@ -332,9 +322,8 @@ impl JwtVerifier {
         }
         refuse_critical_extensions(token)?;
         // The header is unauthenticated: it only chooses among keys we trust.
-        let header = jsonwebtoken::decode_header(token).map_err(|_| {
-            AuthError::Invalid("malformed header or algorithm not supported".into())
-        })?;
+        let header = jsonwebtoken::decode_header(token)
+            .map_err(|_| AuthError::Invalid("malformed header or algorithm not supported".into()))?;
         let claims = match header.alg {
             Algorithm::HS256 => {
                 let Some(key) = &self.hs256 else {
@@ -343,9 +332,7 @@ impl JwtVerifier {
                 decode(token, key, &self.hs256_validation)?
             }
             alg => {
-                let Some(validation) =
-                    self.jwks_validations.iter().find(|(a, _)| *a == alg).map(|(_, v)| v)
-                else {
+                let Some(validation) = self.jwks_validations.iter().find(|(a, _)| *a == alg).map(|(_, v)| v) else {
                     return Err(AuthError::Invalid(format!("algorithm {alg:?} not accepted")));
                 };
                 let Some(jwks) = &self.jwks else {
@@ -371,12 +358,8 @@ impl JwtVerifier {
         validation: &Validation,
     ) -> Result<Value, AuthError> {
         let set = jwks.keys.load();
-        let mut candidates = set
-            .keys
-            .iter()
-            .filter(|k| k.fits(alg))
-            .filter(|k| kid.is_none() || k.kid.as_deref() == kid)
-            .peekable();
+        let mut candidates =
+            set.keys.iter().filter(|k| k.fits(alg)).filter(|k| kid.is_none() || k.kid.as_deref() == kid).peekable();
         if candidates.peek().is_none() {
             if kid.is_some() {
                 // Maybe the issuer rotated its keys: have the JWKS reloaded.
@@ -415,9 +398,9 @@ fn check_times(claims: &Value, leeway: u64) -> Result<(), AuthError> {
     let date = |name: &str| -> Result<Option<u64>, AuthError> {
         match claims.get(name) {
             None | Some(Value::Null) => Ok(None),
-            Some(value) => numeric_date(value).map(Some).ok_or_else(|| {
-                AuthError::Invalid(format!("claim {name:?} has the wrong type"))
-            }),
+            Some(value) => numeric_date(value)
+                .map(Some)
+                .ok_or_else(|| AuthError::Invalid(format!("claim {name:?} has the wrong type"))),
         }
     };
     let Some(exp) = date("exp")? else {
@@ -478,18 +461,10 @@ fn decode(token: &str, key: &DecodingKey, validation: &Validation) -> Result<Val
             ErrorKind::InvalidSignature => AuthError::Invalid("bad signature".into()),
             ErrorKind::InvalidIssuer => AuthError::Invalid("issuer mismatch".into()),
             ErrorKind::InvalidAudience => AuthError::Invalid("audience mismatch".into()),
-            ErrorKind::MissingRequiredClaim(c) => {
-                AuthError::Invalid(format!("missing required claim {c:?}"))
-            }
-            ErrorKind::InvalidClaimFormat(c) => {
-                AuthError::Invalid(format!("claim {c:?} has the wrong type"))
-            }
-            ErrorKind::InvalidAlgorithm => {
-                AuthError::Invalid("algorithm does not match the key".into())
-            }
-            ErrorKind::InvalidEcdsaKey
-            | ErrorKind::InvalidRsaKey(_)
-            | ErrorKind::InvalidKeyFormat => {
+            ErrorKind::MissingRequiredClaim(c) => AuthError::Invalid(format!("missing required claim {c:?}")),
+            ErrorKind::InvalidClaimFormat(c) => AuthError::Invalid(format!("claim {c:?} has the wrong type")),
+            ErrorKind::InvalidAlgorithm => AuthError::Invalid("algorithm does not match the key".into()),
+            ErrorKind::InvalidEcdsaKey | ErrorKind::InvalidRsaKey(_) | ErrorKind::InvalidKeyFormat => {
                 AuthError::Invalid("key cannot verify this token".into())
             }
             _ => AuthError::Invalid("malformed token".into()),
@@ -503,14 +478,8 @@ mod tests {
 
     #[test]
     fn jwks_source_parsing() {
-        assert_eq!(
-            JwksSource::parse("file:/etc/jwks.json").expect("file"),
-            JwksSource::File("/etc/jwks.json".into())
-        );
-        assert!(matches!(
-            JwksSource::parse("https://issuer/.well-known/jwks.json").expect("url"),
-            JwksSource::Url(_)
-        ));
+        assert_eq!(JwksSource::parse("file:/etc/jwks.json").expect("file"), JwksSource::File("/etc/jwks.json".into()));
+        assert!(matches!(JwksSource::parse("https://issuer/.well-known/jwks.json").expect("url"), JwksSource::Url(_)));
         assert!(JwksSource::parse("file:").is_err());
         assert!(JwksSource::parse("/etc/jwks.json").is_err());
         assert!(JwksSource::parse("ftp://x/jwks").is_err());

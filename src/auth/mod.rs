@@ -80,10 +80,7 @@ pub struct AuthConfig {
     #[serde(default)]
     pub jwks: Option<String>,
     /// How often the JWKS is reloaded (a duration string; default `"5m"`).
-    #[serde(
-        default = "default_jwks_refresh",
-        deserialize_with = "crate::vault::deserialize_duration"
-    )]
+    #[serde(default = "default_jwks_refresh", deserialize_with = "crate::vault::deserialize_duration")]
     pub jwks_refresh: Duration,
     /// Required `iss` claim, checked when set.
     #[serde(default)]
@@ -221,9 +218,7 @@ impl AuthError {
             AuthError::Invalid(_) | AuthError::NotYetValid | AuthError::MissingUserClaim { .. } => {
                 "invalid credentials"
             }
-            AuthError::Config(_) | AuthError::Secret { .. } | AuthError::Jwks { .. } => {
-                "authentication unavailable"
-            }
+            AuthError::Config(_) | AuthError::Secret { .. } | AuthError::Jwks { .. } => "authentication unavailable",
         }
     }
 
@@ -265,10 +260,7 @@ impl Authenticator {
             if k.key.uses_user_id() {
                 return Err(AuthError::Config(format!("{what} cannot depend on {{user_id}}")));
             }
-            let value = secrets
-                .resolve(&k.key, None)
-                .await
-                .map_err(|source| AuthError::Secret { what, source })?;
+            let value = secrets.resolve(&k.key, None).await.map_err(|source| AuthError::Secret { what, source })?;
             keys.push((value, k.user_id.clone()));
         }
         let api_keys = ApiKeys::new(keys).map_err(AuthError::Config)?;
@@ -285,9 +277,7 @@ impl Authenticator {
             }
             AuthMode::Jwt => {
                 if !wants_jwt && api_keys.is_empty() {
-                    return Err(AuthError::Config(
-                        "mode = \"jwt\" needs hs256_secret, jwks or api_keys".into(),
-                    ));
+                    return Err(AuthError::Config("mode = \"jwt\" needs hs256_secret, jwks or api_keys".into()));
                 }
                 if cfg.user_id_claim.is_empty() {
                     return Err(AuthError::Config("user_id_claim is empty".into()));
@@ -333,9 +323,7 @@ impl Authenticator {
         let Some(token) = bearer else {
             return match self.mode {
                 AuthMode::None => Ok(Caller::anonymous()),
-                AuthMode::Jwt => {
-                    Err(AuthError::Invalid("Authorization is not \"Bearer <token>\"".into()))
-                }
+                AuthMode::Jwt => Err(AuthError::Invalid("Authorization is not \"Bearer <token>\"".into())),
             };
         };
         if let Some(user) = self.api_keys.lookup(token) {
@@ -382,10 +370,7 @@ fn visible_ascii(value: &[u8]) -> Option<&str> {
     }
 }
 
-async fn jwt_settings(
-    cfg: &AuthConfig,
-    secrets: &SecretResolver,
-) -> Result<JwtSettings, AuthError> {
+async fn jwt_settings(cfg: &AuthConfig, secrets: &SecretResolver) -> Result<JwtSettings, AuthError> {
     let hs256 = match &cfg.hs256_secret {
         None => None,
         Some(r) => {
@@ -393,10 +378,8 @@ async fn jwt_settings(
             if r.uses_user_id() {
                 return Err(AuthError::Config(format!("{what} cannot depend on {{user_id}}")));
             }
-            let secret = secrets
-                .resolve(r, None)
-                .await
-                .map_err(|source| AuthError::Secret { what: what.clone(), source })?;
+            let secret =
+                secrets.resolve(r, None).await.map_err(|source| AuthError::Secret { what: what.clone(), source })?;
             if secret.is_empty() {
                 return Err(AuthError::Config(format!("{what} is empty")));
             }
@@ -427,10 +410,7 @@ async fn jwt_settings(
 
 /// The header's one value; a repeated credential header is refused rather
 /// than guessing which one counts.
-fn single<'h>(
-    headers: &'h HeaderMap,
-    name: &http::HeaderName,
-) -> Result<Option<&'h http::HeaderValue>, AuthError> {
+fn single<'h>(headers: &'h HeaderMap, name: &http::HeaderName) -> Result<Option<&'h http::HeaderValue>, AuthError> {
     let mut values = headers.get_all(name).iter();
     let first = values.next();
     if values.next().is_some() {
@@ -511,9 +491,6 @@ api_keys = [{ key = "env:SVC_REPORTS_KEY", user_id = "svc-reports" }]
         assert_eq!(invalid.public_message(), "invalid credentials");
         assert_eq!(invalid.www_authenticate(), "Bearer error=\"invalid_token\"");
         assert_eq!(AuthError::Expired.public_message(), "expired credentials");
-        assert_eq!(
-            AuthError::MissingUserClaim { claim: "sub".into() }.public_message(),
-            "invalid credentials"
-        );
+        assert_eq!(AuthError::MissingUserClaim { claim: "sub".into() }.public_message(), "invalid credentials");
     }
 }

@@ -51,7 +51,9 @@ impl CatalogTool {
             self.validator.get_or_init(|| InputValidator::compile(&self.definition.input_schema.to_value()).ok());
         match validator {
             Some(validator) => validator.check(input),
-            None => Err(BTreeMap::from([(WHOLE_INPUT.to_owned(), "the tool's input_schema does not compile".to_owned())])),
+            None => {
+                Err(BTreeMap::from([(WHOLE_INPUT.to_owned(), "the tool's input_schema does not compile".to_owned())]))
+            }
         }
     }
 }
@@ -123,14 +125,17 @@ fn normalise_tool(item: Value, defaults: DialectDefaults<'_>) -> Result<CatalogT
             parsed
         }
         (None, Some(id_v), _) => id_v,
-        (None, None, Some(v)) => parse_tool_version(v).ok_or_else(|| format!("configured version {v:?} is not x.y.z"))?,
+        (None, None, Some(v)) => {
+            parse_tool_version(v).ok_or_else(|| format!("configured version {v:?} is not x.y.z"))?
+        }
         (None, None, None) => return Err("no version: set `version` on the upstream in gateway.toml".into()),
     };
     let name = match take_string(&mut obj, "name")? {
         Some(name) => name,
         None => key.replace('.', "_"),
     };
-    if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-') {
+    if name.is_empty() || name.len() > 64 || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
         return Err(format!("name {name:?} is not 1 to 64 of [A-Za-z0-9_-]"));
     }
     let description = take_string(&mut obj, "description")?.unwrap_or_default();
@@ -140,9 +145,9 @@ fn normalise_tool(item: Value, defaults: DialectDefaults<'_>) -> Result<CatalogT
     InputValidator::compile(&input_schema).map_err(|e| e.to_string())?;
     let requirements = match obj.remove("requirements") {
         None | Some(Value::Null) => None,
-        Some(r) => Some(
-            serde_json::from_value::<Requirements>(r).map_err(|e| format!("`requirements` is malformed: {e}"))?,
-        ),
+        Some(r) => {
+            Some(serde_json::from_value::<Requirements>(r).map_err(|e| format!("`requirements` is malformed: {e}"))?)
+        }
     };
     let definition = ToolDefinition {
         id: format!("{key}@{version}"),
@@ -190,7 +195,8 @@ fn flat_input_schema(schema: Option<Value>) -> Result<Value, String> {
     match schema {
         None | Some(Value::Null) => Ok(serde_json::json!({"type": "object"})),
         Some(Value::Object(mut obj)) => {
-            let wrapped = obj.contains_key("parameters") && !obj.contains_key("type") && !obj.contains_key("properties");
+            let wrapped =
+                obj.contains_key("parameters") && !obj.contains_key("type") && !obj.contains_key("properties");
             match (wrapped, obj.remove("parameters")) {
                 (true, Some(Value::Object(inner))) => Ok(Value::Object(inner)),
                 (true, Some(_)) => Err("`input_schema.parameters` is not an object".into()),

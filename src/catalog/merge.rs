@@ -30,7 +30,8 @@ pub fn merge(upstreams: &[UpstreamTools]) -> Catalog {
         // Stable sort: equal priorities keep config order.
         offers.sort_by_key(|(u, _)| std::cmp::Reverse(u.priority));
         let (winner_upstream, winner_tool) = offers[0];
-        let mut targets = vec![Target { upstream: winner_upstream.clone(), upstream_id: winner_tool.upstream_id.clone() }];
+        let mut targets =
+            vec![Target { upstream: winner_upstream.clone(), upstream_id: winner_tool.upstream_id.clone() }];
         for (upstream, tool) in offers.iter().skip(1) {
             if upstream.priority != winner_upstream.priority {
                 continue;

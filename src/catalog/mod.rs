@@ -173,10 +173,7 @@ fn render_listing(tools: &ToolMap, keep: impl Fn(&str) -> bool) -> Bytes {
     }
     let mut keys: Vec<&String> = tools.keys().filter(|k| keep(k)).collect();
     keys.sort();
-    let items = keys
-        .into_iter()
-        .flat_map(|k| tools[k].values().map(|route| &route.tool.definition))
-        .collect();
+    let items = keys.into_iter().flat_map(|k| tools[k].values().map(|route| &route.tool.definition)).collect();
     // Serialising plain data into a Vec cannot fail.
     let body = serde_json::to_vec(&Listing { schema: crate::wire::SCHEMA, items }).unwrap_or_default();
     Bytes::from(body)

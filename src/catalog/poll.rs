@@ -86,10 +86,8 @@ impl CatalogStore {
     pub fn publish(&self, upstreams: &[Arc<Upstream>]) {
         let mut state = self.lock();
         state.retain(|name, _| upstreams.iter().any(|u| &u.name == name));
-        let lists: Vec<_> = upstreams
-            .iter()
-            .map(|u| (u.clone(), state.entry(u.name.clone()).or_default().tools.clone()))
-            .collect();
+        let lists: Vec<_> =
+            upstreams.iter().map(|u| (u.clone(), state.entry(u.name.clone()).or_default().tools.clone())).collect();
         // Merge under the lock so two pollers cannot publish out of order.
         self.published.store(Arc::new(merge(&lists)));
     }
@@ -111,9 +109,15 @@ impl CatalogStore {
 
     /// Fetches one upstream's catalog once and records the outcome in its
     /// status.
-    pub async fn refresh(&self, upstream: &Upstream, authorization: Option<HeaderValue>, settings: PollSettings) -> Refreshed {
+    pub async fn refresh(
+        &self,
+        upstream: &Upstream,
+        authorization: Option<HeaderValue>,
+        settings: PollSettings,
+    ) -> Refreshed {
         let etag = self.lock().get(&upstream.name).and_then(|u| u.etag.clone());
-        let outcome = upstream.fetch_catalog(authorization, etag.as_deref(), settings.timeout, settings.max_bytes).await;
+        let outcome =
+            upstream.fetch_catalog(authorization, etag.as_deref(), settings.timeout, settings.max_bytes).await;
         let now = unix_now();
         let mut state = self.lock();
         let entry = state.entry(upstream.name.clone()).or_default();
@@ -126,10 +130,8 @@ impl CatalogStore {
                     entry.etag = etag;
                     None
                 } else {
-                    let defaults = DialectDefaults {
-                        toolkit: upstream.toolkit.as_deref(),
-                        version: upstream.version.as_deref(),
-                    };
+                    let defaults =
+                        DialectDefaults { toolkit: upstream.toolkit.as_deref(), version: upstream.version.as_deref() };
                     let normalised = match upstream.mcp {
                         Some(_) => crate::mcp::upstream::normalise_catalog(upstream, &body),
                         None => normalise_catalog(&body, defaults),
@@ -137,10 +139,16 @@ impl CatalogStore {
                     match normalised {
                         Ok((tools, skipped)) => {
                             for s in &skipped {
-                                tracing::warn!(upstream = upstream.name, tool = s.what, reason = s.reason, "tool definition skipped");
+                                tracing::warn!(
+                                    upstream = upstream.name,
+                                    tool = s.what,
+                                    reason = s.reason,
+                                    "tool definition skipped"
+                                );
                             }
                             tracing::info!(upstream = upstream.name, tools = tools.len(), "catalog updated");
-                            entry.status.skipped = skipped.into_iter().map(|s| format!("{}: {}", s.what, s.reason)).collect();
+                            entry.status.skipped =
+                                skipped.into_iter().map(|s| format!("{}: {}", s.what, s.reason)).collect();
                             entry.status.tools = tools.len();
                             entry.tools = Arc::new(tools.into_iter().map(Arc::new).collect());
                             entry.etag = etag;
@@ -161,7 +169,11 @@ impl CatalogStore {
             }
             Some(error) => {
                 if entry.status.up || entry.status.last_error.as_deref() != Some(error.as_str()) {
-                    tracing::warn!(upstream = upstream.name, error, "catalog fetch failed; keeping the last good catalog");
+                    tracing::warn!(
+                        upstream = upstream.name,
+                        error,
+                        "catalog fetch failed; keeping the last good catalog"
+                    );
                 }
                 entry.status.up = false;
                 entry.status.last_error = Some(error);

@@ -76,10 +76,7 @@ impl MemoryStore {
         loop {
             let mut answer = {
                 let mut state = self.lock();
-                let expired = state
-                    .entries
-                    .get(key)
-                    .is_some_and(|e| e.is_answered() && e.at.elapsed() > self.ttl);
+                let expired = state.entries.get(key).is_some_and(|e| e.is_answered() && e.at.elapsed() > self.ttl);
                 if expired {
                     remove(&mut state, key);
                 }
@@ -88,7 +85,8 @@ impl MemoryStore {
                         let claim = state.next_claim;
                         state.next_claim += 1;
                         let (answer, _) = watch::channel(None);
-                        let entry = Entry { fingerprint: fingerprint.clone(), claim, at: Instant::now(), size: 0, answer };
+                        let entry =
+                            Entry { fingerprint: fingerprint.clone(), claim, at: Instant::now(), size: 0, answer };
                         state.entries.insert(key.to_owned(), entry);
                         state.order.push_back((key.to_owned(), claim));
                         self.evict(&mut state);
@@ -252,7 +250,13 @@ mod tests {
 
     fn stored(value: i64) -> StoredCall {
         StoredCall {
-            result: CallResult { call_id: "c".into(), duration: 1.0, success: true, value: Some(json!(value).into()), error: None },
+            result: CallResult {
+                call_id: "c".into(),
+                duration: 1.0,
+                success: true,
+                value: Some(json!(value).into()),
+                error: None,
+            },
             upstream: "u".into(),
         }
     }

@@ -336,7 +336,9 @@ impl IdempotencyStore {
     pub async fn build(config: &IdempotencyConfig) -> Result<IdempotencyStore, IdempotencyError> {
         match &config.store {
             None => Ok(IdempotencyStore::memory(config.ttl.0, config.max_entries, config.max_bytes)),
-            Some(url) => Ok(IdempotencyStore::with(Arc::new(redis::RedisStore::connect(url, config.ttl.0).await?), "redis")),
+            Some(url) => {
+                Ok(IdempotencyStore::with(Arc::new(redis::RedisStore::connect(url, config.ttl.0).await?), "redis"))
+            }
         }
     }
 
@@ -353,7 +355,12 @@ impl IdempotencyStore {
     /// waiting up to `wait` for a concurrent first call to finish. An error
     /// means the store could not answer; the caller decides what to do (the
     /// gateway runs the call).
-    pub async fn claim(&self, key: &CallKey, fingerprint: &Fingerprint, wait: Duration) -> Result<Decision, IdempotencyError> {
+    pub async fn claim(
+        &self,
+        key: &CallKey,
+        fingerprint: &Fingerprint,
+        wait: Duration,
+    ) -> Result<Decision, IdempotencyError> {
         let counters = &self.counters;
         match self.store.claim(key.as_str(), fingerprint, wait).await {
             Ok(Claim::Run(token)) => Ok(Decision::Run(Pending {
@@ -470,8 +477,14 @@ mod tests {
         let reordered: Value = serde_json::from_str(r#"{"b": {"y": "s", "x": [1, 2]}, "a": 1}"#).expect("json");
         assert_eq!(a, Fingerprint::of("T.t@1.0.0", &reordered, &CallContext::default()));
         assert_ne!(a, Fingerprint::of("T.t@1.0.1", &reordered, &CallContext::default()), "the version counts");
-        assert_ne!(a, Fingerprint::of("T.t@1.0.0", &json!({"a": 1, "b": {"x": [2, 1], "y": "s"}}), &CallContext::default()));
-        assert_ne!(a, Fingerprint::of("T.t@1.0.0", &json!({"a": "1", "b": {"x": [1, 2], "y": "s"}}), &CallContext::default()));
+        assert_ne!(
+            a,
+            Fingerprint::of("T.t@1.0.0", &json!({"a": 1, "b": {"x": [2, 1], "y": "s"}}), &CallContext::default())
+        );
+        assert_ne!(
+            a,
+            Fingerprint::of("T.t@1.0.0", &json!({"a": "1", "b": {"x": [1, 2], "y": "s"}}), &CallContext::default())
+        );
         // A key that looks like a separator cannot fake another structure.
         assert_ne!(
             Fingerprint::of("T", &json!({"a": {"b": 1}}), &CallContext::default()),
@@ -488,11 +501,22 @@ mod tests {
     fn the_fingerprint_sees_the_injected_context_by_digest_only() {
         let input = json!({"a": 1});
         let with = |secret: &str| {
-            Fingerprint::of("T.t@1.0.0", &input, &context(json!({"user_id": "ann", "secrets": [{"id": "K", "value": secret}]})))
+            Fingerprint::of(
+                "T.t@1.0.0",
+                &input,
+                &context(json!({"user_id": "ann", "secrets": [{"id": "K", "value": secret}]})),
+            )
         };
         assert_eq!(with("s3cr3t-one"), with("s3cr3t-one"));
         assert_ne!(with("s3cr3t-one"), with("s3cr3t-two"), "a rotated secret is another call");
-        assert_ne!(with("s3cr3t-one"), Fingerprint::of("T.t@1.0.0", &input, &context(json!({"user_id": "bob", "secrets": [{"id": "K", "value": "s3cr3t-one"}]}))));
+        assert_ne!(
+            with("s3cr3t-one"),
+            Fingerprint::of(
+                "T.t@1.0.0",
+                &input,
+                &context(json!({"user_id": "bob", "secrets": [{"id": "K", "value": "s3cr3t-one"}]}))
+            )
+        );
         assert!(!with("s3cr3t-one").as_str().contains("s3cr3t"));
     }
 
@@ -516,7 +540,10 @@ mod tests {
         }
         // An authenticated caller is themselves whatever context they send.
         assert_eq!(CallerScope::of(&jwt, &claims_ann).key("c-1"), scopes[0].key("c-1"));
-        assert_eq!(CallerScope::of(&Caller::anonymous(), &context(json!({"user_id": "ann"}))).key("c-1"), scopes[2].key("c-1"));
+        assert_eq!(
+            CallerScope::of(&Caller::anonymous(), &context(json!({"user_id": "ann"}))).key("c-1"),
+            scopes[2].key("c-1")
+        );
         assert_ne!(scopes[0].key("c-1"), scopes[0].key("c-2"));
         assert_eq!(scopes[0].key("c-1").as_str().len(), 64);
         let forwarded = scopes[0].forwarded_call_id("c-1");

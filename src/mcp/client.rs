@@ -396,7 +396,11 @@ impl McpClient {
                         let answer = if method == "ping" {
                             OutgoingResponse::result(id, json!({}))
                         } else {
-                            OutgoingResponse::error(id, METHOD_NOT_FOUND, format!("the gateway does not offer {method}"))
+                            OutgoingResponse::error(
+                                id,
+                                METHOD_NOT_FOUND,
+                                format!("the gateway does not offer {method}"),
+                            )
                         };
                         self.send_aside(session, answer.to_bytes(), exchange.authorization);
                     }
@@ -489,4 +493,3 @@ fn snippet(body: &[u8]) -> String {
     let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
     text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
 }
-

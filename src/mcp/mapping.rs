@@ -52,10 +52,7 @@ pub fn normalise_mcp_catalog(
 
 /// MCP tools to OTC definition JSON, with the canonical id → MCP name map and
 /// the tools left out.
-fn definitions(
-    tools: &[Value],
-    settings: MappingSettings<'_>,
-) -> (Vec<Value>, BTreeMap<String, String>, Vec<Skipped>) {
+fn definitions(tools: &[Value], settings: MappingSettings<'_>) -> (Vec<Value>, BTreeMap<String, String>, Vec<Skipped>) {
     let mut skipped = Vec::new();
     let (Some(toolkit), Some(version)) = (settings.toolkit, settings.version) else {
         skipped.push(Skipped {

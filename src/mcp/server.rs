@@ -28,7 +28,9 @@ use http::HeaderMap;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use super::jsonrpc::{params_object, Message, OutgoingResponse, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR};
+use super::jsonrpc::{
+    params_object, Message, OutgoingResponse, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+};
 use super::{is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 use crate::auth::Caller;
 use crate::call::{execute_call, ParsedCall};
@@ -76,7 +78,8 @@ impl McpFront {
     pub async fn handle_post(&self, gateway: &Gateway, caller: &Caller, headers: &HeaderMap, body: &[u8]) -> Reply {
         if let Some(version) = headers.get(PROTOCOL_VERSION_HEADER) {
             if !version.to_str().is_ok_and(is_supported_version) {
-                let message = format!("Unsupported {PROTOCOL_VERSION_HEADER}: {}", String::from_utf8_lossy(version.as_bytes()));
+                let message =
+                    format!("Unsupported {PROTOCOL_VERSION_HEADER}: {}", String::from_utf8_lossy(version.as_bytes()));
                 return reply(400, OutgoingResponse::error(Value::Null, INVALID_REQUEST, message).to_bytes());
             }
         }
@@ -87,13 +90,20 @@ impl McpFront {
         }
         let value: Value = match serde_json::from_slice(body) {
             Ok(value) => value,
-            Err(e) => return reply(400, OutgoingResponse::error(Value::Null, PARSE_ERROR, format!("Parse error: {e}")).to_bytes()),
+            Err(e) => {
+                return reply(
+                    400,
+                    OutgoingResponse::error(Value::Null, PARSE_ERROR, format!("Parse error: {e}")).to_bytes(),
+                )
+            }
         };
         let (id, method, params) = match Message::from_value(value) {
             Ok(Message::Request { id, method, params }) => (id, method, params),
             // Notifications (initialized, cancelled) and responses need no answer.
             Ok(_) => return reply(202, Bytes::new()),
-            Err(e) => return reply(400, OutgoingResponse::error(Value::Null, INVALID_REQUEST, e.to_string()).to_bytes()),
+            Err(e) => {
+                return reply(400, OutgoingResponse::error(Value::Null, INVALID_REQUEST, e.to_string()).to_bytes())
+            }
         };
         let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
         let mut extra = Vec::new();
@@ -216,7 +226,8 @@ impl ToolNames {
 /// An OTC definition as an MCP `Tool`.
 fn mcp_tool(name: &str, definition: &ToolDefinition) -> Value {
     let key = definition.id.split_once('@').map_or(definition.id.as_str(), |(key, _)| key);
-    let description = if definition.description.trim().is_empty() { definition.id.clone() } else { definition.description.clone() };
+    let description =
+        if definition.description.trim().is_empty() { definition.id.clone() } else { definition.description.clone() };
     let mut tool = json!({
         "name": name,
         "title": key,
@@ -336,7 +347,13 @@ mod tests {
 
     #[test]
     fn results_become_tool_results() {
-        let ok = CallResult { call_id: "c".into(), duration: 1.0, success: true, value: Some(json!({"t": 1}).into()), error: None };
+        let ok = CallResult {
+            call_id: "c".into(),
+            duration: 1.0,
+            success: true,
+            value: Some(json!({"t": 1}).into()),
+            error: None,
+        };
         let r = tool_result(&ok);
         assert_eq!(r["structuredContent"], json!({"t": 1}));
         assert_eq!(r["content"][0]["text"], "{\"t\":1}");

@@ -130,7 +130,10 @@ mod tests {
         assert!(p.push(b": a comment\r\nevent: message\r\ndata: {\"a\":").is_empty());
         assert!(p.push(b"1}\r").is_empty());
         let events = p.push(b"\n\r\n");
-        assert_eq!(events, vec![Event { event: Some("message".into()), data: "{\"a\":1}".into(), id: Some("0".into()) }]);
+        assert_eq!(
+            events,
+            vec![Event { event: Some("message".into()), data: "{\"a\":1}".into(), id: Some("0".into()) }]
+        );
         let events = p.push(b"data: one\ndata: two\n\ndata:x\r\r\n");
         assert_eq!(events.len(), 2);
         assert_eq!(events[0].data, "one\ntwo");

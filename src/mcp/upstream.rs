@@ -20,8 +20,8 @@ use super::client::{Exchange, McpClient, McpError};
 use super::mapping::{self, MappingSettings};
 use crate::catalog::dialect::{CatalogShapeError, Skipped};
 use crate::catalog::CatalogTool;
-use crate::wire::CallContext;
 use crate::upstream::{CallReply, FetchError, Fetched, ForwardError, Upstream};
+use crate::wire::CallContext;
 
 /// Every page of `tools/list`, as one `{"tools": [...]}` body for the
 /// poller (which skips the parse when the bytes did not change).
@@ -39,7 +39,9 @@ pub async fn fetch_catalog(
         McpError::Timeout(_) => FetchError::Timeout(timeout),
         McpError::Status { status, .. } => FetchError::Status(status),
         McpError::TooLarge(limit) => FetchError::TooLarge(limit),
-        McpError::Initialize(inner) if matches!(*inner, McpError::Connect(_)) => FetchError::Unreachable(inner.to_string()),
+        McpError::Initialize(inner) if matches!(*inner, McpError::Connect(_)) => {
+            FetchError::Unreachable(inner.to_string())
+        }
         other => FetchError::Protocol(format!("MCP tools/list: {other}")),
     })?;
     let body = json!({ "tools": tools }).to_string();

@@ -287,7 +287,13 @@ impl Front {
         let gateway = &self.proxy.gateway;
         let (max_header_bytes, max_body, body_timeout, max_in_flight, header_timeout) = {
             let server = &gateway.runtime().config.server;
-            (server.max_header_bytes, server.max_body_bytes, server.body_timeout.0, server.max_in_flight, server.header_timeout.0)
+            (
+                server.max_header_bytes,
+                server.max_body_bytes,
+                server.body_timeout.0,
+                server.max_in_flight,
+                server.header_timeout.0,
+            )
         };
         let head = match read_call_head(conn, max_header_bytes, max_body, header_timeout).await {
             Ok(head) => head,
@@ -436,11 +442,14 @@ fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Pars
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,
     };
-    if request.method != Some("POST") || !matches!(request.path, Some("/tools/call" | "/call")) || request.version != Some(1)
+    if request.method != Some("POST")
+        || !matches!(request.path, Some("/tools/call" | "/call"))
+        || request.version != Some(1)
     {
         return Parsed::Other;
     }
-    let mut head = CallHead { len, body_len: 0, api_key: None, authorization: None, traceparent: None, host: 0..0, origin: None };
+    let mut head =
+        CallHead { len, body_len: 0, api_key: None, authorization: None, traceparent: None, host: 0..0, origin: None };
     let mut body_len = None;
     let mut hosts = 0;
     let mut size = 0;
@@ -632,7 +641,10 @@ mod tests {
     async fn a_silent_connection_closes_after_the_keep_alive() {
         let (mut conn, _client, _shutdown) = connection().await;
         let started = Instant::now();
-        assert!(matches!(read_call_head(&mut conn, 8192, 1024, HEADER_TIMEOUT).await, Err(HeadWait::Done(Next::Close))));
+        assert!(matches!(
+            read_call_head(&mut conn, 8192, 1024, HEADER_TIMEOUT).await,
+            Err(HeadWait::Done(Next::Close))
+        ));
         assert_eq!(started.elapsed(), KEEP_ALIVE);
     }
 
@@ -669,7 +681,10 @@ mod tests {
         assert!(matches!(head, Ok(CallHead { body_len: 2, .. })));
         conn.buf.clear();
         let served = Instant::now();
-        assert!(matches!(read_call_head(&mut conn, 8192, 1024, HEADER_TIMEOUT).await, Err(HeadWait::Done(Next::Close))));
+        assert!(matches!(
+            read_call_head(&mut conn, 8192, 1024, HEADER_TIMEOUT).await,
+            Err(HeadWait::Done(Next::Close))
+        ));
         assert_eq!(served.elapsed(), KEEP_ALIVE, "an idle connection waits the keep-alive, not the header deadline");
         drop(writer.await.expect("the writer"));
     }
@@ -699,16 +714,25 @@ mod tests {
             call.traceparent(buf.as_bytes()).as_deref(),
             Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
         );
-        let twice = with_host("POST /call HTTP/1.1\r\ntraceparent: first\r\ntraceparent: second\r\nContent-Length: 0\r\n\r\n");
+        let twice =
+            with_host("POST /call HTTP/1.1\r\ntraceparent: first\r\ntraceparent: second\r\nContent-Length: 0\r\n\r\n");
         let Parsed::Call(call) = parse_call_head(twice.as_bytes(), 8192, 1024) else { panic!("a plain call") };
         assert_eq!(call.traceparent(twice.as_bytes()).as_deref(), Some("first"), "the first traceparent counts");
         let keyed = with_host("POST /tools/call HTTP/1.1\r\nOXP-API-Key: k2\r\nContent-Length: 0\r\n\r\n");
         let Parsed::Call(call) = parse_call_head(keyed.as_bytes(), 8192, 1024) else { panic!("a plain call") };
         assert_eq!(call.credentials(keyed.as_bytes()).api_key, Some(&b"k2"[..]));
-        assert!(matches!(parse_call_head(b"POST /call HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 8192, 1024), Parsed::Other), "no Host");
-        assert!(matches!(parse("POST /call HTTP/1.1\r\nHost: b\r\nContent-Length: 0\r\n\r\n"), Parsed::Other), "two Hosts");
+        assert!(
+            matches!(parse_call_head(b"POST /call HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 8192, 1024), Parsed::Other),
+            "no Host"
+        );
+        assert!(
+            matches!(parse("POST /call HTTP/1.1\r\nHost: b\r\nContent-Length: 0\r\n\r\n"), Parsed::Other),
+            "two Hosts"
+        );
         assert!(is_call(&parse("POST /call HTTP/1.1\r\nContent-Length: 0\r\nConnection: Keep-Alive\r\n\r\n")));
-        let Parsed::Call(call) = parse("POST /call HTTP/1.1\r\nContent-Length: 7 \r\n\r\n") else { panic!("a plain call") };
+        let Parsed::Call(call) = parse("POST /call HTTP/1.1\r\nContent-Length: 7 \r\n\r\n") else {
+            panic!("a plain call")
+        };
         assert_eq!(call.body_len, 7, "whitespace around the length is not part of it");
     }
 

@@ -97,7 +97,12 @@ impl<'h> HeadFacts<'h> {
 /// with httparse, with room for one line more than allowed so that too many
 /// is seen. The request line is pingora's business (it may have escaped
 /// the target); `http11` is its version.
-pub(super) fn check_raw_head(raw: &[u8], http11: bool, policy: &BrowserPolicy, mcp: bool) -> Result<Expect, FrontError> {
+pub(super) fn check_raw_head(
+    raw: &[u8],
+    http11: bool,
+    policy: &BrowserPolicy,
+    mcp: bool,
+) -> Result<Expect, FrontError> {
     let lines = raw.iter().position(|&b| b == b'\n').map_or(&raw[raw.len()..], |end| &raw[end + 1..]);
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADER_LINES + 1];
     match httparse::parse_headers(lines, &mut slots) {
@@ -146,7 +151,10 @@ mod tests {
         ] {
             assert_eq!(status(head), expected, "{head:?}");
         }
-        assert_eq!(check("POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\nExpect: 100-Continue\r\n\r\n").ok(), Some(Expect::Continue));
+        assert_eq!(
+            check("POST / HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2\r\nExpect: 100-Continue\r\n\r\n").ok(),
+            Some(Expect::Continue)
+        );
         assert_eq!(status("GET / HTTP/1.0\r\n\r\n"), 200, "HTTP/1.0 needs no Host");
         assert_eq!(status("POST / HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding:  Chunked \r\n\r\n"), 200);
         let lines: String = (0..MAX_HEADER_LINES).map(|i| format!("X-{i}: y\r\n")).collect();

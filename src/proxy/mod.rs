@@ -103,7 +103,9 @@ impl OtcProxy {
                 http::Method::GET | http::Method::HEAD => self.admit().and_then(|_in_flight| {
                     let runtime = self.gateway.runtime();
                     authenticate(&runtime, session).map(|caller| {
-                        Reply::ok(runtime.access.listing(&self.gateway.catalog.load(), runtime.access.matching(&caller)))
+                        Reply::ok(
+                            runtime.access.listing(&self.gateway.catalog.load(), runtime.access.matching(&caller)),
+                        )
                     })
                 }),
                 _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
@@ -142,7 +144,11 @@ impl OtcProxy {
     async fn mcp(&self, session: &mut Session, expect: Expect) -> Result<Reply, FrontError> {
         let (limit, deadline, caller) = {
             let runtime = self.gateway.runtime();
-            (runtime.config.server.max_body_bytes, runtime.config.server.body_timeout.0, authenticate(&runtime, session)?)
+            (
+                runtime.config.server.max_body_bytes,
+                runtime.config.server.body_timeout.0,
+                authenticate(&runtime, session)?,
+            )
         };
         if session.req_header().method != http::Method::POST {
             // No server-initiated stream is offered (GET), and sessions hold
@@ -162,7 +168,8 @@ impl OtcProxy {
         let (limit, deadline) = (runtime.config.server.max_body_bytes, runtime.config.server.body_timeout.0);
         let body = read_body_within(session, expect, limit, deadline).await?;
         let _in_flight = self.admit()?;
-        let traceparent = session.req_header().headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let traceparent =
+            session.req_header().headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned);
         self.run_call(runtime, &caller, &body, traceparent).await
     }
 
@@ -210,7 +217,12 @@ fn check_head(runtime: &Runtime, session: &Session, route: &'static str) -> Resu
 
 /// Reads the body within `deadline`, first telling a client that waits
 /// for it (`Expect: 100-continue`) to send it.
-async fn read_body_within(session: &mut Session, expect: Expect, limit: usize, deadline: Duration) -> Result<Bytes, FrontError> {
+async fn read_body_within(
+    session: &mut Session,
+    expect: Expect,
+    limit: usize,
+    deadline: Duration,
+) -> Result<Bytes, FrontError> {
     if expect == Expect::Continue && !body_over(session, limit) {
         let go_on = ResponseHeader::build(100, Some(0)).map_err(|e| FrontError::BodyUnreadable(e.to_string()))?;
         session.write_response_header(Box::new(go_on)).await.map_err(|e| FrontError::BodyUnreadable(e.to_string()))?;
@@ -225,7 +237,12 @@ fn body_over(session: &Session, limit: usize) -> bool {
 
 /// The request's Content-Length, when it has a readable one.
 fn declared_length(session: &Session) -> Option<u64> {
-    session.req_header().headers.get(http::header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok())
+    session
+        .req_header()
+        .headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
 }
 
 /// Reads the whole request body, refusing more than `limit` bytes: by the
@@ -261,7 +278,11 @@ impl OtcProxy {
 impl HttpServerApp for OtcProxy {
     /// Serves a connection that is pingora's alone (not a TCP socket, so
     /// never in practice: see `connection::take_socket`), one request at a time.
-    async fn process_new_http(self: &Arc<Self>, session: Session, shutdown: &ShutdownWatch) -> Option<ReusedHttpStream> {
+    async fn process_new_http(
+        self: &Arc<Self>,
+        session: Session,
+        shutdown: &ShutdownWatch,
+    ) -> Option<ReusedHttpStream> {
         self.serve_one(session, shutdown).await.map(reply::Reusable::into_reused)
     }
 }
@@ -302,7 +323,8 @@ impl OtcProxy {
                 // empty page; a broken connection gets nothing.
                 if matches!(e.etype(), ErrorType::InvalidHTTPHeader) {
                     // (Its reply closes the connection.)
-                    let too_many = e.root_cause().downcast_ref::<httparse::Error>() == Some(&httparse::Error::TooManyHeaders);
+                    let too_many =
+                        e.root_cause().downcast_ref::<httparse::Error>() == Some(&httparse::Error::TooManyHeaders);
                     let error = if too_many {
                         FrontError::TooManyHeaders { limit: head::MAX_HEADER_LINES }
                     } else {

@@ -52,7 +52,8 @@ impl OpenConnections {
     pub(super) fn register(self: &Arc<Self>, max: usize) -> Registered {
         let mut registry = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         if registry.open.len() >= max.max(1) {
-            let oldest_idle = registry.open.iter().find(|(_, slot)| !slot.busy.load(Ordering::Relaxed)).map(|(&id, _)| id);
+            let oldest_idle =
+                registry.open.iter().find(|(_, slot)| !slot.busy.load(Ordering::Relaxed)).map(|(&id, _)| id);
             if let Some(slot) = oldest_idle.and_then(|id| registry.open.remove(&id)) {
                 // (A permit is kept if it is between two waits.)
                 slot.closed.notify_one();

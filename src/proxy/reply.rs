@@ -143,7 +143,10 @@ fn reply_head(reply: &Reply, keep_alive: bool) -> std::io::Result<Vec<u8>> {
         // would be a header injection, so it is refused, by `http`'s own
         // rule, as pingora did. (Only refusals and limits carry headers.)
         if http::HeaderValue::from_str(value).is_err() {
-            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, format!("invalid value for header {name}")));
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("invalid value for header {name}"),
+            ));
         }
         for piece in [name.as_bytes(), b": ", value.as_bytes(), b"\r\n"] {
             head.extend_from_slice(piece);
@@ -151,7 +154,11 @@ fn reply_head(reply: &Reply, keep_alive: bool) -> std::io::Result<Vec<u8>> {
     }
     head.extend_from_slice(b"date: ");
     head.extend_from_slice(get_cached_date().as_bytes());
-    head.extend_from_slice(if keep_alive { b"\r\nconnection: keep-alive\r\n\r\n" } else { b"\r\nconnection: close\r\n\r\n" });
+    head.extend_from_slice(if keep_alive {
+        b"\r\nconnection: keep-alive\r\n\r\n"
+    } else {
+        b"\r\nconnection: close\r\n\r\n"
+    });
     Ok(head)
 }
 
@@ -212,6 +219,8 @@ mod tests {
     fn a_header_value_with_a_line_break_is_refused() {
         let injected = reply(401, vec![("www-authenticate", "Bearer\r\nset-cookie: x=1".into())], "{}");
         assert!(reply_head(&injected, true).is_err());
-        assert!(reply_head(&reply(401, vec![("www-authenticate", "Bearer realm=\"otc\"\t".into())], "{}"), true).is_ok());
+        assert!(
+            reply_head(&reply(401, vec![("www-authenticate", "Bearer realm=\"otc\"\t".into())], "{}"), true).is_ok()
+        );
     }
 }

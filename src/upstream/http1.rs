@@ -325,11 +325,12 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, ExchangeError> {
     // Uninitialised: zeroing 64 headers cost more than parsing five.
     let mut headers = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut []);
-    let len = match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut response, buf, &mut headers) {
-        Ok(httparse::Status::Complete(len)) => len,
-        Ok(httparse::Status::Partial) => return Ok(None),
-        Err(e) => return Err(ExchangeError::Broken(format!("unreadable answer head: {e}"))),
-    };
+    let len =
+        match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut response, buf, &mut headers) {
+            Ok(httparse::Status::Complete(len)) => len,
+            Ok(httparse::Status::Partial) => return Ok(None),
+            Err(e) => return Err(ExchangeError::Broken(format!("unreadable answer head: {e}"))),
+        };
     let code = response.code.unwrap_or_default();
     let status = StatusCode::from_u16(code)
         .map_err(|_| ExchangeError::Broken(format!("answer status {code} is not a status")))?;
@@ -351,7 +352,10 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, ExchangeError> {
             transfer_encoded = true;
             // Only a final `chunked` delimits the body; anything else runs
             // until the connection closes.
-            chunked = value.rsplit(|&b| b == b',').next().is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
+            chunked = value
+                .rsplit(|&b| b == b',')
+                .next()
+                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
         } else if header.name.eq_ignore_ascii_case("connection") {
             for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
                 if token.eq_ignore_ascii_case(b"close") {
@@ -362,7 +366,8 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, ExchangeError> {
             }
         }
     }
-    let framing = if status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+    let framing = if status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED
+    {
         Framing::Length(0)
     } else if transfer_encoded {
         if chunked {
@@ -376,15 +381,22 @@ fn parse_head(buf: &[u8]) -> Result<Option<Head>, ExchangeError> {
     // An answer with both framings is one an intermediary could read
     // differently (RFC 9112 6.3): read as chunked, then closed, never reused.
     let ambiguous = transfer_encoded && length.is_some();
-    Ok(Some(Head { len, status, is_json, framing, keep_alive: keep_alive && framing != Framing::UntilClose && !ambiguous }))
+    Ok(Some(Head {
+        len,
+        status,
+        is_json,
+        framing,
+        keep_alive: keep_alive && framing != Framing::UntilClose && !ambiguous,
+    }))
 }
 
 /// Whether a `Content-Type` says JSON (`application/json`, `...+json`),
 /// in any case.
 fn mentions_json(value: &[u8]) -> bool {
-    value.iter().enumerate().any(|(i, &b)| {
-        b | 0x20 == b'j' && value.get(i..i + 4).is_some_and(|w| w.eq_ignore_ascii_case(b"json"))
-    })
+    value
+        .iter()
+        .enumerate()
+        .any(|(i, &b)| b | 0x20 == b'j' && value.get(i..i + 4).is_some_and(|w| w.eq_ignore_ascii_case(b"json")))
 }
 
 /// Decimal digits as a number, as Content-Length's grammar has them (no
@@ -434,7 +446,11 @@ async fn read_length(
 }
 
 /// A chunked body, de-chunked; whether nothing followed it.
-async fn read_chunked(stream: &mut TcpStream, mut buf: BytesMut, max_body: usize) -> Result<(Bytes, bool), ExchangeError> {
+async fn read_chunked(
+    stream: &mut TcpStream,
+    mut buf: BytesMut,
+    max_body: usize,
+) -> Result<(Bytes, bool), ExchangeError> {
     let mut body = BytesMut::new();
     loop {
         let (size_line, size) = loop {
@@ -584,7 +600,9 @@ mod tests {
 
     #[test]
     fn content_types_and_lengths_are_read_exactly() {
-        for json in [&b"application/json"[..], b"Application/JSON; charset=utf-8", b"application/problem+json", b"text/jsonish"] {
+        for json in
+            [&b"application/json"[..], b"Application/JSON; charset=utf-8", b"application/problem+json", b"text/jsonish"]
+        {
             assert!(mentions_json(json), "{json:?}");
         }
         for other in [&b"text/html"[..], b"", b"application/jso", b"j", b"application/x-ndjso"] {
@@ -616,8 +634,10 @@ mod tests {
 
     #[tokio::test]
     async fn writes_one_well_formed_post_and_reads_a_sized_answer() {
-        let (address, mut received) =
-            raw_server(vec![b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}"]).await;
+        let (address, mut received) = raw_server(vec![
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 7\r\n\r\n{\"a\":1}",
+        ])
+        .await;
         let c = client(&address);
         let answer = c.post(&[("traceparent", b"00-abc-01")], b"{\"x\":2}", 1024, LONG).await.expect("answer");
         assert_eq!(answer.status, StatusCode::OK);
@@ -633,13 +653,15 @@ mod tests {
 
     #[test]
     fn each_thread_reuses_only_the_connections_it_made() {
-        let server = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+        let server =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
         let (address, _received) = server.block_on(raw_server(vec![
             b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n1",
             b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n2",
         ]));
         let c = client(&address);
-        let post = |runtime: &tokio::runtime::Runtime| runtime.block_on(c.post(&[], b"", 64, LONG)).expect("answer").body;
+        let post =
+            |runtime: &tokio::runtime::Runtime| runtime.block_on(c.post(&[], b"", 64, LONG)).expect("answer").body;
         let runtime = || tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         let here = runtime();
         assert_eq!(&post(&here)[..], b"1");
@@ -705,8 +727,10 @@ mod tests {
 
     #[tokio::test]
     async fn skips_an_interim_answer_and_reads_a_body_delimited_by_close() {
-        let (address, _received) =
-            raw_server(vec![b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\nupstream down"]).await;
+        let (address, _received) = raw_server(vec![
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 502 Bad Gateway\r\nConnection: close\r\n\r\nupstream down",
+        ])
+        .await;
         let c = client(&address);
         let answer = c.post(&[], b"", 64, LONG).await.expect("answer");
         assert_eq!(answer.status, StatusCode::BAD_GATEWAY);
@@ -737,7 +761,11 @@ mod tests {
         ] {
             let (address, _r) = raw_server(vec![answer]).await;
             let result = client(&address).post(&[], b"", 64, LONG).await;
-            assert!(matches!(result, Err(ExchangeError::Broken(_))), "{:?}: {result:?}", String::from_utf8_lossy(answer));
+            assert!(
+                matches!(result, Err(ExchangeError::Broken(_))),
+                "{:?}: {result:?}",
+                String::from_utf8_lossy(answer)
+            );
         }
     }
 

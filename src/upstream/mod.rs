@@ -193,17 +193,14 @@ impl Upstream {
         if let Some(authorization) = authorization {
             request = request.header(AUTHORIZATION, authorization);
         }
-        let request = request
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| FetchError::Unreachable(e.to_string()))?;
+        let request = request.body(Full::new(Bytes::new())).map_err(|e| FetchError::Unreachable(e.to_string()))?;
         let exchange = async {
-            let response =
-                self.catalog_client.request(request).await.map_err(|e| {
-                    if e.is_connect() {
-                        self.circuit.record_failure();
-                    }
-                    FetchError::Unreachable(error_chain(&e))
-                })?;
+            let response = self.catalog_client.request(request).await.map_err(|e| {
+                if e.is_connect() {
+                    self.circuit.record_failure();
+                }
+                FetchError::Unreachable(error_chain(&e))
+            })?;
             self.circuit.record_success();
             match response.status() {
                 StatusCode::NOT_MODIFIED => return Ok(Fetched::NotModified),
@@ -255,8 +252,12 @@ impl Upstream {
                 Err(ForwardError::Connect { upstream: self.name.clone(), detail })
             }
             Err(ExchangeError::Broken(detail)) => Err(ForwardError::Broken { upstream: self.name.clone(), detail }),
-            Err(ExchangeError::TooLarge) => Err(ForwardError::TooLarge { upstream: self.name.clone(), limit: max_bytes }),
-            Err(ExchangeError::Timeout) => Err(ForwardError::Timeout { upstream: self.name.clone(), timeout: self.call_timeout }),
+            Err(ExchangeError::TooLarge) => {
+                Err(ForwardError::TooLarge { upstream: self.name.clone(), limit: max_bytes })
+            }
+            Err(ExchangeError::Timeout) => {
+                Err(ForwardError::Timeout { upstream: self.name.clone(), timeout: self.call_timeout })
+            }
         }
     }
 

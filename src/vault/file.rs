@@ -30,8 +30,7 @@ impl FileSource {
             return Err(unreadable(std::io::ErrorKind::FileTooLarge));
         }
         let bytes = tokio::fs::read(path).await.map_err(|e| unreadable(e.kind()))?;
-        let mut text =
-            String::from_utf8(bytes).map_err(|_| VaultError::FileNotUtf8 { path: shown() })?;
+        let mut text = String::from_utf8(bytes).map_err(|_| VaultError::FileNotUtf8 { path: shown() })?;
         if text.ends_with('\n') {
             text.pop();
             if text.ends_with('\r') {

@@ -103,16 +103,12 @@ impl Kv2Source {
     /// request to the vault is bounded by `timeout`.
     pub fn new(cfg: VaultConfig, timeout: Duration) -> Result<Self, VaultError> {
         let base = cfg.address.trim_end_matches('/').to_owned();
-        let uri: Uri = base.parse().map_err(|e| {
-            VaultError::Config(format!("address {:?} is not a URL: {e}", cfg.address))
-        })?;
+        let uri: Uri =
+            base.parse().map_err(|e| VaultError::Config(format!("address {:?} is not a URL: {e}", cfg.address)))?;
         match (uri.scheme_str(), uri.authority()) {
             (Some("http" | "https"), Some(_)) => {}
             _ => {
-                return Err(VaultError::Config(format!(
-                    "address {:?} must be an http:// or https:// URL",
-                    cfg.address
-                )))
+                return Err(VaultError::Config(format!("address {:?} must be an http:// or https:// URL", cfg.address)))
             }
         }
         check_token_ref(&cfg.token).map_err(VaultError::Config)?;
@@ -120,9 +116,10 @@ impl Kv2Source {
         token_header(&token)?;
         let namespace = match cfg.namespace.as_deref() {
             None | Some("") => None,
-            Some(ns) => Some(HeaderValue::from_str(ns).map_err(|_| {
-                VaultError::Config(format!("namespace {ns:?} is not a valid header value"))
-            })?),
+            Some(ns) => Some(
+                HeaderValue::from_str(ns)
+                    .map_err(|_| VaultError::Config(format!("namespace {ns:?} is not a valid header value")))?,
+            ),
         };
         let client = http_client::build(timeout).map_err(VaultError::Config)?;
         Ok(Self {
@@ -193,9 +190,7 @@ impl Kv2Source {
             Err(ReadError::Token(source)) => {
                 self.requests_error.fetch_add(1, Ordering::Relaxed);
                 let reason = source.to_string();
-                self.stale_or(&cache_key, key, &reason, || VaultError::Token {
-                    source: Box::new(source),
-                })
+                self.stale_or(&cache_key, key, &reason, || VaultError::Token { source: Box::new(source) })
             }
         }
     }
@@ -257,9 +252,7 @@ impl Kv2Source {
         let token = match &self.token {
             SecretRef::Env { name } => env::read_now(name),
             SecretRef::File { path } => FileSource.read(std::path::Path::new(path)).await,
-            SecretRef::Vault { .. } => {
-                Err(VaultError::Config("the vault token cannot be a vault: reference".into()))
-            }
+            SecretRef::Vault { .. } => Err(VaultError::Config("the vault token cannot be a vault: reference".into())),
         }
         .map_err(ReadError::Token)?;
         let token = token_header(&token).map_err(ReadError::Token)?;
@@ -269,9 +262,8 @@ impl Kv2Source {
         if let Some(ns) = &self.namespace {
             headers.push((HeaderName::from_static("x-vault-namespace"), ns.clone()));
         }
-        let (status, body) = http_client::get(&self.client, uri, headers, self.timeout)
-            .await
-            .map_err(ReadError::Transient)?;
+        let (status, body) =
+            http_client::get(&self.client, uri, headers, self.timeout).await.map_err(ReadError::Transient)?;
         classify(status, &body)
     }
 }
@@ -313,9 +305,8 @@ fn token_header(token: &SecretString) -> Result<HeaderValue, VaultError> {
     if token.is_empty() {
         return Err(VaultError::Config("the vault token is empty".into()));
     }
-    let mut value = HeaderValue::from_str(token.expose()).map_err(|_| {
-        VaultError::Config("the vault token contains characters not allowed in a header".into())
-    })?;
+    let mut value = HeaderValue::from_str(token.expose())
+        .map_err(|_| VaultError::Config("the vault token contains characters not allowed in a header".into()))?;
     value.set_sensitive(true);
     Ok(value)
 }
@@ -358,8 +349,8 @@ fn classify(status: StatusCode, body: &[u8]) -> Result<SecretData, ReadError> {
 }
 
 fn parse_data(body: &[u8]) -> Result<SecretData, ReadError> {
-    let mut doc: serde_json::Value = serde_json::from_slice(body)
-        .map_err(|_| ReadError::Transient("the response is not JSON".into()))?;
+    let mut doc: serde_json::Value =
+        serde_json::from_slice(body).map_err(|_| ReadError::Transient("the response is not JSON".into()))?;
     match doc.pointer_mut("/data/data").map(serde_json::Value::take) {
         Some(serde_json::Value::Object(map)) => Ok(map
             .into_iter()
@@ -375,21 +366,15 @@ fn parse_data(body: &[u8]) -> Result<SecretData, ReadError> {
             .collect()),
         // A deleted or destroyed latest version reads as data: null.
         Some(serde_json::Value::Null) => Err(ReadError::NotFound),
-        _ => Err(ReadError::Transient(
-            "the response has no data.data object (is the mount KV version 2?)".into(),
-        )),
+        _ => Err(ReadError::Transient("the response has no data.data object (is the mount KV version 2?)".into())),
     }
 }
 
 fn field_of(data: &SecretData, key: &Kv2Key) -> Result<SecretString, VaultError> {
     match data.get(&key.field) {
         Some(Some(v)) => Ok(v.clone()),
-        Some(None) => {
-            Err(VaultError::FieldNotString { reference: key.to_string(), field: key.field.clone() })
-        }
-        None => {
-            Err(VaultError::MissingField { reference: key.to_string(), field: key.field.clone() })
-        }
+        Some(None) => Err(VaultError::FieldNotString { reference: key.to_string(), field: key.field.clone() }),
+        None => Err(VaultError::MissingField { reference: key.to_string(), field: key.field.clone() }),
     }
 }
 
@@ -407,8 +392,7 @@ mod tests {
 
     #[test]
     fn classifies_statuses() {
-        let body =
-            br#"{"data":{"data":{"a":"x","n":42,"b":true,"o":{"k":1},"z":null},"metadata":{}}}"#;
+        let body = br#"{"data":{"data":{"a":"x","n":42,"b":true,"o":{"k":1},"z":null},"metadata":{}}}"#;
         let data = match classify(StatusCode::OK, body) {
             Ok(d) => d,
             Err(_) => panic!("200 with data"),
@@ -429,10 +413,7 @@ mod tests {
         }
         assert!(matches!(classify(StatusCode::BAD_REQUEST, b"{}"), Err(ReadError::Rejected(_))));
         assert!(matches!(classify(StatusCode::OK, b"<html>"), Err(ReadError::Transient(_))));
-        assert!(matches!(
-            classify(StatusCode::OK, br#"{"data":{"foo":"kv v1 shape"}}"#),
-            Err(ReadError::Transient(_))
-        ));
+        assert!(matches!(classify(StatusCode::OK, br#"{"data":{"foo":"kv v1 shape"}}"#), Err(ReadError::Transient(_))));
         assert!(matches!(
             classify(StatusCode::OK, br#"{"data":{"data":null,"metadata":{"deletion_time":"x"}}}"#),
             Err(ReadError::NotFound)
@@ -449,16 +430,14 @@ mod tests {
             assert!(matches!(err, VaultError::Config(_)), "{bad}: {err:?}");
         }
         let missing = SecretRef::Env { name: "OTC_KV2_UNIT_TOKEN_UNSET".into() };
-        let err = Kv2Source::new(VaultConfig::new("http://127.0.0.1:1", missing), t)
-            .expect_err("unset token");
+        let err = Kv2Source::new(VaultConfig::new("http://127.0.0.1:1", missing), t).expect_err("unset token");
         assert!(matches!(err, VaultError::Token { .. }), "{err:?}");
         assert!(err.to_string().contains("OTC_KV2_UNIT_TOKEN_UNSET"));
         let vault_tok = SecretRef::Vault { mount: "a".into(), path: "b".into(), field: "c".into() };
         assert!(Kv2Source::new(VaultConfig::new("http://127.0.0.1:1", vault_tok), t).is_err());
         std::env::set_var("OTC_KV2_UNIT_TOKEN_BAD", "line\nbreak");
         let bad_tok = SecretRef::Env { name: "OTC_KV2_UNIT_TOKEN_BAD".into() };
-        let err = Kv2Source::new(VaultConfig::new("http://127.0.0.1:1", bad_tok), t)
-            .expect_err("bad token chars");
+        let err = Kv2Source::new(VaultConfig::new("http://127.0.0.1:1", bad_tok), t).expect_err("bad token chars");
         assert!(!err.to_string().contains("line"), "{err}");
     }
 
@@ -466,10 +445,7 @@ mod tests {
     async fn debug_never_shows_the_token() {
         std::env::set_var("OTC_KV2_UNIT_TOKEN2", "s.supersecret-token");
         let src = Kv2Source::new(
-            VaultConfig::new(
-                "http://127.0.0.1:8200/",
-                SecretRef::Env { name: "OTC_KV2_UNIT_TOKEN2".into() },
-            ),
+            VaultConfig::new("http://127.0.0.1:8200/", SecretRef::Env { name: "OTC_KV2_UNIT_TOKEN2".into() }),
             Duration::from_secs(1),
         )
         .expect("source");
@@ -484,10 +460,7 @@ mod tests {
         std::env::set_var("OTC_KV2_UNIT_TOKEN3", "tok");
         // Port 1 on loopback: connection refused at once.
         let src = Kv2Source::new(
-            VaultConfig::new(
-                "http://127.0.0.1:1",
-                SecretRef::Env { name: "OTC_KV2_UNIT_TOKEN3".into() },
-            ),
+            VaultConfig::new("http://127.0.0.1:1", SecretRef::Env { name: "OTC_KV2_UNIT_TOKEN3".into() }),
             Duration::from_millis(500),
         )
         .expect("source");

@@ -97,17 +97,13 @@ pub enum SecretRefError {
     #[error("secret reference {0:?} has no #FIELD; expected vault:MOUNT/PATH#FIELD")]
     MissingField(String),
     /// `vault:...#` with nothing after the `#`, or a second `#`.
-    #[error(
-        "secret reference {0:?} has an empty or invalid #FIELD; expected vault:MOUNT/PATH#FIELD"
-    )]
+    #[error("secret reference {0:?} has an empty or invalid #FIELD; expected vault:MOUNT/PATH#FIELD")]
     InvalidField(String),
     /// `vault:` without both a mount and a path.
     #[error("secret reference {0:?} needs a mount and a path; expected vault:MOUNT/PATH#FIELD")]
     MissingPath(String),
     /// An empty, `.` or `..` segment, or a control character, in a vault path.
-    #[error(
-        "secret reference {0:?} has an empty, '.' or '..' path segment or a control character"
-    )]
+    #[error("secret reference {0:?} has an empty, '.' or '..' path segment or a control character")]
     InvalidSegment(String),
     /// A `{...}` template other than `{user_id}`.
     #[error("secret reference {reference:?} uses the template {template:?}; only {{user_id}} is supported")]
@@ -118,9 +114,7 @@ pub enum SecretRefError {
         template: String,
     },
     /// A `{` with no `}` or a `}` with no `{`.
-    #[error(
-        "secret reference {0:?} has an unbalanced '{{' or '}}'; the only template is {{user_id}}"
-    )]
+    #[error("secret reference {0:?} has an unbalanced '{{' or '}}'; the only template is {{user_id}}")]
     UnbalancedBrace(String),
 }
 
@@ -235,10 +229,7 @@ pub trait SecretSource: Send + Sync {
     type Key: ?Sized + Sync;
 
     /// Fetches one value.
-    fn fetch(
-        &self,
-        key: &Self::Key,
-    ) -> impl Future<Output = Result<SecretString, VaultError>> + Send;
+    fn fetch(&self, key: &Self::Key) -> impl Future<Output = Result<SecretString, VaultError>> + Send;
 }
 
 impl SecretRef {
@@ -262,9 +253,8 @@ impl SecretRef {
         };
         // Only echo a scheme that looks like one: anything else may be a
         // secret value with a colon in it.
-        let scheme_is_wordlike = !scheme.is_empty()
-            && scheme.len() <= 10
-            && scheme.bytes().all(|b| b.is_ascii_lowercase());
+        let scheme_is_wordlike =
+            !scheme.is_empty() && scheme.len() <= 10 && scheme.bytes().all(|b| b.is_ascii_lowercase());
         if !scheme_is_wordlike {
             return Err(SecretRefError::NoScheme);
         }
@@ -302,17 +292,12 @@ impl SecretRef {
                 }
                 // Reject what a URL would normalise away or what would let a
                 // reference read outside the place it names.
-                let bad_segment =
-                    full_path.split('/').any(|seg| seg.is_empty() || seg == "." || seg == "..")
-                        || full_path.chars().any(char::is_control);
+                let bad_segment = full_path.split('/').any(|seg| seg.is_empty() || seg == "." || seg == "..")
+                    || full_path.chars().any(char::is_control);
                 if bad_segment {
                     return Err(SecretRefError::InvalidSegment(s.to_owned()));
                 }
-                SecretRef::Vault {
-                    mount: mount.to_owned(),
-                    path: path.to_owned(),
-                    field: field.to_owned(),
-                }
+                SecretRef::Vault { mount: mount.to_owned(), path: path.to_owned(), field: field.to_owned() }
             }
             other => return Err(SecretRefError::UnknownScheme(other.to_owned())),
         };
@@ -379,10 +364,7 @@ fn check_templates(s: &str) -> Result<(), SecretRefError> {
             return Err(SecretRefError::UnbalancedBrace(s.to_owned()));
         }
         if template != USER_ID_TEMPLATE {
-            return Err(SecretRefError::UnknownTemplate {
-                reference: s.to_owned(),
-                template: template.to_owned(),
-            });
+            return Err(SecretRefError::UnknownTemplate { reference: s.to_owned(), template: template.to_owned() });
         }
         rest = &after[close + 1..];
     }
@@ -517,8 +499,7 @@ fn deserialize_token_ref<'de, D: Deserializer<'de>>(d: D) -> Result<SecretRef, D
 /// Deserializes a humantime duration string (`"500ms"`, `"60s"`, `"5m"`).
 pub(crate) fn deserialize_duration<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
     let s = String::deserialize(d)?;
-    humantime::parse_duration(&s)
-        .map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e}")))
+    humantime::parse_duration(&s).map_err(|e| serde::de::Error::custom(format!("invalid duration {s:?}: {e}")))
 }
 
 /// Counters of the Vault backend, for the metrics module.
@@ -562,11 +543,7 @@ impl SecretResolver {
     }
 
     /// Resolves `r`, substituting `user_id` for `{user_id}`.
-    pub async fn resolve(
-        &self,
-        r: &SecretRef,
-        user_id: Option<&str>,
-    ) -> Result<SecretString, VaultError> {
+    pub async fn resolve(&self, r: &SecretRef, user_id: Option<&str>) -> Result<SecretString, VaultError> {
         let concrete = r.with_user_id(user_id)?;
         match &*concrete {
             SecretRef::Env { name } => self.env.fetch(name.as_str()).await,
@@ -609,24 +586,21 @@ pub(crate) mod http_client {
     /// (private CAs are common for Vault), else the bundled Mozilla roots.
     pub(crate) fn build(connect_timeout: Duration) -> Result<HttpClient, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let builder =
-            match HttpsConnectorBuilder::new().with_provider_and_native_roots(provider.clone()) {
-                Ok(b) => b,
-                Err(e) => {
-                    tracing::debug!(error = %e, "no usable system CA roots; using bundled roots");
-                    HttpsConnectorBuilder::new()
-                        .with_provider_and_webpki_roots(provider)
-                        .map_err(|e| format!("TLS setup failed: {e}"))?
-                }
-            };
+        let builder = match HttpsConnectorBuilder::new().with_provider_and_native_roots(provider.clone()) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::debug!(error = %e, "no usable system CA roots; using bundled roots");
+                HttpsConnectorBuilder::new()
+                    .with_provider_and_webpki_roots(provider)
+                    .map_err(|e| format!("TLS setup failed: {e}"))?
+            }
+        };
         let mut http = HttpConnector::new();
         http.enforce_http(false);
         http.set_connect_timeout(Some(connect_timeout));
         http.set_nodelay(true);
         let connector = builder.https_or_http().enable_http1().wrap_connector(http);
-        Ok(Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .build(connector))
+        Ok(Client::builder(TokioExecutor::new()).pool_idle_timeout(Duration::from_secs(30)).build(connector))
     }
 
     /// GETs `uri` with `headers`, reading at most [`MAX_BODY`] bytes, the
@@ -692,16 +666,9 @@ mod tests {
         assert_eq!(p("file:rel/key.txt"), SecretRef::File { path: "rel/key.txt".into() });
         assert_eq!(
             p("vault:secret/tools/twilio#api_key"),
-            SecretRef::Vault {
-                mount: "secret".into(),
-                path: "tools/twilio".into(),
-                field: "api_key".into()
-            }
+            SecretRef::Vault { mount: "secret".into(), path: "tools/twilio".into(), field: "api_key".into() }
         );
-        assert_eq!(
-            p("vault:kv/x#f"),
-            SecretRef::Vault { mount: "kv".into(), path: "x".into(), field: "f".into() }
-        );
+        assert_eq!(p("vault:kv/x#f"), SecretRef::Vault { mount: "kv".into(), path: "x".into(), field: "f".into() });
         let r: SecretRef = "env:A".parse().expect("parses");
         assert_eq!(r.scheme(), "env");
     }
@@ -788,9 +755,7 @@ mod tests {
         }
         let c: C = toml::from_str("a = \"env:X\"\nb = \"vault:secret/y#z\"\n").expect("valid");
         assert_eq!(c.a, SecretRef::Env { name: "X".into() });
-        let err = toml::from_str::<C>("a = \"env:X\"\nb = \"vault:secret/y\"\n")
-            .expect_err("invalid")
-            .to_string();
+        let err = toml::from_str::<C>("a = \"env:X\"\nb = \"vault:secret/y\"\n").expect_err("invalid").to_string();
         assert!(err.contains("line 2"), "{err}");
         assert!(err.contains("#FIELD"), "{err}");
     }
@@ -803,47 +768,34 @@ mod tests {
 
     #[test]
     fn vault_config() {
-        let c: VaultConfig = toml::from_str(
-            "address = \"http://127.0.0.1:8200\"\ntoken = \"env:VAULT_TOKEN\"\ncache_ttl = \"5m\"\n",
-        )
-        .expect("valid");
+        let c: VaultConfig =
+            toml::from_str("address = \"http://127.0.0.1:8200\"\ntoken = \"env:VAULT_TOKEN\"\ncache_ttl = \"5m\"\n")
+                .expect("valid");
         assert_eq!(c.cache_ttl, Duration::from_secs(300));
         assert_eq!(c.token, SecretRef::Env { name: "VAULT_TOKEN".into() });
-        let c: VaultConfig =
-            toml::from_str("address = \"http://v\"\ntoken = \"file:/t\"\n").expect("valid");
+        let c: VaultConfig = toml::from_str("address = \"http://v\"\ntoken = \"file:/t\"\n").expect("valid");
         assert_eq!(c.cache_ttl, Duration::from_secs(60));
         assert_eq!(c.namespace, None);
 
-        let err = toml::from_str::<VaultConfig>(
-            "address = \"http://v\"\ntoken = \"vault:secret/t#token\"\n",
-        )
-        .expect_err("vault: token refused")
-        .to_string();
+        let err = toml::from_str::<VaultConfig>("address = \"http://v\"\ntoken = \"vault:secret/t#token\"\n")
+            .expect_err("vault: token refused")
+            .to_string();
         assert!(err.contains("env: or file:"), "{err}");
-        let err =
-            toml::from_str::<VaultConfig>("address = \"http://v\"\ntoken = \"env:T_{user_id}\"\n")
-                .expect_err("template refused")
-                .to_string();
+        let err = toml::from_str::<VaultConfig>("address = \"http://v\"\ntoken = \"env:T_{user_id}\"\n")
+            .expect_err("template refused")
+            .to_string();
         assert!(err.contains("{user_id}"), "{err}");
-        let err = toml::from_str::<VaultConfig>(
-            "address = \"http://v\"\ntoken = \"env:T\"\ncache_ttl = \"soon\"\n",
-        )
-        .expect_err("bad duration")
-        .to_string();
+        let err = toml::from_str::<VaultConfig>("address = \"http://v\"\ntoken = \"env:T\"\ncache_ttl = \"soon\"\n")
+            .expect_err("bad duration")
+            .to_string();
         assert!(err.contains("invalid duration"), "{err}");
-        assert!(toml::from_str::<VaultConfig>(
-            "address = \"http://v\"\ntoken = \"env:T\"\nttl = \"1s\"\n"
-        )
-        .is_err());
+        assert!(toml::from_str::<VaultConfig>("address = \"http://v\"\ntoken = \"env:T\"\nttl = \"1s\"\n").is_err());
     }
 
     #[test]
     fn user_id_substitution() {
         let r = p("vault:secret/oauth/google/{user_id}#access_token");
-        assert_eq!(
-            *r.with_user_id(Some("alice")).expect("ok"),
-            p("vault:secret/oauth/google/alice#access_token")
-        );
+        assert_eq!(*r.with_user_id(Some("alice")).expect("ok"), p("vault:secret/oauth/google/alice#access_token"));
         assert_eq!(
             r.with_user_id(Some("alice@example.com")).expect("ok").to_string(),
             "vault:secret/oauth/google/alice@example.com#access_token"
@@ -857,30 +809,12 @@ mod tests {
 
     #[test]
     fn traversal_is_refused() {
-        let refs = [
-            p("vault:secret/oauth/{user_id}#t"),
-            p("file:/tokens/{user_id}.txt"),
-            p("env:T_{user_id}"),
-        ];
+        let refs = [p("vault:secret/oauth/{user_id}#t"), p("file:/tokens/{user_id}.txt"), p("env:T_{user_id}")];
         for r in &refs {
-            for bad in [
-                "../admin",
-                "..",
-                "a/b",
-                "a\\b",
-                "x#other",
-                "a\nb",
-                "a\0b",
-                "",
-                ".",
-                "a=b",
-                "{user_id}",
-                "\u{7f}",
-            ] {
-                assert!(
-                    matches!(r.with_user_id(Some(bad)), Err(VaultError::BadUserId { .. })),
-                    "{r} accepted {bad:?}"
-                );
+            for bad in
+                ["../admin", "..", "a/b", "a\\b", "x#other", "a\nb", "a\0b", "", ".", "a=b", "{user_id}", "\u{7f}"]
+            {
+                assert!(matches!(r.with_user_id(Some(bad)), Err(VaultError::BadUserId { .. })), "{r} accepted {bad:?}");
             }
             let long = "a".repeat(300);
             assert!(matches!(r.with_user_id(Some(&long)), Err(VaultError::BadUserId { .. })));
@@ -903,10 +837,7 @@ mod tests {
     async fn resolver_env_and_file_with_user_id() {
         std::env::set_var("OTC_TEST_MOD_TOKEN_bob", "bob-token");
         let resolver = SecretResolver::new(None, Duration::from_secs(1)).expect("resolver");
-        let v = resolver
-            .resolve(&p("env:OTC_TEST_MOD_TOKEN_{user_id}"), Some("bob"))
-            .await
-            .expect("env");
+        let v = resolver.resolve(&p("env:OTC_TEST_MOD_TOKEN_{user_id}"), Some("bob")).await.expect("env");
         assert_eq!(v.expose(), "bob-token");
 
         let dir = std::env::temp_dir().join(format!("otc-mod-test-{}", std::process::id()));

@@ -126,10 +126,7 @@ pub struct CallContext {
 impl CallContext {
     /// True when there is nothing to send.
     pub fn is_empty(&self) -> bool {
-        self.authorization.is_empty()
-            && self.secrets.is_empty()
-            && self.user_id.is_none()
-            && self.extra.is_empty()
+        self.authorization.is_empty() && self.secrets.is_empty() && self.user_id.is_none() && self.extra.is_empty()
     }
 }
 
@@ -570,7 +567,10 @@ mod tests {
         assert!(err.to_string().starts_with("invalid unicode code point at line 1 column 8"), "{err}");
 
         let text = r#"{"a": "né", "b": [1, 2.5, null]}"#;
-        assert_eq!(from_json::<Value>(text.as_bytes()).expect("json"), serde_json::from_str::<Value>(text).expect("json"));
+        assert_eq!(
+            from_json::<Value>(text.as_bytes()).expect("json"),
+            serde_json::from_str::<Value>(text).expect("json")
+        );
     }
 
     #[test]
@@ -612,8 +612,12 @@ mod tests {
         let body = br#"{"result": {"success": true, "value": {"big": 123456789012345678901234567890, "s": "\u00e9", "n": null}}}"#;
         let r = normalise_tool_response(body).expect("a result");
         // No trip through f64 or a re-escaping: the client gets the upstream's text.
-        assert_eq!(r.value.expect("a value").get(), r#"{"big": 123456789012345678901234567890, "s": "\u00e9", "n": null}"#);
-        let result = CallResult { call_id: "c".into(), duration: 1.0, success: true, value: Some(RawJson::null()), error: None };
+        assert_eq!(
+            r.value.expect("a value").get(),
+            r#"{"big": 123456789012345678901234567890, "s": "\u00e9", "n": null}"#
+        );
+        let result =
+            CallResult { call_id: "c".into(), duration: 1.0, success: true, value: Some(RawJson::null()), error: None };
         let written: Value = serde_json::from_slice(&call_response_body(&result)).expect("json");
         assert_eq!(written["result"]["value"], Value::Null);
     }

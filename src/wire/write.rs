@@ -203,7 +203,11 @@ mod tests {
         let mut extra = Map::new();
         extra.insert("scope\t\"x\"".into(), json!(["a", {"b": null}]));
         let context = CallContext {
-            authorization: vec![AuthorizationToken { id: "google".into(), token: "tok\"en".into(), extra: extra.clone() }],
+            authorization: vec![AuthorizationToken {
+                id: "google".into(),
+                token: "tok\"en".into(),
+                extra: extra.clone(),
+            }],
             secrets: vec![
                 SecretValue { id: "KEY".into(), value: "v\u{7}".into(), extra: Map::new() },
                 SecretValue { id: "OTHER".into(), value: "é".into(), extra: Map::new() },
@@ -215,13 +219,13 @@ mod tests {
         assert_eq!(
             parsed(&upstream_call_body(&full)),
             json!({"$schema": "otc://1.0", "request": {
-                "tool_id": "Kit.Tool@1.0.0", "call_id": "c-1", "trace_id": "t\"1", "input": input,
-                "context": {
-                    "authorization": [{"id": "google", "token": "tok\"en", "scope\t\"x\"": ["a", {"b": null}]}],
-                    "secrets": [{"id": "KEY", "value": "v\u{7}"}, {"id": "OTHER", "value": "é"}],
-                    "user_id": "ann",
-                    "scope\t\"x\"": ["a", {"b": null}],
-                }}})
+            "tool_id": "Kit.Tool@1.0.0", "call_id": "c-1", "trace_id": "t\"1", "input": input,
+            "context": {
+                "authorization": [{"id": "google", "token": "tok\"en", "scope\t\"x\"": ["a", {"b": null}]}],
+                "secrets": [{"id": "KEY", "value": "v\u{7}"}, {"id": "OTHER", "value": "é"}],
+                "user_id": "ann",
+                "scope\t\"x\"": ["a", {"b": null}],
+            }}})
         );
     }
 
@@ -232,14 +236,21 @@ mod tests {
         extra.insert("tz".into(), json!("UTC"));
         let context = CallContext { extra, ..CallContext::default() };
         let input = json!({});
-        let request = UpstreamCallRequest { tool_id: "K.T", call_id: "c", trace_id: None, input: &input, context: &context };
+        let request =
+            UpstreamCallRequest { tool_id: "K.T", call_id: "c", trace_id: None, input: &input, context: &context };
         assert_eq!(parsed(&upstream_call_body(&request))["request"]["context"], json!({"locale": "fr", "tz": "UTC"}));
     }
 
     #[test]
     fn a_result_is_written_as_serde_would_write_it() {
         let cases = [
-            CallResult { call_id: "c\"1".into(), duration: 1.5, success: true, value: Some(json!({"x": [1, 2]}).into()), error: None },
+            CallResult {
+                call_id: "c\"1".into(),
+                duration: 1.5,
+                success: true,
+                value: Some(json!({"x": [1, 2]}).into()),
+                error: None,
+            },
             CallResult { call_id: "c".into(), duration: 2.0, success: true, value: Some(RawJson::null()), error: None },
             CallResult {
                 call_id: "c".into(),
@@ -278,7 +289,8 @@ mod tests {
 
     #[test]
     fn a_value_is_passed_through_as_the_upstream_wrote_it() {
-        let value: RawJson = serde_json::from_str(r#"{"big": 123456789012345678901234567890, "s": "\u00e9"}"#).expect("raw");
+        let value: RawJson =
+            serde_json::from_str(r#"{"big": 123456789012345678901234567890, "s": "\u00e9"}"#).expect("raw");
         let result = CallResult { call_id: "c".into(), duration: 1.0, success: true, value: Some(value), error: None };
         let written = String::from_utf8(call_response_body(&result)).expect("utf-8");
         assert!(written.contains(r#""value":{"big": 123456789012345678901234567890, "s": "\u00e9"}"#), "{written}");

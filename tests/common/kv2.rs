@@ -204,8 +204,7 @@ fn now_rfc3339() -> String {
 
 fn write_version(state: &State, mount: &str, path: &str, data: Value) -> Value {
     let mut secrets = state.secrets.lock().expect("lock");
-    let versions =
-        secrets.mounts.entry(mount.to_owned()).or_default().entry(path.to_owned()).or_default();
+    let versions = secrets.mounts.entry(mount.to_owned()).or_default().entry(path.to_owned()).or_default();
     versions.push(Version { data, created_time: now_rfc3339(), deletion_time: String::new() });
     metadata(versions.len(), &versions[versions.len() - 1])
 }
@@ -247,8 +246,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<State>, shutdown: watch::
         let mut shutdown = shutdown.clone();
         tokio::spawn(async move {
             let service = service_fn(move |req| handle(state.clone(), req));
-            let conn = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service);
+            let conn = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             tokio::select! {
                 _ = conn => {}
                 _ = shutdown.wait_for(|stop| *stop) => {}
@@ -298,13 +296,9 @@ fn envelope(state: &State, data: Value) -> Value {
     })
 }
 
-async fn handle(
-    state: Arc<State>,
-    req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Unreachable> {
+async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Unreachable> {
     state.requests.fetch_add(1, Ordering::SeqCst);
-    let path_and_query =
-        req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
+    let path_and_query = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
     state.paths.lock().expect("lock").push(path_and_query);
     if state.unreachable.load(Ordering::SeqCst) {
         return Err(Unreachable);
@@ -352,20 +346,16 @@ async fn handle(
     }
     let Some(secret_path) = api_path.strip_prefix("data/") else {
         // metadata/, delete/, config ... are not needed by the gateway.
-        return Ok(errors(
-            StatusCode::METHOD_NOT_ALLOWED,
-            &["1 error occurred:\n\t* unsupported operation\n\n"],
-        ));
+        return Ok(errors(StatusCode::METHOD_NOT_ALLOWED, &["1 error occurred:\n\t* unsupported operation\n\n"]));
     };
     let secret_path = secret_path.split('/').map(percent_decode).collect::<Vec<_>>().join("/");
     if secret_path.is_empty() {
         return Ok(errors(StatusCode::NOT_FOUND, &[]));
     }
-    let version = req.uri().query().and_then(|q| {
-        q.split('&')
-            .find_map(|kv| kv.strip_prefix("version="))
-            .and_then(|v| v.parse::<usize>().ok())
-    });
+    let version = req
+        .uri()
+        .query()
+        .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("version=")).and_then(|v| v.parse::<usize>().ok()));
     match *req.method() {
         Method::GET => Ok(read(&state, &mount, &secret_path, version)),
         Method::POST | Method::PUT => {
@@ -384,10 +374,7 @@ async fn handle(
         }
         Method::DELETE => {
             soft_delete(&state, &mount, &secret_path);
-            Ok(Response::builder()
-                .status(StatusCode::NO_CONTENT)
-                .body(Full::new(Bytes::new()))
-                .expect("response"))
+            Ok(Response::builder().status(StatusCode::NO_CONTENT).body(Full::new(Bytes::new())).expect("response"))
         }
         _ => Ok(errors(StatusCode::METHOD_NOT_ALLOWED, &[])),
     }
@@ -412,18 +399,12 @@ fn read(state: &State, mount: &str, path: &str, version: Option<usize>) -> Respo
             envelope(state, json!({ "data": null, "metadata": metadata(n, v) })),
         );
     }
-    json_response(
-        StatusCode::OK,
-        envelope(state, json!({ "data": v.data, "metadata": metadata(n, v) })),
-    )
+    json_response(StatusCode::OK, envelope(state, json!({ "data": v.data, "metadata": metadata(n, v) })))
 }
 
 fn no_handler(rest: &str) -> Response<Full<Bytes>> {
     let route = rest.to_owned();
-    errors(
-        StatusCode::NOT_FOUND,
-        &[format!("no handler for route \"{route}\". route entry not found.").as_str()],
-    )
+    errors(StatusCode::NOT_FOUND, &[format!("no handler for route \"{route}\". route entry not found.").as_str()])
 }
 
 fn percent_decode(s: &str) -> String {
