@@ -329,6 +329,14 @@ async fn a_loopback_gateway_refuses_a_rebound_host_unless_configured() {
             exchange(&gw, format!("GET /tools HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").as_bytes()).await;
         assert_eq!(status_of(&answer), "200", "{host}: {answer}");
     }
+    // Each request's Host is checked, also on a kept-alive connection.
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    stream.write_all(call_request("Host: localhost\r\n").as_bytes()).await.expect("write");
+    assert_eq!(status_of(&read_one(&mut stream).await), "200");
+    stream.write_all(call_request(rebound).as_bytes()).await.expect("write");
+    let (answer, closed) = read_all(&mut stream, Duration::from_secs(5)).await;
+    assert_eq!(status_of(&answer), "421", "{answer}");
+    assert!(closed);
     let named = gateway(&calc, "allowed_hosts = [\"tools.internal\"]", "").await;
     let (answer, _) =
         exchange(&named, call_request("Host: tools.internal:8080\r\nConnection: close\r\n").as_bytes()).await;

@@ -26,7 +26,7 @@ use std::future::Future;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -45,8 +45,8 @@ use tokio::time::{Instant, Sleep};
 use super::open_connections::{OpenConnections, Registered};
 use super::{header_line_size, InFlight, OtcProxy};
 use crate::auth::{Credentials, API_KEY_HEADER};
-use crate::browser::BrowserPolicy;
 use crate::error::{FrontError, Reply};
+use crate::gateway::Runtime;
 use crate::upstream::http1::decimal;
 
 /// How long an idle connection waits for its next request, at least: here up
@@ -92,6 +92,9 @@ impl Front {
 
 /// A connection and the bytes read from it but not yet served.
 struct Connection {
+    /// Its place among the open connections (`open_connections`). First:
+    /// fields drop in order, and it must leave before the socket closes.
+    registered: Option<Registered>,
     stream: TcpStream,
     buf: BytesMut,
     /// Ends a wait for a head once the client has sent nothing for
@@ -106,11 +109,11 @@ struct Connection {
     /// Ends a wait for a head when shutdown begins: one subscription for the
     /// connection's life, where one per wait took and released a waiter slot.
     stopping: Pin<Box<dyn Future<Output = ()> + Send>>,
-    /// Its place among the open connections (`open_connections`).
-    registered: Option<Registered>,
-    /// Ends a wait for the client once the connection was closed to make
-    /// room for a newer one; one subscription for the connection's life.
-    evicted: Pin<Box<dyn Future<Output = ()> + Send>>,
+    /// The last `Host` the browser policy accepted on this connection, and
+    /// under which runtime: a client sends the same one with every request,
+    /// and the check parses it (about 500 instructions). The `Weak` keeps
+    /// the runtime's allocation, so its address cannot be reused by another.
+    accepted_host: Option<(Weak<Runtime>, Vec<u8>)>,
 }
 
 impl Connection {
@@ -129,14 +132,8 @@ impl Connection {
             active: false,
             stopping: Box::pin(stopping),
             registered: None,
-            evicted: Box::pin(std::future::pending()),
+            accepted_host: None,
         }
-    }
-
-    /// Counts the connection among the open ones.
-    fn register(&mut self, registered: Registered) {
-        self.evicted = registered.closed();
-        self.registered = Some(registered);
     }
 
     /// Marks it as running a request, which is never closed for room.
@@ -173,7 +170,7 @@ impl ServerApp for Front {
         drop(stream);
         let mut conn = Connection::new(socket, shutdown);
         let max_connections = self.proxy.gateway.runtime().config.server.max_connections.min(self.fd_room);
-        conn.register(self.open.register(max_connections));
+        conn.registered = Some(self.open.register(max_connections, conn.stream.as_raw_fd()));
         loop {
             match self.serve_next(&mut conn, shutdown).await {
                 Next::Served => {}
@@ -190,7 +187,7 @@ impl Front {
     /// connection is read here first, under one header deadline and one
     /// connection bound.
     async fn serve_one_through_pingora(&self, conn: Connection, shutdown: &ShutdownWatch) -> Option<Connection> {
-        let Connection { stream, buf, idle, active, stopping, registered, evicted } = conn;
+        let Connection { registered, stream, buf, idle, active, stopping, accepted_host } = conn;
         let mut session = Session::new_http1(Box::new(L4Stream::from(stream)));
         session.set_keepalive(if *shutdown.borrow() { None } else { Some(KEEP_ALIVE.as_secs()) });
         if !buf.is_empty() {
@@ -204,10 +201,13 @@ impl Front {
             registered.set_busy(false);
         }
         let stream = take_socket(&back.stream).ok()?;
+        if let Some(registered) = &registered {
+            registered.set_fd(stream.as_raw_fd());
+        }
         // (The duplicate carries the connection on; this closes the original descriptor.)
         drop(back.stream);
         let buf = back.pipelined.unwrap_or_else(|| BytesMut::with_capacity(READ_BUF));
-        Some(Connection { stream, buf, idle, active, stopping, registered, evicted })
+        Some(Connection { registered, stream, buf, idle, active, stopping, accepted_host })
     }
 }
 
@@ -254,12 +254,6 @@ impl CallHead {
             api_key: self.api_key.clone().map(|at| &buf[at]),
             authorization: self.authorization.clone().map(|at| &buf[at]),
         }
-    }
-
-    /// The browser checks every data-plane route passes ([`BrowserPolicy`]).
-    fn check_browser(&self, buf: &[u8], policy: &BrowserPolicy) -> Result<(), FrontError> {
-        policy.check_host(Some(&buf[self.host.clone()]))?;
-        policy.check_origin(self.origin.clone().map(|at| &buf[at]), false)
     }
 
     /// The client's `traceparent`, when it is text (httparse let no control
@@ -314,7 +308,7 @@ impl Front {
         // The runtime the request is served under: loaded once its head is
         // in (not while the connection idled), and kept to its end.
         let runtime = gateway.runtime_owned();
-        if let Err(refused) = head.check_browser(&conn.buf, &runtime.browser) {
+        if let Err(refused) = check_browser(conn, &head, &runtime) {
             let reply = refused.to_reply();
             gateway.metrics.record_http("/tools/call", reply.status);
             return write_reply(conn, &reply, false).await;
@@ -349,6 +343,20 @@ impl Front {
         drop(serving);
         write_reply(conn, &reply, keep_alive).await
     }
+}
+
+/// The browser checks of a call's head, the `Host` one skipped when this
+/// connection's last accepted `Host` was the same under the same runtime.
+fn check_browser(conn: &mut Connection, head: &CallHead, runtime: &Arc<Runtime>) -> Result<(), FrontError> {
+    let host = &conn.buf[head.host.clone()];
+    let known = conn.accepted_host.as_ref().is_some_and(|(seen_under, seen)| {
+        std::ptr::eq(seen_under.as_ptr(), Arc::as_ptr(runtime)) && seen.as_slice() == host
+    });
+    if !known {
+        runtime.browser.check_host(Some(host))?;
+        conn.accepted_host = Some((Arc::downgrade(runtime), host.to_vec()));
+    }
+    runtime.browser.check_origin(head.origin.clone().map(|at| &conn.buf[at]), false)
 }
 
 /// Why no plain call's head came.
@@ -396,7 +404,7 @@ async fn read_call_head(
             conn.idle.as_mut().reset(deadline);
             head_deadline = Some(deadline);
         }
-        let Connection { stream, buf, idle, active, stopping, evicted, .. } = conn;
+        let Connection { stream, buf, idle, active, stopping, .. } = conn;
         let read = tokio::select! {
             biased;
             read = read_more(stream, buf) => Some(read),
@@ -404,8 +412,6 @@ async fn read_call_head(
             // Shutdown began: an idle connection closes at once, a partial
             // head goes unanswered (as on pingora's path).
             () = stopping.as_mut() => return Err(HeadWait::Done(Next::Close)),
-            // Closed to make room for a newer connection.
-            () = evicted.as_mut() => return Err(HeadWait::Done(Next::Close)),
         };
         let Some(read) = read else {
             if head_deadline.is_some() {
@@ -525,17 +531,7 @@ async fn read_body_within(conn: &mut Connection, len: usize, timeout: Duration) 
     if conn.buf.len() >= len {
         return Ok(Some(conn.buf.split_to(len).freeze()));
     }
-    let Connection { evicted, .. } = conn;
-    let mut evicted = evicted.as_mut();
-    // (The eviction future is taken apart from the rest of the connection.)
-    let body = fast_timeout(timeout, async {
-        tokio::select! {
-            biased;
-            body = read_body(&mut conn.stream, &mut conn.buf, len) => body,
-            () = evicted.as_mut() => None,
-        }
-    });
-    body.await
+    fast_timeout(timeout, read_body(&mut conn.stream, &mut conn.buf, len)).await
 }
 
 /// The body that follows a head, `len` bytes; `None` when the connection
