@@ -1,8 +1,9 @@
 //! The data plane on pingora.
 //!
 //! Routing depends on the body (the tool id is inside it), and pingora's
-//! proxy path cannot re-send a consumed body over 64 KB
-//! (shared/notes/pingora-body-routing.md). So the gateway is a pingora
+//! proxy path cannot re-send a consumed body over 64 KB (its retry buffer
+//! stops there: a body read in `request_filter` is lost past it, measured
+//! with pingora 0.9.1). So the gateway is a pingora
 //! application, not a `ProxyHttp`: pingora accepts connections and runs the
 //! workers; each request is answered here, its whole body read (up to
 //! `max_body_bytes`) and the call made with the gateway's own pooled client.
