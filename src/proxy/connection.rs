@@ -196,13 +196,13 @@ impl Front {
         if let Some(registered) = &registered {
             registered.set_busy(true);
         }
+        // Busy until the socket is this connection's own again: an eviction
+        // never touches a descriptor pingora's session may have closed.
         let back = self.proxy.serve_one(session, shutdown).await?;
-        if let Some(registered) = &registered {
-            registered.set_busy(false);
-        }
         let stream = take_socket(&back.stream).ok()?;
         if let Some(registered) = &registered {
             registered.set_fd(stream.as_raw_fd());
+            registered.set_busy(false);
         }
         // (The duplicate carries the connection on; this closes the original descriptor.)
         drop(back.stream);
