@@ -323,6 +323,13 @@ async fn a_loopback_gateway_refuses_a_rebound_host_unless_configured() {
     assert!(closed);
     let (answer, _) = exchange(&gw, b"GET /tools HTTP/1.1\r\nHost: attacker.example\r\n\r\n").await;
     assert_eq!(status_of(&answer), "421", "{answer}");
+    // An absolute-form target names its host itself: refused when it is not
+    // the Host (400, pingora's check) and when both are foreign (421).
+    let (answer, _) = exchange(&gw, b"GET http://attacker.example/tools HTTP/1.1\r\nHost: localhost\r\n\r\n").await;
+    assert_eq!(status_of(&answer), "400", "{answer}");
+    let (answer, _) =
+        exchange(&gw, b"GET http://attacker.example/tools HTTP/1.1\r\nHost: attacker.example\r\n\r\n").await;
+    assert_eq!(status_of(&answer), "421", "{answer}");
     assert_eq!(calc.call_count(), 0);
     for host in ["localhost", "127.0.0.1", "[::1]:80"] {
         let (answer, _) =

@@ -213,7 +213,13 @@ fn check_head(runtime: &Runtime, session: &Session, route: &'static str) -> Resu
     }
     let Session::H1(_) = session else { return Ok(Expect::Nothing) };
     let http11 = session.req_header().version == http::Version::HTTP_11;
-    head::check_raw_head(&session.to_h1_raw(), http11, &runtime.browser, route == "/mcp")
+    let expect = head::check_raw_head(&session.to_h1_raw(), http11, &runtime.browser, route == "/mcp")?;
+    // An absolute-form target's authority is the request's host (RFC 9112
+    // 3.2.2), whatever `Host` says.
+    if let Some(authority) = session.req_header().uri.authority() {
+        runtime.browser.check_host(Some(authority.as_str().as_bytes()))?;
+    }
+    Ok(expect)
 }
 
 /// Reads the body within `deadline`, first telling a client that waits
