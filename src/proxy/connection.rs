@@ -80,10 +80,11 @@ impl Front {
         let fd_room = open_files.map_or(usize::MAX, |n| usize::try_from(n / 2).unwrap_or(usize::MAX).max(1));
         let configured = proxy.gateway.runtime().config.server.max_connections;
         if configured > fd_room {
-            tracing::warn!(
+            // (Info, not a warning: the default is above what many hosts allow.)
+            tracing::info!(
                 max_connections = configured,
                 open_files_limit = open_files,
-                "server.max_connections is more than half the open-file limit allows; {fd_room} client connections at most"
+                "client connections capped at {fd_room}, half the open-file limit"
             );
         }
         Front { proxy: Arc::new(proxy), open: Arc::default(), fd_room }
