@@ -88,7 +88,8 @@ pub async fn execute_call(
     finished
 }
 
-/// Everything after resolution: validate, inject, forward, re-wrap.
+/// Everything after resolution: admit, validate, inject, claim the call id
+/// for its caller, forward, re-wrap.
 async fn run_resolved_call(
     runtime: &Runtime,
     route: &Route,
