@@ -140,8 +140,9 @@ impl OtcProxy {
         Reply::ok(Bytes::from(format!(r#"{{"$schema":"otc://1.0","status":"ok","tools":{tools}}}"#)))
     }
 
-    /// The MCP front (`mcp::server`): the Origin first (DNS rebinding
-    /// protection), then credentials, then one JSON-RPC message per POST.
+    /// The MCP front (`mcp::server`): credentials (its `Origin` and `Host`
+    /// were checked with the head, as on every route), then one JSON-RPC
+    /// message per POST.
     async fn mcp(&self, session: &mut Session, expect: Expect) -> Result<Reply, FrontError> {
         let (limit, deadline, caller) = {
             let runtime = self.gateway.runtime();
