@@ -9,18 +9,22 @@
 //! with httparse into only what the call needs.
 //!
 //! Anything else (other routes and methods, chunked bodies, `Expect`,
-//! `Connection: close`, HTTP/1.0, credentials that fail, the in-flight limit
-//! reached, a head httparse refuses) is handed to pingora untouched: the
-//! bytes read so far become its session's first bytes, and the connection
-//! stays with pingora from then on, its requests answered exactly as before
-//! (`OtcProxy`'s `HttpServerApp`). Nothing of a request is consumed until it
-//! is known to be served here, so a hand-over never loses a byte.
+//! `Connection: close`, HTTP/1.0, credentials that fail, a head httparse
+//! refuses) is handed to pingora untouched, one request at a time: the bytes
+//! read so far become its session's first bytes, pingora answers that one
+//! request (`OtcProxy::serve_one`), and the connection comes back here with
+//! whatever the client sent past it. So every head on a connection waits
+//! under this reader's keep-alive and header deadline, and every connection
+//! counts against one bound ([`OpenConnections`]). Nothing of a request is
+//! consumed until it is known to be served here, so a hand-over never loses
+//! a byte.
 //!
 //! The reader works on the bare socket, taken out of pingora's `Stream` when
 //! the connection is accepted ([`take_socket`]): that stream reads through a
 //! buffer of its own (a copy of every byte) and reads the clock twice for
 //! each read that waits, to time it. A hand-over wraps the socket in a new
-//! `Stream`.
+//! `Stream`, and takes it out again (a duplicate descriptor) after the
+//! reply.
 
 use std::future::Future;
 use std::ops::Range;
