@@ -554,7 +554,8 @@ async fn replicas_sharing_redis_keep_each_callers_call_ids_apart() {
 }
 
 /// The fingerprint entries were stored under before call_ids were scoped:
-/// the tool id and the input's canonical JSON.
+/// the tool id and the input's canonical JSON. Written out here because the
+/// gateway no longer computes it (its fingerprint now covers the context).
 fn unscoped_fingerprint(tool: &str, input: &Value) -> String {
     use sha2::{Digest, Sha256};
     fn canonical(hasher: &mut Sha256, value: &Value) {
