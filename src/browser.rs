@@ -19,7 +19,22 @@
 use std::net::{IpAddr, SocketAddr};
 
 use crate::config::{Config, OriginPattern};
-use crate::error::FrontError;
+
+/// Why the browser policy refused a request (the front maps it to 403 or
+/// 421 in `error.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BrowserRefusal {
+    /// An `Origin` not in `allowed_origins`; `mcp` when the route was
+    /// `/mcp`, which answers in JSON-RPC.
+    #[error("Origin not allowed")]
+    ForbiddenOrigin {
+        /// Whether the route was `/mcp`.
+        mcp: bool,
+    },
+    /// A `Host` this gateway does not answer.
+    #[error("Host not served by this gateway")]
+    MisdirectedHost,
+}
 
 /// The compiled `allowed_origins` and `allowed_hosts` of one config.
 #[derive(Debug, Clone)]
@@ -57,7 +72,7 @@ impl BrowserPolicy {
 
     /// Refuses an `Origin` header that is not allowed; `mcp` shapes the
     /// refusal as a JSON-RPC error for the `/mcp` route.
-    pub fn check_origin(&self, origin: Option<&[u8]>, mcp: bool) -> Result<(), FrontError> {
+    pub fn check_origin(&self, origin: Option<&[u8]>, mcp: bool) -> Result<(), BrowserRefusal> {
         let Some(origin) = origin else { return Ok(()) };
         let parsed = std::str::from_utf8(origin).ok().and_then(OriginPattern::parse);
         let allowed = match &parsed {
@@ -69,19 +84,19 @@ impl BrowserPolicy {
             return Ok(());
         }
         tracing::info!(origin = %String::from_utf8_lossy(&origin[..origin.len().min(200)]), "request refused: Origin not allowed");
-        Err(FrontError::ForbiddenOrigin { mcp })
+        Err(BrowserRefusal::ForbiddenOrigin { mcp })
     }
 
     /// Refuses a `Host` (or request-target authority) the gateway does not
     /// answer. A request without one (HTTP/1.0) has nothing to check.
-    pub fn check_host(&self, host: Option<&[u8]>) -> Result<(), FrontError> {
+    pub fn check_host(&self, host: Option<&[u8]>) -> Result<(), BrowserRefusal> {
         let (HostRule::Only { loopback, names }, Some(host)) = (&self.hosts, host) else { return Ok(()) };
-        let Some(name) = host_name(host) else { return Err(FrontError::MisdirectedHost) };
+        let Some(name) = host_name(host) else { return Err(BrowserRefusal::MisdirectedHost) };
         if (*loopback && is_loopback_name(name)) || names.iter().any(|n| n.eq_ignore_ascii_case(name)) {
             return Ok(());
         }
         tracing::info!(host = %String::from_utf8_lossy(&host[..host.len().min(200)]), "request refused: Host not served");
-        Err(FrontError::MisdirectedHost)
+        Err(BrowserRefusal::MisdirectedHost)
     }
 }
 
@@ -170,7 +185,7 @@ mod tests {
             assert!(local.check_host(Some(ok.as_bytes())).is_ok(), "{ok}");
         }
         for bad in ["evil.example.com", "evil.example.com:8080", "localhost.evil.com", "10.0.0.1", "", "a:b", "[::1"] {
-            assert!(matches!(local.check_host(Some(bad.as_bytes())), Err(FrontError::MisdirectedHost)), "{bad}");
+            assert!(matches!(local.check_host(Some(bad.as_bytes())), Err(BrowserRefusal::MisdirectedHost)), "{bad}");
         }
         assert!(local.check_host(None).is_ok(), "HTTP/1.0 without Host");
         let configured = policy("[server]\nlisten = \"127.0.0.1:8080\"\nallowed_hosts = [\"Tools.Internal\"]\n");

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use serde_json::Value;
 
 use crate::auth::AuthError;
+use crate::browser::BrowserRefusal;
 use crate::catalog::LookupError;
 use crate::resolve::ToolIdError;
 use crate::vault::VaultError;
@@ -154,6 +155,15 @@ pub enum FrontError {
         /// The upstream's error body.
         body: Value,
     },
+}
+
+impl From<BrowserRefusal> for FrontError {
+    fn from(refusal: BrowserRefusal) -> FrontError {
+        match refusal {
+            BrowserRefusal::ForbiddenOrigin { mcp } => FrontError::ForbiddenOrigin { mcp },
+            BrowserRefusal::MisdirectedHost => FrontError::MisdirectedHost,
+        }
+    }
 }
 
 /// A response ready to be written: status, extra headers, JSON body.

@@ -156,24 +156,21 @@ impl RateLimits {
         if self.checks.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
             self.sweep();
         }
-        let matching: Vec<&Limit> =
-            self.limits.iter().filter(|l| l.config.tools.iter().any(|p| p.matches(key))).map(|l| &**l).collect();
-        if matching.is_empty() {
-            return Ok(());
-        }
-        let now = self.now();
-        let mut locked: Vec<_> = matching.iter().map(|limit| limit.lock()).collect();
-        let mut admitted = Vec::with_capacity(matching.len());
-        for (limit, buckets) in matching.iter().zip(&locked) {
+        // Each matching limit, locked in config order, with the arrival time
+        // the call would give it; nothing is written until all have room.
+        let mut admitted = Vec::new();
+        let mut now = None;
+        for limit in self.limits.iter().filter(|l| l.config.tools.iter().any(|p| p.matches(key))) {
+            let now = *now.get_or_insert_with(|| self.now());
+            let buckets = limit.lock();
             let tat = buckets.get(limit.key(caller)).copied().unwrap_or(now).max(now);
             let next = tat.saturating_add(limit.interval);
             if next - now > limit.tolerance {
-                let wait = Duration::from_nanos(next - now - limit.tolerance);
-                return Err((limit.config.name.clone(), wait));
+                return Err((limit.config.name.clone(), Duration::from_nanos(next - now - limit.tolerance)));
             }
-            admitted.push(next);
+            admitted.push((limit, buckets, next));
         }
-        for ((limit, buckets), next) in matching.iter().zip(locked.iter_mut()).zip(admitted) {
+        for (limit, mut buckets, next) in admitted {
             match buckets.get_mut(limit.key(caller)) {
                 Some(tat) => *tat = next,
                 None => {

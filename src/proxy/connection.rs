@@ -361,7 +361,7 @@ fn check_browser(conn: &mut Connection, head: &CallHead, runtime: &Arc<Runtime>)
         runtime.browser.check_host(Some(host))?;
         conn.accepted_host = Some((Arc::downgrade(runtime), host.to_vec()));
     }
-    runtime.browser.check_origin(head.origin.clone().map(|at| &conn.buf[at]), false)
+    Ok(runtime.browser.check_origin(head.origin.clone().map(|at| &conn.buf[at]), false)?)
 }
 
 /// Why no plain call's head came.
