@@ -5,67 +5,12 @@
 //! caller gets up to N times the rate; size `rate` as the total divided by N.
 
 use std::collections::HashMap;
-use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::de::Error as _;
-use serde::{Deserialize, Deserializer};
-
 use crate::auth::{Caller, CallerKind};
-use crate::policy::ToolPattern;
-
-/// One `[[rate_limit]]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct RateLimitConfig {
-    /// A name, for logs.
-    pub name: String,
-    /// The tools it applies to (`Toolkit.Name` patterns, `*` wildcards).
-    pub tools: Vec<ToolPattern>,
-    /// `user`: a bucket per caller (anonymous callers share one); `global`:
-    /// one bucket for everyone.
-    pub per: Per,
-    /// `"5/s"`, `"100/m"` or `"1000/h"`.
-    pub rate: Rate,
-    /// Calls allowed at once above the steady rate (default: the rate's count).
-    #[serde(default)]
-    pub burst: Option<u32>,
-}
-
-/// Whose bucket a call counts against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Per {
-    /// One bucket per caller.
-    User,
-    /// One bucket shared by all.
-    Global,
-}
-
-/// A count per period.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rate {
-    count: NonZeroU32,
-    period: Duration,
-}
-
-impl<'de> Deserialize<'de> for Rate {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        let bad = || D::Error::custom(format!("invalid rate {text:?}: write e.g. \"5/s\", \"100/m\" or \"1000/h\""));
-        let (count, unit) = text.split_once('/').ok_or_else(bad)?;
-        let count = count.trim().parse::<u32>().ok().and_then(NonZeroU32::new).ok_or_else(bad)?;
-        let period = match unit.trim() {
-            "s" => Duration::from_secs(1),
-            "m" => Duration::from_secs(60),
-            "h" => Duration::from_secs(3600),
-            _ => return Err(bad()),
-        };
-        Ok(Rate { count, period })
-    }
-}
+use crate::config::{Per, RateLimitConfig};
 
 /// The limits of one config, with their buckets.
 pub struct RateLimits {
@@ -200,6 +145,7 @@ impl RateLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde::Deserialize;
 
     fn limits(toml_text: &str) -> RateLimits {
         #[derive(Deserialize)]

@@ -17,8 +17,9 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
-use otc_gateway::auth::{AuthConfig, AuthError, AuthMode, Authenticator, CallerKind};
-use otc_gateway::vault::{SecretRef, SecretResolver};
+use otc_gateway::auth::{AuthError, Authenticator, CallerKind};
+use otc_gateway::config::{AuthConfig, AuthMode, SecretRef};
+use otc_gateway::vault::SecretResolver;
 use serde_json::{json, Value};
 
 const HS_SECRET: &str = "test-hs256-secret-that-is-long-enough-0123456789";

@@ -10,10 +10,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::{add, add_schema, catalog, free_addr, html_500, tool, tool_error, Gateway, Resp, ToolServer};
 use otc_gateway::auth::Caller;
-use otc_gateway::config::Dur;
-use otc_gateway::idempotency::{
-    CallKey, CallerScope, Decision, Fingerprint, IdempotencyConfig, IdempotencyStore, StoredCall,
-};
+use otc_gateway::config::{Dur, IdempotencyConfig};
+use otc_gateway::idempotency::{CallKey, CallerScope, Decision, Fingerprint, IdempotencyStore, StoredCall};
 use otc_gateway::wire::{CallContext, CallResult};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -8,7 +8,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use kv2::Kv2Server;
-use otc_gateway::vault::{SecretRef, SecretResolver, VaultConfig, VaultError};
+use otc_gateway::config::{SecretRef, VaultConfig};
+use otc_gateway::vault::{SecretResolver, VaultError};
 use serde_json::json;
 
 const TOKEN: &str = "hvs.test-root-token-0123456789";

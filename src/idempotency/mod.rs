@@ -31,34 +31,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::auth::{Caller, CallerKind};
-use crate::config::Dur;
+use crate::config::IdempotencyConfig;
 use crate::wire::{CallContext, CallResult};
-
-/// `[idempotency]`.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct IdempotencyConfig {
-    /// How long a call's answer is kept for its `call_id`.
-    pub ttl: Dur,
-    /// `redis://host:port[/db]` to share entries between replicas; in memory
-    /// when absent.
-    pub store: Option<String>,
-    /// In memory: the most entries kept (the oldest go first).
-    pub max_entries: usize,
-    /// In memory: the most bytes of answers kept (the oldest go first).
-    pub max_bytes: usize,
-}
-
-impl Default for IdempotencyConfig {
-    fn default() -> Self {
-        IdempotencyConfig {
-            ttl: Dur(Duration::from_secs(600)),
-            store: None,
-            max_entries: 100_000,
-            max_bytes: 64 * 1024 * 1024,
-        }
-    }
-}
 
 /// Who a `call_id` belongs to: the authenticated caller (how they were
 /// identified and their user id), or for an anonymous caller everything

@@ -26,6 +26,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::FromRedisValue;
 
 use super::{Claim, Fingerprint, IdempotencyError, Store, StoredCall, Token};
+use crate::config::redact;
 
 /// Every key this store writes starts with this. `v2`: keys are scoped to
 /// their caller; entries written before (`otc-gateway:idem:<call_id>`, for
@@ -225,14 +226,6 @@ fn parse(value: &str) -> Stored<'_> {
         (Some("P"), Some(fp), Some(_token)) => Stored::Pending(fp),
         (Some("D"), Some(fp), Some(answer)) => Stored::Done(fp, answer),
         _ => Stored::Other,
-    }
-}
-
-/// The URL without its password, for logs and errors.
-pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => format!("{}***{}", &url[..scheme + 3], &url[at..]),
-        _ => url.to_owned(),
     }
 }
 

@@ -25,7 +25,6 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http::HeaderMap;
-use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
 use super::jsonrpc::{
@@ -35,7 +34,6 @@ use super::{is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSION_HEAD
 use crate::auth::Caller;
 use crate::call::{execute_call, ParsedCall};
 use crate::catalog::Catalog;
-use crate::config::OriginPattern;
 use crate::error::{FrontError, Reply};
 use crate::gateway::Gateway;
 use crate::resolve::{ToolRef, VersionRequest};
@@ -46,15 +44,6 @@ const PAGE_SIZE: usize = 500;
 
 /// The `_meta` prefix of what the gateway adds.
 const META: &str = "otc-gateway";
-
-/// `[mcp]`: the MCP front.
-#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct McpConfig {
-    /// The older name of `[server] allowed_origins`, still accepted: it
-    /// applies to every data-plane route when that is not set.
-    pub allowed_origins: Option<Vec<OriginPattern>>,
-}
 
 /// The MCP front's state: the tool name table, built once per catalog.
 #[derive(Debug, Default)]

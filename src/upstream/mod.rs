@@ -18,8 +18,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use crate::circuit::Circuit;
+use crate::config::SecretRef;
 use crate::config::{Protocol, UpstreamConfig};
-use crate::vault::SecretRef;
 use http1::{ExchangeError, Http1Client};
 
 /// A configured upstream, ready to be called.

@@ -17,8 +17,9 @@ use std::time::{Duration, Instant};
 use http::{HeaderName, HeaderValue, StatusCode, Uri};
 
 use super::http_client::{self, HttpClient};
-use super::{check_token_ref, env, FileSource, SecretRef, SecretSource, VaultConfig};
+use super::{env, FileSource, SecretSource};
 use super::{VaultError, VaultStats};
+use crate::config::{check_token_ref, SecretRef, VaultConfig};
 use crate::secret::SecretString;
 
 /// At most this many secrets are cached; per-user paths (OAuth tokens) would

@@ -15,11 +15,21 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
-use crate::auth::AuthConfig;
-use crate::idempotency::IdempotencyConfig;
-use crate::policy::PolicyConfig;
-use crate::ratelimit::RateLimitConfig;
-use crate::vault::{SecretRef, VaultConfig};
+mod auth;
+mod duration;
+mod idempotency;
+mod mcp;
+mod policy;
+mod secret_ref;
+mod vault;
+
+pub use auth::{ApiKeyConfig, AuthConfig, AuthMode};
+pub use duration::{deserialize_duration, Dur};
+pub use idempotency::{redact, IdempotencyConfig};
+pub use mcp::McpConfig;
+pub use policy::{Per, PolicyConfig, Rate, RateLimitConfig, ToolPattern, When, MAX_POLICIES};
+pub use secret_ref::{SecretRef, SecretRefError, USER_ID_TEMPLATE};
+pub use vault::{check_token_ref, VaultConfig};
 
 /// Why a config could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -80,7 +90,7 @@ pub struct Config {
     pub rate_limit: Vec<RateLimitConfig>,
     /// `[mcp]`: the MCP front at `/mcp`.
     #[serde(default)]
-    pub mcp: crate::mcp::server::McpConfig,
+    pub mcp: McpConfig,
 }
 
 impl Config {
@@ -274,23 +284,6 @@ pub enum Protocol {
     Mcp,
 }
 
-/// A duration written as a string: "500ms", "10s", "5m".
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Dur(pub Duration);
-
-impl<'de> Deserialize<'de> for Dur {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let text = String::deserialize(d)?;
-        let parsed = humantime::parse_duration(&text).map_err(|e| {
-            D::Error::custom(format!("invalid duration {text:?} ({e}); write e.g. \"500ms\", \"10s\", \"5m\""))
-        })?;
-        if parsed.is_zero() {
-            return Err(D::Error::custom(format!("duration {text:?} must be greater than zero")));
-        }
-        Ok(Dur(parsed))
-    }
-}
-
 /// An upstream name: `[a-z0-9_-]+`, so it is safe as a metrics label.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct UpstreamName(pub String);
@@ -363,7 +356,11 @@ pub struct ToolVersion(pub String);
 impl<'de> Deserialize<'de> for ToolVersion {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        if crate::resolve::parse_tool_version(&text).is_none() {
+        // The tool-version grammar of the catalog (`resolve`), checked here
+        // with semver, which also refuses leading zeros.
+        let version = semver::Version::parse(&text).ok();
+        let plain = version.is_some_and(|v| v.pre.is_empty() && v.build.is_empty());
+        if !plain || text.split('.').any(|field| field.len() > 18) {
             return Err(D::Error::custom(format!("invalid version {text:?}: write x.y.z, e.g. \"1.0.0\"")));
         }
         Ok(ToolVersion(text))
@@ -389,8 +386,8 @@ impl Config {
     /// The rules that span fields.
     fn validate(&self, text: &str) -> Result<(), String> {
         let line = |span: std::ops::Range<usize>| line_of(text, span.start);
-        if self.policy.len() > crate::policy::MAX_POLICIES {
-            return Err(format!("policy: at most {} [[policy]] sections", crate::policy::MAX_POLICIES));
+        if self.policy.len() > MAX_POLICIES {
+            return Err(format!("policy: at most {} [[policy]] sections", MAX_POLICIES));
         }
         let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, upstream) in self.upstreams.iter().enumerate() {
@@ -439,7 +436,7 @@ impl Config {
             // Parsed here (no connection is made) so a typo fails the load;
             // shown without its password.
             if !store.starts_with("redis://") || redis::Client::open(store.as_str()).is_err() {
-                let shown = crate::idempotency::redis::redact(store);
+                let shown = redact(store);
                 return Err(format!("idempotency.store: {shown:?} must be a redis://[:password@]host:port[/db] URL"));
             }
         }
