@@ -15,10 +15,11 @@ use crate::gateway::{upstream_bearer, Gateway, Runtime};
 use crate::idempotency::{CallerScope, Decision, Fingerprint, Pending, StoredCall};
 use crate::metrics::CallOutcome;
 use crate::resolve::parse_tool_id;
-use crate::upstream::{CallReply, ForwardError};
+use crate::trace::OutgoingTrace;
+use crate::upstream::{ForwardError, UpstreamCall, UpstreamReply};
 use crate::wire::{
     self, is_supported_schema, AuthorizationToken, CallBody, CallContext, CallResult, SecretValue, ToolDefinition,
-    UpstreamCallRequest,
+    UpstreamResult,
 };
 
 /// A call request after parsing: the canonical form of whatever shape came in.
@@ -390,7 +391,7 @@ pub async fn forward_call<'r>(
     input: &Value,
     context: &CallContext,
     max_response: usize,
-) -> Result<(&'r Target, Result<CallReply, ForwardError>), FrontError> {
+) -> Result<(&'r Target, Result<UpstreamReply, ForwardError>), FrontError> {
     let mut unreachable = Vec::new();
     let mut retry_after: Option<Duration> = None;
     for target in route.targets_in_turn() {
@@ -404,32 +405,8 @@ pub async fn forward_call<'r>(
                 requirement: format!("bearer_token of upstream {}", target.upstream.name),
                 source,
             })?;
-        let forwarded = match &target.upstream.mcp {
-            // MCP: `tools/call` under the tool's original MCP name.
-            Some(mcp) => {
-                crate::mcp::upstream::call(
-                    &target.upstream,
-                    mcp,
-                    &target.upstream_id,
-                    input,
-                    context,
-                    authorization,
-                    max_response,
-                )
-                .await
-            }
-            None => {
-                let body = wire::upstream_call_body(&UpstreamCallRequest {
-                    tool_id: &target.upstream_id,
-                    call_id,
-                    trace_id: trace.trace_id,
-                    input,
-                    context,
-                });
-                let traceparent = crate::trace::traceparent(trace.traceparent, trace.trace_id);
-                target.upstream.call(&body, authorization, traceparent.as_bytes(), max_response).await
-            }
-        };
+        let call = UpstreamCall { tool: &target.upstream_id, call_id, trace, input, context };
+        let forwarded = target.upstream.call(call, authorization, max_response).await;
         match forwarded {
             Err(e @ ForwardError::Connect { .. }) => {
                 tracing::warn!(upstream = target.upstream.name, error = %e, "upstream unreachable; trying the next replica if any");
@@ -441,19 +418,9 @@ pub async fn forward_call<'r>(
     Err(FrontError::Unavailable { detail: unreachable.join("; "), retry_after })
 }
 
-/// What a call carries for tracing: the body's `trace_id` and the client's
-/// `traceparent` header.
-#[derive(Debug, Clone, Copy)]
-pub struct OutgoingTrace<'a> {
-    /// The client's `trace_id`, forwarded in the body.
-    pub trace_id: Option<&'a str>,
-    /// The client's `traceparent`, continued in the upstream's header.
-    pub traceparent: Option<&'a str>,
-}
-
 /// Re-wrap: the upstream's answer (or failure) as a canonical `CallResult`.
 pub fn rewrap_response(
-    forwarded: Result<CallReply, ForwardError>,
+    forwarded: Result<UpstreamReply, ForwardError>,
     target: &Target,
     call_id: String,
     took: Duration,
@@ -467,9 +434,17 @@ pub fn rewrap_response(
         value: None,
         error: Some(wire::tool_error(message, &detail, can_retry)),
     };
+    let finished = |r: UpstreamResult| CallResult {
+        call_id: call_id.clone(),
+        duration: r.duration.unwrap_or(elapsed_ms),
+        success: r.success,
+        value: r.value,
+        error: r.error,
+    };
     let upstream = &target.upstream.name;
     let reply = match forwarded {
-        Ok(reply) => reply,
+        Ok(UpstreamReply::Http(reply)) => reply,
+        Ok(UpstreamReply::Result(result)) => return Ok(finished(result)),
         Err(e @ ForwardError::Timeout { .. }) => {
             return Ok(failed("The tool did not answer in time", e.to_string(), true));
         }
@@ -477,13 +452,7 @@ pub fn rewrap_response(
     };
     match reply.status.as_u16() {
         200..=299 => match wire::normalise_tool_response(&reply.body) {
-            Ok(r) => Ok(CallResult {
-                call_id,
-                duration: r.duration.unwrap_or(elapsed_ms),
-                success: r.success,
-                value: r.value,
-                error: r.error,
-            }),
+            Ok(r) => Ok(finished(r)),
             Err(e) => Ok(failed(
                 "The tool server gave an answer the gateway could not read",
                 format!("upstream {upstream}: {e}; body starts {}", snippet(&reply.body)),

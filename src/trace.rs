@@ -83,6 +83,16 @@ fn write_hex(out: &mut [u8], bytes: &[u8]) {
     }
 }
 
+/// What a call carries for tracing: the body's `trace_id` and the client's
+/// `traceparent` header.
+#[derive(Debug, Clone, Copy)]
+pub struct OutgoingTrace<'a> {
+    /// The client's `trace_id`, forwarded in the body.
+    pub trace_id: Option<&'a str>,
+    /// The client's `traceparent`, continued in the upstream's header.
+    pub traceparent: Option<&'a str>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,7 @@
 //! catalog parsers panic.
 
 use otc_gateway::call::parse_call;
-use otc_gateway::catalog::dialect::{normalise_catalog, DialectDefaults};
+use otc_gateway::dialect::{normalise_catalog, DialectDefaults};
 use otc_gateway::resolve::{parse_tool_id, VersionRequest};
 use otc_gateway::wire::{nesting_within, normalise_tool_response};
 use proptest::prelude::*;

@@ -24,7 +24,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::AuthError;
-use crate::vault::http_client::{self, HttpClient};
+use crate::http_client::{self, HttpClient};
 
 /// Algorithms accepted with a key from the JWKS.
 const JWKS_ALGORITHMS: [Algorithm; 8] = [

@@ -5,7 +5,6 @@
 //! swap, so a request sees one consistent catalog from start to end and the
 //! hot path reads it without a lock.
 
-pub mod dialect;
 pub mod merge;
 pub mod poll;
 
@@ -20,7 +19,7 @@ use serde::Serialize;
 use crate::resolve::{ToolRef, VersionRequest};
 use crate::upstream::Upstream;
 
-pub use dialect::CatalogTool;
+pub use crate::dialect::CatalogTool;
 
 /// Every tool's versions by `Toolkit.Name`. foldhash, not SipHash: a call
 /// looks its tool up here, and the keys come from upstreams' catalogs.

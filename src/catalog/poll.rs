@@ -15,7 +15,6 @@ use arc_swap::{ArcSwap, Guard};
 use http::HeaderValue;
 use serde::Serialize;
 
-use super::dialect::{normalise_catalog, DialectDefaults};
 use super::{merge::merge, Catalog, CatalogTool};
 use crate::upstream::{Fetched, Upstream};
 
@@ -130,12 +129,7 @@ impl CatalogStore {
                     entry.etag = etag;
                     None
                 } else {
-                    let defaults =
-                        DialectDefaults { toolkit: upstream.toolkit.as_deref(), version: upstream.version.as_deref() };
-                    let normalised = match upstream.mcp {
-                        Some(_) => crate::mcp::upstream::normalise_catalog(upstream, &body),
-                        None => normalise_catalog(&body, defaults),
-                    };
+                    let normalised = upstream.read_catalog(&body);
                     match normalised {
                         Ok((tools, skipped)) => {
                             for s in &skipped {

@@ -34,7 +34,7 @@ use super::jsonrpc::{ErrorObject, Message, OutgoingRequest, OutgoingResponse, ME
 use super::sse::SseParser;
 use super::{is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 use crate::circuit::Circuit;
-use crate::upstream::error_chain;
+use crate::http_client::error_chain;
 
 /// The most pages of `tools/list` read: a server whose cursors never end
 /// must not keep a poller busy forever.

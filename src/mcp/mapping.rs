@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::catalog::dialect::{normalise_catalog, CatalogShapeError, DialectDefaults, Skipped};
-use crate::catalog::CatalogTool;
+use crate::dialect::{normalise_catalog, CatalogShapeError, CatalogTool, DialectDefaults, Skipped};
+use crate::wire::{RawJson, UpstreamResult};
 
 /// What an MCP upstream's config adds to its tools.
 #[derive(Debug, Clone, Copy, Default)]
@@ -128,12 +128,12 @@ fn otc_name(name: &str) -> String {
 /// - else one text item: its text, parsed as JSON where it is JSON;
 ///   several items: an array of them (texts likewise, other items as MCP
 ///   sent them); none: `null`.
-pub fn call_result(result: &Value) -> Value {
+pub fn call_result(result: &Value) -> UpstreamResult {
     let content = result.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     if result.get("isError").and_then(Value::as_bool) == Some(true) {
         let texts: Vec<&str> = content.iter().filter_map(text_of).collect();
         let message = if texts.is_empty() { "The tool failed".to_owned() } else { texts.join("\n") };
-        return json!({"success": false, "error": {"message": message}});
+        return failed(json!({"message": message}));
     }
     let value = match result.get("structuredContent") {
         Some(structured) if !structured.is_null() => structured.clone(),
@@ -143,19 +143,24 @@ pub fn call_result(result: &Value) -> Value {
             many => Value::Array(many.iter().map(content_value).collect()),
         },
     };
-    json!({"success": true, "value": value})
+    UpstreamResult { duration: None, success: true, value: Some(RawJson::from_value(&value)), error: None }
 }
 
 /// A JSON-RPC error to `tools/call` as an OTC outcome: the tool did not run.
-pub fn rpc_error(code: i64, message: &str, data: Option<&Value>) -> Value {
+pub fn rpc_error(code: i64, message: &str, data: Option<&Value>) -> UpstreamResult {
     let mut developer_message = format!("MCP JSON-RPC error {code}: {message}");
     if let Some(data) = data {
         developer_message.push_str(&format!("; data: {data}"));
     }
-    json!({"success": false, "error": {
+    failed(json!({
         "message": format!("The tool server refused the call: {message}"),
         "developer_message": developer_message,
-    }})
+    }))
+}
+
+/// A failed outcome with `error`.
+fn failed(error: Value) -> UpstreamResult {
+    UpstreamResult { duration: None, success: false, value: None, error: Some(error) }
 }
 
 fn text_of(item: &Value) -> Option<&str> {
@@ -236,21 +241,29 @@ mod tests {
         assert_eq!(requirements.authorization[0].id, "google");
     }
 
+    /// A result as the JSON an OTC upstream would have answered.
+    fn shape(result: UpstreamResult) -> Value {
+        match result.success {
+            true => json!({"success": true, "value": result.value.map(|v| v.to_value())}),
+            false => json!({"success": false, "error": result.error}),
+        }
+    }
+
     #[test]
     fn results_map_to_values_and_errors() {
         let structured = json!({"content": [{"type": "text", "text": "{\"t\": 1}"}], "structuredContent": {"t": 1}});
-        assert_eq!(call_result(&structured), json!({"success": true, "value": {"t": 1}}));
+        assert_eq!(shape(call_result(&structured)), json!({"success": true, "value": {"t": 1}}));
         let number = json!({"content": [{"type": "text", "text": "42"}]});
-        assert_eq!(call_result(&number), json!({"success": true, "value": 42}));
+        assert_eq!(shape(call_result(&number)), json!({"success": true, "value": 42}));
         let text = json!({"content": [{"type": "text", "text": "hello"}], "isError": false});
-        assert_eq!(call_result(&text), json!({"success": true, "value": "hello"}));
+        assert_eq!(shape(call_result(&text)), json!({"success": true, "value": "hello"}));
         let image = json!({"type": "image", "data": "AA==", "mimeType": "image/png"});
         let many = json!({"content": [{"type": "text", "text": "[1]"}, image]});
-        assert_eq!(call_result(&many), json!({"success": true, "value": [[1], image]}));
-        assert_eq!(call_result(&json!({"content": []})), json!({"success": true, "value": null}));
+        assert_eq!(shape(call_result(&many)), json!({"success": true, "value": [[1], image]}));
+        assert_eq!(shape(call_result(&json!({"content": []}))), json!({"success": true, "value": null}));
         let failed = json!({"content": [{"type": "text", "text": "boom"}], "isError": true});
-        assert_eq!(call_result(&failed), json!({"success": false, "error": {"message": "boom"}}));
-        let refused = rpc_error(-32602, "Unknown tool", None);
+        assert_eq!(shape(call_result(&failed)), json!({"success": false, "error": {"message": "boom"}}));
+        let refused = shape(rpc_error(-32602, "Unknown tool", None));
         assert_eq!(refused["success"], false);
         assert!(refused["error"]["developer_message"].as_str().is_some_and(|m| m.contains("-32602")));
     }

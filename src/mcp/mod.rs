@@ -1,5 +1,7 @@
-//! The MCP bridge: Model Context Protocol servers as upstreams, and an MCP
-//! endpoint (`/mcp`) in front of the whole catalog.
+//! The Model Context Protocol: its messages, and the client the gateway
+//! talks to MCP upstreams with. A building block: the MCP upstream
+//! (`upstream/mcp.rs`) and the `/mcp` endpoint (`mcp_endpoint.rs`) both use
+//! it, and it uses neither.
 //!
 //! Both directions speak the streamable HTTP transport of MCP revision
 //! 2025-11-25 (and accept 2025-06-18 and 2025-03-26). One module per job:
@@ -8,17 +10,12 @@
 //! - [`sse`]: reading a `text/event-stream` reply;
 //! - [`client`]: a streamable HTTP client for an MCP upstream (sessions,
 //!   initialize, tools/list, tools/call);
-//! - [`mapping`]: MCP tools and results to OTC definitions and results;
-//! - [`upstream`]: the MCP upstream as the catalog poller and the call
-//!   pipeline see it;
-//! - [`server`]: the `/mcp` front.
+//! - [`mapping`]: MCP tools and results to OTC definitions and results.
 
 pub mod client;
 pub mod jsonrpc;
 pub mod mapping;
-pub mod server;
 pub mod sse;
-pub mod upstream;
 
 /// The MCP revisions the gateway speaks, newest first.
 pub const PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];

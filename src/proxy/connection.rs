@@ -42,16 +42,16 @@ use pingora::protocols::Stream;
 use pingora::server::ShutdownWatch;
 use pingora_timeout::fast_timeout::fast_timeout;
 use pingora_timeout::Elapsed;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 use super::open_connections::{OpenConnections, Registered};
-use super::{header_line_size, InFlight, OtcProxy};
+use super::{InFlight, OtcProxy};
 use crate::auth::{Credentials, API_KEY_HEADER};
 use crate::error::{FrontError, Reply};
 use crate::gateway::Runtime;
-use crate::upstream::http1::decimal;
+use crate::http1::{self, decimal, header_line_size};
 
 /// How long an idle connection waits for its next request, at least: here up
 /// to twice that (see `Connection::idle`); pingora's keep-alive default,
@@ -522,10 +522,7 @@ fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Pars
 
 /// Reads more of the connection into its buffer; 0 when the client closed.
 async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> std::io::Result<usize> {
-    if buf.capacity() - buf.len() < 1024 {
-        buf.reserve(READ_BUF);
-    }
-    stream.read_buf(buf).await
+    http1::read_more(stream, buf, READ_BUF).await
 }
 
 /// The body that follows a head, `len` bytes, within `timeout`; `Ok(None)`
@@ -588,6 +585,7 @@ async fn serve_through_pingora(proxy: &Arc<OtcProxy>, stream: Stream, read: Byte
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncReadExt;
 
     /// Parses `head` with a `Host` line added after its request line.
     fn parse(head: &str) -> Parsed {

@@ -40,6 +40,7 @@ use crate::auth::Caller;
 use crate::call::call_tool;
 use crate::error::{FrontError, Reply};
 use crate::gateway::{Gateway, Runtime};
+use crate::http1::header_line_size;
 use head::Expect;
 
 /// The gateway's front as a pingora HTTP application.
@@ -49,7 +50,7 @@ pub struct OtcProxy {
     /// Requests whose body has arrived and that are being worked on: what
     /// `server.max_in_flight` bounds.
     admitted: Arc<AtomicUsize>,
-    mcp: crate::mcp::server::McpFront,
+    mcp: crate::mcp_endpoint::McpEndpoint,
 }
 
 /// Counts a request as in flight until dropped.
@@ -195,12 +196,6 @@ fn authenticate(runtime: &Runtime, session: &Session) -> Result<Caller, FrontErr
         tracing::debug!(error = %e, "request refused: bad or missing credentials");
         FrontError::Unauthenticated(e)
     })
-}
-
-/// The bytes one header line takes, as `max_header_bytes` counts them (name,
-/// `": "`, value, CRLF). Both readers count with it.
-fn header_line_size(name: &str, value: &[u8]) -> usize {
-    name.len() + value.len() + 4
 }
 
 /// Refuses oversized headers, then runs the checks every head passes

@@ -1,26 +1,29 @@
-//! One tool server behind the gateway: its settings and its HTTP clients.
+//! One tool server behind the gateway: its settings, and the one place that
+//! knows whether it speaks OTC or MCP.
 //!
-//! Each upstream has clients of its own, so that its connect timeout and its
-//! connection pools are its own; connections are reused across calls. Calls
-//! go through the lean client in [`http1`]; catalog fetches, a few a minute,
-//! through hyper-util's.
+//! An [`Upstream`] is built from its config entry once (and kept across
+//! reloads that leave it unchanged, with its circuit and pools). Everything
+//! protocol-specific sits behind [`Protocol`]: [`otc`] (GET /tools, POST
+//! /tools/call over the lean [`call_client`]) and [`mcp`] (tools/list and
+//! tools/call through the MCP client). The catalog poller and the call
+//! pipeline only see the three questions every upstream answers: fetch the
+//! catalog, read it into tool definitions, run a call.
 
-pub mod http1;
+mod call_client;
+mod mcp;
+mod otc;
 
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{ACCEPT, AUTHORIZATION, ETAG, IF_NONE_MATCH};
-use http::{HeaderValue, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
+use http::{HeaderValue, StatusCode};
+use serde_json::Value;
 
 use crate::circuit::Circuit;
-use crate::config::SecretRef;
-use crate::config::{Protocol, UpstreamConfig};
-use http1::{ExchangeError, Http1Client};
+use crate::config::{self, SecretRef, UpstreamConfig};
+use crate::dialect::{CatalogShapeError, CatalogTool, Skipped};
+use crate::trace::OutgoingTrace;
+use crate::wire::{CallContext, UpstreamResult};
 
 /// A configured upstream, ready to be called.
 #[derive(Debug)]
@@ -31,8 +34,6 @@ pub struct Upstream {
     pub order: usize,
     /// The higher wins when two upstreams serve the same tool id.
     pub priority: i64,
-    /// The protocol it speaks.
-    pub protocol: Protocol,
     /// Toolkit for bare tool ids.
     pub toolkit: Option<String>,
     /// Version for definitions without one.
@@ -43,19 +44,18 @@ pub struct Upstream {
     pub bearer_token: Option<SecretRef>,
     /// Fails calls fast while the upstream refuses connections.
     pub circuit: Circuit,
-    tools_uri: Uri,
-    /// Calls' connections, made and used by the calls' own tasks on the data
-    /// plane's threads.
-    call_client: Http1Client,
-    /// Catalog fetches' own pool, driven by the control runtime: a call that
-    /// borrowed one of these connections would wake another thread for every
-    /// read and write.
-    catalog_client: Client<HttpConnector, Full<Bytes>>,
-    /// The MCP client, for `protocol = "mcp"` (whose `url` is the MCP
-    /// endpoint itself); catalog fetches and calls go through it.
-    pub mcp: Option<crate::mcp::client::McpClient>,
-    /// MCP: the `[authorization]` provider whose per-user token is sent.
-    pub user_token: Option<String>,
+    /// What it speaks, with that protocol's clients.
+    protocol: Protocol,
+}
+
+/// The protocol an upstream speaks, with its clients: the one place the
+/// gateway tells OTC and MCP upstreams apart.
+#[derive(Debug)]
+enum Protocol {
+    /// Open Tool Calling 1.0.
+    Otc(otc::OtcUpstream),
+    /// Model Context Protocol over streamable HTTP.
+    Mcp(mcp::McpUpstream),
 }
 
 /// Why a catalog could not be fetched.
@@ -131,51 +131,66 @@ pub enum ForwardError {
     },
 }
 
-/// An upstream's HTTP answer to a call.
+/// An upstream's HTTP response to a call, read in full.
 #[derive(Debug)]
-pub struct CallReply {
+pub struct HttpResponse {
     /// Its status.
     pub status: StatusCode,
-    /// Whether it said it was JSON.
+    /// Whether its `Content-Type` says JSON.
     pub is_json: bool,
-    /// Its body.
+    /// Its body, de-chunked.
     pub body: Bytes,
+}
+
+/// What an upstream answered to a call, for the pipeline's re-wrap step.
+#[derive(Debug)]
+pub enum UpstreamReply {
+    /// An HTTP response whose body is still to be read: an OTC upstream's
+    /// answer, or an MCP server's HTTP error.
+    Http(HttpResponse),
+    /// An outcome the upstream's protocol already decided (an MCP
+    /// `CallToolResult` or JSON-RPC error, mapped to OTC's shape).
+    Result(UpstreamResult),
+}
+
+/// One call as an upstream receives it.
+#[derive(Debug, Clone, Copy)]
+pub struct UpstreamCall<'a> {
+    /// The tool's id as this upstream published it.
+    pub tool: &'a str,
+    /// The call id sent upstream.
+    pub call_id: &'a str,
+    /// The client's trace, continued.
+    pub trace: OutgoingTrace<'a>,
+    /// The validated input.
+    pub input: &'a Value,
+    /// The context after injection.
+    pub context: &'a CallContext,
 }
 
 impl Upstream {
     /// Builds an upstream from its config entry.
     pub fn from_config(order: usize, config: &UpstreamConfig) -> Result<Upstream, http::uri::InvalidUri> {
-        let base = &config.url.0;
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(config.connect_timeout.0));
-        connector.set_nodelay(true);
-        let call_uri: Uri = format!("{base}/tools/call").parse()?;
-        let authority = call_uri.authority().map_or("", |a| a.as_str());
+        let protocol = match config.protocol.get_ref() {
+            config::Protocol::Otc => Protocol::Otc(otc::OtcUpstream::new(config)?),
+            config::Protocol::Mcp => Protocol::Mcp(mcp::McpUpstream::new(config)?),
+        };
         Ok(Upstream {
             name: config.name.get_ref().0.clone(),
             order,
             priority: config.priority,
-            protocol: *config.protocol.get_ref(),
             toolkit: config.toolkit.as_ref().map(|t| t.0.clone()),
             version: config.version.as_ref().map(|v| v.0.clone()),
             call_timeout: config.call_timeout.0,
             bearer_token: config.bearer_token.as_ref().map(|t| t.get_ref().clone()),
             circuit: Circuit::new(config.circuit_failures, config.circuit_cooldown.0),
-            tools_uri: format!("{base}/tools").parse()?,
-            call_client: Http1Client::new(authority, call_uri.path(), config.connect_timeout.0),
-            catalog_client: Client::builder(TokioExecutor::new())
-                .pool_idle_timeout(Duration::from_secs(90))
-                .pool_max_idle_per_host(1)
-                .build(connector),
-            mcp: match config.protocol.get_ref() {
-                Protocol::Mcp => Some(crate::mcp::client::McpClient::new(base.parse()?, config.connect_timeout.0)),
-                Protocol::Otc => None,
-            },
-            user_token: config.user_token.as_ref().map(|p| p.get_ref().clone()),
+            protocol,
         })
     }
 
-    /// GET /tools, with If-None-Match when an ETag is known.
+    /// Fetches the catalog as the upstream publishes it (OTC: GET /tools,
+    /// with If-None-Match when an ETag is known; MCP: every page of
+    /// tools/list), for [`Upstream::read_catalog`].
     pub async fn fetch_catalog(
         &self,
         authorization: Option<HeaderValue>,
@@ -183,100 +198,40 @@ impl Upstream {
         timeout: Duration,
         max_bytes: usize,
     ) -> Result<Fetched, FetchError> {
-        if let Some(mcp) = &self.mcp {
-            return crate::mcp::upstream::fetch_catalog(self, mcp, authorization, timeout, max_bytes).await;
+        match &self.protocol {
+            Protocol::Otc(otc) => otc.fetch_catalog(self, authorization, etag, timeout, max_bytes).await,
+            Protocol::Mcp(mcp) => mcp.fetch_catalog(self, authorization, timeout, max_bytes).await,
         }
-        let mut request = Request::get(self.tools_uri.clone()).header(ACCEPT, "application/json");
-        if let Some(etag) = etag {
-            request = request.header(IF_NONE_MATCH, etag);
-        }
-        if let Some(authorization) = authorization {
-            request = request.header(AUTHORIZATION, authorization);
-        }
-        let request = request.body(Full::new(Bytes::new())).map_err(|e| FetchError::Unreachable(e.to_string()))?;
-        let exchange = async {
-            let response = self.catalog_client.request(request).await.map_err(|e| {
-                if e.is_connect() {
-                    self.circuit.record_failure();
-                }
-                FetchError::Unreachable(error_chain(&e))
-            })?;
-            self.circuit.record_success();
-            match response.status() {
-                StatusCode::NOT_MODIFIED => return Ok(Fetched::NotModified),
-                StatusCode::OK => {}
-                other => return Err(FetchError::Status(other.as_u16())),
-            }
-            let etag = response.headers().get(ETAG).and_then(|v| v.to_str().ok()).map(str::to_owned);
-            let body = Limited::new(response.into_body(), max_bytes)
-                .collect()
-                .await
-                .map_err(|e| {
-                    if e.is::<http_body_util::LengthLimitError>() {
-                        FetchError::TooLarge(max_bytes)
-                    } else {
-                        FetchError::Unreachable(e.to_string())
-                    }
-                })?
-                .to_bytes();
-            Ok(Fetched::Body { body, etag })
-        };
-        tokio::time::timeout(timeout, exchange).await.map_err(|_| FetchError::Timeout(timeout))?
     }
 
-    /// POST /tools/call with a ready body. The whole exchange is bounded by
-    /// `call_timeout`; a failure to connect is told apart from one after the
-    /// request went out, because only the former may be retried elsewhere.
+    /// Reads a fetched catalog into canonical tool definitions.
+    pub fn read_catalog(&self, body: &[u8]) -> Result<(Vec<CatalogTool>, Vec<Skipped>), CatalogShapeError> {
+        match &self.protocol {
+            Protocol::Otc(_) => otc::read_catalog(self, body),
+            Protocol::Mcp(mcp) => mcp.read_catalog(self, body),
+        }
+    }
+
+    /// Sends one call, bounded by `call_timeout`. A failure to connect is
+    /// told apart from one after the request went out, because only the
+    /// former may be retried elsewhere.
     pub async fn call(
         &self,
-        body: &[u8],
+        call: UpstreamCall<'_>,
         authorization: Option<HeaderValue>,
-        traceparent: &[u8],
         max_bytes: usize,
-    ) -> Result<CallReply, ForwardError> {
-        let mut headers = [("traceparent", traceparent), ("authorization", traceparent)];
-        let headers = match &authorization {
-            Some(authorization) => {
-                headers[1].1 = authorization.as_bytes();
-                &headers[..]
-            }
-            None => &headers[..1],
-        };
-        match self.call_client.post(headers, body, max_bytes, self.call_timeout).await {
-            Ok(answer) => {
-                self.circuit.record_success();
-                Ok(CallReply { status: answer.status, is_json: answer.is_json, body: answer.body })
-            }
-            Err(ExchangeError::Connect(detail)) => {
-                self.circuit.record_failure();
-                Err(ForwardError::Connect { upstream: self.name.clone(), detail })
-            }
-            Err(ExchangeError::Broken(detail)) => Err(ForwardError::Broken { upstream: self.name.clone(), detail }),
-            Err(ExchangeError::TooLarge) => {
-                Err(ForwardError::TooLarge { upstream: self.name.clone(), limit: max_bytes })
-            }
-            Err(ExchangeError::Timeout) => {
-                Err(ForwardError::Timeout { upstream: self.name.clone(), timeout: self.call_timeout })
-            }
+    ) -> Result<UpstreamReply, ForwardError> {
+        match &self.protocol {
+            Protocol::Otc(otc) => otc.call(self, call, authorization, max_bytes).await.map(UpstreamReply::Http),
+            Protocol::Mcp(mcp) => mcp.call(self, call, authorization, max_bytes).await,
         }
     }
 
     /// Closes the calls' idle connections that timed out or that the server
     /// closed; the catalog poller calls it, so they do not linger unused.
     pub fn close_stale_connections(&self) {
-        self.call_client.close_stale();
+        if let Protocol::Otc(otc) = &self.protocol {
+            otc.close_stale_connections();
+        }
     }
-}
-
-/// An error and its sources on one line: hyper's top-level messages alone
-/// ("client error (Connect)") say little.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(e) = source {
-        text.push_str(": ");
-        text.push_str(&e.to_string());
-        source = e.source();
-    }
-    text
 }

@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 
 use http::{HeaderName, HeaderValue, StatusCode, Uri};
 
-use super::http_client::{self, HttpClient};
 use super::{env, FileSource, SecretSource};
 use super::{VaultError, VaultStats};
 use crate::config::{check_token_ref, SecretRef, VaultConfig};
+use crate::http_client::{self, HttpClient};
 use crate::secret::SecretString;
 
 /// At most this many secrets are cached; per-user paths (OAuth tokens) would

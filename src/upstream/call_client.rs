@@ -23,9 +23,12 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use http::StatusCode;
 use thread_local::ThreadLocal;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
+use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
+
+use super::HttpResponse;
+use crate::http1::{self, decimal};
 
 /// How long a connection may stay idle before it is closed rather than
 /// reused.
@@ -57,20 +60,9 @@ pub enum ExchangeError {
     Timeout,
 }
 
-/// An answer read in full.
-#[derive(Debug)]
-pub struct Answer {
-    /// Its status.
-    pub status: StatusCode,
-    /// Whether its `Content-Type` says JSON.
-    pub is_json: bool,
-    /// Its body, de-chunked.
-    pub body: Bytes,
-}
-
 /// POSTs to one URL over kept-alive connections.
 #[derive(Debug)]
-pub struct Http1Client {
+pub struct CallClient {
     /// `host:port`, for connecting.
     address: String,
     /// Everything before the request's own headers: request line, `Host`,
@@ -91,10 +83,10 @@ struct IdleConnection {
     timer: Pin<Box<Sleep>>,
 }
 
-impl Http1Client {
+impl CallClient {
     /// A client for POSTs to `path` on `authority` (`host[:port]`, port 80
     /// when none is given).
-    pub fn new(authority: &str, path: &str, connect_timeout: Duration) -> Http1Client {
+    pub fn new(authority: &str, path: &str, connect_timeout: Duration) -> CallClient {
         let address = if authority.rsplit_once(':').is_some_and(|(_, port)| !port.contains(']')) {
             authority.to_owned()
         } else {
@@ -104,7 +96,7 @@ impl Http1Client {
             "POST {path} HTTP/1.1\r\nhost: {authority}\r\ncontent-type: application/json\r\naccept: application/json\r\n"
         )
         .into_bytes();
-        Http1Client { address, head_prefix, connect_timeout, idle: ThreadLocal::new() }
+        CallClient { address, head_prefix, connect_timeout, idle: ThreadLocal::new() }
     }
 
     /// POSTs `body` with `headers` and reads the whole answer, its body at
@@ -115,7 +107,7 @@ impl Http1Client {
         body: &[u8],
         max_body: usize,
         timeout: Duration,
-    ) -> Result<Answer, ExchangeError> {
+    ) -> Result<HttpResponse, ExchangeError> {
         let request = self.encode(headers, body);
         let now = Instant::now();
         let (stream, mut timer) = match self.take_idle(now) {
@@ -147,7 +139,7 @@ impl Http1Client {
         stream: Option<TcpStream>,
         request: &[u8],
         max_body: usize,
-    ) -> Result<(Answer, Option<TcpStream>), ExchangeError> {
+    ) -> Result<(HttpResponse, Option<TcpStream>), ExchangeError> {
         let mut stream = match stream {
             Some(mut stream) => match stream.write_all(request).await {
                 Ok(()) => stream,
@@ -278,7 +270,7 @@ struct Head {
 
 /// Reads one answer (skipping interim 1xx ones); whether the connection may
 /// carry another request.
-async fn read_answer(stream: &mut TcpStream, max_body: usize) -> Result<(Answer, bool), ExchangeError> {
+async fn read_answer(stream: &mut TcpStream, max_body: usize) -> Result<(HttpResponse, bool), ExchangeError> {
     // Room for a typical answer's head and body in one read; larger ones grow
     // it. (At 8 KB, only eight buffers shared a mimalloc page: pages emptied
     // and were purged and faulted in again, 0.23 page faults per call under
@@ -313,7 +305,7 @@ async fn read_answer(stream: &mut TcpStream, max_body: usize) -> Result<(Answer,
         Framing::Chunked => read_chunked(stream, buf, max_body).await?,
         Framing::UntilClose => (read_until_close(stream, buf, max_body).await?, false),
     };
-    let answer = Answer { status: head.status, is_json: head.is_json, body };
+    let answer = HttpResponse { status: head.status, is_json: head.is_json, body };
     Ok((answer, head.keep_alive && clean))
 }
 
@@ -399,24 +391,9 @@ fn mentions_json(value: &[u8]) -> bool {
         .any(|(i, &b)| b | 0x20 == b'j' && value.get(i..i + 4).is_some_and(|w| w.eq_ignore_ascii_case(b"json")))
 }
 
-/// Decimal digits as a number, as Content-Length's grammar has them (no
-/// sign): at most 19, so it never overflows. Both HTTP/1.1 readers use it.
-/// (Through `str::parse` this was several hundred instructions, on every
-/// answer, and took a leading `+`.)
-pub(crate) fn decimal(digits: &[u8]) -> Option<usize> {
-    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let n = digits.iter().fold(0u64, |n, &d| n * 10 + u64::from(d - b'0'));
-    usize::try_from(n).ok()
-}
-
-/// Reads into `buf`'s spare room; 0 at the end of the stream.
+/// Reads more of the answer; 0 at the end of the stream.
 async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<usize, ExchangeError> {
-    if buf.capacity() - buf.len() < 1024 {
-        buf.reserve(8 * 1024);
-    }
-    stream.read_buf(buf).await.map_err(|e| ExchangeError::Broken(format!("reading the answer: {e}")))
+    http1::read_more(stream, buf, 8 * 1024).await.map_err(|e| ExchangeError::Broken(format!("reading the answer: {e}")))
 }
 
 fn closed_early() -> ExchangeError {
@@ -518,6 +495,7 @@ async fn read_until_close(stream: &mut TcpStream, mut buf: BytesMut, max_body: u
 mod tests {
     use super::*;
     use tokio::io::AsyncBufReadExt;
+    use tokio::io::AsyncReadExt;
     use tokio::net::TcpListener;
 
     /// A server that answers each request on a connection with the next of
@@ -568,8 +546,8 @@ mod tests {
         Some(head)
     }
 
-    fn client(address: &str) -> Http1Client {
-        Http1Client::new(address, "/base/tools/call", Duration::from_secs(2))
+    fn client(address: &str) -> CallClient {
+        CallClient::new(address, "/base/tools/call", Duration::from_secs(2))
     }
 
     /// Longer than any exchange in these tests should take.
@@ -779,8 +757,8 @@ mod tests {
 
     #[test]
     fn a_port_less_authority_connects_to_port_80() {
-        assert_eq!(Http1Client::new("tools.internal", "/", Duration::from_secs(1)).address, "tools.internal:80");
-        assert_eq!(Http1Client::new("[::1]", "/", Duration::from_secs(1)).address, "[::1]:80");
-        assert_eq!(Http1Client::new("[::1]:81", "/", Duration::from_secs(1)).address, "[::1]:81");
+        assert_eq!(CallClient::new("tools.internal", "/", Duration::from_secs(1)).address, "tools.internal:80");
+        assert_eq!(CallClient::new("[::1]", "/", Duration::from_secs(1)).address, "[::1]:80");
+        assert_eq!(CallClient::new("[::1]:81", "/", Duration::from_secs(1)).address, "[::1]:81");
     }
 }

@@ -1,4 +1,4 @@
-//! The `/mcp` front: the merged catalog served to MCP clients over the
+//! The `/mcp` endpoint: the merged catalog served to MCP clients over the
 //! streamable HTTP transport (JSON responses, no SSE).
 //!
 //! - `initialize` negotiates 2025-11-25, 2025-06-18 or 2025-03-26 (the
@@ -27,15 +27,15 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::{json, Map, Value};
 
-use super::jsonrpc::{
-    params_object, Message, OutgoingResponse, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
-};
-use super::{is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 use crate::auth::Caller;
 use crate::call::{execute_call, ParsedCall};
 use crate::catalog::Catalog;
 use crate::error::{FrontError, Reply};
 use crate::gateway::Gateway;
+use crate::mcp::jsonrpc::{
+    params_object, Message, OutgoingResponse, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+};
+use crate::mcp::{is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 use crate::resolve::{ToolRef, VersionRequest};
 use crate::wire::{CallContext, CallResult, ToolDefinition};
 
@@ -47,7 +47,7 @@ const META: &str = "otc-gateway";
 
 /// The MCP front's state: the tool name table, built once per catalog.
 #[derive(Debug, Default)]
-pub struct McpFront {
+pub struct McpEndpoint {
     names: Mutex<Option<Arc<ToolNames>>>,
 }
 
@@ -61,7 +61,7 @@ struct ToolNames {
     tools: Vec<(String, Value)>,
 }
 
-impl McpFront {
+impl McpEndpoint {
     /// Answers one POST to `/mcp` (the body read whole, the caller
     /// authenticated).
     pub async fn handle_post(&self, gateway: &Gateway, caller: &Caller, headers: &HeaderMap, body: &[u8]) -> Reply {

@@ -1,0 +1,152 @@
+//! An MCP upstream as the rest of the gateway sees it: a catalog fetch that
+//! yields a body for the poller, and a call whose outcome comes back as an
+//! [`UpstreamReply`], with the OTC error taxonomy kept:
+//!
+//! - no connection, or no session (initialize failed): the tool was not
+//!   called, so the call may go to another replica, and with none left it is
+//!   a 400 "temporarily unavailable";
+//! - no answer within `call_timeout` once sent: 200 `success: false`,
+//!   `can_retry: true`;
+//! - a JSON-RPC error or an unreadable answer: 200 `success: false`, the
+//!   detail in `developer_message`; an HTTP error status is passed on as
+//!   that status, for the re-wrap step to judge like an OTC upstream's.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderValue, StatusCode};
+use serde_json::json;
+
+use super::{FetchError, Fetched, ForwardError, HttpResponse, Upstream, UpstreamCall, UpstreamReply};
+use crate::config::UpstreamConfig;
+use crate::dialect::{CatalogShapeError, CatalogTool, Skipped};
+use crate::mcp::client::{Exchange, McpClient, McpError};
+use crate::mcp::mapping::{self, MappingSettings};
+use crate::wire::{self, CallContext, UpstreamResult};
+
+/// An MCP upstream's client, and whose token it is sent.
+#[derive(Debug)]
+pub(super) struct McpUpstream {
+    /// The client for the upstream's MCP endpoint (its `url`).
+    client: McpClient,
+    /// The `[authorization]` provider whose per-user token is sent.
+    user_token: Option<String>,
+}
+
+impl McpUpstream {
+    /// The client for the MCP endpoint at `config.url`.
+    pub(super) fn new(config: &UpstreamConfig) -> Result<McpUpstream, http::uri::InvalidUri> {
+        Ok(McpUpstream {
+            client: McpClient::new(config.url.0.parse()?, config.connect_timeout.0),
+            user_token: config.user_token.as_ref().map(|p| p.get_ref().clone()),
+        })
+    }
+
+    /// Every page of `tools/list`, as one `{"tools": [...]}` body for the
+    /// poller (which skips the parse when the bytes did not change).
+    pub(super) async fn fetch_catalog(
+        &self,
+        upstream: &Upstream,
+        authorization: Option<HeaderValue>,
+        timeout: Duration,
+        max_bytes: usize,
+    ) -> Result<Fetched, FetchError> {
+        let exchange =
+            Exchange { timeout, max_bytes, authorization: authorization.as_ref(), circuit: Some(&upstream.circuit) };
+        let tools = self.client.list_tools(exchange).await.map_err(|e| match e {
+            McpError::Connect(detail) => FetchError::Unreachable(detail),
+            McpError::Timeout(_) => FetchError::Timeout(timeout),
+            McpError::Status { status, .. } => FetchError::Status(status),
+            McpError::TooLarge(limit) => FetchError::TooLarge(limit),
+            McpError::Initialize(inner) if matches!(*inner, McpError::Connect(_)) => {
+                FetchError::Unreachable(inner.to_string())
+            }
+            other => FetchError::Protocol(format!("MCP tools/list: {other}")),
+        })?;
+        let body = json!({ "tools": tools }).to_string();
+        if body.len() > max_bytes {
+            return Err(FetchError::TooLarge(max_bytes));
+        }
+        Ok(Fetched::Body { body: Bytes::from(body), etag: None })
+    }
+
+    /// Reads a body from [`McpUpstream::fetch_catalog`] into catalog tools.
+    pub(super) fn read_catalog(
+        &self,
+        upstream: &Upstream,
+        body: &[u8],
+    ) -> Result<(Vec<CatalogTool>, Vec<Skipped>), CatalogShapeError> {
+        let settings = MappingSettings {
+            toolkit: upstream.toolkit.as_deref(),
+            version: upstream.version.as_deref(),
+            user_authorization: self.user_token.as_deref(),
+        };
+        mapping::normalise_mcp_catalog(body, settings)
+    }
+
+    /// `tools/call` of the MCP tool `call.tool` (its original MCP name).
+    pub(super) async fn call(
+        &self,
+        upstream: &Upstream,
+        call: UpstreamCall<'_>,
+        authorization: Option<HeaderValue>,
+        max_bytes: usize,
+    ) -> Result<UpstreamReply, ForwardError> {
+        // The calling user's token, injected into the context because every
+        // tool of this upstream requires the provider.
+        let authorization = match &self.user_token {
+            Some(provider) => user_bearer(call.context, provider).or(authorization),
+            None => authorization,
+        };
+        let exchange = Exchange {
+            timeout: upstream.call_timeout,
+            max_bytes,
+            authorization: authorization.as_ref(),
+            circuit: Some(&upstream.circuit),
+        };
+        match self.client.call_tool(call.tool, call.input, exchange).await {
+            Ok(result) => Ok(UpstreamReply::Result(mapping::call_result(&result))),
+            Err(McpError::Rpc(error)) => {
+                Ok(UpstreamReply::Result(mapping::rpc_error(error.code, &error.message, error.data.as_ref())))
+            }
+            Err(e) => failure(upstream, e),
+        }
+    }
+}
+
+/// `Bearer <token>` of `provider` from the call's context.
+fn user_bearer(context: &CallContext, provider: &str) -> Option<HeaderValue> {
+    let token = context.authorization.iter().find(|a| a.id == provider)?;
+    let mut value = HeaderValue::try_from(format!("Bearer {}", token.token)).ok()?;
+    value.set_sensitive(true);
+    Some(value)
+}
+
+/// A failed exchange in the error taxonomy of the re-wrap step.
+fn failure(upstream: &Upstream, error: McpError) -> Result<UpstreamReply, ForwardError> {
+    let name = upstream.name.clone();
+    match error {
+        McpError::Connect(detail) => Err(ForwardError::Connect { upstream: name, detail }),
+        e @ McpError::Initialize(_) => Err(ForwardError::Connect { upstream: name, detail: e.to_string() }),
+        McpError::Timeout(_) => Err(ForwardError::Timeout { upstream: name, timeout: upstream.call_timeout }),
+        McpError::TooLarge(limit) => Err(ForwardError::TooLarge { upstream: name, limit }),
+        McpError::Broken(detail) => Err(ForwardError::Broken { upstream: name, detail }),
+        // Not JSON, so the re-wrap step never passes an MCP error body on as
+        // an OTC 400/422 body; 502-504 stay retryable.
+        McpError::Status { status, body } => Ok(UpstreamReply::Http(HttpResponse {
+            status: StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY),
+            is_json: false,
+            body: Bytes::from(body),
+        })),
+        other => Ok(UpstreamReply::Result(UpstreamResult {
+            duration: None,
+            success: false,
+            value: None,
+            error: Some(wire::tool_error(
+                "The tool server gave an answer the gateway could not read",
+                &format!("upstream {name}: {other}"),
+                false,
+            )),
+        })),
+    }
+}
