@@ -10,7 +10,7 @@ use serde_json::Value;
 use crate::auth::{Caller, CallerKind};
 use crate::catalog::{Catalog, Route, Target};
 use crate::circuit::Admission;
-use crate::error::{AuthorizationChallenge, FrontError, MissingRequirements};
+use crate::error::{AuthorizationChallenge, MissingRequirements, RequestError};
 use crate::gateway::{upstream_bearer, Gateway, Runtime};
 use crate::idempotency::{CallerScope, Decision, Fingerprint, Pending, StoredCall};
 use crate::metrics::CallOutcome;
@@ -43,7 +43,7 @@ pub struct ParsedCall {
 
 /// A finished call: its canonical result and what to record about it.
 #[derive(Debug)]
-pub struct Completed {
+pub struct FinishedCall {
     /// The outcome in canonical form.
     pub result: CallResult,
     /// Success or tool error.
@@ -63,10 +63,10 @@ pub async fn call_tool(
     caller: &Caller,
     body: &[u8],
     traceparent: Option<String>,
-) -> Result<(Bytes, Completed), FrontError> {
+) -> Result<(Bytes, FinishedCall), RequestError> {
     let max_depth = runtime.config.server.max_json_depth;
     if !wire::nesting_within(body, max_depth) {
-        return Err(FrontError::TooDeep(max_depth));
+        return Err(RequestError::TooDeep(max_depth));
     }
     let call = ParsedCall { traceparent, ..parse_call(body)? };
     let completed = execute_call(gateway, runtime, caller, call).await?;
@@ -80,7 +80,7 @@ pub async fn execute_call(
     runtime: Arc<Runtime>,
     caller: &Caller,
     mut call: ParsedCall,
-) -> Result<Completed, FrontError> {
+) -> Result<FinishedCall, RequestError> {
     let started = Instant::now();
     let catalog = gateway.catalog.load_owned();
     let route = resolve_tool(&catalog, &call.tool_id)?;
@@ -97,7 +97,7 @@ async fn run_resolved_call(
     caller: &Caller,
     call: &mut ParsedCall,
     started: Instant,
-) -> Result<Completed, FrontError> {
+) -> Result<FinishedCall, RequestError> {
     admit_call(runtime, route, caller)?;
     validate_input(route, &call.input)?;
     // A client's call_id is theirs: whose it is comes from the context as
@@ -117,7 +117,7 @@ async fn run_resolved_call(
     let mut finished = forwarded.and_then(|(target, forwarded)| {
         let took = started.elapsed();
         let result = rewrap_response(forwarded, target, call.call_id.clone(), took)?;
-        Ok(Completed {
+        Ok(FinishedCall {
             outcome: if result.success { CallOutcome::Success } else { CallOutcome::ToolError },
             result,
             upstream: target.upstream.name.clone(),
@@ -140,7 +140,7 @@ enum Claimed {
     /// dropped on the way, the request cancelled, is released).
     Run(Option<Pending>),
     /// A duplicate: the first call's answer.
-    Replay(Completed),
+    Replay(FinishedCall),
 }
 
 /// Claims a client-sent `call_id` for its caller (`scope`; gateway-made ids
@@ -155,7 +155,7 @@ async fn claim_call_id(
     input: &Value,
     context: &CallContext,
     started: Instant,
-) -> Result<Claimed, FrontError> {
+) -> Result<Claimed, RequestError> {
     let Some(scope) = scope else { return Ok(Claimed::Run(None)) };
     let tool = &route.tool.definition.id;
     let fingerprint = Fingerprint::of(tool, input, context);
@@ -163,14 +163,14 @@ async fn claim_call_id(
     let longest = route.targets.iter().map(|t| t.upstream.call_timeout).max().unwrap_or_default();
     match runtime.idempotency.claim(&scope.key(call_id), &fingerprint, longest + Duration::from_secs(5)).await {
         Ok(Decision::Run(claim)) => Ok(Claimed::Run(Some(claim))),
-        Ok(Decision::Replay(stored)) => Ok(Claimed::Replay(Completed {
+        Ok(Decision::Replay(stored)) => Ok(Claimed::Replay(FinishedCall {
             outcome: if stored.result.success { CallOutcome::Success } else { CallOutcome::ToolError },
             result: stored.result.clone(),
             upstream: stored.upstream.clone(),
             took: started.elapsed(),
         })),
-        Ok(Decision::Conflict) => Err(FrontError::CallIdReused),
-        Ok(Decision::InProgress) => Err(FrontError::CallInProgress),
+        Ok(Decision::Conflict) => Err(RequestError::CallIdReused),
+        Ok(Decision::InProgress) => Err(RequestError::CallInProgress),
         Err(e) => {
             tracing::warn!(error = %e, "idempotency store unavailable; running the call without deduplication");
             Ok(Claimed::Run(None))
@@ -180,7 +180,7 @@ async fn claim_call_id(
 
 /// Stores a completed call's answer for its duplicates, or gives the claim up
 /// when the call ended before the tool ran (a retry may then run it).
-async fn remember_call(claim: Pending, finished: &Result<Completed, FrontError>) {
+async fn remember_call(claim: Pending, finished: &Result<FinishedCall, RequestError>) {
     match finished {
         Ok(completed) => {
             let stored = StoredCall { result: completed.result.clone(), upstream: completed.upstream.clone() };
@@ -198,16 +198,16 @@ fn record_call(
     route: &Route,
     call_id: &str,
     trace_id: Option<&str>,
-    finished: &Result<Completed, FrontError>,
+    finished: &Result<FinishedCall, RequestError>,
     started: Instant,
 ) {
     let first_upstream = route.targets.first().map_or("", |t| t.upstream.name.as_str());
     let (upstream, outcome, took) = match finished {
         Ok(completed) => (completed.upstream.as_str(), completed.outcome, completed.took),
-        Err(FrontError::InvalidInput(_)) => (first_upstream, CallOutcome::ValidationError, started.elapsed()),
-        Err(FrontError::Denied(_)) => (first_upstream, CallOutcome::Denied, started.elapsed()),
+        Err(RequestError::InvalidInput(_)) => (first_upstream, CallOutcome::ValidationError, started.elapsed()),
+        Err(RequestError::Denied(_)) => (first_upstream, CallOutcome::Denied, started.elapsed()),
         // Counted by status (429) in otc_gateway_http_requests_total.
-        Err(FrontError::RateLimited { .. }) => return,
+        Err(RequestError::RateLimited { .. }) => return,
         Err(_) => (first_upstream, CallOutcome::ServerError, started.elapsed()),
     };
     let tool = route.tool.definition.id.as_str();
@@ -228,8 +228,8 @@ fn record_call(
 const MIN_RESPONSE_LIMIT: usize = 16 * 1024 * 1024;
 
 /// Parse: any accepted body shape into a [`ParsedCall`].
-pub fn parse_call(body: &[u8]) -> Result<ParsedCall, FrontError> {
-    let mut outer: CallBody = wire::from_json(body).map_err(|e| FrontError::MalformedCall(e.to_string()))?;
+pub fn parse_call(body: &[u8]) -> Result<ParsedCall, RequestError> {
+    let mut outer: CallBody = wire::from_json(body).map_err(|e| RequestError::MalformedCall(e.to_string()))?;
     let outer_schema = outer.schema.take();
     let request = match outer.request {
         Some(inner) => *inner,
@@ -237,10 +237,10 @@ pub fn parse_call(body: &[u8]) -> Result<ParsedCall, FrontError> {
     };
     for schema in [outer_schema.as_deref(), request.schema.as_deref()].into_iter().flatten() {
         if !is_supported_schema(schema) {
-            return Err(FrontError::UnsupportedSchema(schema.chars().take(100).collect()));
+            return Err(RequestError::UnsupportedSchema(schema.chars().take(100).collect()));
         }
     }
-    let tool_id = request.tool_id.ok_or(FrontError::MissingToolId)?;
+    let tool_id = request.tool_id.ok_or(RequestError::MissingToolId)?;
     let (call_id, client_call_id) = match request.call_id {
         Some(id) if !id.is_empty() => (id, true),
         // Written without `core::fmt` (`to_string` took twice as long).
@@ -259,29 +259,29 @@ pub fn parse_call(body: &[u8]) -> Result<ParsedCall, FrontError> {
 }
 
 /// Resolve: the tool id to the route serving that version.
-pub fn resolve_tool<'c>(catalog: &'c Catalog, tool_id: &str) -> Result<&'c Route, FrontError> {
+pub fn resolve_tool<'c>(catalog: &'c Catalog, tool_id: &str) -> Result<&'c Route, RequestError> {
     let tool = parse_tool_id(tool_id)?;
     Ok(catalog.lookup(&tool)?)
 }
 
 /// Admit: the caller's policies must allow the tool (a denied tool is
 /// answered as an unknown one), and its rate limits must have room.
-pub fn admit_call(runtime: &Runtime, route: &Route, caller: &Caller) -> Result<(), FrontError> {
+pub fn admit_call(runtime: &Runtime, route: &Route, caller: &Caller) -> Result<(), RequestError> {
     let key = route.tool.key.as_str();
     let access = &runtime.access;
     if access.is_active() && !access.allows(access.matching(caller), key) {
         tracing::info!(user_id = caller.user_id.as_deref(), tool = key, "call denied by policy");
-        return Err(FrontError::Denied(key.to_owned()));
+        return Err(RequestError::Denied(key.to_owned()));
     }
     runtime
         .rate_limits
         .check(caller, key)
-        .map_err(|(limit, retry_after)| FrontError::RateLimited { limit, retry_after })
+        .map_err(|(limit, retry_after)| RequestError::RateLimited { limit, retry_after })
 }
 
 /// Validate: the input against the tool's compiled `input_schema`.
-pub fn validate_input(route: &Route, input: &Value) -> Result<(), FrontError> {
-    route.tool.check_input(input).map_err(FrontError::InvalidInput)
+pub fn validate_input(route: &Route, input: &Value) -> Result<(), RequestError> {
+    route.tool.check_input(input).map_err(RequestError::InvalidInput)
 }
 
 /// Inject: fills `context` with what the gateway manages, so clients never
@@ -299,7 +299,7 @@ pub async fn inject_context(
     tool: &ToolDefinition,
     caller: &Caller,
     mut context: CallContext,
-) -> Result<CallContext, FrontError> {
+) -> Result<CallContext, RequestError> {
     if caller.kind != CallerKind::Anonymous {
         context.user_id = caller.user_id.clone();
     }
@@ -317,7 +317,7 @@ pub async fn inject_context(
             Some(reference) => {
                 let value =
                     runtime.secrets.resolve(reference.get_ref(), authenticated_user).await.map_err(|source| {
-                        FrontError::RequirementUnavailable { requirement: format!("secret {}", secret.id), source }
+                        RequestError::RequirementUnavailable { requirement: format!("secret {}", secret.id), source }
                     })?;
                 context.secrets.push(SecretValue {
                     id: secret.id.clone(),
@@ -349,7 +349,7 @@ pub async fn inject_context(
                         extra: Default::default(),
                     }),
                     Err(e) if e.is_transient() => {
-                        return Err(FrontError::RequirementUnavailable {
+                        return Err(RequestError::RequirementUnavailable {
                             requirement: format!("authorization {}", provider.id),
                             source: e,
                         })
@@ -368,7 +368,7 @@ pub async fn inject_context(
     if missing.is_empty() {
         Ok(context)
     } else {
-        Err(FrontError::MissingRequirements(missing))
+        Err(RequestError::MissingRequirements(missing))
     }
 }
 
@@ -391,7 +391,7 @@ pub async fn forward_call<'r>(
     input: &Value,
     context: &CallContext,
     max_response: usize,
-) -> Result<(&'r Target, Result<UpstreamReply, ForwardError>), FrontError> {
+) -> Result<(&'r Target, Result<UpstreamReply, ForwardError>), RequestError> {
     let mut unreachable = Vec::new();
     let mut retry_after: Option<Duration> = None;
     for target in route.targets_in_turn() {
@@ -400,11 +400,12 @@ pub async fn forward_call<'r>(
             retry_after = Some(retry_after.map_or(wait, |w| w.min(wait)));
             continue;
         }
-        let authorization =
-            upstream_bearer(runtime, &target.upstream).await.map_err(|source| FrontError::RequirementUnavailable {
+        let authorization = upstream_bearer(runtime, &target.upstream).await.map_err(|source| {
+            RequestError::RequirementUnavailable {
                 requirement: format!("bearer_token of upstream {}", target.upstream.name),
                 source,
-            })?;
+            }
+        })?;
         let call = UpstreamCall { tool: &target.upstream_id, call_id, trace, input, context };
         let forwarded = target.upstream.call(call, authorization, max_response).await;
         match forwarded {
@@ -415,7 +416,7 @@ pub async fn forward_call<'r>(
             other => return Ok((target, other)),
         }
     }
-    Err(FrontError::Unavailable { detail: unreachable.join("; "), retry_after })
+    Err(RequestError::Unavailable { detail: unreachable.join("; "), retry_after })
 }
 
 /// Re-wrap: the upstream's answer (or failure) as a canonical `CallResult`.
@@ -424,7 +425,7 @@ pub fn rewrap_response(
     target: &Target,
     call_id: String,
     took: Duration,
-) -> Result<CallResult, FrontError> {
+) -> Result<CallResult, RequestError> {
     // Milliseconds, to the microsecond: more digits are noise.
     let elapsed_ms = (took.as_secs_f64() * 1_000_000.0).round() / 1000.0;
     let failed = |message: &str, detail: String, can_retry: bool| CallResult {
@@ -460,7 +461,7 @@ pub fn rewrap_response(
             )),
         },
         status @ (400 | 422) if reply.is_json => match serde_json::from_slice::<Value>(&reply.body) {
-            Ok(body @ Value::Object(_)) => Err(FrontError::UpstreamRefused { status, body }),
+            Ok(body @ Value::Object(_)) => Err(RequestError::UpstreamRefused { status, body }),
             _ => Ok(failed(
                 "The tool server refused the call",
                 format!("upstream {upstream} answered HTTP {status}: {}", snippet(&reply.body)),

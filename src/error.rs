@@ -11,13 +11,14 @@ use serde_json::Value;
 use crate::auth::AuthError;
 use crate::browser::BrowserRefusal;
 use crate::catalog::LookupError;
+use crate::reply::Reply;
 use crate::resolve::ToolIdError;
 use crate::vault::VaultError;
 use crate::wire::{ServerErrorBody, ValidationErrorBody, SCHEMA};
 
 /// Everything that ends a front request with an error status.
 #[derive(Debug, thiserror::Error)]
-pub enum FrontError {
+pub enum RequestError {
     /// No such endpoint.
     #[error("no route for {0}")]
     NotFound(String),
@@ -157,111 +158,94 @@ pub enum FrontError {
     },
 }
 
-impl From<BrowserRefusal> for FrontError {
-    fn from(refusal: BrowserRefusal) -> FrontError {
+impl From<BrowserRefusal> for RequestError {
+    fn from(refusal: BrowserRefusal) -> RequestError {
         match refusal {
-            BrowserRefusal::ForbiddenOrigin { mcp } => FrontError::ForbiddenOrigin { mcp },
-            BrowserRefusal::MisdirectedHost => FrontError::MisdirectedHost,
+            BrowserRefusal::ForbiddenOrigin { mcp } => RequestError::ForbiddenOrigin { mcp },
+            BrowserRefusal::MisdirectedHost => RequestError::MisdirectedHost,
         }
     }
 }
 
-/// A response ready to be written: status, extra headers, JSON body.
-#[derive(Debug, Clone)]
-pub struct Reply {
-    /// HTTP status.
-    pub status: u16,
-    /// Headers besides Content-Type and Content-Length.
-    pub headers: Vec<(&'static str, String)>,
-    /// The JSON body.
-    pub body: Bytes,
-    /// Whether the connection must close after this reply (the request body
-    /// was not drained).
-    pub close: bool,
-}
-
-impl Reply {
-    /// A 200 with a JSON body.
-    pub fn ok(body: Bytes) -> Reply {
-        Reply { status: 200, headers: Vec::new(), body, close: false }
-    }
-}
-
-impl FrontError {
+impl RequestError {
     /// The HTTP status for this error (seed 003's 400 / 422 taxonomy).
     pub fn status(&self) -> u16 {
         match self {
-            FrontError::NotFound(_) => 404,
-            FrontError::MethodNotAllowed { .. } => 405,
-            FrontError::BodyTooLarge { .. } => 413,
-            FrontError::HeadersTooLarge { .. } | FrontError::TooManyHeaders { .. } => 431,
-            FrontError::BodyTimeout(_) | FrontError::HeadTimeout(_) => 408,
-            FrontError::HostHeader(_) => 400,
-            FrontError::UnsupportedTransferEncoding => 501,
-            FrontError::ExpectationFailed => 417,
-            FrontError::ForbiddenOrigin { .. } => 403,
-            FrontError::MisdirectedHost => 421,
-            FrontError::AmbiguousFraming(_) | FrontError::TooDeep(_) => 400,
-            FrontError::InvalidInput(_) => 422,
-            FrontError::UpstreamRefused { status, .. } => *status,
-            FrontError::Unauthenticated(_) => 401,
-            FrontError::Overloaded(_) => 503,
-            FrontError::RateLimited { .. } => 429,
-            FrontError::Denied(_) => 400,
-            FrontError::MissingRequirements(_) | FrontError::RequirementUnavailable { .. } => 400,
-            FrontError::BodyUnreadable(_)
-            | FrontError::MalformedHead(_)
-            | FrontError::MalformedCall(_)
-            | FrontError::UnsupportedSchema(_)
-            | FrontError::MissingToolId
-            | FrontError::InvalidToolId(_)
-            | FrontError::Lookup(_)
-            | FrontError::Unavailable { .. }
-            | FrontError::CallIdReused
-            | FrontError::CallInProgress => 400,
+            RequestError::NotFound(_) => 404,
+            RequestError::MethodNotAllowed { .. } => 405,
+            RequestError::BodyTooLarge { .. } => 413,
+            RequestError::HeadersTooLarge { .. } | RequestError::TooManyHeaders { .. } => 431,
+            RequestError::BodyTimeout(_) | RequestError::HeadTimeout(_) => 408,
+            RequestError::HostHeader(_) => 400,
+            RequestError::UnsupportedTransferEncoding => 501,
+            RequestError::ExpectationFailed => 417,
+            RequestError::ForbiddenOrigin { .. } => 403,
+            RequestError::MisdirectedHost => 421,
+            RequestError::AmbiguousFraming(_) | RequestError::TooDeep(_) => 400,
+            RequestError::InvalidInput(_) => 422,
+            RequestError::UpstreamRefused { status, .. } => *status,
+            RequestError::Unauthenticated(_) => 401,
+            RequestError::Overloaded(_) => 503,
+            RequestError::RateLimited { .. } => 429,
+            RequestError::Denied(_) => 400,
+            RequestError::MissingRequirements(_) | RequestError::RequirementUnavailable { .. } => 400,
+            RequestError::BodyUnreadable(_)
+            | RequestError::MalformedHead(_)
+            | RequestError::MalformedCall(_)
+            | RequestError::UnsupportedSchema(_)
+            | RequestError::MissingToolId
+            | RequestError::InvalidToolId(_)
+            | RequestError::Lookup(_)
+            | RequestError::Unavailable { .. }
+            | RequestError::CallIdReused
+            | RequestError::CallInProgress => 400,
         }
     }
 
     /// The message a person (or a model) reads.
     fn message(&self) -> String {
         match self {
-            FrontError::NotFound(_) => "There is nothing at this path".into(),
-            FrontError::MethodNotAllowed { allow } => format!("This endpoint only accepts {allow}"),
-            FrontError::BodyTooLarge { limit } => format!("The request body is larger than the {limit} bytes allowed"),
-            FrontError::BodyUnreadable(_) => "The request body could not be read".into(),
-            FrontError::MalformedHead(_) => "The request is not well-formed HTTP/1.1".into(),
-            FrontError::HeadersTooLarge { limit } => {
+            RequestError::NotFound(_) => "There is nothing at this path".into(),
+            RequestError::MethodNotAllowed { allow } => format!("This endpoint only accepts {allow}"),
+            RequestError::BodyTooLarge { limit } => {
+                format!("The request body is larger than the {limit} bytes allowed")
+            }
+            RequestError::BodyUnreadable(_) => "The request body could not be read".into(),
+            RequestError::MalformedHead(_) => "The request is not well-formed HTTP/1.1".into(),
+            RequestError::HeadersTooLarge { limit } => {
                 format!("The request headers are larger than the {limit} bytes allowed")
             }
-            FrontError::AmbiguousFraming(_) => "The request's length is ambiguous".into(),
-            FrontError::TooManyHeaders { limit } => format!("The request has more than {limit} header lines"),
-            FrontError::HostHeader(_) => "The request must carry exactly one Host header".into(),
-            FrontError::UnsupportedTransferEncoding => "Only Transfer-Encoding: chunked is supported".into(),
-            FrontError::ExpectationFailed => "Only Expect: 100-continue is supported".into(),
-            FrontError::HeadTimeout(_) => "The request head took too long to arrive".into(),
-            FrontError::ForbiddenOrigin { .. } => "Forbidden: this Origin may not use the gateway".into(),
-            FrontError::MisdirectedHost => "This gateway does not serve that Host".into(),
-            FrontError::BodyTimeout(_) => "The request body took too long to arrive".into(),
-            FrontError::TooDeep(max) => format!("The request body is nested deeper than {max} levels"),
-            FrontError::MalformedCall(_) => "The request body is not a valid tool call".into(),
-            FrontError::UnsupportedSchema(s) => format!("OTC version {s:?} is not supported; use otc://1.0"),
-            FrontError::MissingToolId => "The request has no tool_id".into(),
-            FrontError::InvalidToolId(e) => format!("Invalid tool id: {e}"),
-            FrontError::Lookup(LookupError::UnknownTool(key))
-            | FrontError::Lookup(LookupError::UnknownVersion { key, .. })
-            | FrontError::Denied(key) => format!("Tool '{key}' was not found"),
-            FrontError::RateLimited { retry_after, .. } => {
+            RequestError::AmbiguousFraming(_) => "The request's length is ambiguous".into(),
+            RequestError::TooManyHeaders { limit } => format!("The request has more than {limit} header lines"),
+            RequestError::HostHeader(_) => "The request must carry exactly one Host header".into(),
+            RequestError::UnsupportedTransferEncoding => "Only Transfer-Encoding: chunked is supported".into(),
+            RequestError::ExpectationFailed => "Only Expect: 100-continue is supported".into(),
+            RequestError::HeadTimeout(_) => "The request head took too long to arrive".into(),
+            RequestError::ForbiddenOrigin { .. } => "Forbidden: this Origin may not use the gateway".into(),
+            RequestError::MisdirectedHost => "This gateway does not serve that Host".into(),
+            RequestError::BodyTimeout(_) => "The request body took too long to arrive".into(),
+            RequestError::TooDeep(max) => format!("The request body is nested deeper than {max} levels"),
+            RequestError::MalformedCall(_) => "The request body is not a valid tool call".into(),
+            RequestError::UnsupportedSchema(s) => format!("OTC version {s:?} is not supported; use otc://1.0"),
+            RequestError::MissingToolId => "The request has no tool_id".into(),
+            RequestError::InvalidToolId(e) => format!("Invalid tool id: {e}"),
+            RequestError::Lookup(LookupError::UnknownTool(key))
+            | RequestError::Lookup(LookupError::UnknownVersion { key, .. })
+            | RequestError::Denied(key) => format!("Tool '{key}' was not found"),
+            RequestError::RateLimited { retry_after, .. } => {
                 format!("Too many calls; retry in {} s", retry_after.as_secs_f64().ceil().max(1.0))
             }
-            FrontError::InvalidInput(_) => "Some input parameters are invalid".into(),
-            FrontError::Unavailable { .. } => "The tool server is temporarily unavailable".into(),
-            FrontError::UpstreamRefused { .. } => "The tool server refused the call".into(),
-            FrontError::Overloaded(_) => "The gateway is at capacity; retry shortly".into(),
-            FrontError::CallIdReused => "This call_id was already used for a different call; use a new call_id".into(),
-            FrontError::CallInProgress => "A call with this call_id is still running; retry later".into(),
-            FrontError::Unauthenticated(e) => format!("The gateway needs valid credentials: {}", e.public_message()),
-            FrontError::MissingRequirements(missing) => missing.describe(),
-            FrontError::RequirementUnavailable { requirement, .. } => {
+            RequestError::InvalidInput(_) => "Some input parameters are invalid".into(),
+            RequestError::Unavailable { .. } => "The tool server is temporarily unavailable".into(),
+            RequestError::UpstreamRefused { .. } => "The tool server refused the call".into(),
+            RequestError::Overloaded(_) => "The gateway is at capacity; retry shortly".into(),
+            RequestError::CallIdReused => {
+                "This call_id was already used for a different call; use a new call_id".into()
+            }
+            RequestError::CallInProgress => "A call with this call_id is still running; retry later".into(),
+            RequestError::Unauthenticated(e) => format!("The gateway needs valid credentials: {}", e.public_message()),
+            RequestError::MissingRequirements(missing) => missing.describe(),
+            RequestError::RequirementUnavailable { requirement, .. } => {
                 format!("The tool's {requirement} is temporarily unavailable")
             }
         }
@@ -270,28 +254,28 @@ impl FrontError {
     /// Extra detail for developers and logs; never shown to a model.
     fn developer_message(&self) -> Option<String> {
         match self {
-            FrontError::NotFound(path) => {
+            RequestError::NotFound(path) => {
                 Some(format!("{path} is not served; the gateway serves GET /health, GET /tools, POST /tools/call, POST /call and POST /mcp"))
             }
-            FrontError::MethodNotAllowed { allow } => Some(format!("send this path with {allow}; see the Allow header")),
-            FrontError::InvalidInput(_) | FrontError::UpstreamRefused { .. } => None,
-            FrontError::Unauthenticated(_) => {
+            RequestError::MethodNotAllowed { allow } => Some(format!("send this path with {allow}; see the Allow header")),
+            RequestError::InvalidInput(_) | RequestError::UpstreamRefused { .. } => None,
+            RequestError::Unauthenticated(_) => {
                 Some("send Authorization: Bearer <JWT or API key>, or OXP-API-Key: <key>".into())
             }
             // Word for word what an unknown tool gets.
-            FrontError::Denied(key) => Some(LookupError::UnknownTool(key.clone()).to_string()),
-            FrontError::RateLimited { limit, .. } => Some(format!("over the rate limit {limit:?}")),
-            FrontError::Unavailable { detail, retry_after: Some(wait) } => {
+            RequestError::Denied(key) => Some(LookupError::UnknownTool(key.clone()).to_string()),
+            RequestError::RateLimited { limit, .. } => Some(format!("over the rate limit {limit:?}")),
+            RequestError::Unavailable { detail, retry_after: Some(wait) } => {
                 Some(format!("{detail}; retry_after_ms={}", wait.as_millis().max(1)))
             }
-            FrontError::MissingRequirements(_) => {
+            RequestError::MissingRequirements(_) => {
                 Some("configure the missing secrets in [secrets] or send them in context; per-user tokens need an authenticated user with a stored token".into())
             }
-            FrontError::BodyTooLarge { .. } => Some("raise server.max_body_bytes to accept larger calls".into()),
-            FrontError::UnsupportedSchema(_) => {
+            RequestError::BodyTooLarge { .. } => Some("raise server.max_body_bytes to accept larger calls".into()),
+            RequestError::UnsupportedSchema(_) => {
                 Some("supported: otc://1.0, urn:oxp:1.0, the 1.0 spec URLs, or no $schema".into())
             }
-            FrontError::MissingToolId => Some("send {\"request\": {\"tool_id\": \"Toolkit.Name@1.0.0\", ...}}".into()),
+            RequestError::MissingToolId => Some("send {\"request\": {\"tool_id\": \"Toolkit.Name@1.0.0\", ...}}".into()),
             other => Some(other.to_string()),
         }
     }
@@ -303,15 +287,15 @@ impl FrontError {
         let body = match self {
             // The MCP front's refusals are JSON-RPC errors; this one comes
             // before the body (and its id) is read.
-            FrontError::ForbiddenOrigin { mcp: true } => serde_json::to_vec(&serde_json::json!({
+            RequestError::ForbiddenOrigin { mcp: true } => serde_json::to_vec(&serde_json::json!({
                 "jsonrpc": "2.0",
                 "id": null,
                 "error": {"code": -32000, "message": "Forbidden: this Origin may not use the MCP endpoint"},
             })),
-            FrontError::InvalidInput(errors) => {
+            RequestError::InvalidInput(errors) => {
                 serde_json::to_vec(&ValidationErrorBody { schema: SCHEMA, message: &message, parameter_errors: errors })
             }
-            FrontError::UpstreamRefused { body, .. } => {
+            RequestError::UpstreamRefused { body, .. } => {
                 let mut body = body.clone();
                 if let Value::Object(obj) = &mut body {
                     obj.insert("$schema".into(), Value::String(SCHEMA.into()));
@@ -324,7 +308,7 @@ impl FrontError {
                 message: &message,
                 developer_message: self.developer_message().as_deref(),
                 missing_requirements: match self {
-                    FrontError::MissingRequirements(missing) => Some(missing.to_json()),
+                    RequestError::MissingRequirements(missing) => Some(missing.to_json()),
                     _ => None,
                 }
                 .as_ref(),
@@ -332,10 +316,10 @@ impl FrontError {
         };
         let mut headers = Vec::new();
         match self {
-            FrontError::MethodNotAllowed { allow } => headers.push(("allow", (*allow).to_owned())),
-            FrontError::Unauthenticated(e) => headers.push(("www-authenticate", e.www_authenticate().to_owned())),
-            FrontError::Overloaded(_) => headers.push(("retry-after", "1".to_owned())),
-            FrontError::RateLimited { retry_after, .. } => {
+            RequestError::MethodNotAllowed { allow } => headers.push(("allow", (*allow).to_owned())),
+            RequestError::Unauthenticated(e) => headers.push(("www-authenticate", e.www_authenticate().to_owned())),
+            RequestError::Overloaded(_) => headers.push(("retry-after", "1".to_owned())),
+            RequestError::RateLimited { retry_after, .. } => {
                 let seconds = retry_after.as_secs_f64().ceil().max(1.0);
                 headers.push(("retry-after", format!("{seconds}")));
             }
@@ -349,21 +333,21 @@ impl FrontError {
             // These are answered without reading the body, which may be large.
             close: matches!(
                 self,
-                FrontError::BodyTooLarge { .. }
-                    | FrontError::BodyUnreadable(_)
-                    | FrontError::MalformedHead(_)
-                    | FrontError::Unauthenticated(_)
-                    | FrontError::HeadersTooLarge { .. }
-                    | FrontError::AmbiguousFraming(_)
-                    | FrontError::TooManyHeaders { .. }
-                    | FrontError::HostHeader(_)
-                    | FrontError::UnsupportedTransferEncoding
-                    | FrontError::ExpectationFailed
-                    | FrontError::HeadTimeout(_)
-                    | FrontError::ForbiddenOrigin { .. }
-                    | FrontError::MisdirectedHost
-                    | FrontError::BodyTimeout(_)
-                    | FrontError::Overloaded(_)
+                RequestError::BodyTooLarge { .. }
+                    | RequestError::BodyUnreadable(_)
+                    | RequestError::MalformedHead(_)
+                    | RequestError::Unauthenticated(_)
+                    | RequestError::HeadersTooLarge { .. }
+                    | RequestError::AmbiguousFraming(_)
+                    | RequestError::TooManyHeaders { .. }
+                    | RequestError::HostHeader(_)
+                    | RequestError::UnsupportedTransferEncoding
+                    | RequestError::ExpectationFailed
+                    | RequestError::HeadTimeout(_)
+                    | RequestError::ForbiddenOrigin { .. }
+                    | RequestError::MisdirectedHost
+                    | RequestError::BodyTimeout(_)
+                    | RequestError::Overloaded(_)
             ),
         }
     }

@@ -30,12 +30,13 @@ use serde_json::{json, Map, Value};
 use crate::auth::Caller;
 use crate::call::{execute_call, ParsedCall};
 use crate::catalog::Catalog;
-use crate::error::{FrontError, Reply};
+use crate::error::RequestError;
 use crate::gateway::Gateway;
 use crate::mcp::jsonrpc::{
     params_object, Message, OutgoingResponse, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
 };
 use crate::mcp::{is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
+use crate::reply::Reply;
 use crate::resolve::{ToolRef, VersionRequest};
 use crate::wire::{CallContext, CallResult, ToolDefinition};
 
@@ -187,8 +188,8 @@ impl McpEndpoint {
         };
         match execute_call(gateway, gateway.runtime_owned(), caller, call).await {
             Ok(completed) => Ok(tool_result(&completed.result)),
-            Err(FrontError::Lookup(_) | FrontError::Denied(_) | FrontError::InvalidToolId(_)) => Err(unknown()),
-            Err(FrontError::InvalidInput(errors)) => Ok(invalid_arguments(&errors)),
+            Err(RequestError::Lookup(_) | RequestError::Denied(_) | RequestError::InvalidToolId(_)) => Err(unknown()),
+            Err(RequestError::InvalidInput(errors)) => Ok(invalid_arguments(&errors)),
             Err(e) => Ok(error_result(&e)),
         }
     }
@@ -302,7 +303,7 @@ fn invalid_arguments(errors: &BTreeMap<String, String>) -> Value {
 
 /// Any other error of the call as a tool error, with the OTC front's body
 /// (rendered in the one place errors are) in `_meta`.
-fn error_result(error: &FrontError) -> Value {
+fn error_result(error: &RequestError) -> Value {
     let body: Value = serde_json::from_slice(&error.to_reply().body).unwrap_or(Value::Null);
     let message = body.get("message").and_then(Value::as_str).unwrap_or("The call failed").to_owned();
     json!({

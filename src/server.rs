@@ -14,7 +14,7 @@ use pingora::services::listening::Service;
 
 use crate::config::Config;
 use crate::gateway::Gateway;
-use crate::proxy::{Front, OtcProxy};
+use crate::proxy::{DataPlane, Router};
 use crate::reload::ConfigWatcher;
 
 /// Why the gateway could not start.
@@ -128,7 +128,7 @@ pub fn run(
     server.bootstrap();
     let open_files = raise_open_files_limit();
     let mut service =
-        Service::new("otc-gateway data plane".to_owned(), Front::new(OtcProxy::new(gateway, in_flight), open_files));
+        Service::new("otc-gateway data plane".to_owned(), DataPlane::new(Router::new(gateway, in_flight), open_files));
     match data_listen.options() {
         Some(options) => service.add_tcp_with_settings(&listen.to_string(), options),
         None => service.add_tcp(&listen.to_string()),

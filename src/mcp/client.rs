@@ -80,13 +80,7 @@ pub enum McpError {
     SessionExpired,
 }
 
-impl McpError {
-    /// Whether the request never reached the server's tool (so another
-    /// replica may take it).
-    pub fn before_sending(&self) -> bool {
-        matches!(self, McpError::Connect(_) | McpError::Initialize(_))
-    }
-}
+impl McpError {}
 
 /// What bounds one exchange, and what it carries.
 #[derive(Debug, Clone, Copy)]
@@ -153,11 +147,6 @@ impl McpClient {
             opening: tokio::sync::Mutex::new(()),
             next_id: AtomicU64::new(1),
         }
-    }
-
-    /// The endpoint URL.
-    pub fn endpoint(&self) -> &Uri {
-        &self.endpoint
     }
 
     /// `tools/list`, every page: the raw MCP `Tool` objects in server order.

@@ -70,11 +70,6 @@ impl SseParser {
         events
     }
 
-    /// The id of the last event with an `id:` field (for `Last-Event-ID`).
-    pub fn last_event_id(&self) -> Option<&str> {
-        self.last_id.as_deref()
-    }
-
     fn line(&mut self, line: &str) -> Option<Event> {
         if line.is_empty() {
             return self.dispatch();
@@ -139,7 +134,6 @@ mod tests {
         assert_eq!(events[0].data, "one\ntwo");
         assert_eq!(events[0].event, None);
         assert_eq!(events[1].data, "x");
-        assert_eq!(p.last_event_id(), Some("0"));
     }
 
     #[test]

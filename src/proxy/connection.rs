@@ -12,7 +12,7 @@
 //! `Connection: close`, HTTP/1.0, credentials that fail, a head httparse
 //! refuses) is handed to pingora untouched, one request at a time: the bytes
 //! read so far become its session's first bytes, pingora answers that one
-//! request (`OtcProxy::serve_one`), and the connection comes back here with
+//! request (`Router::serve_one`), and the connection comes back here with
 //! whatever the client sent past it. So every head on a connection waits
 //! under this reader's keep-alive and header deadline, and every connection
 //! counts against one bound ([`OpenConnections`]). Nothing of a request is
@@ -47,11 +47,12 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 use super::open_connections::{OpenConnections, Registered};
-use super::{InFlight, OtcProxy};
+use super::{InFlight, Router};
 use crate::auth::{Credentials, API_KEY_HEADER};
-use crate::error::{FrontError, Reply};
+use crate::error::RequestError;
 use crate::gateway::Runtime;
 use crate::http1::{self, decimal, header_line_size};
+use crate::reply::Reply;
 
 /// How long an idle connection waits for its next request, at least: here up
 /// to twice that (see `Connection::idle`); pingora's keep-alive default,
@@ -68,8 +69,8 @@ const MAX_HEADERS: usize = 32;
 
 /// The data plane's pingora application: serves each connection, starting
 /// with the gateway's own reader.
-pub struct Front {
-    proxy: Arc<OtcProxy>,
+pub struct DataPlane {
+    router: Arc<Router>,
     open: Arc<OpenConnections>,
     /// The most client connections the process's open-file limit leaves
     /// room for: half of it, the other half for upstream connections and
@@ -77,12 +78,12 @@ pub struct Front {
     fd_room: usize,
 }
 
-impl Front {
+impl DataPlane {
     /// A front over the gateway's HTTP application, in a process that may
     /// have `open_files` descriptors (unknown: no cap but the config's).
-    pub fn new(proxy: OtcProxy, open_files: Option<u64>) -> Front {
+    pub fn new(router: Router, open_files: Option<u64>) -> DataPlane {
         let fd_room = open_files.map_or(usize::MAX, |n| usize::try_from(n / 2).unwrap_or(usize::MAX).max(1));
-        let configured = proxy.gateway.runtime().config.server.max_connections;
+        let configured = router.gateway.runtime().config.server.max_connections;
         if configured > fd_room {
             // (Info, not a warning: the default is above what many hosts allow.)
             tracing::info!(
@@ -91,7 +92,7 @@ impl Front {
                 "client connections capped at {fd_room}, half the open-file limit"
             );
         }
-        Front { proxy: Arc::new(proxy), open: Arc::default(), fd_room }
+        DataPlane { router: Arc::new(router), open: Arc::default(), fd_room }
     }
 }
 
@@ -160,13 +161,13 @@ enum Next {
 }
 
 #[async_trait]
-impl ServerApp for Front {
+impl ServerApp for DataPlane {
     async fn process_new(self: &Arc<Self>, stream: Stream, shutdown: &ShutdownWatch) -> Option<Stream> {
         let socket = match take_socket(&stream) {
             Ok(socket) => socket,
             Err(e) => {
                 tracing::debug!(error = %e, "the connection is served by pingora alone");
-                serve_through_pingora(&self.proxy, stream, BytesMut::new(), shutdown).await;
+                serve_through_pingora(&self.router, stream, BytesMut::new(), shutdown).await;
                 return None;
             }
         };
@@ -174,7 +175,7 @@ impl ServerApp for Front {
         // nothing read into it yet, is closed.
         drop(stream);
         let mut conn = Connection::new(socket, shutdown);
-        let max_connections = self.proxy.gateway.runtime().config.server.max_connections.min(self.fd_room);
+        let max_connections = self.router.gateway.runtime().config.server.max_connections.min(self.fd_room);
         conn.registered = Some(self.open.register(max_connections, conn.stream.as_raw_fd()));
         loop {
             match self.serve_next(&mut conn, shutdown).await {
@@ -186,7 +187,7 @@ impl ServerApp for Front {
     }
 }
 
-impl Front {
+impl DataPlane {
     /// Hands one request to pingora's session, its bytes read so far first,
     /// and takes the connection back after the reply: every head on a
     /// connection is read here first, under one header deadline and one
@@ -203,7 +204,7 @@ impl Front {
         }
         // Busy until the socket is this connection's own again: an eviction
         // never touches a descriptor pingora's session may have closed.
-        let back = self.proxy.serve_one(session, shutdown).await?;
+        let back = self.router.serve_one(session, shutdown).await?;
         let stream = take_socket(&back.stream).ok()?;
         if let Some(registered) = &registered {
             registered.set_fd(stream.as_raw_fd());
@@ -279,11 +280,11 @@ enum Parsed {
     Other,
 }
 
-impl Front {
+impl DataPlane {
     /// Reads, serves and answers the connection's next request, unless it is
     /// not a plain call.
     async fn serve_next(&self, conn: &mut Connection, shutdown: &ShutdownWatch) -> Next {
-        let gateway = &self.proxy.gateway;
+        let gateway = &self.router.gateway;
         let (max_header_bytes, max_body, body_timeout, max_in_flight, header_timeout) = {
             let server = &gateway.runtime().config.server;
             (
@@ -298,7 +299,7 @@ impl Front {
             Ok(head) => head,
             Err(HeadWait::Done(next)) => return next,
             Err(HeadWait::TimedOut) => {
-                let reply = FrontError::HeadTimeout(header_timeout).to_reply();
+                let reply = RequestError::HeadTimeout(header_timeout).to_reply();
                 gateway.metrics.record_http("other", reply.status);
                 return write_reply(conn, &reply, false).await;
             }
@@ -309,7 +310,7 @@ impl Front {
             return Next::HandOver;
         }
         // Being served, for graceful shutdown: from its head to its reply.
-        let serving = InFlight::enter(&self.proxy.in_flight);
+        let serving = InFlight::enter(&self.router.in_flight);
         // The runtime the request is served under: loaded once its head is
         // in (not while the connection idled), and kept to its end.
         let runtime = gateway.runtime_owned();
@@ -326,12 +327,12 @@ impl Front {
         let (reply, keep_alive) = match read_body_within(conn, head.body_len, body_timeout).await {
             Ok(Some(body)) => {
                 // In flight from here: a request counts once it has arrived.
-                let (in_flight, count) = InFlight::enter(&self.proxy.admitted);
+                let (in_flight, count) = InFlight::enter(&self.router.admitted);
                 let served = if count > max_in_flight {
-                    Err(FrontError::Overloaded(max_in_flight))
+                    Err(RequestError::Overloaded(max_in_flight))
                 } else {
                     conn.set_busy(true);
-                    self.proxy.run_call(runtime, &caller, &body, traceparent).await
+                    self.router.run_call(runtime, &caller, &body, traceparent).await
                 };
                 drop(in_flight);
                 conn.set_busy(false);
@@ -342,7 +343,7 @@ impl Front {
             // The client went away mid-body, or its connection was closed
             // to make room: nobody to answer.
             Ok(None) => return Next::Close,
-            Err(_) => (FrontError::BodyTimeout(body_timeout).to_reply(), false),
+            Err(_) => (RequestError::BodyTimeout(body_timeout).to_reply(), false),
         };
         gateway.metrics.record_http("/tools/call", reply.status);
         drop(serving);
@@ -352,7 +353,7 @@ impl Front {
 
 /// The browser checks of a call's head, the `Host` one skipped when this
 /// connection's last accepted `Host` was the same under the same runtime.
-fn check_browser(conn: &mut Connection, head: &CallHead, runtime: &Arc<Runtime>) -> Result<(), FrontError> {
+fn check_browser(conn: &mut Connection, head: &CallHead, runtime: &Arc<Runtime>) -> Result<(), RequestError> {
     let host = &conn.buf[head.host.clone()];
     let known = conn.accepted_host.as_ref().is_some_and(|(seen_under, seen)| {
         std::ptr::eq(seen_under.as_ptr(), Arc::as_ptr(runtime)) && seen.as_slice() == host
@@ -551,7 +552,7 @@ async fn read_body(stream: &mut TcpStream, buf: &mut BytesMut, len: usize) -> Op
 
 /// Writes a reply; closes the connection unless it is kept alive.
 async fn write_reply(conn: &mut Connection, reply: &Reply, keep_alive: bool) -> Next {
-    if let Err(e) = super::reply::write_reply(&mut conn.stream, reply, false, keep_alive).await {
+    if let Err(e) = super::send::write_reply(&mut conn.stream, reply, false, keep_alive).await {
         tracing::debug!(error = %e, "could not write the response");
         return Next::Close;
     }
@@ -566,19 +567,19 @@ async fn write_reply(conn: &mut Connection, reply: &Reply, keep_alive: bool) -> 
 /// Serves the rest of the connection through pingora's session, `read` (the
 /// bytes read so far) first: pingora's own loop for HTTP/1 (its blanket
 /// `ServerApp` for `HttpServerApp`s).
-async fn serve_through_pingora(proxy: &Arc<OtcProxy>, stream: Stream, read: BytesMut, shutdown: &ShutdownWatch) {
+async fn serve_through_pingora(router: &Arc<Router>, stream: Stream, read: BytesMut, shutdown: &ShutdownWatch) {
     let mut session = Session::new_http1(stream);
     session.set_keepalive(if *shutdown.borrow() { None } else { Some(KEEP_ALIVE.as_secs()) });
     if !read.is_empty() {
         session.set_pipelined_prefix(read);
     }
-    let mut result = proxy.process_new_http(session, shutdown).await;
+    let mut result = router.process_new_http(session, shutdown).await;
     while let Some((stream, settings)) = result.map(ReusedHttpStream::consume) {
         let mut session = Session::new_http1(stream);
         if let Some(settings) = settings {
             settings.apply_to_session(&mut session);
         }
-        result = proxy.process_new_http(session, shutdown).await;
+        result = router.process_new_http(session, shutdown).await;
     }
 }
 

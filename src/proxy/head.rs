@@ -8,7 +8,7 @@
 //! which is exactly what must be seen to refuse them.
 
 use crate::browser::BrowserPolicy;
-use crate::error::FrontError;
+use crate::error::RequestError;
 
 /// The most header lines a request may have; more get 431.
 pub(super) const MAX_HEADER_LINES: usize = 100;
@@ -64,31 +64,31 @@ impl<'h> HeadFacts<'h> {
     /// whose length is in doubt is refused before anything is judged on it.
     /// `http11` is false for HTTP/1.0 (which needs no `Host`); `mcp` shapes
     /// an `Origin` refusal for `/mcp`.
-    pub(super) fn check(&self, http11: bool, policy: &BrowserPolicy, mcp: bool) -> Result<Expect, FrontError> {
+    pub(super) fn check(&self, http11: bool, policy: &BrowserPolicy, mcp: bool) -> Result<Expect, RequestError> {
         if self.lines > MAX_HEADER_LINES {
-            return Err(FrontError::TooManyHeaders { limit: MAX_HEADER_LINES });
+            return Err(RequestError::TooManyHeaders { limit: MAX_HEADER_LINES });
         }
         if self.content_lengths > 0 && self.transfer_encodings > 0 {
-            return Err(FrontError::AmbiguousFraming("both Content-Length and Transfer-Encoding"));
+            return Err(RequestError::AmbiguousFraming("both Content-Length and Transfer-Encoding"));
         }
         if self.content_lengths > 1 {
-            return Err(FrontError::AmbiguousFraming("more than one Content-Length"));
+            return Err(RequestError::AmbiguousFraming("more than one Content-Length"));
         }
         match self.transfer_encoding {
             Some(coding) if self.transfer_encodings > 1 || !coding.trim_ascii().eq_ignore_ascii_case(b"chunked") => {
-                return Err(FrontError::UnsupportedTransferEncoding)
+                return Err(RequestError::UnsupportedTransferEncoding)
             }
             _ => {}
         }
         if http11 && self.hosts != 1 {
-            return Err(FrontError::HostHeader(if self.hosts == 0 { "missing" } else { "more than one" }));
+            return Err(RequestError::HostHeader(if self.hosts == 0 { "missing" } else { "more than one" }));
         }
         policy.check_host(self.host)?;
         policy.check_origin(self.origin, mcp)?;
         match self.expect {
             None => Ok(Expect::Nothing),
             Some(value) if value.trim_ascii().eq_ignore_ascii_case(b"100-continue") => Ok(Expect::Continue),
-            Some(_) => Err(FrontError::ExpectationFailed),
+            Some(_) => Err(RequestError::ExpectationFailed),
         }
     }
 }
@@ -102,14 +102,14 @@ pub(super) fn check_raw_head(
     http11: bool,
     policy: &BrowserPolicy,
     mcp: bool,
-) -> Result<Expect, FrontError> {
+) -> Result<Expect, RequestError> {
     let lines = raw.iter().position(|&b| b == b'\n').map_or(&raw[raw.len()..], |end| &raw[end + 1..]);
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADER_LINES + 1];
     match httparse::parse_headers(lines, &mut slots) {
         Ok(httparse::Status::Complete(_)) => {}
-        Err(httparse::Error::TooManyHeaders) => return Err(FrontError::TooManyHeaders { limit: MAX_HEADER_LINES }),
+        Err(httparse::Error::TooManyHeaders) => return Err(RequestError::TooManyHeaders { limit: MAX_HEADER_LINES }),
         // pingora read these lines; what httparse cannot is not checked, so refused.
-        Ok(httparse::Status::Partial) | Err(_) => return Err(FrontError::MalformedHead("header lines".into())),
+        Ok(httparse::Status::Partial) | Err(_) => return Err(RequestError::MalformedHead("header lines".into())),
     }
     let mut facts = HeadFacts::default();
     for header in slots.iter().take_while(|h| !h.name.is_empty()) {
@@ -123,7 +123,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
 
-    fn check(head: &str) -> Result<Expect, FrontError> {
+    fn check(head: &str) -> Result<Expect, RequestError> {
         let policy = BrowserPolicy::new(&Config::parse("", "test").expect("config"));
         check_raw_head(head.as_bytes(), !head.contains("HTTP/1.0"), &policy, false)
     }

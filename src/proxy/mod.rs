@@ -11,9 +11,9 @@
 //! request that this gateway never used: 15% of its instructions per call,
 //! benches/README.md.)
 //!
-//! A connection starts in `connection` ([`Front`]), which reads plain tool
+//! A connection starts in `connection` ([`DataPlane`]), which reads plain tool
 //! calls itself; any other request goes, with the rest of its connection, to
-//! pingora's HTTP session and [`OtcProxy`] below.
+//! pingora's HTTP session and [`Router`] below.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -32,19 +32,20 @@ use pingora_timeout::fast_timeout::fast_timeout;
 mod connection;
 mod head;
 mod open_connections;
-mod reply;
+mod send;
 
-pub use connection::Front;
+pub use connection::DataPlane;
 
 use crate::auth::Caller;
 use crate::call::call_tool;
-use crate::error::{FrontError, Reply};
+use crate::error::RequestError;
 use crate::gateway::{Gateway, Runtime};
 use crate::http1::header_line_size;
+use crate::reply::Reply;
 use head::Expect;
 
 /// The gateway's front as a pingora HTTP application.
-pub struct OtcProxy {
+pub struct Router {
     gateway: Arc<Gateway>,
     in_flight: Arc<AtomicUsize>,
     /// Requests whose body has arrived and that are being worked on: what
@@ -82,11 +83,11 @@ fn route_of(path: &str) -> &'static str {
     }
 }
 
-impl OtcProxy {
+impl Router {
     /// A front over the given gateway state; `in_flight` counts the
     /// requests being served, for graceful shutdown.
-    pub fn new(gateway: Arc<Gateway>, in_flight: Arc<AtomicUsize>) -> OtcProxy {
-        OtcProxy { gateway, in_flight, admitted: Arc::default(), mcp: Default::default() }
+    pub fn new(gateway: Arc<Gateway>, in_flight: Arc<AtomicUsize>) -> Router {
+        Router { gateway, in_flight, admitted: Arc::default(), mcp: Default::default() }
     }
 
     /// Checks the head, then dispatches on the route and method.
@@ -99,7 +100,7 @@ impl OtcProxy {
         let result = match route {
             "/health" => match method {
                 http::Method::GET | http::Method::HEAD => self.admit().map(|_in_flight| self.health()),
-                _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
+                _ => Err(RequestError::MethodNotAllowed { allow: "GET, HEAD" }),
             },
             "/tools" => match method {
                 http::Method::GET | http::Method::HEAD => self.admit().and_then(|_in_flight| {
@@ -110,15 +111,15 @@ impl OtcProxy {
                         )
                     })
                 }),
-                _ => Err(FrontError::MethodNotAllowed { allow: "GET, HEAD" }),
+                _ => Err(RequestError::MethodNotAllowed { allow: "GET, HEAD" }),
             },
             "/tools/call" => match method {
                 http::Method::POST => self.call(session, expect).await,
-                _ => Err(FrontError::MethodNotAllowed { allow: "POST" }),
+                _ => Err(RequestError::MethodNotAllowed { allow: "POST" }),
             },
             // (Boxed to keep its state out of every request's future.)
             "/mcp" => Box::pin(self.mcp(session, expect)).await,
-            _ => Err(FrontError::NotFound(session.req_header().uri.path().chars().take(200).collect())),
+            _ => Err(RequestError::NotFound(session.req_header().uri.path().chars().take(200).collect())),
         };
         result.unwrap_or_else(|e| e.to_reply())
     }
@@ -127,11 +128,11 @@ impl OtcProxy {
     /// refuses it over `server.max_in_flight`. Requests still arriving are
     /// not counted: a client that sends a head and stalls holds no slot
     /// (slow connections are bounded by `server.max_connections`).
-    fn admit(&self) -> Result<InFlight, FrontError> {
+    fn admit(&self) -> Result<InFlight, RequestError> {
         let (admitted, count) = InFlight::enter(&self.admitted);
         let limit = self.gateway.runtime().config.server.max_in_flight;
         if count > limit {
-            return Err(FrontError::Overloaded(limit));
+            return Err(RequestError::Overloaded(limit));
         }
         Ok(admitted)
     }
@@ -144,7 +145,7 @@ impl OtcProxy {
     /// The MCP front (`mcp::server`): credentials (its `Origin` and `Host`
     /// were checked with the head, as on every route), then one JSON-RPC
     /// message per POST.
-    async fn mcp(&self, session: &mut Session, expect: Expect) -> Result<Reply, FrontError> {
+    async fn mcp(&self, session: &mut Session, expect: Expect) -> Result<Reply, RequestError> {
         let (limit, deadline, caller) = {
             let runtime = self.gateway.runtime();
             (
@@ -156,14 +157,14 @@ impl OtcProxy {
         if session.req_header().method != http::Method::POST {
             // No server-initiated stream is offered (GET), and sessions hold
             // no state to end (DELETE).
-            return Err(FrontError::MethodNotAllowed { allow: "POST" });
+            return Err(RequestError::MethodNotAllowed { allow: "POST" });
         }
         let body = read_body_within(session, expect, limit, deadline).await?;
         let _in_flight = self.admit()?;
         Ok(self.mcp.handle_post(&self.gateway, &caller, &session.req_header().headers, &body).await)
     }
 
-    async fn call(&self, session: &mut Session, expect: Expect) -> Result<Reply, FrontError> {
+    async fn call(&self, session: &mut Session, expect: Expect) -> Result<Reply, RequestError> {
         // Credentials first: an unauthenticated client's body is not read.
         // One runtime for the whole request, as on the gateway's own reader.
         let runtime = self.gateway.runtime_owned();
@@ -184,28 +185,28 @@ impl OtcProxy {
         caller: &Caller,
         body: &[u8],
         traceparent: Option<String>,
-    ) -> Result<Reply, FrontError> {
+    ) -> Result<Reply, RequestError> {
         let (body, _completed) = call_tool(&self.gateway, runtime, caller, body, traceparent).await?;
         Ok(Reply::ok(body))
     }
 }
 
 /// Who is calling, from the request's credentials.
-fn authenticate(runtime: &Runtime, session: &Session) -> Result<Caller, FrontError> {
+fn authenticate(runtime: &Runtime, session: &Session) -> Result<Caller, RequestError> {
     runtime.authenticator.authenticate(&session.req_header().headers).map_err(|e| {
         tracing::debug!(error = %e, "request refused: bad or missing credentials");
-        FrontError::Unauthenticated(e)
+        RequestError::Unauthenticated(e)
     })
 }
 
 /// Refuses oversized headers, then runs the checks every head passes
 /// ([`head`]) on the raw head pingora read.
-fn check_head(runtime: &Runtime, session: &Session, route: &'static str) -> Result<Expect, FrontError> {
+fn check_head(runtime: &Runtime, session: &Session, route: &'static str) -> Result<Expect, RequestError> {
     let max_header_bytes = runtime.config.server.max_header_bytes;
     let headers = &session.req_header().headers;
     let size: usize = headers.iter().map(|(name, value)| header_line_size(name.as_str(), value.as_bytes())).sum();
     if size > max_header_bytes {
-        return Err(FrontError::HeadersTooLarge { limit: max_header_bytes });
+        return Err(RequestError::HeadersTooLarge { limit: max_header_bytes });
     }
     let Session::H1(_) = session else { return Ok(Expect::Nothing) };
     let http11 = session.req_header().version == http::Version::HTTP_11;
@@ -225,12 +226,15 @@ async fn read_body_within(
     expect: Expect,
     limit: usize,
     deadline: Duration,
-) -> Result<Bytes, FrontError> {
+) -> Result<Bytes, RequestError> {
     if expect == Expect::Continue && !body_over(session, limit) {
-        let go_on = ResponseHeader::build(100, Some(0)).map_err(|e| FrontError::BodyUnreadable(e.to_string()))?;
-        session.write_response_header(Box::new(go_on)).await.map_err(|e| FrontError::BodyUnreadable(e.to_string()))?;
+        let go_on = ResponseHeader::build(100, Some(0)).map_err(|e| RequestError::BodyUnreadable(e.to_string()))?;
+        session
+            .write_response_header(Box::new(go_on))
+            .await
+            .map_err(|e| RequestError::BodyUnreadable(e.to_string()))?;
     }
-    fast_timeout(deadline, read_body(session, limit)).await.map_err(|_| FrontError::BodyTimeout(deadline))?
+    fast_timeout(deadline, read_body(session, limit)).await.map_err(|_| RequestError::BodyTimeout(deadline))?
 }
 
 /// Whether the declared Content-Length is over `limit` (refused unread).
@@ -250,22 +254,24 @@ fn declared_length(session: &Session) -> Option<u64> {
 
 /// Reads the whole request body, refusing more than `limit` bytes: by the
 /// declared Content-Length before reading, or as the chunks arrive.
-async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, FrontError> {
+async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, RequestError> {
     let declared = declared_length(session);
     if declared.is_some_and(|n| n > limit as u64) {
-        return Err(FrontError::BodyTooLarge { limit });
+        return Err(RequestError::BodyTooLarge { limit });
     }
     let mut body = BytesMut::with_capacity(declared.map_or(0, |n| n as usize));
-    while let Some(chunk) = session.read_request_body().await.map_err(|e| FrontError::BodyUnreadable(e.to_string()))? {
+    while let Some(chunk) =
+        session.read_request_body().await.map_err(|e| RequestError::BodyUnreadable(e.to_string()))?
+    {
         if body.len() + chunk.len() > limit {
-            return Err(FrontError::BodyTooLarge { limit });
+            return Err(RequestError::BodyTooLarge { limit });
         }
         body.extend_from_slice(&chunk);
     }
     Ok(body.freeze())
 }
 
-impl OtcProxy {
+impl Router {
     /// One request, from its parsed head to its reply.
     async fn answer(&self, session: &mut Session) -> Reply {
         let route = route_of(session.req_header().uri.path());
@@ -278,7 +284,7 @@ impl OtcProxy {
 }
 
 #[async_trait]
-impl HttpServerApp for OtcProxy {
+impl HttpServerApp for Router {
     /// Serves a connection that is pingora's alone (not a TCP socket, so
     /// never in practice: see `connection::take_socket`), one request at a time.
     async fn process_new_http(
@@ -286,17 +292,17 @@ impl HttpServerApp for OtcProxy {
         session: Session,
         shutdown: &ShutdownWatch,
     ) -> Option<ReusedHttpStream> {
-        self.serve_one(session, shutdown).await.map(reply::Reusable::into_reused)
+        self.serve_one(session, shutdown).await.map(send::Reusable::into_reused)
     }
 }
 
-impl OtcProxy {
+impl Router {
     /// One request on a pingora session, from reading its head to writing
     /// its reply; the connection comes back for the next one. The head is
     /// bounded by `server.header_timeout`: on the gateway's own reader's
     /// connections it is in the session's first bytes already.
-    async fn serve_one(self: &Arc<Self>, mut session: Session, shutdown: &ShutdownWatch) -> Option<reply::Reusable> {
-        reply::allow_pipelining(&mut session);
+    async fn serve_one(self: &Arc<Self>, mut session: Session, shutdown: &ShutdownWatch) -> Option<send::Reusable> {
+        send::allow_pipelining(&mut session);
         let header_timeout = self.gateway.runtime().config.server.header_timeout.0;
         // An idle keep-alive connection stops waiting when shutdown begins.
         let mut stopping = shutdown.clone();
@@ -309,9 +315,9 @@ impl OtcProxy {
         let head = match head {
             Ok(head) => head,
             Err(_) => {
-                let reply = FrontError::HeadTimeout(header_timeout).to_reply();
+                let reply = RequestError::HeadTimeout(header_timeout).to_reply();
                 self.gateway.metrics.record_http("other", reply.status);
-                if let Err(write_error) = reply::write_through_pingora(&mut session, reply, false).await {
+                if let Err(write_error) = send::write_through_pingora(&mut session, reply, false).await {
                     tracing::debug!(error = %write_error, "could not write an error response");
                 }
                 session.shutdown().await;
@@ -329,15 +335,15 @@ impl OtcProxy {
                     let too_many =
                         e.root_cause().downcast_ref::<httparse::Error>() == Some(&httparse::Error::TooManyHeaders);
                     let error = if too_many {
-                        FrontError::TooManyHeaders { limit: head::MAX_HEADER_LINES }
+                        RequestError::TooManyHeaders { limit: head::MAX_HEADER_LINES }
                     } else {
                         // The cause alone: pingora's message quotes the head's
                         // bytes, credentials included.
-                        FrontError::MalformedHead(e.root_cause().to_string())
+                        RequestError::MalformedHead(e.root_cause().to_string())
                     };
                     let reply = error.to_reply();
                     self.gateway.metrics.record_http("other", reply.status);
-                    if let Err(write_error) = reply::write_through_pingora(&mut session, reply, false).await {
+                    if let Err(write_error) = send::write_through_pingora(&mut session, reply, false).await {
                         tracing::debug!(error = %write_error, "could not write an error response");
                     }
                 }
@@ -352,6 +358,6 @@ impl OtcProxy {
         }
         let reply = self.answer(&mut session).await;
         let head_only = session.req_header().method == http::Method::HEAD;
-        reply::send_reply(session, reply, head_only).await
+        send::send_reply(session, reply, head_only).await
     }
 }

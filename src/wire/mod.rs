@@ -229,7 +229,7 @@ pub enum ResponseShapeError {
 /// `Value` tree and written out again (that was a tenth of a call's
 /// instructions, benches/README.md).
 pub fn normalise_tool_response(body: &[u8]) -> Result<UpstreamResult, ResponseShapeError> {
-    let answer: Answer<'_> = parse_object(body)?;
+    let answer: ResultBody<'_> = parse_object(body)?;
     let mut fields = answer.result.unwrap_or(answer.bare);
     // The older shape: `output: {value}` or `output: {error}`.
     if let Some(output) = fields.output.filter(|o| o.get().starts_with('{')) {
@@ -261,9 +261,9 @@ pub fn normalise_tool_response(body: &[u8]) -> Result<UpstreamResult, ResponseSh
 
 /// An answer as read: its `result` object when it has one (the wrapped
 /// shape), and the fields found beside it (the bare shape).
-struct Answer<'a> {
-    result: Option<AnswerFields<'a>>,
-    bare: AnswerFields<'a>,
+struct ResultBody<'a> {
+    result: Option<ResultFields<'a>>,
+    bare: ResultFields<'a>,
 }
 
 /// The fields of an answer (or of its `result`) that the gateway reads,
@@ -271,7 +271,7 @@ struct Answer<'a> {
 /// Read in one pass, `result` included, and only from a JSON object. (The
 /// upstream's `call_id` is not read: the client gets the gateway's.)
 #[derive(Default)]
-struct AnswerFields<'a> {
+struct ResultFields<'a> {
     output: Option<&'a RawValue>,
     value: Option<&'a RawValue>,
     error: Option<&'a RawValue>,
@@ -279,10 +279,10 @@ struct AnswerFields<'a> {
     duration: Option<&'a RawValue>,
 }
 
-/// The keys [`AnswerFields`] reads; any other is skipped.
+/// The keys [`ResultFields`] reads; any other is skipped.
 #[derive(Deserialize)]
 #[serde(field_identifier, rename_all = "snake_case")]
-enum AnswerKey {
+enum ResultKey {
     Result,
     Output,
     Value,
@@ -293,28 +293,28 @@ enum AnswerKey {
     Other,
 }
 
-impl<'de> Deserialize<'de> for Answer<'de> {
+impl<'de> Deserialize<'de> for ResultBody<'de> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_map(AnswerVisitor { top: true })
+        deserializer.deserialize_map(ResultVisitor { top: true })
     }
 }
 
 /// Reads an answer object; `top` says whether `result` is read (it is only
 /// at the top level, as the wrapped shape has it).
-struct AnswerVisitor {
+struct ResultVisitor {
     top: bool,
 }
 
-impl<'de> serde::de::DeserializeSeed<'de> for AnswerVisitor {
-    type Value = Answer<'de>;
+impl<'de> serde::de::DeserializeSeed<'de> for ResultVisitor {
+    type Value = ResultBody<'de>;
 
     fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
         deserializer.deserialize_map(self)
     }
 }
 
-impl<'de> serde::de::Visitor<'de> for AnswerVisitor {
-    type Value = Answer<'de>;
+impl<'de> serde::de::Visitor<'de> for ResultVisitor {
+    type Value = ResultBody<'de>;
 
     fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(if self.top { "a JSON object" } else { "`result` to be a JSON object" })
@@ -322,27 +322,27 @@ impl<'de> serde::de::Visitor<'de> for AnswerVisitor {
 
     fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
         let mut result = None;
-        let mut bare = AnswerFields::default();
-        while let Some(key) = map.next_key::<AnswerKey>()? {
+        let mut bare = ResultFields::default();
+        while let Some(key) = map.next_key::<ResultKey>()? {
             // Later duplicates win, as in a JSON object read into a map.
             let slot = match key {
-                AnswerKey::Result if self.top => {
-                    result = Some(map.next_value_seed(AnswerVisitor { top: false })?.bare);
+                ResultKey::Result if self.top => {
+                    result = Some(map.next_value_seed(ResultVisitor { top: false })?.bare);
                     continue;
                 }
-                AnswerKey::Result | AnswerKey::Other => {
+                ResultKey::Result | ResultKey::Other => {
                     map.next_value::<serde::de::IgnoredAny>()?;
                     continue;
                 }
-                AnswerKey::Output => &mut bare.output,
-                AnswerKey::Value => &mut bare.value,
-                AnswerKey::Error => &mut bare.error,
-                AnswerKey::Success => &mut bare.success,
-                AnswerKey::Duration => &mut bare.duration,
+                ResultKey::Output => &mut bare.output,
+                ResultKey::Value => &mut bare.value,
+                ResultKey::Error => &mut bare.error,
+                ResultKey::Success => &mut bare.success,
+                ResultKey::Duration => &mut bare.duration,
             };
             *slot = Some(map.next_value()?);
         }
-        Ok(Answer { result, bare })
+        Ok(ResultBody { result, bare })
     }
 }
 

@@ -20,7 +20,7 @@ use pingora::protocols::http::ServerSession as Session;
 use pingora::protocols::Stream;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
-use crate::error::Reply;
+use crate::reply::Reply;
 
 /// Lets pingora hand back the bytes a client pipelined behind a request.
 pub fn allow_pipelining(session: &mut Session) {
