@@ -47,7 +47,7 @@ use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
 use super::open_connections::{OpenConnections, Registered};
-use super::{InFlight, Router};
+use super::router::{InFlight, Router};
 use crate::auth::{Credentials, API_KEY_HEADER};
 use crate::error::RequestError;
 use crate::gateway::Runtime;
