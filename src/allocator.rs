@@ -4,8 +4,8 @@
 //! The binary allocates with [`Allocator`] (`main.rs`). Rebuilding a large catalog
 //! parses every upstream's body into `Value` trees and drops them; mimalloc
 //! keeps freed pages for a while before it purges them, so a 10,000-tool
-//! gateway sat at about 100 MB resident when its live data was well under
-//! that (benches/README.md).
+//! gateway stayed resident at several times its live data
+//! (benches/HISTORY.md, "Figures behind the code").
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::ffi::c_void;
@@ -19,8 +19,8 @@ const MIN_ALIGN: usize = 16;
 /// mimalloc as the global allocator. The `mimalloc` crate asks for every
 /// block through `mi_malloc_aligned`, whose fast path only covers blocks up to
 /// 1 KB: each larger one (a request's future, which pingora boxes; read
-/// buffers) took the over-allocating aligned path, about 200 instructions,
-/// and marked its page for slower frees. Like std's system allocator, this
+/// buffers) took the slower, over-allocating aligned path and marked its
+/// page for slower frees (benches/HISTORY.md, "Figures behind the code"). Like std's system allocator, this
 /// one asks plainly when the alignment is one mimalloc gives anyway.
 pub struct Allocator;
 

@@ -243,7 +243,7 @@ pub fn parse_call(body: &[u8]) -> Result<ParsedCall, RequestError> {
     let tool_id = request.tool_id.ok_or(RequestError::MissingToolId)?;
     let (call_id, client_call_id) = match request.call_id {
         Some(id) if !id.is_empty() => (id, true),
-        // Written without `core::fmt` (`to_string` took twice as long).
+        // Written without `core::fmt`, which is slower here (benches/HISTORY.md, "Figures behind the code").
         _ => (uuid::Uuid::new_v4().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()).to_owned(), false),
     };
     let input = request.input.or(request.inputs).unwrap_or_default();

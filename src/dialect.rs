@@ -45,7 +45,7 @@ impl CatalogTool {
     /// Checks a call's input against the tool's `input_schema`; on failure,
     /// one message per parameter. The validator is compiled on the tool's
     /// first call and kept: compiled for every tool of a large catalog, most
-    /// never called, they held about 4 KB each (benches/README.md).
+    /// never called, they held much memory (benches/HISTORY.md, "Figures behind the code").
     pub fn check_input(&self, input: &Value) -> Result<(), BTreeMap<String, String>> {
         let validator =
             self.validator.get_or_init(|| InputValidator::compile(&self.definition.input_schema.to_value()).ok());

@@ -260,7 +260,7 @@ impl Gateway {
     /// The current runtime, owned: for holding across a call's awaits. A
     /// thread has only a few slots for cheap `Guard`s; with many calls in
     /// flight each holding one, further loads took arc-swap's slower helping
-    /// path (about 2% of the gateway's CPU under load). An `Arc` costs one
+    /// path (benches/HISTORY.md, "Figures behind the code"). An `Arc` costs one
     /// uncontended increment.
     pub fn runtime_owned(&self) -> Arc<Runtime> {
         self.runtime.load_full()

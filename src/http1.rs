@@ -9,7 +9,7 @@ use tokio::net::TcpStream;
 /// Decimal digits as a number, as Content-Length's grammar has them (no
 /// sign): at most 19, so it never overflows. Written out because
 /// `str::parse` took a leading `+` and cost more on every message
-/// (benches/HISTORY.md).
+/// (benches/HISTORY.md, "Figures behind the code").
 pub(crate) fn decimal(digits: &[u8]) -> Option<usize> {
     if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
         return None;

@@ -119,8 +119,8 @@ pub fn run(
         // One single-threaded runtime per thread, a connection staying on
         // the thread that accepted it, as nginx's workers do: a call's task is
         // never moved between threads, and tokio's scheduler does less per
-        // wakeup (about 2% of a call's CPU, benches/README.md). Upstream
-        // connections are pooled per thread to match (upstream/http1.rs).
+        // wakeup (benches/HISTORY.md, "Figures behind the code"). Upstream
+        // connections are pooled per thread to match (upstream/call_client.rs).
         work_stealing: false,
         ..ServerConf::default()
     };

@@ -1,9 +1,9 @@
 //! One client connection: plain tool calls read by the gateway's own
 //! HTTP/1.1 reader, everything else handed to pingora's session.
 //!
-//! pingora's session spends about 8.7k instructions reading a request head
-//! (a `RequestHeader` with a case-preserving copy of every header name), a
-//! sixth of what a call costs (benches/README.md). The call a client makes
+//! pingora's session spends a large share of a call's instructions reading
+//! a request head (a `RequestHeader` with a case-preserving copy of every
+//! header name) (benches/HISTORY.md, "Figures behind the code"). The call a client makes
 //! most has a narrow shape: `POST /tools/call` over HTTP/1.1 with a
 //! Content-Length body and valid credentials. Such a request is parsed here
 //! with httparse into only what the call needs.
@@ -107,7 +107,7 @@ struct Connection {
     /// `KEEP_ALIVE` to twice that. One timer for the connection's life:
     /// when it fires after bytes came in, it is moved `KEEP_ALIVE` later
     /// (one atomic operation) and the wait goes on. A timer per wait was a
-    /// registration and a removal (about 0.8k instructions a call), and
+    /// registration and a removal (benches/HISTORY.md, "Figures behind the code"), and
     /// moving it at each wait a clock read.
     idle: Pin<Box<Sleep>>,
     /// Whether bytes came in since `idle` was last set.
@@ -117,7 +117,7 @@ struct Connection {
     stopping: Pin<Box<dyn Future<Output = ()> + Send>>,
     /// The last `Host` the browser policy accepted on this connection, and
     /// under which runtime: a client sends the same one with every request,
-    /// and the check parses it (about 500 instructions). The `Weak` keeps
+    /// and the check parses it (benches/HISTORY.md, "Figures behind the code"). The `Weak` keeps
     /// the runtime's allocation, so its address cannot be reused by another.
     accepted_host: Option<(Weak<Runtime>, Vec<u8>)>,
 }

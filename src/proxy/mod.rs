@@ -8,8 +8,8 @@
 //! workers; each request is answered here, its whole body read (up to
 //! `max_body_bytes`) and the call made with the gateway's own pooled client.
 //! (Behind `ProxyHttp`, pingora also boxed a proxy future of tens of KB per
-//! request that this gateway never used: 15% of its instructions per call,
-//! benches/README.md.)
+//! request that this gateway never used, a large share of a call's
+//! instructions: benches/HISTORY.md, "Figures behind the code".)
 //!
 //! A connection starts in `connection` ([`DataPlane`]), which reads plain tool
 //! calls itself; any other request goes, one at a time, to pingora's HTTP

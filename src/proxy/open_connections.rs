@@ -12,7 +12,8 @@
 //! A connection is closed for room by shutting its socket down (`shutdown(2)`
 //! on its descriptor): its pending read then ends as if the client had gone,
 //! and it closes itself. Nothing is polled per request for it (a future
-//! polled at every wait for the client cost about 110 instructions a call).
+//! polled at every wait for the client cost every call something,
+//! benches/HISTORY.md, "Figures behind the code").
 //! The descriptor is only touched under the registry's lock, and a
 //! connection leaves the registry before its socket is closed (see
 //! [`Registered`]), so the number always names that connection's socket.

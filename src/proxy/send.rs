@@ -2,8 +2,8 @@
 //!
 //! pingora's writer builds a `ResponseHeader` (a header map, Date and
 //! Connection inserted into it, then serialised into a fresh buffer) and
-//! finishes the session in a separate step: about 9.5k of the 61k
-//! instructions a call cost (benches/README.md). Once a request has been read
+//! finishes the session in a separate step, a large share of a call's
+//! instructions (benches/HISTORY.md, "Figures behind the code"). Once a request has been read
 //! to its end, nothing of pingora's session is needed any more: the
 //! connection is taken back, the head formatted into one small buffer and
 //! written with the body in one flush.
@@ -101,7 +101,7 @@ pub(super) async fn send_reply(mut session: Session, reply: Reply, head_only: bo
 /// Writes the head and body to a bare socket, or into pingora's buffered
 /// stream, whose flush then sends them. A body up to [`COPIED_BODY`] bytes
 /// is copied behind the head and sent in one `send`: a `writev` of the two
-/// cost the kernel about 0.4 µs more per reply (benches/README.md).
+/// cost the kernel more per reply (benches/HISTORY.md, "Figures behind the code").
 pub(super) async fn write_reply<S: AsyncWrite + Unpin>(
     stream: &mut S,
     reply: &Reply,
@@ -125,7 +125,7 @@ const COPIED_BODY: usize = 16 * 1024;
 
 /// The status line and headers of `reply`. Content-Length is the body's
 /// length even for a HEAD, as a GET would have it. (Appended piece by piece:
-/// `write!` went through `core::fmt`, about 1k instructions per reply.)
+/// `write!` went through `core::fmt`, which cost more (benches/HISTORY.md, "Figures behind the code").)
 fn reply_head(reply: &Reply, keep_alive: bool) -> std::io::Result<Vec<u8>> {
     let reason = http::StatusCode::from_u16(reply.status).ok().and_then(|s| s.canonical_reason()).unwrap_or("");
     let mut numbers = itoa::Buffer::new();

@@ -3,8 +3,8 @@
 //!
 //! Calls went through hyper-util's pooled client, which drives every
 //! connection from a task of its own: each call crossed two tasks and ran
-//! hyper's general machinery, about a third of the gateway's instructions per
-//! call (callgrind, benches/README.md). A tool call is one POST with a JSON
+//! hyper's general machinery, a large share of a call's instructions
+//! (benches/HISTORY.md, "Figures behind the code"). A tool call is one POST with a JSON
 //! body and one answer, so the call's own task writes it and reads the answer.
 //!
 //! Idle connections are pooled per data-plane thread. Each thread runs its
@@ -79,7 +79,7 @@ struct IdleConnection {
     since: Instant,
     /// The timer that bounds each exchange on this connection, kept with it:
     /// moving a tokio timer later is one atomic operation, where a timer per
-    /// call was a registration and a removal (about 0.8k instructions).
+    /// call was a registration and a removal (benches/HISTORY.md, "Figures behind the code").
     timer: Pin<Box<Sleep>>,
 }
 
@@ -273,8 +273,7 @@ struct Head {
 async fn read_answer(stream: &mut TcpStream, max_body: usize) -> Result<(HttpResponse, bool), ExchangeError> {
     // Room for a typical answer's head and body in one read; larger ones grow
     // it. (At 8 KB, only eight buffers shared a mimalloc page: pages emptied
-    // and were purged and faulted in again, 0.23 page faults per call under
-    // load, about 4% of throughput; 0.005 at this size.)
+    // and were purged and faulted in again under load, (benches/HISTORY.md, "Figures behind the code").)
     let mut buf = BytesMut::with_capacity(ANSWER_BUF);
     let head = loop {
         let head = loop {

@@ -29,7 +29,7 @@ pub struct ToolDefinition {
     /// `x.y.z`.
     pub version: String,
     /// A JSON Schema for the call's `input` object. Kept as JSON text: ten
-    /// thousand schemas as `Value` trees held about 3 KB each.
+    /// thousand schemas as `Value` trees held more (benches/HISTORY.md, "Figures behind the code").
     pub input_schema: RawJson,
     /// A JSON Schema for the value, `null` for a tool without output.
     #[serde(default)]
@@ -226,8 +226,8 @@ pub enum ResponseShapeError {
 /// Reads an upstream's answer in any accepted shape: wrapped in `result`,
 /// bare, or the older `output: {value | error}`. The fields are borrowed as
 /// raw JSON text: a tool's value passes through without being built into a
-/// `Value` tree and written out again (that was a tenth of a call's
-/// instructions, benches/README.md).
+/// `Value` tree and written out again (which cost a noticeable share of a
+/// call (benches/HISTORY.md, "Figures behind the code")).
 pub fn normalise_tool_response(body: &[u8]) -> Result<UpstreamResult, ResponseShapeError> {
     let answer: ResultBody<'_> = parse_object(body)?;
     let mut fields = answer.result.unwrap_or(answer.bare);
@@ -375,8 +375,8 @@ fn parse_object<'a, T: Deserialize<'a>>(text: &'a [u8]) -> Result<T, ResponseSha
 
 /// Parses JSON bytes, checking once up front that they are UTF-8.
 /// serde_json's reader for bytes checks every string on its own, keys
-/// included: 1.2k instructions a call for the two bodies, 0.8k more than one
-/// check of each whole (benches/README.md). Text that is not UTF-8 is read by
+/// included, which costs more than one check of each whole
+/// (benches/HISTORY.md, "Figures behind the code"). Text that is not UTF-8 is read by
 /// that reader after all, for its error and position.
 pub fn from_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> serde_json::Result<T> {
     match std::str::from_utf8(body) {
@@ -487,7 +487,7 @@ pub fn nesting_within(body: &[u8], max: usize) -> bool {
 
 /// How many `{` and `[` `body` holds, strings included. Counted in byte-wide
 /// lanes, a chunk of at most 255 bytes at a time so that no lane overflows:
-/// summed as a `usize` per byte, the count cost 0.7k instructions a call.
+/// summed as a `usize` per byte, the count cost more (benches/HISTORY.md, "Figures behind the code").
 fn opening_brackets(body: &[u8]) -> usize {
     body.chunks(255)
         .map(|chunk| usize::from(chunk.iter().fold(0u8, |n, &b| n + u8::from(b == b'{' || b == b'['))))
@@ -495,7 +495,7 @@ fn opening_brackets(body: &[u8]) -> usize {
 }
 
 /// [`nesting_within`]'s scan, string by string. Bytes are classed by a
-/// table: a `match` on each was about 800 instructions a call.
+/// table: a `match` on each cost more (benches/HISTORY.md, "Figures behind the code").
 fn nesting_scan_within(body: &[u8], max: usize) -> bool {
     const OTHER: u8 = 0;
     const QUOTE: u8 = 1;

@@ -3,8 +3,8 @@
 //!
 //! Their envelopes are fixed, so the keys are written as literals and only
 //! the values are escaped. Through serde's derive each key was escaped again
-//! on every call: about 24 strings per call, a tenth of the gateway's
-//! instructions (benches/README.md). What is not fixed (the input, extra
+//! on every call, a noticeable share of a call's instructions
+//! (benches/HISTORY.md, "Figures behind the code"). What is not fixed (the input, extra
 //! context fields, a tool error) is still written by serde_json.
 
 use serde::Serialize;
@@ -145,8 +145,8 @@ fn write_str(out: &mut Vec<u8>, text: &str) {
 }
 
 /// Whether `bytes` holds a control character, `"` or `\`: the bytes JSON
-/// must escape. Eight bytes at a time: byte by byte this check was a
-/// thousand instructions a call.
+/// must escape. Eight bytes at a time: byte by byte it cost more
+/// (benches/HISTORY.md, "Figures behind the code").
 fn needs_escape(bytes: &[u8]) -> bool {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
