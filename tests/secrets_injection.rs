@@ -324,7 +324,7 @@ async fn a_managed_secret_missing_from_the_vault_is_a_400_naming_it() {
 
 #[tokio::test]
 async fn a_revoked_token_or_a_deleted_secret_is_not_papered_over_by_the_cache() {
-    // README: while the vault is unreachable a cached value is served past
+    // docs/configuration.md: while the vault is unreachable a cached value is served past
     // its ttl, but "a 403 or 404 is never papered over".
     let server = tool_server(vec![twilio_tool(), needing("Maps.Find", json!({"secrets": [{"id": "MAPS_KEY"}]}))]).await;
     let vault = Kv2Server::start(VAULT_TOKEN).await;

@@ -1,7 +1,7 @@
 //! The OTC 1.0 wire types, in one place, with serde.
 //!
 //! The gateway is strict in what it emits and lenient in what it accepts
-//! (README.md, "The API"). Types here are the canonical forms; the lenient
+//! (docs/api.md). Types here are the canonical forms; the lenient
 //! readers (`CallBody`, [`normalise_tool_response`]) fold the older shapes into
 //! them at the edge so nothing past this module knows those shapes existed.
 
