@@ -356,11 +356,10 @@ pub struct ToolVersion(pub String);
 impl<'de> Deserialize<'de> for ToolVersion {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
-        // The tool-version grammar of the catalog (`resolve`), checked here
-        // with semver, which also refuses leading zeros.
-        let version = semver::Version::parse(&text).ok();
-        let plain = version.is_some_and(|v| v.pre.is_empty() && v.build.is_empty());
-        if !plain || text.split('.').any(|field| field.len() > 18) {
+        // The catalog's tool-version grammar (`resolve::parse_tool_version`):
+        // three fields of 1 to 18 decimal digits.
+        let field = |f: &str| (1..=18).contains(&f.len()) && f.bytes().all(|b| b.is_ascii_digit());
+        if text.split('.').count() != 3 || !text.split('.').all(field) {
             return Err(D::Error::custom(format!("invalid version {text:?}: write x.y.z, e.g. \"1.0.0\"")));
         }
         Ok(ToolVersion(text))
@@ -535,6 +534,32 @@ impl<'de> Deserialize<'de> for OriginPattern {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_configured_version_follows_the_catalogs_grammar() {
+        #[derive(Deserialize)]
+        struct Holder {
+            v: ToolVersion,
+        }
+        for text in [
+            "1.0.0",
+            "01.2.3",
+            "0.0.0",
+            "1.0",
+            "1.0.0.0",
+            "1.0.0-rc1",
+            "",
+            "a.b.c",
+            "1..0",
+            "123456789012345678.0.0",
+            "1234567890123456789.0.0",
+            " 1.0.0",
+        ] {
+            let configured = toml::from_str::<Holder>(&format!("v = {text:?}")).is_ok();
+            let catalog = crate::resolve::parse_tool_version(text).is_some();
+            assert_eq!(configured, catalog, "{text:?}");
+        }
+    }
 
     fn err(text: &str) -> String {
         match Config::parse(text, "gateway.toml") {
