@@ -539,6 +539,7 @@ mod tests {
     fn a_configured_version_follows_the_catalogs_grammar() {
         #[derive(Deserialize)]
         struct Holder {
+            #[allow(dead_code)]
             v: ToolVersion,
         }
         for text in [
