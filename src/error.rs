@@ -1,4 +1,5 @@
-//! Errors of the HTTP front, and the one place they become a status and a body.
+//! `RequestError`: every way a request can fail, and the one place each
+//! becomes a status and a body.
 //!
 //! Messages never reveal more than the caller may see: upstream names and
 //! internal detail go to `developer_message`, secrets go nowhere.
@@ -16,7 +17,7 @@ use crate::resolve::ToolIdError;
 use crate::vault::VaultError;
 use crate::wire::{ServerErrorBody, ValidationErrorBody, SCHEMA};
 
-/// Everything that ends a front request with an error status.
+/// Everything that ends a request with an error status.
 #[derive(Debug, thiserror::Error)]
 pub enum RequestError {
     /// No such endpoint.

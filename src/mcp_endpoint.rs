@@ -46,7 +46,7 @@ const PAGE_SIZE: usize = 500;
 /// The `_meta` prefix of what the gateway adds.
 const META: &str = "otc-gateway";
 
-/// The MCP front's state: the tool name table, built once per catalog.
+/// The MCP endpoint's state: the tool name table, built once per catalog.
 #[derive(Debug, Default)]
 pub struct McpEndpoint {
     names: Mutex<Option<Arc<ToolNames>>>,

@@ -88,7 +88,7 @@ pub struct Config {
     /// `[[rate_limit]]`: calls per caller or shared, per tool pattern.
     #[serde(default)]
     pub rate_limit: Vec<RateLimitConfig>,
-    /// `[mcp]`: the MCP front at `/mcp`.
+    /// `[mcp]`: the MCP endpoint at `/mcp`.
     #[serde(default)]
     pub mcp: McpConfig,
 }

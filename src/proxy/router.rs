@@ -124,7 +124,7 @@ impl Router {
         Reply::ok(Bytes::from(format!(r#"{{"$schema":"otc://1.0","status":"ok","tools":{tools}}}"#)))
     }
 
-    /// The MCP front (`mcp::server`): credentials (its `Origin` and `Host`
+    /// The MCP endpoint (`mcp_endpoint.rs`): credentials (its `Origin` and `Host`
     /// were checked with the head, as on every route), then one JSON-RPC
     /// message per POST.
     async fn mcp(&self, session: &mut Session, expect: Expect) -> Result<Reply, RequestError> {
