@@ -18,7 +18,7 @@ use otc_gateway::catalog::merge::merge;
 use otc_gateway::catalog::Catalog;
 use otc_gateway::config::Config;
 use otc_gateway::dialect::{normalise_catalog, DialectDefaults};
-use otc_gateway::gateway::Runtime;
+use otc_gateway::gateway::{Gateway, Runtime};
 use otc_gateway::resolve::parse_tool_id;
 use otc_gateway::validate::InputValidator;
 use otc_gateway::wire::{normalise_tool_response, upstream_call_body, CallResult, UpstreamCallRequest};
@@ -63,7 +63,8 @@ fn hot_path(c: &mut Criterion) {
     std::env::set_var("BENCH_API_KEY", "bench-secret-value");
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
     let config = Config::parse(CONFIG, "bench config").expect("config parses");
-    let runtime = rt.block_on(Runtime::build(config, None)).expect("runtime builds");
+    let gateway = rt.block_on(Gateway::new(config)).expect("gateway builds");
+    let runtime = gateway.runtime_owned();
     let catalog = big_catalog(&runtime);
 
     let body = br#"{"$schema":"otc://1.0","request":{"tool_id":"Kit42.Tool042@1.0.0","call_id":"123e4567-e89b-12d3-a456-426614174000","input":{"a":10,"b":5}}}"#;
@@ -89,8 +90,9 @@ fn hot_path(c: &mut Criterion) {
     c.bench_function("rewrite_request (inject secret + upstream body)", |b| {
         b.iter(|| {
             let call = parse_call(body).expect("parses");
-            let context =
-                rt.block_on(inject_context(&runtime, &route.tool.definition, &caller, call.context)).expect("injects");
+            let context = rt
+                .block_on(inject_context(&gateway, &runtime, &route.tool.definition, &caller, call.context))
+                .expect("injects");
             Bytes::from(upstream_call_body(&UpstreamCallRequest {
                 tool_id: &route.tool.definition.id,
                 call_id: &call.call_id,

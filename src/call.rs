@@ -3,6 +3,7 @@
 //! for what it does. The caller arrives authenticated: the fronts
 //! (`proxy/`, `mcp_endpoint.rs`) authenticate before the body is read.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,6 +17,7 @@ use crate::error::{AuthorizationChallenge, MissingRequirements, RequestError};
 use crate::gateway::{upstream_bearer, Gateway, Runtime};
 use crate::idempotency::{CallerScope, Decision, Fingerprint, Pending, StoredCall};
 use crate::metrics::CallOutcome;
+use crate::oauth::TokenError;
 use crate::resolve::parse_tool_id;
 use crate::trace::OutgoingTrace;
 use crate::upstream::{ForwardError, UpstreamCall, UpstreamReply};
@@ -86,7 +88,7 @@ pub async fn execute_call(
     let started = Instant::now();
     let catalog = gateway.catalog.load_owned();
     let route = resolve_tool(&catalog, &call.tool_id)?;
-    let finished = run_resolved_call(&runtime, route, caller, &mut call, started).await;
+    let finished = run_resolved_call(gateway, &runtime, route, caller, &mut call, started).await;
     record_call(gateway, route, &call.call_id, call.trace_id.as_deref(), &finished, started);
     finished
 }
@@ -94,6 +96,7 @@ pub async fn execute_call(
 /// Everything after resolution: admit, validate, inject, claim the call id
 /// for its caller, forward, re-wrap.
 async fn run_resolved_call(
+    gateway: &Gateway,
     runtime: &Runtime,
     route: &Route,
     caller: &Caller,
@@ -105,7 +108,8 @@ async fn run_resolved_call(
     // A client's call_id is theirs: whose it is comes from the context as
     // they sent it, before anything is injected.
     let scope = call.client_call_id.then(|| CallerScope::of(caller, &call.context));
-    let context = inject_context(runtime, &route.tool.definition, caller, std::mem::take(&mut call.context)).await?;
+    let context =
+        inject_context(gateway, runtime, &route.tool.definition, caller, std::mem::take(&mut call.context)).await?;
     let claim =
         match claim_call_id(runtime, route, scope.as_ref(), &call.call_id, &call.input, &context, started).await? {
             Claimed::Replay(completed) => return Ok(completed),
@@ -296,7 +300,11 @@ pub fn validate_input(route: &Route, input: &Value) -> Result<(), RequestError> 
 ///   value the client sent; each required provider in `[authorization]` gets
 ///   the caller's token. What the gateway does not manage passes through, and
 ///   a requirement met by neither is refused before the call.
+/// - A managed provider's token is refreshed first when it is about to
+///   expire; a caller without one (or without the scopes the tool needs)
+///   gets a challenge: a link to authorize and a `check_url`.
 pub async fn inject_context(
+    gateway: &Gateway,
     runtime: &Runtime,
     tool: &ToolDefinition,
     caller: &Caller,
@@ -332,39 +340,76 @@ pub async fn inject_context(
         }
     }
     for provider in &requirements.authorization {
-        match runtime.config.authorization.get(&provider.id) {
+        let id = &provider.id;
+        let token = match runtime.config.authorization.get(id) {
+            // Nobody can be challenged for a per-user grant but a caller the
+            // gateway authenticated.
+            Some(_) if runtime.oauth.manages(id) => match authenticated_user {
+                Some(user) => {
+                    let scopes: BTreeSet<String> = provider.scopes().map(str::to_owned).collect();
+                    match runtime.oauth.token(id, user, &scopes, &gateway.metrics).await {
+                        Ok(token) => Some(token.into_exposed()),
+                        Err(TokenError::Authorize(ask)) => {
+                            let public_url = gateway.public_url(runtime);
+                            let issued = runtime.oauth.challenge(id, user, ask, &public_url, &gateway.metrics);
+                            let issued = issued.map_err(|source| RequestError::AuthorizationUnavailable {
+                                provider: id.clone(),
+                                source,
+                            })?;
+                            missing.authorization.push(AuthorizationChallenge {
+                                id: id.clone(),
+                                url: Some(issued.url),
+                                check_url: Some(issued.check_url),
+                            });
+                            None
+                        }
+                        Err(TokenError::Unavailable(source)) => {
+                            return Err(RequestError::AuthorizationUnavailable { provider: id.clone(), source })
+                        }
+                    }
+                }
+                None => {
+                    missing.user_id = true;
+                    missing.authorization.push(challenge(id, None, None));
+                    None
+                }
+            },
             Some(section) => {
+                let Some(reference) = &section.token else { continue };
                 // A per-user token needs a caller the gateway authenticated.
-                let user = match (section.token.get_ref().uses_user_id(), authenticated_user) {
+                let user = match (reference.get_ref().uses_user_id(), authenticated_user) {
                     (false, _) => None,
                     (true, Some(user)) => Some(user),
                     (true, None) => {
                         missing.user_id = true;
-                        missing.authorization.push(challenge(&provider.id, section.authorize_url.as_deref(), None));
+                        missing.authorization.push(challenge(id, section.authorize_url.as_deref(), None));
                         continue;
                     }
                 };
-                match runtime.secrets.resolve(section.token.get_ref(), user).await {
-                    Ok(token) => context.authorization.push(AuthorizationToken {
-                        id: provider.id.clone(),
-                        token: token.into_exposed(),
-                        extra: Default::default(),
-                    }),
+                match runtime.secrets.resolve(reference.get_ref(), user).await {
+                    Ok(token) => Some(token.into_exposed()),
                     Err(e) if e.is_transient() => {
                         return Err(RequestError::RequirementUnavailable {
-                            requirement: format!("authorization {}", provider.id),
+                            requirement: format!("authorization {id}"),
                             source: e,
                         })
                     }
                     // No stored token for this user: they must authorize first.
                     Err(e) => {
-                        tracing::debug!(provider = provider.id, error = %e, "no stored token for the caller");
-                        missing.authorization.push(challenge(&provider.id, section.authorize_url.as_deref(), user));
+                        tracing::debug!(provider = id, error = %e, "no stored token for the caller");
+                        missing.authorization.push(challenge(id, section.authorize_url.as_deref(), user));
+                        None
                     }
                 }
             }
-            None if context.authorization.iter().any(|a| a.id == provider.id) => {}
-            None => missing.authorization.push(challenge(&provider.id, None, None)),
+            None if context.authorization.iter().any(|a| &a.id == id) => None,
+            None => {
+                missing.authorization.push(challenge(id, None, None));
+                None
+            }
+        };
+        if let Some(token) = token {
+            context.authorization.push(AuthorizationToken { id: id.clone(), token, extra: Default::default() });
         }
     }
     if missing.is_empty() {
@@ -374,11 +419,13 @@ pub async fn inject_context(
     }
 }
 
-/// One `missing_requirements.authorization[]` entry.
+/// One `missing_requirements.authorization[]` entry of a provider the
+/// gateway does not run the flow for.
 fn challenge(provider: &str, authorize_url: Option<&str>, user: Option<&str>) -> AuthorizationChallenge {
     AuthorizationChallenge {
         id: provider.to_owned(),
         url: authorize_url.map(|url| url.replace("{user_id}", user.unwrap_or_default())),
+        check_url: None,
     }
 }
 

@@ -12,6 +12,7 @@ use serde_json::Value;
 use crate::auth::AuthError;
 use crate::browser::BrowserRefusal;
 use crate::catalog::LookupError;
+use crate::oauth::{FlowError, OAuthError};
 use crate::reply::Reply;
 use crate::resolve::ToolIdError;
 use crate::vault::VaultError;
@@ -127,6 +128,19 @@ pub enum RequestError {
         /// Why (never the value).
         source: VaultError,
     },
+    /// A managed provider's grant could not be read or refreshed right now
+    /// (the store or the provider failed).
+    #[error("authorization {provider}: {source}")]
+    AuthorizationUnavailable {
+        /// The provider.
+        provider: String,
+        /// Why (never a token).
+        source: OAuthError,
+    },
+    /// A browser step of the OAuth flow (a link, the callback) that cannot
+    /// go on: answered with a page.
+    #[error("OAuth flow: {0}")]
+    OAuthFlow(#[from] FlowError),
     /// A tool the caller's policies do not allow. Answered exactly as an
     /// unknown tool: a caller never learns that it exists.
     #[error("tool {0} denied by policy")]
@@ -190,6 +204,12 @@ impl RequestError {
             RequestError::RateLimited { .. } => 429,
             RequestError::Denied(_) => 400,
             RequestError::MissingRequirements(_) | RequestError::RequirementUnavailable { .. } => 400,
+            RequestError::AuthorizationUnavailable { .. } => 503,
+            RequestError::OAuthFlow(e) => match e {
+                FlowError::UnknownProvider(_) => 404,
+                FlowError::Failed(_) => 502,
+                _ => 400,
+            },
             RequestError::BodyUnreadable(_)
             | RequestError::MalformedHead(_)
             | RequestError::MalformedCall(_)
@@ -249,6 +269,22 @@ impl RequestError {
             RequestError::RequirementUnavailable { requirement, .. } => {
                 format!("The tool's {requirement} is temporarily unavailable")
             }
+            RequestError::AuthorizationUnavailable { provider, .. } => {
+                format!("Authorization with {provider} is temporarily unavailable; retry shortly")
+            }
+            RequestError::OAuthFlow(e) => match e {
+                FlowError::UnknownLink | FlowError::Expired | FlowError::Used => {
+                    format!("{}. Call the tool again for a new link.", capitalised(&e.to_string()))
+                }
+                FlowError::Refused(_) => {
+                    "The provider did not grant access, so nothing was stored. Call the tool again to retry.".into()
+                }
+                FlowError::Failed(_) => {
+                    "The provider's answer could not be used, so nothing was stored. Call the tool again to retry."
+                        .into()
+                }
+                other => capitalised(&other.to_string()),
+            },
         }
     }
 
@@ -285,6 +321,11 @@ impl RequestError {
     pub fn to_reply(&self) -> Reply {
         let status = self.status();
         let message = self.message();
+        if let RequestError::OAuthFlow(e) = self {
+            // A person at a browser reads it; the detail goes to the log.
+            tracing::info!(error = %e, "an OAuth flow step ended without a grant");
+            return Reply::page(status, "Authorization did not complete", &message);
+        }
         let body = match self {
             // The MCP front's refusals are JSON-RPC errors; this one comes
             // before the body (and its id) is read.
@@ -324,11 +365,13 @@ impl RequestError {
                 let seconds = retry_after.as_secs_f64().ceil().max(1.0);
                 headers.push(("retry-after", format!("{seconds}")));
             }
+            RequestError::AuthorizationUnavailable { .. } => headers.push(("retry-after", "5".to_owned())),
             _ => {}
         }
         Reply {
             status,
             headers,
+            content_type: crate::reply::JSON,
             // Serialising these plain structs cannot fail.
             body: Bytes::from(body.unwrap_or_default()),
             // These are answered without reading the body, which may be large.
@@ -354,6 +397,12 @@ impl RequestError {
     }
 }
 
+/// `text` with its first letter upper-case.
+fn capitalised(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
+}
+
 /// What a tool needs that the call lacks (`missing_requirements`).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MissingRequirements {
@@ -370,8 +419,11 @@ pub struct MissingRequirements {
 pub struct AuthorizationChallenge {
     /// The provider id.
     pub id: String,
-    /// Where to authorize, when `authorize_url` is configured.
+    /// Where to authorize: the gateway's single-use link for a managed
+    /// provider, else `authorize_url` when configured.
     pub url: Option<String>,
+    /// Managed providers: where the client polls the flow's status.
+    pub check_url: Option<String>,
 }
 
 impl MissingRequirements {
@@ -408,6 +460,9 @@ impl MissingRequirements {
                     c.insert("id".into(), Value::String(a.id.clone()));
                     if let Some(url) = &a.url {
                         c.insert("url".into(), Value::String(url.clone()));
+                    }
+                    if let Some(check_url) = &a.check_url {
+                        c.insert("check_url".into(), Value::String(check_url.clone()));
                     }
                     Value::Object(c)
                 })

@@ -18,6 +18,7 @@ use crate::catalog::poll::{CatalogStore, PollSettings, Refreshed};
 use crate::config::{Config, ConfigError, UpstreamConfig};
 use crate::idempotency::{IdempotencyError, IdempotencyStore};
 use crate::metrics::Metrics;
+use crate::oauth::{OAuth, OAuthError};
 use crate::policy::AccessPolicy;
 use crate::ratelimit::RateLimits;
 use crate::upstream::Upstream;
@@ -36,6 +37,9 @@ pub enum BuildError {
     /// an error: calls then run without deduplication).
     #[error("idempotency: {0}")]
     Idempotency(#[from] IdempotencyError),
+    /// The OAuth grant store or its key could not be set up.
+    #[error("oauth: {0}")]
+    OAuth(#[from] OAuthError),
     /// An upstream URL that http cannot use.
     #[error("upstream {name}: {source}")]
     UpstreamUrl {
@@ -67,6 +71,8 @@ pub struct Runtime {
     pub rate_limits: RateLimits,
     /// Which browser origins and hosts the data plane answers.
     pub browser: BrowserPolicy,
+    /// The managed OAuth providers, their grants and challenges.
+    pub oauth: Arc<OAuth>,
 }
 
 impl Runtime {
@@ -111,7 +117,20 @@ impl Runtime {
         let access = AccessPolicy::new(config.policy.clone());
         let rate_limits = RateLimits::new(&config.rate_limit, previous.map(|old| &old.rate_limits));
         let browser = BrowserPolicy::new(&config);
-        Ok(Runtime { config, upstreams, poll, secrets, authenticator, idempotency, access, rate_limits, browser })
+        // Links, flows and the open embedded store carry over a reload.
+        let oauth = Arc::new(OAuth::build(&config, secrets.clone(), previous.map(|old| &*old.oauth)).await?);
+        Ok(Runtime {
+            config,
+            upstreams,
+            poll,
+            secrets,
+            authenticator,
+            idempotency,
+            access,
+            rate_limits,
+            browser,
+            oauth,
+        })
     }
 }
 
@@ -138,6 +157,8 @@ pub struct Gateway {
     reloading: tokio::sync::Mutex<()>,
     /// Rung by a poller whose upstream's catalog changed.
     catalog_changed: tokio::sync::Notify,
+    /// The data plane's bound address (`public_url`'s default).
+    listen: std::sync::OnceLock<std::net::SocketAddr>,
 }
 
 /// How the last reload went.
@@ -175,12 +196,32 @@ impl Gateway {
             last_reload: std::sync::Mutex::new(None),
             reloading: tokio::sync::Mutex::new(()),
             catalog_changed: tokio::sync::Notify::new(),
+            listen: std::sync::OnceLock::new(),
         });
         gateway.metrics.set_generation(1);
         gateway.catalog.publish(&gateway.runtime().upstreams);
         // Idle until a poller rings; pollers start with `start_polling`.
         tokio::spawn(publish_changes(gateway.clone()));
         Ok(gateway)
+    }
+
+    /// Records the data plane's bound address, the default base of the
+    /// links the gateway hands out.
+    pub fn set_listen_addr(&self, addr: std::net::SocketAddr) {
+        let _ = self.listen.set(addr);
+    }
+
+    /// The base of every link the gateway hands out: `[server] public_url`,
+    /// else `http://` and the bound address (loopback for a wildcard one).
+    pub fn public_url(&self, runtime: &Runtime) -> String {
+        if let Some(url) = &runtime.config.server.public_url {
+            return url.0.clone();
+        }
+        let mut addr = self.listen.get().copied().unwrap_or_else(|| ([127, 0, 0, 1], 8080).into());
+        if addr.ip().is_unspecified() {
+            addr.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+        }
+        format!("http://{addr}")
     }
 
     /// The config generation: 1 at start, one more per applied reload.

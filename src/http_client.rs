@@ -1,20 +1,22 @@
 //! The pooled HTTP(S) client for the gateway's own requests to services
-//! that are not tool servers: the Vault backend and the JWKS fetcher.
+//! that are not tool servers: the Vault backend, the JWKS fetcher and OAuth
+//! providers.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 /// The client type: http and https, HTTP/1.1, pooled.
-pub(crate) type HttpClient = Client<HttpsConnector<HttpConnector>, Empty<Bytes>>;
+pub(crate) type HttpClient = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
-/// The largest response body read (Vault secrets and JWKS are small).
+/// The largest response body read (Vault secrets, JWKS and token responses
+/// are small).
 pub(crate) const MAX_BODY: usize = 1 << 20;
 
 /// Builds the client. TLS trusts the system's roots when it has any
@@ -47,23 +49,36 @@ pub(crate) async fn get(
     headers: Vec<(http::HeaderName, http::HeaderValue)>,
     timeout: Duration,
 ) -> Result<(http::StatusCode, Bytes), String> {
-    let mut req = http::Request::builder().method(http::Method::GET).uri(uri);
+    send(client, http::Method::GET, uri, headers, Bytes::new(), timeout).await.map(|(status, _, body)| (status, body))
+}
+
+/// Sends one request with `body`, reading at most [`MAX_BODY`] bytes of the
+/// answer, the whole exchange bounded by `timeout`. Errors as for [`get`].
+pub(crate) async fn send(
+    client: &HttpClient,
+    method: http::Method,
+    uri: http::Uri,
+    headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    body: Bytes,
+    timeout: Duration,
+) -> Result<(http::StatusCode, http::HeaderMap, Bytes), String> {
+    let mut req = http::Request::builder().method(method).uri(uri);
     for (name, value) in headers {
         req = req.header(name, value);
     }
     let req = req
         .header(http::header::USER_AGENT, "otc-gateway")
-        .body(Empty::<Bytes>::new())
+        .body(Full::new(body))
         .map_err(|e| format!("bad request: {e}"))?;
     let exchange = async {
         let resp = client.request(req).await.map_err(|e| error_chain(&e))?;
-        let status = resp.status();
-        let body = Limited::new(resp.into_body(), MAX_BODY)
+        let (parts, body) = resp.into_parts();
+        let body = Limited::new(body, MAX_BODY)
             .collect()
             .await
             .map_err(|e| format!("reading the body failed: {e}"))?
             .to_bytes();
-        Ok((status, body))
+        Ok((parts.status, parts.headers, body))
     };
     match tokio::time::timeout(timeout, exchange).await {
         Ok(r) => r,

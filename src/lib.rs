@@ -22,6 +22,8 @@ pub mod idempotency;
 pub(crate) mod mcp;
 pub(crate) mod mcp_endpoint;
 pub(crate) mod metrics;
+pub(crate) mod oauth;
+pub(crate) mod oauth_endpoint;
 pub(crate) mod policy;
 pub(crate) mod proxy;
 pub(crate) mod ratelimit;

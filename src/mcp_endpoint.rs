@@ -314,7 +314,7 @@ fn error_result(error: &RequestError) -> Value {
 }
 
 fn reply(status: u16, body: Bytes) -> Reply {
-    Reply { status, headers: Vec::new(), body, close: false }
+    Reply::json(status, body)
 }
 
 #[cfg(test)]

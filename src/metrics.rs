@@ -18,6 +18,8 @@
 //! | `otc_gateway_vault_requests_total` | counter | `backend`, `outcome` |
 //! | `otc_gateway_vault_stale_served_total` | counter | `backend` |
 //! | `otc_gateway_idempotency_total` | counter | `result` |
+//! | `otc_gateway_oauth_challenges_total` | counter | `provider`, `event` |
+//! | `otc_gateway_oauth_refreshes_total` | counter | `provider`, `outcome` |
 //!
 //! Label values must come only from the config and the catalog (route names,
 //! upstream names, resolved tool ids, backend kinds), never from a request,
@@ -52,7 +54,7 @@ pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
 
 /// The routes whose `otc_gateway_http_requests_total` counters are cached:
 /// the data plane's route labels. Others are counted too, more slowly.
-pub const ROUTES: [&str; 5] = ["/health", "/tools", "/tools/call", "/mcp", "other"];
+pub const ROUTES: [&str; 6] = ["/health", "/tools", "/tools/call", "/mcp", "/oauth", "other"];
 
 /// Bucket upper bounds of `otc_gateway_tool_call_duration_seconds`, in
 /// seconds: 0.5 ms to 30 s, roughly 1-2.5-5 per decade.
@@ -145,6 +147,8 @@ pub struct Metrics {
     idempotency: IntCounterVec,
     /// The idempotency totals last synced, by result.
     idempotency_last_totals: std::sync::Mutex<HashMap<&'static str, u64>>,
+    oauth_challenges: IntCounterVec,
+    oauth_refreshes: IntCounterVec,
 }
 
 impl Default for Metrics {
@@ -242,6 +246,20 @@ impl Metrics {
             "Secrets served from a stale cache entry because the backend failed.",
             &["backend"],
         );
+        let oauth_challenges = counter_vec(
+            &registry,
+            "otc_gateway_oauth_challenges_total",
+            "Per-user OAuth challenges, by provider and event: issued (a call got a link), completed \
+             (a grant was stored) or failed (refused, or the code could not be exchanged).",
+            &["provider", "event"],
+        );
+        let oauth_refreshes = counter_vec(
+            &registry,
+            "otc_gateway_oauth_refreshes_total",
+            "Refreshes of per-user OAuth grants, by provider and outcome: ok, invalid_grant (the grant \
+             was dropped) or error (the provider or store failed).",
+            &["provider", "outcome"],
+        );
         let idempotency = counter_vec(
             &registry,
             "otc_gateway_idempotency_total",
@@ -269,6 +287,8 @@ impl Metrics {
             vault_last_totals: std::sync::Mutex::new(HashMap::new()),
             idempotency,
             idempotency_last_totals: std::sync::Mutex::new(HashMap::new()),
+            oauth_challenges,
+            oauth_refreshes,
         }
     }
 
@@ -398,6 +418,18 @@ impl Metrics {
         self.vault_requests.with_label_values(&[backend, "ok"]).inc_by(delta(ok, previous[0]));
         self.vault_requests.with_label_values(&[backend, "error"]).inc_by(delta(error, previous[1]));
         self.vault_stale_served.with_label_values(&[backend]).inc_by(delta(stale, previous[2]));
+    }
+
+    /// Counts an OAuth challenge event (`issued`, `completed`, `failed`) of
+    /// a configured provider.
+    pub fn record_oauth_challenge(&self, provider: &str, event: &'static str) {
+        self.oauth_challenges.with_label_values(&[provider, event]).inc();
+    }
+
+    /// Counts a refresh of a configured provider's grant by outcome (`ok`,
+    /// `invalid_grant`, `error`).
+    pub fn record_oauth_refresh(&self, provider: &str, outcome: &'static str) {
+        self.oauth_refreshes.with_label_values(&[provider, outcome]).inc();
     }
 
     /// Brings `otc_gateway_idempotency_total` up to the store's totals

@@ -82,6 +82,7 @@ pub fn run(
     let shutdown_timeout = config.server.shutdown_timeout.0;
     let handle = control.handle().clone();
     let gateway = handle.block_on(Gateway::new(config))?;
+    gateway.set_listen_addr(listen);
     let admin_addr = gateway.runtime().config.server.admin_listen.clone();
     let admin = handle
         .block_on(tokio::net::TcpListener::bind(&admin_addr))

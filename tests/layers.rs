@@ -35,10 +35,11 @@ const LAYERS: &[(&str, &[&str])] = &[
             "idempotency",
             "ratelimit",
             "policy",
+            "oauth",
         ],
     ),
     ("call pipeline", &["gateway", "reply", "error", "call"]),
-    ("fronts", &["mcp_endpoint", "proxy", "admin", "server", "demo"]),
+    ("fronts", &["mcp_endpoint", "oauth_endpoint", "proxy", "admin", "server", "demo"]),
 ];
 
 /// Every module's position: (layer, place in the layer).

@@ -19,6 +19,7 @@ mod auth;
 mod duration;
 mod idempotency;
 mod mcp;
+mod oauth;
 mod policy;
 mod secret_ref;
 mod vault;
@@ -27,6 +28,7 @@ pub use auth::{ApiKeyConfig, AuthConfig, AuthMode};
 pub use duration::{deserialize_duration, Dur};
 pub use idempotency::{redact, IdempotencyConfig};
 pub use mcp::McpConfig;
+pub use oauth::{scope_ok, AuthorizationProvider, EndpointUrl, GrantStoreRef, StateConfig};
 pub use policy::{Per, PolicyConfig, Rate, RateLimitConfig, ToolPattern, When, MAX_POLICIES};
 pub use secret_ref::{SecretRef, SecretRefError, USER_ID_TEMPLATE};
 pub use vault::{check_token_ref, VaultConfig};
@@ -72,8 +74,9 @@ pub struct Config {
     /// `requirements.secrets`) to the reference its value is read from.
     #[serde(default)]
     pub secrets: BTreeMap<String, Spanned<SecretRef>>,
-    /// `[authorization.<provider>]`: where each provider's per-user token is
-    /// read from, for tools declaring `requirements.authorization`.
+    /// `[authorization.<provider>]`: each provider's per-user tokens, for
+    /// tools declaring `requirements.authorization`: managed by the gateway
+    /// (it runs the OAuth flow) or read from a reference.
     #[serde(default)]
     pub authorization: BTreeMap<String, AuthorizationProvider>,
     /// `[auth]`: how clients of the gateway authenticate.
@@ -91,6 +94,9 @@ pub struct Config {
     /// `[mcp]`: the MCP endpoint at `/mcp`.
     #[serde(default)]
     pub mcp: McpConfig,
+    /// `[state]`: where the gateway keeps what it must remember (OAuth grants).
+    #[serde(default)]
+    pub state: StateConfig,
 }
 
 impl Config {
@@ -152,6 +158,10 @@ pub struct ServerConfig {
     /// loopback names and addresses (a DNS-rebinding page's Host is refused
     /// with 421); on any other address, every Host.
     pub allowed_hosts: Option<Vec<String>>,
+    /// The base of every link the gateway hands out (OAuth challenges and
+    /// the callback it registers with providers), e.g.
+    /// `https://tools.example.com`. Default: `http://<listen>` as bound.
+    pub public_url: Option<EndpointUrl>,
 }
 
 impl Default for ServerConfig {
@@ -170,6 +180,7 @@ impl Default for ServerConfig {
             max_connections: 20_000,
             allowed_origins: None,
             allowed_hosts: None,
+            public_url: None,
         }
     }
 }
@@ -238,19 +249,6 @@ pub struct UpstreamConfig {
     /// `bearer_token`); every tool of the upstream then requires it.
     #[serde(default)]
     pub user_token: Option<Spanned<String>>,
-}
-
-/// One `[authorization.<provider>]` section.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AuthorizationProvider {
-    /// The reference of the calling user's token; `{user_id}` is replaced by
-    /// the authenticated caller's id.
-    pub token: Spanned<SecretRef>,
-    /// Where a user without a token can authorize (sent back in
-    /// `missing_requirements.authorization[].url`); may contain `{user_id}`.
-    #[serde(default)]
-    pub authorize_url: Option<String>,
 }
 
 fn default_protocol() -> Spanned<Protocol> {
@@ -429,7 +427,22 @@ impl Config {
             self.check_vault_ref(reference, &format!("secrets.{id}"), text)?;
         }
         for (provider, section) in &self.authorization {
-            self.check_vault_ref(&section.token, &format!("authorization.{provider}.token"), text)?;
+            section.check(provider)?;
+            if let Some(token) = &section.token {
+                self.check_vault_ref(token, &format!("authorization.{provider}.token"), text)?;
+            }
+            if let Some(secret) = &section.client_secret {
+                self.check_vault_ref(secret, &format!("authorization.{provider}.client_secret"), text)?;
+            }
+            if let Some(store) = &section.store {
+                if self.vault.is_none() {
+                    return Err(format!(
+                        "line {}: authorization.{provider}.store: {} needs a [vault] section (address and token)",
+                        line_of(text, store.span().start),
+                        store.get_ref()
+                    ));
+                }
+            }
         }
         if let Some(store) = &self.idempotency.store {
             // Parsed here (no connection is made) so a typo fails the load;

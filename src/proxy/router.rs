@@ -24,6 +24,7 @@ use crate::call::call_tool;
 use crate::error::RequestError;
 use crate::gateway::{Gateway, Runtime};
 use crate::http1::header_line_size;
+use crate::oauth_endpoint::{self, OAuthRequest};
 use crate::reply::Reply;
 
 /// The data plane's routes, as a pingora HTTP application.
@@ -61,6 +62,7 @@ fn route_of(path: &str) -> &'static str {
         "/tools" => "/tools",
         "/tools/call" | "/call" => "/tools/call",
         "/mcp" => "/mcp",
+        _ if path.starts_with("/oauth/") => "/oauth",
         _ => "other",
     }
 }
@@ -101,6 +103,7 @@ impl Router {
             },
             // (Boxed to keep its state out of every request's future.)
             "/mcp" => Box::pin(self.mcp(session, expect)).await,
+            "/oauth" => Box::pin(self.oauth(session)).await,
             _ => Err(RequestError::NotFound(session.req_header().uri.path().chars().take(200).collect())),
         };
         result.unwrap_or_else(|e| e.to_reply())
@@ -144,6 +147,21 @@ impl Router {
         let body = read_body_within(session, expect, limit, deadline).await?;
         let _in_flight = self.admit()?;
         Ok(self.mcp.handle_post(&self.gateway, &caller, &session.req_header().headers, &body).await)
+    }
+
+    /// The OAuth endpoints (`oauth_endpoint.rs`): the browser steps of a
+    /// challenge, and a caller's status checks and disconnects.
+    async fn oauth(&self, session: &mut Session) -> Result<Reply, RequestError> {
+        let runtime = self.gateway.runtime_owned();
+        let uri = session.req_header().uri.clone();
+        let request = OAuthRequest::parse(&session.req_header().method, uri.path())?;
+        let _in_flight = self.admit()?;
+        if request.needs_caller() {
+            let caller = authenticate(&runtime, session)?;
+            oauth_endpoint::caller_step(&runtime, &caller, &request).await
+        } else {
+            oauth_endpoint::browser_step(&self.gateway, &runtime, &request, uri.query()).await
+        }
     }
 
     async fn call(&self, session: &mut Session, expect: Expect) -> Result<Reply, RequestError> {

@@ -135,7 +135,9 @@ fn reply_head(reply: &Reply, keep_alive: bool) -> std::io::Result<Vec<u8>> {
     head.extend_from_slice(numbers.format(reply.status).as_bytes());
     head.push(b' ');
     head.extend_from_slice(reason.as_bytes());
-    head.extend_from_slice(b"\r\ncontent-type: application/json\r\ncontent-length: ");
+    head.extend_from_slice(b"\r\ncontent-type: ");
+    head.extend_from_slice(reply.content_type.as_bytes());
+    head.extend_from_slice(b"\r\ncontent-length: ");
     head.extend_from_slice(numbers.format(reply.body.len()).as_bytes());
     head.extend_from_slice(b"\r\n");
     for (name, value) in &reply.headers {
@@ -179,7 +181,7 @@ pub(super) async fn write_through_pingora(session: &mut Session, reply: Reply, h
     // No case map: it cost an extra map insert per header, and names are
     // case-insensitive anyway.
     let mut header = ResponseHeader::build_no_case(reply.status, Some(5 + reply.headers.len()))?;
-    header.insert_header(http::header::CONTENT_TYPE, "application/json")?;
+    header.insert_header(http::header::CONTENT_TYPE, reply.content_type)?;
     header.insert_header(http::header::CONTENT_LENGTH, reply.body.len())?;
     for (name, value) in reply.headers {
         header.insert_header(name, value)?;
@@ -199,7 +201,7 @@ mod tests {
     use super::*;
 
     fn reply(status: u16, headers: Vec<(&'static str, String)>, body: &'static str) -> Reply {
-        Reply { status, headers, body: Bytes::from_static(body.as_bytes()), close: false }
+        Reply { headers, ..Reply::json(status, Bytes::from_static(body.as_bytes())) }
     }
 
     #[test]

@@ -46,7 +46,7 @@ impl fmt::Display for Kv2Key {
 
 /// A secret's fields. `None` marks a field whose value is an object, array
 /// or null: present, but not usable as a credential.
-type SecretData = HashMap<String, Option<SecretString>>;
+pub(crate) type SecretData = HashMap<String, Option<SecretString>>;
 
 #[derive(Clone)]
 struct CacheEntry {
@@ -151,20 +151,27 @@ impl Kv2Source {
     /// Resolves one field: from a fresh cache entry, else from the vault,
     /// else (vault unavailable) from an expired cache entry.
     pub async fn get(&self, key: &Kv2Key) -> Result<SecretString, VaultError> {
+        let data = self.get_secret(key).await?;
+        field_of(&data, key)
+    }
+
+    /// Every field of the secret `key` names (its field is only used in
+    /// messages), through the cache as [`Kv2Source::get`] reads.
+    pub(crate) async fn get_secret(&self, key: &Kv2Key) -> Result<Arc<SecretData>, VaultError> {
         let cache_key = (key.mount.clone(), key.path.clone());
         if let Some(entry) = self.cached(&cache_key) {
             if entry.fetched_at.elapsed() < self.cache_ttl {
                 self.cache_hits.fetch_add(1, Ordering::Relaxed);
-                return field_of(&entry.data, key);
+                return Ok(entry.data);
             }
         }
         tracing::debug!(reference = %key, "reading secret from vault");
         match self.read(key).await {
-            Ok(data) => {
+            Ok((data, _version)) => {
                 self.requests_ok.fetch_add(1, Ordering::Relaxed);
                 let data = Arc::new(data);
                 self.store(cache_key, data.clone());
-                field_of(&data, key)
+                Ok(data)
             }
             Err(ReadError::NotFound) => {
                 self.requests_error.fetch_add(1, Ordering::Relaxed);
@@ -203,7 +210,7 @@ impl Kv2Source {
         key: &Kv2Key,
         reason: &str,
         err: impl FnOnce() -> VaultError,
-    ) -> Result<SecretString, VaultError> {
+    ) -> Result<Arc<SecretData>, VaultError> {
         // Look again: a concurrent read may have refreshed the entry.
         match self.cached(cache_key) {
             Some(entry) => {
@@ -214,7 +221,7 @@ impl Kv2Source {
                     age_secs = entry.fetched_at.elapsed().as_secs(),
                     "vault unavailable; serving the cached value"
                 );
-                field_of(&entry.data, key)
+                Ok(entry.data)
             }
             None => {
                 tracing::warn!(reference = %key, %reason, "vault unavailable and nothing cached");
@@ -248,8 +255,94 @@ impl Kv2Source {
         cache.insert(cache_key, CacheEntry { fetched_at: Instant::now(), data });
     }
 
-    /// One GET to the vault.
-    async fn read(&self, key: &Kv2Key) -> Result<SecretData, ReadError> {
+    /// Reads the latest version of a secret past the cache, with its version
+    /// (for a check-and-set write); `None` when there is none.
+    pub(crate) async fn read_versioned(&self, key: &Kv2Key) -> Result<Option<(SecretData, u64)>, VaultError> {
+        match self.read(key).await {
+            Ok((data, version)) => {
+                self.requests_ok.fetch_add(1, Ordering::Relaxed);
+                self.store((key.mount.clone(), key.path.clone()), Arc::new(data.clone()));
+                Ok(Some((data, version)))
+            }
+            Err(ReadError::NotFound) => {
+                self.requests_ok.fetch_add(1, Ordering::Relaxed);
+                self.lock_cache().remove(&(key.mount.clone(), key.path.clone()));
+                Ok(None)
+            }
+            Err(e) => {
+                self.requests_error.fetch_add(1, Ordering::Relaxed);
+                Err(e.into_error(key))
+            }
+        }
+    }
+
+    /// Writes a new version of a secret (`cas`: only if the latest version is
+    /// this one; 0: only if there is none) and keeps it in the cache.
+    pub(crate) async fn write(
+        &self,
+        key: &Kv2Key,
+        data: serde_json::Map<String, serde_json::Value>,
+        cas: Option<u64>,
+    ) -> Result<Written, VaultError> {
+        let mut body = serde_json::json!({ "data": data });
+        if let Some(cas) = cas {
+            body["options"] = serde_json::json!({ "cas": cas });
+        }
+        let uri = data_url(&self.base, &key.mount, &key.path)
+            .map_err(|e| VaultError::Config(format!("cannot build the URL for {key}: {e}")))?;
+        let (status, answer) = self.send(key, http::Method::POST, uri, bytes::Bytes::from(body.to_string())).await?;
+        match status.as_u16() {
+            200 | 204 => {
+                let fields = parse_fields(&data);
+                self.store((key.mount.clone(), key.path.clone()), Arc::new(fields));
+                Ok(Written::Done)
+            }
+            // "check-and-set parameter did not match the current version"
+            400 if String::from_utf8_lossy(&answer).contains("check-and-set") => {
+                self.lock_cache().remove(&(key.mount.clone(), key.path.clone()));
+                Ok(Written::CasMismatch)
+            }
+            _ => Err(ReadError::classify_status(status).into_error(key)),
+        }
+    }
+
+    /// Deletes a secret with every version and its metadata (`DELETE
+    /// /v1/{mount}/metadata/{path}`): nothing of it can be undeleted.
+    pub(crate) async fn destroy(&self, key: &Kv2Key) -> Result<(), VaultError> {
+        self.lock_cache().remove(&(key.mount.clone(), key.path.clone()));
+        let uri = metadata_url(&self.base, &key.mount, &key.path)
+            .map_err(|e| VaultError::Config(format!("cannot build the URL for {key}: {e}")))?;
+        let (status, _) = self.send(key, http::Method::DELETE, uri, bytes::Bytes::new()).await?;
+        match status.as_u16() {
+            200 | 204 | 404 => Ok(()),
+            _ => Err(ReadError::classify_status(status).into_error(key)),
+        }
+    }
+
+    /// One request other than a read, counted like reads.
+    async fn send(
+        &self,
+        key: &Kv2Key,
+        method: http::Method,
+        uri: Uri,
+        body: bytes::Bytes,
+    ) -> Result<(StatusCode, bytes::Bytes), VaultError> {
+        let headers = self.headers().await.map_err(|e| e.into_error(key))?;
+        match http_client::send(&self.client, method, uri, headers, body, self.timeout).await {
+            Ok((status, _, answer)) => {
+                let counter = if status.is_success() { &self.requests_ok } else { &self.requests_error };
+                counter.fetch_add(1, Ordering::Relaxed);
+                Ok((status, answer))
+            }
+            Err(reason) => {
+                self.requests_error.fetch_add(1, Ordering::Relaxed);
+                Err(VaultError::Unavailable { reference: key.to_string(), reason })
+            }
+        }
+    }
+
+    /// The token (read now, so a rotated one is used) and namespace headers.
+    async fn headers(&self) -> Result<Vec<(HeaderName, HeaderValue)>, ReadError> {
         let token = match &self.token {
             SecretRef::Env { name } => env::read_now(name),
             SecretRef::File { path } => FileSource.read(std::path::Path::new(path)).await,
@@ -257,12 +350,18 @@ impl Kv2Source {
         }
         .map_err(ReadError::Token)?;
         let token = token_header(&token).map_err(ReadError::Token)?;
-        let uri = data_url(&self.base, &key.mount, &key.path)
-            .map_err(|e| ReadError::Rejected(format!("cannot build the URL: {e}")))?;
         let mut headers = vec![(HeaderName::from_static("x-vault-token"), token)];
         if let Some(ns) = &self.namespace {
             headers.push((HeaderName::from_static("x-vault-namespace"), ns.clone()));
         }
+        Ok(headers)
+    }
+
+    /// One GET to the vault.
+    async fn read(&self, key: &Kv2Key) -> Result<(SecretData, u64), ReadError> {
+        let headers = self.headers().await?;
+        let uri = data_url(&self.base, &key.mount, &key.path)
+            .map_err(|e| ReadError::Rejected(format!("cannot build the URL: {e}")))?;
         let (status, body) =
             http_client::get(&self.client, uri, headers, self.timeout).await.map_err(ReadError::Transient)?;
         classify(status, &body)
@@ -275,6 +374,52 @@ impl SecretSource for Kv2Source {
     fn fetch(&self, key: &Kv2Key) -> impl Future<Output = Result<SecretString, VaultError>> + Send {
         self.get(key)
     }
+}
+
+/// What a check-and-set write did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Written {
+    /// The new version is stored.
+    Done,
+    /// Another writer got there first: nothing was written.
+    CasMismatch,
+}
+
+impl ReadError {
+    /// The failure a non-success status stands for.
+    fn classify_status(status: StatusCode) -> ReadError {
+        match classify(status, b"{}") {
+            Err(e) => e,
+            Ok(_) => ReadError::Rejected(format!("unexpected HTTP {status}")),
+        }
+    }
+
+    /// As the error the rest of the gateway sees.
+    fn into_error(self, key: &Kv2Key) -> VaultError {
+        match self {
+            ReadError::Forbidden => VaultError::Forbidden { reference: key.to_string() },
+            ReadError::NotFound => VaultError::NotFound { reference: key.to_string() },
+            ReadError::Transient(reason) | ReadError::Rejected(reason) => {
+                VaultError::Unavailable { reference: key.to_string(), reason }
+            }
+            ReadError::Token(source) => VaultError::Token { source: Box::new(source) },
+        }
+    }
+}
+
+/// A secret's fields as the cache holds them.
+fn parse_fields(map: &serde_json::Map<String, serde_json::Value>) -> SecretData {
+    map.iter()
+        .map(|(k, v)| {
+            let value = match v {
+                serde_json::Value::String(s) => Some(SecretString::from(s.clone())),
+                serde_json::Value::Number(n) => Some(SecretString::from(n.to_string())),
+                serde_json::Value::Bool(b) => Some(SecretString::from(b.to_string())),
+                _ => None,
+            };
+            (k.clone(), value)
+        })
+        .collect()
 }
 
 /// Reads the token reference synchronously (startup only).
@@ -323,6 +468,13 @@ fn data_url(base: &str, mount: &str, path: &str) -> Result<Uri, http::uri::Inval
     url.parse()
 }
 
+/// `{base}/v1/{mount}/metadata/{path}`, encoded as [`data_url`].
+fn metadata_url(base: &str, mount: &str, path: &str) -> Result<Uri, http::uri::InvalidUri> {
+    let data = data_url(base, mount, path)?.to_string();
+    let prefix = format!("{base}/v1/{}/data", encode_segment(mount));
+    format!("{base}/v1/{}/metadata{}", encode_segment(mount), &data[prefix.len()..]).parse()
+}
+
 fn encode_segment(seg: &str) -> String {
     let mut out = String::with_capacity(seg.len());
     for b in seg.bytes() {
@@ -336,7 +488,7 @@ fn encode_segment(seg: &str) -> String {
 }
 
 /// Turns the vault's answer into data or a classified failure.
-fn classify(status: StatusCode, body: &[u8]) -> Result<SecretData, ReadError> {
+fn classify(status: StatusCode, body: &[u8]) -> Result<(SecretData, u64), ReadError> {
     match status.as_u16() {
         200 => parse_data(body),
         403 => Err(ReadError::Forbidden),
@@ -349,22 +501,12 @@ fn classify(status: StatusCode, body: &[u8]) -> Result<SecretData, ReadError> {
     }
 }
 
-fn parse_data(body: &[u8]) -> Result<SecretData, ReadError> {
+fn parse_data(body: &[u8]) -> Result<(SecretData, u64), ReadError> {
     let mut doc: serde_json::Value =
         serde_json::from_slice(body).map_err(|_| ReadError::Transient("the response is not JSON".into()))?;
+    let version = doc.pointer("/data/metadata/version").and_then(serde_json::Value::as_u64).unwrap_or(0);
     match doc.pointer_mut("/data/data").map(serde_json::Value::take) {
-        Some(serde_json::Value::Object(map)) => Ok(map
-            .into_iter()
-            .map(|(k, v)| {
-                let value = match v {
-                    serde_json::Value::String(s) => Some(SecretString::from(s)),
-                    serde_json::Value::Number(n) => Some(SecretString::from(n.to_string())),
-                    serde_json::Value::Bool(b) => Some(SecretString::from(b.to_string())),
-                    _ => None,
-                };
-                (k, value)
-            })
-            .collect()),
+        Some(serde_json::Value::Object(map)) => Ok((parse_fields(&map), version)),
         // A deleted or destroyed latest version reads as data: null.
         Some(serde_json::Value::Null) => Err(ReadError::NotFound),
         _ => Err(ReadError::Transient("the response has no data.data object (is the mount KV version 2?)".into())),
@@ -395,7 +537,7 @@ mod tests {
     fn classifies_statuses() {
         let body = br#"{"data":{"data":{"a":"x","n":42,"b":true,"o":{"k":1},"z":null},"metadata":{}}}"#;
         let data = match classify(StatusCode::OK, body) {
-            Ok(d) => d,
+            Ok((d, _)) => d,
             Err(_) => panic!("200 with data"),
         };
         let key = |f: &str| Kv2Key { mount: "m".into(), path: "p".into(), field: f.into() };

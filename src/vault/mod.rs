@@ -251,6 +251,11 @@ impl SecretResolver {
         }
     }
 
+    /// The Vault backend, for the stores that write to it.
+    pub(crate) fn vault(&self) -> Option<&Kv2Source> {
+        self.vault.as_ref()
+    }
+
     /// The Vault backend's counters (all zero without a vault).
     pub fn stats(&self) -> VaultStats {
         self.vault.as_ref().map(Kv2Source::stats).unwrap_or_default()

@@ -66,6 +66,15 @@ pub struct AuthorizationRequirement {
     pub extra: Map<String, Value>,
 }
 
+impl AuthorizationRequirement {
+    /// The `oauth2.scopes` the tool asks for (entries that are not scope
+    /// tokens are left out).
+    pub fn scopes(&self) -> impl Iterator<Item = &str> {
+        let scopes = self.extra.get("oauth2").and_then(|o| o.get("scopes")).and_then(Value::as_array);
+        scopes.into_iter().flatten().filter_map(Value::as_str).filter(|s| crate::config::scope_ok(s))
+    }
+}
+
 /// One `requirements.secrets[]` entry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SecretRequirement {

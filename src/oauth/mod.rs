@@ -1,0 +1,403 @@
+//! Per-user OAuth: the gateway as the OAuth client of each managed
+//! `[authorization.<provider>]`. It hands out challenges (a single-use link
+//! and a `check_url`), runs the authorization code flow with PKCE when a
+//! link is opened, stores the grant from the callback, refreshes it before
+//! it expires (one refresh per user and provider at a time, across replicas
+//! when the grant lives in Vault) and forgets and revokes it on disconnect.
+//!
+//! - `provider.rs`: endpoints, the authorization request, the token endpoint.
+//! - `links.rs`: issued links, their status, and each flow's `state`.
+//! - `store.rs`: the grants, embedded (sealed, `seal.rs`) or in Vault.
+
+mod links;
+mod provider;
+mod seal;
+mod store;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+pub use links::LinkStatus;
+
+use self::links::{Links, Refusal};
+use self::provider::{Provider, Refreshed};
+use self::seal::Sealer;
+use self::store::{now, EmbeddedStore, GrantStore};
+use crate::config::{Config, StateConfig};
+use crate::metrics::Metrics;
+use crate::secret::SecretString;
+use crate::vault::SecretResolver;
+
+/// How long a replica may hold a Vault grant's refresh before another
+/// replica takes over.
+const REFRESH_LEASE: Duration = Duration::from_secs(15);
+/// How often a replica waiting on another's refresh reads the grant again.
+const LEASE_POLL: Duration = Duration::from_millis(100);
+
+/// What went wrong in the OAuth machinery (never with a token in it).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum OAuthError {
+    /// The store or its key could not be set up.
+    #[error("OAuth setup: {0}")]
+    Setup(String),
+    /// The grant store could not be read or written.
+    #[error("grant store: {0}")]
+    Store(String),
+    /// The provider could not be reached or answered with an error.
+    #[error("provider: {0}")]
+    Provider(String),
+}
+
+/// Why a browser step of the flow (opening a link, the callback) ended
+/// without a grant: each is a page for the person at the browser.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FlowError {
+    /// No managed provider by that name.
+    #[error("no OAuth provider {0:?} is configured")]
+    UnknownProvider(String),
+    /// A link or `state` never issued, forged, or for another provider.
+    #[error("this authorization link is not valid")]
+    UnknownLink,
+    /// A link or `state` past its lifetime.
+    #[error("this authorization link has expired")]
+    Expired,
+    /// A link opened before.
+    #[error("this authorization link was already used")]
+    Used,
+    /// The provider sent the browser back with an error (`error=`).
+    #[error("the provider refused the authorization: {0}")]
+    Refused(String),
+    /// The callback had neither `code` nor `error`, or no `state`.
+    #[error("the callback is missing {0}")]
+    BadCallback(&'static str),
+    /// The provider or the store failed.
+    #[error(transparent)]
+    Failed(#[from] OAuthError),
+}
+
+/// Why a call could not get a token.
+#[derive(Debug)]
+pub enum TokenError {
+    /// The caller must authorize (first time, more scopes, or the grant was
+    /// revoked): ask for these scopes.
+    Authorize(BTreeSet<String>),
+    /// The store or the provider failed right now.
+    Unavailable(OAuthError),
+}
+
+/// A challenge's two links.
+#[derive(Debug, Clone)]
+pub struct Challenge {
+    /// Opened by the user's browser: starts the flow (single-use).
+    pub url: String,
+    /// Polled by the client: `{"status": ...}`.
+    pub check_url: String,
+}
+
+/// Held while one user's grant at one provider is refreshed.
+type RefreshLock = tokio::sync::Mutex<()>;
+
+/// State that outlives a reload: links, flows, the embedded store and the
+/// refresh locks.
+#[derive(Debug, Default)]
+struct Shared {
+    links: Links,
+    embedded: Mutex<Option<(StateConfig, Arc<EmbeddedStore>)>>,
+    refreshing: Mutex<HashMap<(String, String), Weak<RefreshLock>>>,
+}
+
+/// Every managed provider, with their stores.
+#[derive(Debug)]
+pub struct OAuth {
+    providers: HashMap<String, (Provider, GrantStore)>,
+    secrets: Arc<SecretResolver>,
+    shared: Arc<Shared>,
+}
+
+impl OAuth {
+    /// The managed providers of `config`. Links, flows, refresh locks and
+    /// the embedded store (when `[state]` is unchanged) carry over from the
+    /// runtime before a reload.
+    pub async fn build(
+        config: &Config,
+        secrets: Arc<SecretResolver>,
+        previous: Option<&OAuth>,
+    ) -> Result<OAuth, OAuthError> {
+        let shared = previous.map(|p| p.shared.clone()).unwrap_or_default();
+        let mut providers = HashMap::new();
+        for (id, section) in config.authorization.iter().filter(|(_, s)| s.is_managed()) {
+            let store = match &section.store {
+                Some(at) => GrantStore::Vault { secrets: secrets.clone(), at: at.get_ref().clone() },
+                None => GrantStore::Embedded(embedded_store(&shared, &config.state, &secrets).await?),
+            };
+            providers.insert(id.clone(), (Provider::new(id, section)?, store));
+        }
+        Ok(OAuth { providers, secrets, shared })
+    }
+
+    /// Whether the gateway runs the flow for `provider`.
+    pub fn manages(&self, provider: &str) -> bool {
+        self.providers.contains_key(provider)
+    }
+
+    fn provider(&self, id: &str) -> Result<&(Provider, GrantStore), FlowError> {
+        self.providers.get(id).ok_or_else(|| FlowError::UnknownProvider(id.to_owned()))
+    }
+
+    /// The caller's access token for `provider` covering `required` (and
+    /// the configured scopes), refreshed first when it expires within the
+    /// provider's margin.
+    pub async fn token(
+        &self,
+        provider: &str,
+        user: &str,
+        required: &BTreeSet<String>,
+        metrics: &Metrics,
+    ) -> Result<SecretString, TokenError> {
+        let Some((p, store)) = self.providers.get(provider) else {
+            return Err(TokenError::Unavailable(OAuthError::Setup(format!("{provider} is not managed"))));
+        };
+        let mut wanted: BTreeSet<String> = p.configured_scopes().cloned().collect();
+        wanted.extend(required.iter().cloned());
+        let grant = store.get(provider, user).await.map_err(TokenError::Unavailable)?;
+        let Some(grant) = grant else { return Err(TokenError::Authorize(wanted)) };
+        if !grant.covers(&wanted) {
+            // Incremental: ask for what it has and what is missing, so the
+            // new grant replaces the old one without losing scopes.
+            wanted.extend(grant.scopes.iter().cloned());
+            return Err(TokenError::Authorize(wanted));
+        }
+        let margin = p.config.refresh_margin.as_secs();
+        if !grant.expiring(margin) {
+            return Ok(grant.access_token);
+        }
+        if grant.refresh_token.is_none() {
+            return match grant.expired() {
+                true => Err(TokenError::Authorize(wanted)),
+                false => Ok(grant.access_token),
+            };
+        }
+        self.refreshed(p, store, user, metrics).await.map_err(|e| match e {
+            TokenError::Authorize(_) => TokenError::Authorize(wanted),
+            other => other,
+        })
+    }
+
+    /// The grant after one refresh, however many calls ask at once: in this
+    /// process a lock per user and provider; with a store replicas share, a
+    /// lease written with check-and-set.
+    async fn refreshed(
+        &self,
+        p: &Provider,
+        store: &GrantStore,
+        user: &str,
+        metrics: &Metrics,
+    ) -> Result<SecretString, TokenError> {
+        let lock = self.refresh_lock(&p.id, user);
+        let _held = lock.lock().await;
+        let margin = p.config.refresh_margin.as_secs();
+        let unavailable = TokenError::Unavailable;
+        let deadline = tokio::time::Instant::now() + REFRESH_LEASE;
+        loop {
+            let Some(current) = store.get_versioned(&p.id, user).await.map_err(unavailable)? else {
+                return Err(TokenError::Authorize(BTreeSet::new()));
+            };
+            if !current.grant.expiring(margin) {
+                return Ok(current.grant.access_token);
+            }
+            let mut version = current.version;
+            if store.is_shared() {
+                // Another replica holds the lease: wait for its result.
+                if current.grant.refreshing_until.is_some_and(|until| until > now()) {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(unavailable(OAuthError::Provider(
+                            "another replica's refresh did not finish".into(),
+                        )));
+                    }
+                    tokio::time::sleep(LEASE_POLL).await;
+                    continue;
+                }
+                let mut leased = current.grant.clone();
+                leased.refreshing_until = Some(now() + REFRESH_LEASE.as_secs());
+                if !store.put(&p.id, user, &leased, Some(version)).await.map_err(unavailable)? {
+                    continue;
+                }
+                version += 1;
+            }
+            return match p.refresh(&self.secrets, &current.grant).await {
+                Ok(Refreshed::Grant(fresh)) => {
+                    metrics.record_oauth_refresh(&p.id, "ok");
+                    let cas = store.is_shared().then_some(version);
+                    if !store.put(&p.id, user, &fresh, cas).await.map_err(unavailable)? {
+                        tracing::warn!(provider = p.id, "a refreshed grant lost a check-and-set race; using it anyway");
+                    }
+                    Ok(fresh.access_token)
+                }
+                Ok(Refreshed::Revoked) => {
+                    metrics.record_oauth_refresh(&p.id, "invalid_grant");
+                    tracing::info!(
+                        provider = p.id,
+                        "the provider refused the refresh token; the user must authorize again"
+                    );
+                    store.delete(&p.id, user).await.map_err(unavailable)?;
+                    Err(TokenError::Authorize(BTreeSet::new()))
+                }
+                Err(e) => {
+                    metrics.record_oauth_refresh(&p.id, "error");
+                    if store.is_shared() {
+                        // Give the lease back so another try need not wait.
+                        let _ = store.put(&p.id, user, &current.grant, Some(version)).await;
+                    }
+                    Err(unavailable(e))
+                }
+            };
+        }
+    }
+
+    /// The lock that makes refreshes of one user's grant single-flight here.
+    fn refresh_lock(&self, provider: &str, user: &str) -> Arc<RefreshLock> {
+        let mut locks = self.shared.refreshing.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (provider.to_owned(), user.to_owned());
+        if let Some(lock) = locks.get(&key).and_then(Weak::upgrade) {
+            return lock;
+        }
+        locks.retain(|_, weak| weak.strong_count() > 0);
+        let lock = Arc::new(RefreshLock::new(()));
+        locks.insert(key, Arc::downgrade(&lock));
+        lock
+    }
+
+    /// A new challenge for `user` at `provider` asking `scopes`, its links
+    /// under `public_url`.
+    pub fn challenge(
+        &self,
+        provider: &str,
+        user: &str,
+        scopes: BTreeSet<String>,
+        public_url: &str,
+        metrics: &Metrics,
+    ) -> Result<Challenge, OAuthError> {
+        let ttl = self.providers.get(provider).map_or(Duration::from_secs(600), |(p, _)| p.config.link_ttl);
+        let (link, check) = self.shared.links.issue(provider, user, scopes, ttl)?;
+        metrics.record_oauth_challenge(provider, "issued");
+        Ok(Challenge {
+            url: format!("{public_url}/oauth/{provider}/start/{link}"),
+            check_url: format!("{public_url}/oauth/{provider}/check/{check}"),
+        })
+    }
+
+    /// Opens a link: the provider's authorization URL to redirect to.
+    pub async fn open_link(&self, provider: &str, link_id: &str, public_url: &str) -> Result<String, FlowError> {
+        let (p, _) = self.provider(provider)?;
+        let redirect_uri = callback_url(public_url, provider);
+        // 32 random bytes: a 43-character verifier (RFC 7636 4.1).
+        let verifier = seal::random_id(32)?;
+        let (state, flow) =
+            self.shared.links.open(provider, link_id, verifier, redirect_uri.clone()).map_err(refusal)?;
+        match p.authorization_request(&self.secrets, &redirect_uri, &flow.scopes, &state, &flow.verifier).await {
+            Ok(url) => Ok(url),
+            Err(e) => {
+                self.shared.links.finish(&flow.link_id, LinkStatus::Failed);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// The callback: checks `state`, exchanges `code` and stores the grant.
+    pub async fn finish_flow(
+        &self,
+        provider: &str,
+        state: Option<&str>,
+        code: Option<&str>,
+        error: Option<&str>,
+        metrics: &Metrics,
+    ) -> Result<(), FlowError> {
+        let (p, store) = self.provider(provider)?;
+        let state = state.ok_or(FlowError::BadCallback("state"))?;
+        let flow = self.shared.links.take_flow(provider, state).map_err(refusal)?;
+        let outcome = match (code, error) {
+            (_, Some(error)) => Err(FlowError::Refused(error.chars().take(100).collect())),
+            (Some(code), None) => {
+                match p.exchange(&self.secrets, &flow.redirect_uri, code, flow.verifier.clone(), &flow.scopes).await {
+                    Ok(grant) => store.put(provider, &flow.user, &grant, None).await.map(drop).map_err(FlowError::from),
+                    Err(e) => Err(e.into()),
+                }
+            }
+            (None, None) => Err(FlowError::BadCallback("code")),
+        };
+        let (status, label) = match outcome {
+            Ok(()) => (LinkStatus::Completed, "completed"),
+            Err(_) => (LinkStatus::Failed, "failed"),
+        };
+        self.shared.links.finish(&flow.link_id, status);
+        metrics.record_oauth_challenge(provider, label);
+        outcome
+    }
+
+    /// A link's status for its own caller; `None` for anyone else.
+    pub fn status(&self, provider: &str, check_id: &str, user: &str) -> Option<LinkStatus> {
+        self.shared.links.status(provider, check_id, user)
+    }
+
+    /// Forgets the caller's grant and revokes it at the provider when it
+    /// can. Returns whether there was one.
+    pub async fn disconnect(&self, provider: &str, user: &str) -> Result<bool, FlowError> {
+        let (p, store) = self.provider(provider)?;
+        let Some(grant) = store.get_versioned(provider, user).await?.map(|v| v.grant) else { return Ok(false) };
+        store.delete(provider, user).await?;
+        match p.revoke(&self.secrets, &grant).await {
+            Ok(revoked) => tracing::info!(provider, revoked, "a user disconnected"),
+            // Forgotten here either way; the provider's copy expires.
+            Err(e) => {
+                tracing::warn!(provider, error = %e, "revocation at the provider failed; the grant is forgotten here")
+            }
+        }
+        Ok(true)
+    }
+}
+
+/// `{public_url}/oauth/{provider}/callback`: the redirect URI to register.
+pub fn callback_url(public_url: &str, provider: &str) -> String {
+    format!("{public_url}/oauth/{provider}/callback")
+}
+
+fn refusal(refusal: Refusal) -> FlowError {
+    match refusal {
+        Refusal::Unknown => FlowError::UnknownLink,
+        Refusal::Expired => FlowError::Expired,
+        Refusal::Used => FlowError::Used,
+    }
+}
+
+/// The embedded store for `[state]`: the one already open when it is the
+/// same, else opened now (with the configured or generated key).
+async fn embedded_store(
+    shared: &Shared,
+    state: &StateConfig,
+    secrets: &SecretResolver,
+) -> Result<Arc<EmbeddedStore>, OAuthError> {
+    if let Some((open_for, store)) = &*shared.embedded.lock().unwrap_or_else(|p| p.into_inner()) {
+        if open_for == state {
+            return Ok(store.clone());
+        }
+    }
+    std::fs::create_dir_all(&state.dir)
+        .map_err(|e| OAuthError::Setup(format!("cannot create [state] dir {}: {e}", state.dir.display())))?;
+    let sealer = match &state.encryption_key {
+        Some(reference) => {
+            let key = secrets
+                .resolve(reference, None)
+                .await
+                .map_err(|e| OAuthError::Setup(format!("[state] encryption_key: {e}")))?;
+            Sealer::from_text(&key)?
+        }
+        None => Sealer::from_dir(&state.dir)?,
+    };
+    // A reload that moves the store closes the old file first.
+    let mut slot = shared.embedded.lock().unwrap_or_else(|p| p.into_inner());
+    slot.take();
+    let store = Arc::new(EmbeddedStore::open(&state.dir, sealer)?);
+    *slot = Some((state.clone(), store.clone()));
+    Ok(store)
+}

@@ -1,0 +1,281 @@
+//! One OAuth provider as the gateway's client sees it: its endpoints (from
+//! OpenID Connect discovery or the config), the authorization request, and
+//! the token endpoint's three uses (code, refresh, revoke), through the
+//! `oauth2` crate over the gateway's own HTTP client.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use oauth2::basic::{BasicClient, BasicErrorResponseType};
+use oauth2::{
+    AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointMaybeSet, EndpointNotSet, EndpointSet,
+    HttpRequest, HttpResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken, RequestTokenError,
+    RevocationUrl, Scope, StandardRevocableToken, TokenResponse, TokenUrl,
+};
+use serde::Deserialize;
+use tokio::sync::OnceCell;
+
+use super::store::{now, Grant};
+use super::OAuthError;
+use crate::config::{scope_ok, AuthorizationProvider};
+use crate::http_client::{self, HttpClient};
+use crate::secret::SecretString;
+use crate::vault::SecretResolver;
+
+/// The longest one request to a provider may take.
+const PROVIDER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The client type with the endpoints the gateway uses set.
+type Client = BasicClient<EndpointSet, EndpointNotSet, EndpointNotSet, EndpointMaybeSet, EndpointSet>;
+
+/// A provider's endpoints.
+#[derive(Debug, Clone)]
+struct Endpoints {
+    authorize: String,
+    token: String,
+    revocation: Option<String>,
+}
+
+/// The discovery document's fields the gateway reads.
+#[derive(Deserialize)]
+struct Discovery {
+    authorization_endpoint: String,
+    token_endpoint: String,
+    #[serde(default)]
+    revocation_endpoint: Option<String>,
+}
+
+/// What a refresh came to.
+#[derive(Debug)]
+pub(super) enum Refreshed {
+    /// A new grant.
+    Grant(Grant),
+    /// The provider refused the refresh token (`invalid_grant`): the grant
+    /// is dead and the user must authorize again.
+    Revoked,
+}
+
+/// One `[authorization.<provider>]` in the managed form.
+#[derive(Debug)]
+pub(super) struct Provider {
+    pub(super) id: String,
+    pub(super) config: AuthorizationProvider,
+    endpoints: OnceCell<Endpoints>,
+    http: ProviderHttp,
+}
+
+impl Provider {
+    /// A provider; its endpoints are discovered on first use (so the gateway
+    /// starts while the provider is unreachable).
+    pub(super) fn new(id: &str, config: &AuthorizationProvider) -> Result<Provider, OAuthError> {
+        let http = http_client::build(PROVIDER_TIMEOUT).map_err(OAuthError::Setup)?;
+        Ok(Provider { id: id.to_owned(), config: config.clone(), endpoints: OnceCell::new(), http: ProviderHttp(http) })
+    }
+
+    /// The scopes always asked for.
+    pub(super) fn configured_scopes(&self) -> impl Iterator<Item = &String> {
+        self.config.scopes.iter()
+    }
+
+    async fn endpoints(&self) -> Result<&Endpoints, OAuthError> {
+        self.endpoints
+            .get_or_try_init(|| async {
+                let configured = |e: &Option<crate::config::EndpointUrl>| e.as_ref().map(|u| u.0.clone());
+                let (Some(authorize), Some(token)) =
+                    (configured(&self.config.authorize_endpoint), configured(&self.config.token_endpoint))
+                else {
+                    return self.discover().await;
+                };
+                Ok(Endpoints { authorize, token, revocation: configured(&self.config.revocation_endpoint) })
+            })
+            .await
+    }
+
+    /// OpenID Connect discovery at the issuer; configured endpoints win.
+    async fn discover(&self) -> Result<Endpoints, OAuthError> {
+        let issuer = self.config.issuer.as_ref().map(|u| u.0.clone()).unwrap_or_default();
+        let url = format!("{issuer}/.well-known/openid-configuration");
+        let failed = |why: String| OAuthError::Provider(format!("discovery at {url}: {why}"));
+        let uri: http::Uri = url.parse().map_err(|e| failed(format!("{e}")))?;
+        let (status, body) = http_client::get(&self.http.0, uri, Vec::new(), PROVIDER_TIMEOUT).await.map_err(failed)?;
+        if !status.is_success() {
+            return Err(failed(format!("HTTP {status}")));
+        }
+        let found: Discovery = serde_json::from_slice(&body).map_err(|e| failed(e.to_string()))?;
+        let configured = |e: &Option<crate::config::EndpointUrl>| e.as_ref().map(|u| u.0.clone());
+        Ok(Endpoints {
+            authorize: configured(&self.config.authorize_endpoint).unwrap_or(found.authorization_endpoint),
+            token: configured(&self.config.token_endpoint).unwrap_or(found.token_endpoint),
+            revocation: configured(&self.config.revocation_endpoint).or(found.revocation_endpoint),
+        })
+    }
+
+    /// The `oauth2` client, with the client secret read now (so a rotated
+    /// one is used).
+    async fn client(&self, secrets: &SecretResolver, redirect_uri: Option<&str>) -> Result<Client, OAuthError> {
+        let endpoints = self.endpoints().await?;
+        let bad = |what: &str, e: oauth2::url::ParseError| OAuthError::Provider(format!("{what}: {e}"));
+        let mut client = BasicClient::new(ClientId::new(self.config.client_id.clone().unwrap_or_default()))
+            .set_auth_uri(AuthUrl::new(endpoints.authorize.clone()).map_err(|e| bad("authorization endpoint", e))?)
+            .set_token_uri(TokenUrl::new(endpoints.token.clone()).map_err(|e| bad("token endpoint", e))?)
+            .set_revocation_url_option(
+                endpoints
+                    .revocation
+                    .clone()
+                    .map(RevocationUrl::new)
+                    .transpose()
+                    .map_err(|e| bad("revocation endpoint", e))?,
+            );
+        if let Some(redirect_uri) = redirect_uri {
+            client =
+                client.set_redirect_uri(RedirectUrl::new(redirect_uri.to_owned()).map_err(|e| bad("redirect URI", e))?);
+        }
+        if let Some(reference) = &self.config.client_secret {
+            let secret = secrets
+                .resolve(reference.get_ref(), None)
+                .await
+                .map_err(|e| OAuthError::Provider(format!("client_secret of authorization.{}: {e}", self.id)))?;
+            client = client.set_client_secret(ClientSecret::new(secret.into_exposed()));
+        }
+        Ok(client)
+    }
+
+    /// Where to send the browser: the authorization request, with the PKCE
+    /// S256 challenge of `verifier`.
+    pub(super) async fn authorization_request(
+        &self,
+        secrets: &SecretResolver,
+        redirect_uri: &str,
+        scopes: &BTreeSet<String>,
+        state: &str,
+        verifier: &str,
+    ) -> Result<String, OAuthError> {
+        let client = self.client(secrets, Some(redirect_uri)).await?;
+        let challenge = PkceCodeChallenge::from_code_verifier_sha256(&PkceCodeVerifier::new(verifier.to_owned()));
+        let state = state.to_owned();
+        let (url, _) = client
+            .authorize_url(|| CsrfToken::new(state))
+            .add_scopes(scopes.iter().map(|s| Scope::new(s.clone())))
+            .set_pkce_challenge(challenge)
+            .url();
+        Ok(url.to_string())
+    }
+
+    /// Exchanges an authorization code for a grant covering at least `asked`.
+    pub(super) async fn exchange(
+        &self,
+        secrets: &SecretResolver,
+        redirect_uri: &str,
+        code: &str,
+        verifier: String,
+        asked: &BTreeSet<String>,
+    ) -> Result<Grant, OAuthError> {
+        let client = self.client(secrets, Some(redirect_uri)).await?;
+        let answer = client
+            .exchange_code(AuthorizationCode::new(code.to_owned()))
+            .set_pkce_verifier(PkceCodeVerifier::new(verifier))
+            .request_async(&self.http)
+            .await
+            .map_err(|e| OAuthError::Provider(format!("token endpoint: {}", describe(&e))))?;
+        Ok(grant_from(&answer, asked, None))
+    }
+
+    /// Refreshes `grant` with its refresh token.
+    pub(super) async fn refresh(&self, secrets: &SecretResolver, grant: &Grant) -> Result<Refreshed, OAuthError> {
+        let Some(refresh_token) = &grant.refresh_token else { return Ok(Refreshed::Revoked) };
+        let client = self.client(secrets, None).await?;
+        let token = RefreshToken::new(refresh_token.expose().to_owned());
+        match client.exchange_refresh_token(&token).request_async(&self.http).await {
+            Ok(answer) => Ok(Refreshed::Grant(grant_from(&answer, &grant.scopes, grant.refresh_token.clone()))),
+            Err(RequestTokenError::ServerResponse(e)) if *e.error() == BasicErrorResponseType::InvalidGrant => {
+                Ok(Refreshed::Revoked)
+            }
+            Err(e) => Err(OAuthError::Provider(format!("token endpoint (refresh): {}", describe(&e)))),
+        }
+    }
+
+    /// Revokes the grant at the provider (RFC 7009), when it has a
+    /// revocation endpoint: the refresh token, which takes its access
+    /// tokens with it, else the access token.
+    pub(super) async fn revoke(&self, secrets: &SecretResolver, grant: &Grant) -> Result<bool, OAuthError> {
+        let client = self.client(secrets, None).await?;
+        if client.revocation_url().is_none() {
+            return Ok(false);
+        }
+        let token = match &grant.refresh_token {
+            Some(refresh) => StandardRevocableToken::RefreshToken(RefreshToken::new(refresh.expose().to_owned())),
+            None => {
+                StandardRevocableToken::AccessToken(oauth2::AccessToken::new(grant.access_token.expose().to_owned()))
+            }
+        };
+        let request = client.revoke_token(token).map_err(|e| OAuthError::Provider(e.to_string()))?;
+        request
+            .request_async(&self.http)
+            .await
+            .map_err(|e| OAuthError::Provider(format!("revocation endpoint: {}", describe(&e))))?;
+        Ok(true)
+    }
+}
+
+/// The `oauth2` crate's requests, over the gateway's HTTP client. (A named
+/// type, not a closure: a closure's future is not `Send` for every lifetime
+/// the crate asks of it.)
+#[derive(Debug)]
+struct ProviderHttp(HttpClient);
+
+impl<'c> oauth2::AsyncHttpClient<'c> for ProviderHttp {
+    type Error = OAuthError;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, OAuthError>> + Send + 'c>>;
+
+    fn call(&'c self, request: HttpRequest) -> Self::Future {
+        Box::pin(async move {
+            let (parts, body) = request.into_parts();
+            let headers = parts.headers.iter().map(|(n, v)| (n.clone(), v.clone())).collect();
+            let (status, headers_back, body) =
+                http_client::send(&self.0, parts.method, parts.uri, headers, body.into(), PROVIDER_TIMEOUT)
+                    .await
+                    .map_err(OAuthError::Provider)?;
+            let mut response = http::Response::builder().status(status);
+            if let Some(h) = response.headers_mut() {
+                *h = headers_back;
+            }
+            response.body(body.to_vec()).map_err(|e| OAuthError::Provider(e.to_string()))
+        })
+    }
+}
+
+/// A token response as a grant. The scopes it covers: what the provider says
+/// it granted plus what was asked (providers rename scopes as they grant
+/// them, e.g. Google's `email`, so the answer alone would never cover the
+/// asking and every call would challenge again).
+fn grant_from(
+    answer: &oauth2::basic::BasicTokenResponse,
+    asked: &BTreeSet<String>,
+    previous_refresh: Option<SecretString>,
+) -> Grant {
+    let mut scopes: BTreeSet<String> = asked.clone();
+    if let Some(granted) = answer.scopes() {
+        scopes.extend(granted.iter().map(|s| s.to_string()).filter(|s| scope_ok(s)));
+    }
+    Grant {
+        access_token: SecretString::from(answer.access_token().secret().clone()),
+        // A refresh answer without a new refresh token keeps the old one.
+        refresh_token: answer.refresh_token().map(|t| SecretString::from(t.secret().clone())).or(previous_refresh),
+        expires_at: answer.expires_in().map(|d| now().saturating_add(d.as_secs())),
+        scopes,
+        refreshing_until: None,
+    }
+}
+
+/// A token-endpoint failure for logs and pages: the error code and
+/// description the provider sent, never a token.
+fn describe<E: std::error::Error, T: oauth2::ErrorResponse>(e: &RequestTokenError<E, T>) -> String {
+    match e {
+        RequestTokenError::ServerResponse(r) => r.to_string(),
+        RequestTokenError::Request(e) => crate::http_client::error_chain(e),
+        RequestTokenError::Parse(e, _) => format!("unreadable answer: {e}"),
+        RequestTokenError::Other(e) => e.clone(),
+    }
+}

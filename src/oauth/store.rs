@@ -1,0 +1,304 @@
+//! Where each user's grant is kept: the embedded store (one redb file under
+//! `[state] dir`, every record sealed) or Vault KV v2 (one secret per user,
+//! written with check-and-set so replicas share grants).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use redb::{ReadableDatabase, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+use super::seal::Sealer;
+use super::OAuthError;
+use crate::config::GrantStoreRef;
+use crate::secret::SecretString;
+use crate::vault::kv2::{SecretData, Written};
+use crate::vault::{Kv2Key, Kv2Source, SecretResolver};
+
+/// The embedded store's file under `[state] dir`.
+pub(super) const DB_FILE: &str = "oauth-grants.redb";
+
+const GRANTS: TableDefinition<&str, &[u8]> = TableDefinition::new("grants");
+
+/// One user's grant at one provider.
+#[derive(Clone, Debug)]
+pub(crate) struct Grant {
+    /// The access token injected into calls.
+    pub access_token: SecretString,
+    /// The refresh token, when the provider gave one.
+    pub refresh_token: Option<SecretString>,
+    /// When the access token expires (Unix seconds), when the provider said.
+    pub expires_at: Option<u64>,
+    /// The scopes it covers.
+    pub scopes: BTreeSet<String>,
+    /// Vault store only: another replica is refreshing it until then.
+    pub refreshing_until: Option<u64>,
+}
+
+impl Grant {
+    /// Whether it covers every scope in `wanted`.
+    pub(super) fn covers<'a>(&self, wanted: impl IntoIterator<Item = &'a String>) -> bool {
+        wanted.into_iter().all(|s| self.scopes.contains(s))
+    }
+
+    /// Whether the access token expires within `margin` seconds of now.
+    pub(super) fn expiring(&self, margin: u64) -> bool {
+        self.expires_at.is_some_and(|at| at <= now().saturating_add(margin))
+    }
+
+    /// Whether the access token has expired.
+    pub(super) fn expired(&self) -> bool {
+        self.expires_at.is_some_and(|at| at <= now())
+    }
+}
+
+/// Now, in Unix seconds.
+pub(super) fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+/// A grant as it is written down (inside the sealed record, or as the Vault
+/// secret's fields: `access_token` is where the read-only form reads it).
+#[derive(Serialize, Deserialize)]
+struct Record {
+    access_token: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    refresh_token: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    expires_at: Option<u64>,
+    /// Space-separated, as OAuth writes scopes.
+    #[serde(default)]
+    scope: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    refreshing_until: Option<u64>,
+}
+
+impl Record {
+    fn of(grant: &Grant) -> Record {
+        Record {
+            access_token: grant.access_token.expose().to_owned(),
+            refresh_token: grant.refresh_token.as_ref().map(|t| t.expose().to_owned()),
+            expires_at: grant.expires_at,
+            scope: grant.scopes.iter().cloned().collect::<Vec<_>>().join(" "),
+            refreshing_until: grant.refreshing_until,
+        }
+    }
+
+    fn into_grant(self) -> Grant {
+        Grant {
+            access_token: SecretString::from(self.access_token),
+            refresh_token: self.refresh_token.filter(|t| !t.is_empty()).map(SecretString::from),
+            expires_at: self.expires_at,
+            scopes: self.scope.split_whitespace().map(str::to_owned).collect(),
+            refreshing_until: self.refreshing_until,
+        }
+    }
+}
+
+/// A grant read with what a check-and-set write needs.
+pub(super) struct Versioned {
+    /// The grant.
+    pub grant: Grant,
+    /// The Vault secret's version (0 in the embedded store).
+    pub version: u64,
+}
+
+/// One provider's store.
+#[derive(Clone, Debug)]
+pub(super) enum GrantStore {
+    /// The embedded file, shared by every embedded provider.
+    Embedded(Arc<EmbeddedStore>),
+    /// Vault KV v2 under this reference.
+    Vault { secrets: Arc<SecretResolver>, at: GrantStoreRef },
+}
+
+impl GrantStore {
+    /// The user's grant through the cache (the call path).
+    pub(super) async fn get(&self, provider: &str, user: &str) -> Result<Option<Grant>, OAuthError> {
+        match self {
+            GrantStore::Embedded(db) => db.get(provider, user),
+            GrantStore::Vault { secrets, at } => {
+                let (vault, key) = vault_key(secrets, at, user)?;
+                match vault.get_secret(&key).await {
+                    Ok(data) => Ok(from_fields(&data)),
+                    Err(e) if !e.is_transient() => Ok(None),
+                    Err(e) => Err(OAuthError::Store(e.to_string())),
+                }
+            }
+        }
+    }
+
+    /// The user's grant past any cache, with its version.
+    pub(super) async fn get_versioned(&self, provider: &str, user: &str) -> Result<Option<Versioned>, OAuthError> {
+        match self {
+            GrantStore::Embedded(db) => Ok(db.get(provider, user)?.map(|grant| Versioned { grant, version: 0 })),
+            GrantStore::Vault { secrets, at } => {
+                let (vault, key) = vault_key(secrets, at, user)?;
+                let read = vault.read_versioned(&key).await.map_err(|e| OAuthError::Store(e.to_string()))?;
+                Ok(read.and_then(|(data, version)| from_fields(&data).map(|grant| Versioned { grant, version })))
+            }
+        }
+    }
+
+    /// Stores the user's grant; with `cas`, only over that version (Vault).
+    /// `false` when another writer got there first.
+    pub(super) async fn put(
+        &self,
+        provider: &str,
+        user: &str,
+        grant: &Grant,
+        cas: Option<u64>,
+    ) -> Result<bool, OAuthError> {
+        match self {
+            GrantStore::Embedded(db) => {
+                let db = db.clone();
+                let (provider, user, grant) = (provider.to_owned(), user.to_owned(), grant.clone());
+                tokio::task::spawn_blocking(move || db.put(&provider, &user, &grant))
+                    .await
+                    .map_err(|e| OAuthError::Store(e.to_string()))??;
+                Ok(true)
+            }
+            GrantStore::Vault { secrets, at } => {
+                let (vault, key) = vault_key(secrets, at, user)?;
+                let fields = match serde_json::to_value(Record::of(grant)) {
+                    Ok(serde_json::Value::Object(fields)) => fields,
+                    _ => return Err(OAuthError::Store("a grant did not serialise".into())),
+                };
+                match vault.write(&key, fields, cas).await.map_err(|e| OAuthError::Store(e.to_string()))? {
+                    Written::Done => Ok(true),
+                    Written::CasMismatch => Ok(false),
+                }
+            }
+        }
+    }
+
+    /// Forgets the user's grant.
+    pub(super) async fn delete(&self, provider: &str, user: &str) -> Result<(), OAuthError> {
+        match self {
+            GrantStore::Embedded(db) => {
+                let db = db.clone();
+                let (provider, user) = (provider.to_owned(), user.to_owned());
+                tokio::task::spawn_blocking(move || db.delete(&provider, &user))
+                    .await
+                    .map_err(|e| OAuthError::Store(e.to_string()))?
+            }
+            GrantStore::Vault { secrets, at } => {
+                let (vault, key) = vault_key(secrets, at, user)?;
+                vault.destroy(&key).await.map_err(|e| OAuthError::Store(e.to_string()))
+            }
+        }
+    }
+
+    /// Whether replicas share it (and so must coordinate refreshes).
+    pub(super) fn is_shared(&self) -> bool {
+        matches!(self, GrantStore::Vault { .. })
+    }
+}
+
+/// The Vault backend and the user's secret.
+fn vault_key<'s>(
+    secrets: &'s SecretResolver,
+    at: &GrantStoreRef,
+    user: &str,
+) -> Result<(&'s Kv2Source, Kv2Key), OAuthError> {
+    let vault = secrets.vault().ok_or_else(|| OAuthError::Setup(format!("{at} needs a [vault] section")))?;
+    // The same checks as any `{user_id}` reference: no traversal, no `#`.
+    let reference = crate::config::SecretRef::Vault {
+        mount: at.mount.clone(),
+        path: at.path.clone(),
+        field: "access_token".into(),
+    };
+    let concrete = reference.with_user_id(Some(user)).map_err(|e| OAuthError::Store(e.to_string()))?;
+    match &*concrete {
+        crate::config::SecretRef::Vault { mount, path, field } => {
+            Ok((vault, Kv2Key { mount: mount.clone(), path: path.clone(), field: field.clone() }))
+        }
+        _ => Err(OAuthError::Setup(format!("{at} is not a vault reference"))),
+    }
+}
+
+/// A grant from a Vault secret's fields; `None` when it has no access token.
+fn from_fields(data: &SecretData) -> Option<Grant> {
+    let text = |k: &str| data.get(k).and_then(Option::as_ref).map(|v| v.expose().to_owned());
+    let number = |k: &str| text(k).and_then(|v| v.parse::<u64>().ok());
+    let record = Record {
+        access_token: text("access_token").filter(|t| !t.is_empty())?,
+        refresh_token: text("refresh_token"),
+        expires_at: number("expires_at"),
+        scope: text("scope").unwrap_or_default(),
+        refreshing_until: number("refreshing_until"),
+    };
+    Some(record.into_grant())
+}
+
+/// The embedded store: a redb file whose values are sealed records.
+pub(crate) struct EmbeddedStore {
+    db: redb::Database,
+    sealer: Sealer,
+}
+
+impl std::fmt::Debug for EmbeddedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EmbeddedStore")
+    }
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the file in `dir` with this sealer.
+    pub(super) fn open(dir: &Path, sealer: Sealer) -> Result<EmbeddedStore, OAuthError> {
+        let path = dir.join(DB_FILE);
+        let db = redb::Database::create(&path)
+            .map_err(|e| OAuthError::Setup(format!("cannot open the grant store {}: {e}", path.display())))?;
+        Ok(EmbeddedStore { db, sealer })
+    }
+
+    fn key(provider: &str, user: &str) -> String {
+        format!("{provider}\0{user}")
+    }
+
+    fn get(&self, provider: &str, user: &str) -> Result<Option<Grant>, OAuthError> {
+        let key = Self::key(provider, user);
+        let store = |e: &dyn std::fmt::Display| OAuthError::Store(e.to_string());
+        let read = self.db.begin_read().map_err(|e| store(&e))?;
+        let table = match read.open_table(GRANTS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            Err(e) => return Err(store(&e)),
+        };
+        let Some(sealed) = table.get(key.as_str()).map_err(|e| store(&e))? else { return Ok(None) };
+        let Some(plain) = self.sealer.open(key.as_bytes(), sealed.value()) else {
+            // Another key sealed it (the key file was replaced): unusable,
+            // so the user authorizes again.
+            tracing::warn!(provider, "a stored grant cannot be opened with the current key; ignoring it");
+            return Ok(None);
+        };
+        let record: Record = serde_json::from_slice(&plain).map_err(|e| store(&e))?;
+        Ok(Some(record.into_grant()))
+    }
+
+    fn put(&self, provider: &str, user: &str, grant: &Grant) -> Result<(), OAuthError> {
+        let key = Self::key(provider, user);
+        let store = |e: &dyn std::fmt::Display| OAuthError::Store(e.to_string());
+        let plain = serde_json::to_vec(&Record::of(grant)).map_err(|e| store(&e))?;
+        let sealed = self.sealer.seal(key.as_bytes(), &plain)?;
+        let write = self.db.begin_write().map_err(|e| store(&e))?;
+        {
+            let mut table = write.open_table(GRANTS).map_err(|e| store(&e))?;
+            table.insert(key.as_str(), sealed.as_slice()).map_err(|e| store(&e))?;
+        }
+        write.commit().map_err(|e| store(&e))
+    }
+
+    fn delete(&self, provider: &str, user: &str) -> Result<(), OAuthError> {
+        let key = Self::key(provider, user);
+        let store = |e: &dyn std::fmt::Display| OAuthError::Store(e.to_string());
+        let write = self.db.begin_write().map_err(|e| store(&e))?;
+        {
+            let mut table = write.open_table(GRANTS).map_err(|e| store(&e))?;
+            table.remove(key.as_str()).map_err(|e| store(&e))?;
+        }
+        write.commit().map_err(|e| store(&e))
+    }
+}
