@@ -442,6 +442,20 @@ impl MissingRequirements {
             let ids: Vec<&str> = self.authorization.iter().map(|a| a.id.as_str()).collect();
             parts.push(format!("authorization with {}", ids.join(", ")));
         }
+        // The links, for a model to hand to its user (the MCP endpoint's
+        // tool result is this text).
+        let links: Vec<String> = self
+            .authorization
+            .iter()
+            .filter_map(|a| a.url.as_ref().map(|url| format!("to connect {}, open {url}", a.id)))
+            .collect();
+        if !links.is_empty() {
+            return format!(
+                "The tool requires {}: {}, then call the tool again",
+                parts.join(" and "),
+                links.join("; ")
+            );
+        }
         if self.user_id {
             parts.push("an authenticated user id".into());
         }

@@ -26,7 +26,8 @@ struct Cli {
 enum Command {
     /// Validate a config and exit: 0 when valid, 1 with the key and line when not.
     Check,
-    /// Start the gateway with two built-in example tool servers on loopback.
+    /// Start the gateway with built-in example tool servers and a stand-in
+    /// OAuth provider on loopback.
     Demo {
         /// Where the demo gateway listens.
         #[arg(long, default_value = "127.0.0.1:8080")]
@@ -85,15 +86,21 @@ fn main() -> ExitCode {
 }
 
 fn run_demo(listen: &str, admin_listen: &str) -> ExitCode {
+    // The demo's own credentials, read through env: references as a real
+    // config would (set before any thread starts).
+    for (name, value) in [demo::DEMO_USER_KEY, demo::DEMO_CLIENT_SECRET] {
+        std::env::set_var(name, value);
+    }
+    let state_dir = std::env::temp_dir().join(format!("otc-gateway-demo-{}", std::process::id()));
     let control = match ControlPlane::new() {
         Ok(control) => control,
         Err(e) => return fail(e),
     };
-    let (calculator, clock) = match control.handle().block_on(demo::start_demo_servers()) {
-        Ok(addrs) => addrs,
+    let servers = match control.handle().block_on(demo::start_demo_servers()) {
+        Ok(servers) => servers,
         Err(e) => return fail(e),
     };
-    let text = demo::demo_config(listen, admin_listen, calculator, clock);
+    let text = demo::demo_config(listen, admin_listen, servers, &state_dir);
     let config = match Config::parse(&text, "built-in demo config") {
         Ok(config) => config,
         Err(e) => return fail(e),

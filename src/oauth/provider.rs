@@ -8,11 +8,12 @@ use std::future::Future;
 use std::pin::Pin;
 use std::time::Duration;
 
+use base64::Engine as _;
 use oauth2::basic::{BasicClient, BasicErrorResponseType};
 use oauth2::{
-    AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointMaybeSet, EndpointNotSet, EndpointSet,
-    HttpRequest, HttpResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken, RequestTokenError,
-    RevocationUrl, Scope, StandardRevocableToken, TokenResponse, TokenUrl,
+    AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointNotSet, EndpointSet, HttpRequest,
+    HttpResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken, RequestTokenError, Scope,
+    TokenResponse, TokenUrl,
 };
 use serde::Deserialize;
 use tokio::sync::OnceCell;
@@ -28,7 +29,7 @@ use crate::vault::SecretResolver;
 const PROVIDER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The client type with the endpoints the gateway uses set.
-type Client = BasicClient<EndpointSet, EndpointNotSet, EndpointNotSet, EndpointMaybeSet, EndpointSet>;
+type Client = BasicClient<EndpointSet, EndpointNotSet, EndpointNotSet, EndpointNotSet, EndpointSet>;
 
 /// A provider's endpoints.
 #[derive(Debug, Clone)]
@@ -119,15 +120,7 @@ impl Provider {
         let bad = |what: &str, e: oauth2::url::ParseError| OAuthError::Provider(format!("{what}: {e}"));
         let mut client = BasicClient::new(ClientId::new(self.config.client_id.clone().unwrap_or_default()))
             .set_auth_uri(AuthUrl::new(endpoints.authorize.clone()).map_err(|e| bad("authorization endpoint", e))?)
-            .set_token_uri(TokenUrl::new(endpoints.token.clone()).map_err(|e| bad("token endpoint", e))?)
-            .set_revocation_url_option(
-                endpoints
-                    .revocation
-                    .clone()
-                    .map(RevocationUrl::new)
-                    .transpose()
-                    .map_err(|e| bad("revocation endpoint", e))?,
-            );
+            .set_token_uri(TokenUrl::new(endpoints.token.clone()).map_err(|e| bad("token endpoint", e))?);
         if let Some(redirect_uri) = redirect_uri {
             client =
                 client.set_redirect_uri(RedirectUrl::new(redirect_uri.to_owned()).map_err(|e| bad("redirect URI", e))?);
@@ -198,25 +191,70 @@ impl Provider {
 
     /// Revokes the grant at the provider (RFC 7009), when it has a
     /// revocation endpoint: the refresh token, which takes its access
-    /// tokens with it, else the access token.
+    /// tokens with it, else the access token. (Written here, not through the
+    /// `oauth2` crate: it refuses any revocation URL but https, loopback
+    /// included, and the request is one form POST.)
     pub(super) async fn revoke(&self, secrets: &SecretResolver, grant: &Grant) -> Result<bool, OAuthError> {
-        let client = self.client(secrets, None).await?;
-        if client.revocation_url().is_none() {
-            return Ok(false);
-        }
-        let token = match &grant.refresh_token {
-            Some(refresh) => StandardRevocableToken::RefreshToken(RefreshToken::new(refresh.expose().to_owned())),
-            None => {
-                StandardRevocableToken::AccessToken(oauth2::AccessToken::new(grant.access_token.expose().to_owned()))
-            }
+        let Some(url) = self.endpoints().await?.revocation.clone() else { return Ok(false) };
+        let (token, hint) = match &grant.refresh_token {
+            Some(refresh) => (refresh, "refresh_token"),
+            None => (&grant.access_token, "access_token"),
         };
-        let request = client.revoke_token(token).map_err(|e| OAuthError::Provider(e.to_string()))?;
-        request
-            .request_async(&self.http)
-            .await
-            .map_err(|e| OAuthError::Provider(format!("revocation endpoint: {}", describe(&e))))?;
+        let secret = match &self.config.client_secret {
+            Some(reference) => Some(
+                secrets
+                    .resolve(reference.get_ref(), None)
+                    .await
+                    .map_err(|e| OAuthError::Provider(format!("client_secret of authorization.{}: {e}", self.id)))?,
+            ),
+            None => None,
+        };
+        let client_id = self.config.client_id.clone().unwrap_or_default();
+        let (body, authorization) = revocation_request(&client_id, secret.as_ref(), token, hint)?;
+        let mut headers =
+            vec![(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/x-www-form-urlencoded"))];
+        headers.extend(authorization.map(|value| (http::header::AUTHORIZATION, value)));
+        let uri: http::Uri = url.parse().map_err(|e| OAuthError::Provider(format!("revocation endpoint: {e}")))?;
+        let (status, _, _) = http_client::send(
+            &self.http.0,
+            http::Method::POST,
+            uri,
+            headers,
+            bytes::Bytes::from(body),
+            PROVIDER_TIMEOUT,
+        )
+        .await
+        .map_err(|e| OAuthError::Provider(format!("revocation endpoint: {e}")))?;
+        // RFC 7009 2.2: 200 whether or not the token was still valid.
+        if !status.is_success() {
+            return Err(OAuthError::Provider(format!("revocation endpoint answered HTTP {status}")));
+        }
         Ok(true)
     }
+}
+
+/// An RFC 7009 request's form, and its `Authorization` header when the
+/// client has a secret (client_secret_basic, each part form-encoded first,
+/// RFC 6749 2.3.1).
+fn revocation_request(
+    client_id: &str,
+    secret: Option<&SecretString>,
+    token: &SecretString,
+    hint: &str,
+) -> Result<(String, Option<http::HeaderValue>), OAuthError> {
+    let mut form = oauth2::url::form_urlencoded::Serializer::new(String::new());
+    form.append_pair("token", token.expose()).append_pair("token_type_hint", hint);
+    let Some(secret) = secret else {
+        form.append_pair("client_id", client_id);
+        return Ok((form.finish(), None));
+    };
+    let encode = |s: &str| oauth2::url::form_urlencoded::byte_serialize(s.as_bytes()).collect::<String>();
+    let pair = format!("{}:{}", encode(client_id), encode(secret.expose()));
+    let mut value =
+        http::HeaderValue::from_str(&format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair)))
+            .map_err(|_| OAuthError::Provider("the client credentials do not fit a header".into()))?;
+    value.set_sensitive(true);
+    Ok((form.finish(), Some(value)))
 }
 
 /// The `oauth2` crate's requests, over the gateway's HTTP client. (A named

@@ -5,6 +5,12 @@
 //! form (`items`, flat `input_schema`), `clock` the older draft (`tools`,
 //! `input_schema.parameters`). Both serve `Calculator.Add`, in versions 1.0.0
 //! and 2.0.0, so version resolution across upstreams shows too.
+//!
+//! `calculator` also serves `Mail.ListInbox`, which needs the calling user's
+//! authorization with `demo-mail`: a stand-in OAuth provider (`demo_provider.rs`)
+//! on loopback, so the whole per-user flow can be clicked through.
+
+mod demo_provider;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -22,18 +28,41 @@ use tokio::net::TcpListener;
 /// A demo tool server: its catalog and how it answers a call.
 struct ToolServer {
     catalog: Value,
-    answer: fn(tool_id: &str, input: &Value) -> Result<Value, Value>,
+    answer: fn(tool_id: &str, input: &Value, context: &Value) -> Result<Value, Value>,
 }
 
-/// Starts both demo servers on the current runtime; returns their addresses.
-pub async fn start_demo_servers() -> std::io::Result<(SocketAddr, SocketAddr)> {
+/// The demo's servers on loopback.
+#[derive(Debug, Clone, Copy)]
+pub struct DemoServers {
+    /// The `calculator` tool server (1.0 dialect).
+    pub calculator: SocketAddr,
+    /// The `clock` tool server (older dialect).
+    pub clock: SocketAddr,
+    /// The stand-in OAuth provider.
+    pub provider: SocketAddr,
+}
+
+/// The demo user's API key (`OXP-API-Key`), in the environment variable
+/// the demo config names.
+pub const DEMO_USER_KEY: (&str, &str) = ("OTC_DEMO_ALICE_KEY", "demo-alice-key");
+/// The gateway's client secret at the stand-in provider, likewise.
+pub const DEMO_CLIENT_SECRET: (&str, &str) = ("OTC_DEMO_CLIENT_SECRET", demo_provider::CLIENT_SECRET);
+
+/// Starts the demo servers on the current runtime.
+pub async fn start_demo_servers() -> std::io::Result<DemoServers> {
     let calculator = serve(ToolServer { catalog: calculator_catalog(), answer: calculator_answer }).await?;
     let clock = serve(ToolServer { catalog: clock_catalog(), answer: clock_answer }).await?;
-    Ok((calculator, clock))
+    let provider = demo_provider::serve().await?;
+    Ok(DemoServers { calculator, clock, provider })
 }
 
-/// The demo's gateway.toml, pointing at the two servers.
-pub fn demo_config(listen: &str, admin: &str, calculator: SocketAddr, clock: SocketAddr) -> String {
+/// The demo's gateway.toml, pointing at the servers; grants are kept under
+/// `state_dir`.
+pub fn demo_config(listen: &str, admin: &str, servers: DemoServers, state_dir: &std::path::Path) -> String {
+    let DemoServers { calculator, clock, provider } = servers;
+    let (key_var, _) = DEMO_USER_KEY;
+    let (secret_var, _) = DEMO_CLIENT_SECRET;
+    let state_dir = state_dir.display().to_string().replace('\\', "/");
     format!(
         r#"[server]
 listen = "{listen}"
@@ -50,7 +79,24 @@ url = "http://{calculator}"
 [[upstreams]]
 name = "clock"
 url = "http://{clock}"
-"#
+
+# Anyone may call; the demo user is whoever sends this key.
+[auth]
+api_keys = [{{ key = "env:{key_var}", user_id = "alice" }}]
+
+# The gateway is the OAuth client of the stand-in provider.
+[authorization.demo-mail]
+authorize_endpoint = "http://{provider}/authorize"
+token_endpoint = "http://{provider}/token"
+revocation_endpoint = "http://{provider}/revoke"
+client_id = "{client_id}"
+client_secret = "env:{secret_var}"
+scopes = ["profile"]
+
+[state]
+dir = "{state_dir}"
+"#,
+        client_id = demo_provider::CLIENT_ID,
     )
 }
 
@@ -73,7 +119,16 @@ The demo gateway fronts two example tool servers. Try:
   curl -s {base}/tools/call -H 'content-type: application/json' \
     -d '{{"request": {{"tool_id": "System.GetTimestamp"}}}}'
 
-Press Ctrl-C to stop."#
+Per-user OAuth: Mail.ListInbox needs alice's authorization with demo-mail.
+The first call answers 400 with a link; open it in a browser, click Allow,
+then call again:
+
+  curl -s {base}/tools/call -H 'content-type: application/json' -H 'OXP-API-Key: {key}' \
+    -d '{{"request": {{"tool_id": "Mail.ListInbox"}}}}'
+  curl -s -X DELETE {base}/oauth/demo-mail -H 'OXP-API-Key: {key}'      # disconnect
+
+Press Ctrl-C to stop."#,
+        key = DEMO_USER_KEY.1
     )
 }
 
@@ -110,7 +165,8 @@ async fn handle(server: &ToolServer, request: Request<Incoming>) -> Response<Ful
             let tool_id = request.get("tool_id").and_then(Value::as_str).unwrap_or_default();
             let call_id = request.get("call_id").cloned().unwrap_or(Value::Null);
             let input = request.get("input").cloned().unwrap_or_else(|| json!({}));
-            let result = match (server.answer)(tool_id, &input) {
+            let context = request.get("context").cloned().unwrap_or(Value::Null);
+            let result = match (server.answer)(tool_id, &input, &context) {
                 Ok(value) => json!({"call_id": call_id, "success": true, "value": value}),
                 Err(error) => json!({"call_id": call_id, "success": false, "error": error}),
             };
@@ -120,7 +176,7 @@ async fn handle(server: &ToolServer, request: Request<Incoming>) -> Response<Ful
     }
 }
 
-fn reply(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
+pub(crate) fn reply(status: StatusCode, body: &Value) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
     *response.status_mut() = status;
     response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
@@ -141,7 +197,11 @@ fn calculator_catalog() -> Value {
          "output_schema": {"type": "number"}},
         {"id": "Calculator.Divide@1.0.0", "name": "Calculator_Divide", "version": "1.0.0",
          "description": "Divides a by b.", "input_schema": number_pair(),
-         "output_schema": {"type": "number"}}
+         "output_schema": {"type": "number"}},
+        {"id": "Mail.ListInbox@1.0.0", "name": "Mail_ListInbox", "version": "1.0.0",
+         "description": "Lists the calling user's (pretend) inbox.",
+         "input_schema": {"type": "object"},
+         "requirements": {"authorization": [{"id": "demo-mail", "oauth2": {"scopes": ["mail.read"]}}]}}
     ]})
 }
 
@@ -154,7 +214,15 @@ fn sum(input: &Value) -> Value {
     }
 }
 
-fn calculator_answer(tool_id: &str, input: &Value) -> Result<Value, Value> {
+fn calculator_answer(tool_id: &str, input: &Value, context: &Value) -> Result<Value, Value> {
+    if tool_id == "Mail.ListInbox@1.0.0" {
+        let authorized = context["authorization"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|t| t["id"] == "demo-mail" && demo_provider::is_valid(t["token"].as_str())));
+        if !authorized {
+            return Err(json!({"message": "no valid demo-mail token in the context"}));
+        }
+    }
     let a = input.get("a").and_then(Value::as_f64).unwrap_or(0.0);
     let b = input.get("b").and_then(Value::as_f64).unwrap_or(0.0);
     match tool_id {
@@ -165,6 +233,11 @@ fn calculator_answer(tool_id: &str, input: &Value) -> Result<Value, Value> {
             "can_retry": true,
             "additional_prompt_content": "Choose a b other than 0."})),
         "Calculator.Divide@1.0.0" => Ok(json!(a / b)),
+        // The gateway injected the user's token; a real tool would call the
+        // mail API with it. (Never echo a token back.)
+        "Mail.ListInbox@1.0.0" => Ok(json!({"messages": [
+            {"from": "bob@example.com", "subject": "Lunch?"},
+            {"from": "ci@example.com", "subject": "Build passed"}]})),
         other => Err(json!({"message": format!("unknown tool {other}")})),
     }
 }
@@ -182,7 +255,7 @@ fn clock_catalog() -> Value {
     ]})
 }
 
-fn clock_answer(tool_id: &str, input: &Value) -> Result<Value, Value> {
+fn clock_answer(tool_id: &str, input: &Value, _context: &Value) -> Result<Value, Value> {
     match tool_id {
         "Calculator.Add@2.0.0" => {
             let total = sum(input);

@@ -1,0 +1,201 @@
+//! The demo's stand-in OAuth provider: just enough of an authorization
+//! server (code grant with PKCE S256, refresh, revocation) for a newcomer to
+//! click through the gateway's per-user flow on loopback. One user, who
+//! approves or denies on a page; tokens live in memory and expire in five
+//! minutes, so a running demo refreshes too. Not for anything but the demo:
+//! the tests run against a certified provider (`oidc-provider`).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use sha2::Digest;
+use tokio::net::TcpListener;
+
+/// The gateway's client id at the stand-in.
+pub(crate) const CLIENT_ID: &str = "otc-gateway-demo";
+/// The gateway's client secret at the stand-in.
+pub(crate) const CLIENT_SECRET: &str = "demo-client-secret";
+/// How long an access token lives.
+const ACCESS_TTL: Duration = Duration::from_secs(300);
+
+#[derive(Default)]
+struct State {
+    /// Authorization requests waiting on the user's answer, by id.
+    asked: HashMap<String, Asked>,
+    /// Codes not yet exchanged.
+    codes: HashMap<String, Asked>,
+    /// Access tokens and when they expire.
+    access: HashMap<String, Instant>,
+    /// Refresh tokens and their scope.
+    refresh: HashMap<String, String>,
+}
+
+#[derive(Clone)]
+struct Asked {
+    redirect_uri: String,
+    state: String,
+    scope: String,
+    challenge: String,
+}
+
+fn state() -> std::sync::MutexGuard<'static, State> {
+    static STATE: OnceLock<Mutex<State>> = OnceLock::new();
+    STATE.get_or_init(Mutex::default).lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether `token` is a live access token of the stand-in.
+pub(crate) fn is_valid(token: Option<&str>) -> bool {
+    token.is_some_and(|t| state().access.get(t).is_some_and(|until| *until > Instant::now()))
+}
+
+/// Serves the stand-in on a free loopback port.
+pub(crate) async fn serve() -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            tokio::spawn(async move {
+                let service =
+                    service_fn(|request| async move { Ok::<_, std::convert::Infallible>(handle(request).await) });
+                let _ =
+                    hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    });
+    Ok(addr)
+}
+
+fn random() -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(uuid::Uuid::new_v4().as_bytes())
+}
+
+fn params(text: &str) -> HashMap<String, String> {
+    oauth2::url::form_urlencoded::parse(text.as_bytes()).into_owned().collect()
+}
+
+async fn handle(request: Request<Incoming>) -> Response<Full<Bytes>> {
+    let query = params(request.uri().query().unwrap_or_default());
+    match (request.method().clone(), request.uri().path()) {
+        (Method::GET, "/authorize") => authorize(&query),
+        (Method::GET, "/answer") => answer(&query),
+        (Method::POST, "/token") => {
+            let basic = request.headers().get(http::header::AUTHORIZATION).cloned();
+            let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            token(basic.as_ref(), &params(&String::from_utf8_lossy(&body)))
+        }
+        (Method::POST, "/revoke") => {
+            let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            if let Some(token) = params(&String::from_utf8_lossy(&body)).get("token") {
+                let mut state = state();
+                state.refresh.remove(token);
+                state.access.remove(token);
+            }
+            Response::new(Full::new(Bytes::new()))
+        }
+        _ => super::reply(StatusCode::NOT_FOUND, &json!({"error": "not_found"})),
+    }
+}
+
+/// The consent page.
+fn authorize(query: &HashMap<String, String>) -> Response<Full<Bytes>> {
+    let get = |k: &str| query.get(k).cloned().unwrap_or_default();
+    if get("client_id") != CLIENT_ID || get("response_type") != "code" || get("code_challenge_method") != "S256" {
+        return page("The request is not from the demo gateway (client_id, response_type=code, PKCE S256).");
+    }
+    let id = random();
+    let scope = get("scope");
+    state().asked.insert(
+        id.clone(),
+        Asked {
+            redirect_uri: get("redirect_uri"),
+            state: get("state"),
+            scope: scope.clone(),
+            challenge: get("code_challenge"),
+        },
+    );
+    let scope = scope.replace(['<', '>', '&', '"'], "");
+    page(&format!(
+        "The demo gateway asks for access to alice's pretend mail (scopes: {scope}).</p>\
+         <p><a href=\"/answer?id={id}&allow=1\">Allow</a> &nbsp; <a href=\"/answer?id={id}&allow=0\">Deny</a>"
+    ))
+}
+
+/// Back to the gateway with a code, or with `error=access_denied`.
+fn answer(query: &HashMap<String, String>) -> Response<Full<Bytes>> {
+    let Some(asked) = query.get("id").and_then(|id| state().asked.remove(id)) else {
+        return page("This request was answered already.");
+    };
+    let mut target = oauth2::url::Url::parse(&asked.redirect_uri).ok();
+    let Some(url) = target.as_mut() else { return page("The redirect URI is not a URL.") };
+    if query.get("allow").map(String::as_str) == Some("1") {
+        let code = random();
+        url.query_pairs_mut().append_pair("code", &code).append_pair("state", &asked.state);
+        state().codes.insert(code, asked);
+    } else {
+        url.query_pairs_mut().append_pair("error", "access_denied").append_pair("state", &asked.state);
+    }
+    let mut response = Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = StatusCode::FOUND;
+    if let Ok(location) = http::HeaderValue::from_str(url.as_str()) {
+        response.headers_mut().insert(http::header::LOCATION, location);
+    }
+    response
+}
+
+/// The token endpoint: code (with the PKCE verifier) or refresh token.
+fn token(basic: Option<&http::HeaderValue>, form: &HashMap<String, String>) -> Response<Full<Bytes>> {
+    let expected =
+        format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{CLIENT_ID}:{CLIENT_SECRET}")));
+    if basic.and_then(|v| v.to_str().ok()) != Some(expected.as_str()) {
+        return super::reply(StatusCode::UNAUTHORIZED, &json!({"error": "invalid_client"}));
+    }
+    let invalid = || super::reply(StatusCode::BAD_REQUEST, &json!({"error": "invalid_grant"}));
+    let mut state = state();
+    let scope = match form.get("grant_type").map(String::as_str) {
+        Some("authorization_code") => {
+            let Some(asked) = form.get("code").and_then(|c| state.codes.remove(c)) else { return invalid() };
+            let verifier = form.get("code_verifier").cloned().unwrap_or_default();
+            let challenge = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(sha2::Sha256::digest(verifier));
+            if challenge != asked.challenge || form.get("redirect_uri") != Some(&asked.redirect_uri) {
+                return invalid();
+            }
+            asked.scope
+        }
+        Some("refresh_token") => match form.get("refresh_token").and_then(|t| state.refresh.get(t)) {
+            Some(scope) => scope.clone(),
+            None => return invalid(),
+        },
+        _ => return super::reply(StatusCode::BAD_REQUEST, &json!({"error": "unsupported_grant_type"})),
+    };
+    let (access, refresh) = (random(), random());
+    state.access.insert(access.clone(), Instant::now() + ACCESS_TTL);
+    state.refresh.insert(refresh.clone(), scope.clone());
+    super::reply(
+        StatusCode::OK,
+        &json!({"access_token": access, "token_type": "Bearer", "expires_in": ACCESS_TTL.as_secs(),
+                "refresh_token": refresh, "scope": scope}),
+    )
+}
+
+fn page(text: &str) -> Response<Full<Bytes>> {
+    let body = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Demo provider</title></head>\
+         <body><h1>Demo OAuth provider</h1><p>{text}</p></body></html>"
+    );
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/html; charset=utf-8"));
+    response
+}
