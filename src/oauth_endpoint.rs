@@ -55,6 +55,9 @@ impl<'p> OAuthRequest<'p> {
         let not_found = || RequestError::NotFound(path.chars().take(200).collect());
         let rest = path.strip_prefix("/oauth/").ok_or_else(not_found)?;
         let parts: Vec<&str> = rest.split('/').collect();
+        if parts.first().is_none_or(|provider| provider.is_empty()) {
+            return Err(not_found());
+        }
         let (request, allow) = match parts.as_slice() {
             [provider, "start", link] if !link.is_empty() => (OAuthRequest::Start { provider, link }, "GET, HEAD"),
             [provider, "callback"] => (OAuthRequest::Callback { provider }, "GET, HEAD"),

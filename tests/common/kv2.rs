@@ -12,8 +12,12 @@
 //!   `data: {data: null, metadata: {deletion_time: ..}}`; an unknown mount:
 //!   404 "no handler for route".
 //! - `POST`/`PUT /v1/{mount}/data/{path}` with `{"data": {...}}`: writes a
-//!   new version, 200 with the version's metadata.
+//!   new version, 200 with the version's metadata. With `"options": {"cas":
+//!   N}` only when the latest version is N (0: no version yet); else 400
+//!   `check-and-set parameter did not match the current version`.
 //! - `DELETE /v1/{mount}/data/{path}`: soft-deletes the latest version, 204.
+//! - `DELETE /v1/{mount}/metadata/{path}`: removes every version and the
+//!   metadata, 204.
 //! - `GET /v1/sys/health`: 200, or 503 while sealed.
 //!
 //! Failure modes: [`Kv2Server::set_down`] answers 503 `Vault is sealed` like a
@@ -62,6 +66,8 @@ struct State {
     requests: AtomicUsize,
     paths: Mutex<Vec<String>>,
     next_id: AtomicU64,
+    /// Writes through the API that were stored.
+    writes: AtomicUsize,
 }
 
 /// A running fake KV v2 server. Dropping it shuts it down.
@@ -88,6 +94,7 @@ impl Kv2Server {
             requests: AtomicUsize::new(0),
             paths: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
+            writes: AtomicUsize::new(0),
         });
         let (shutdown, rx) = watch::channel(false);
         let accept = tokio::spawn(accept_loop(listener, state.clone(), rx));
@@ -113,6 +120,19 @@ impl Kv2Server {
         assert!(data.is_object(), "KV v2 data must be a JSON object");
         self.state.extra_mounts.lock().expect("lock").insert(mount.clone());
         write_version(&self.state, &mount, &path, data);
+    }
+
+    /// The latest data of a secret (`MOUNT/PATH`), deleted or not; `None`
+    /// when it has no version.
+    pub fn latest(&self, mount_path: &str) -> Option<Value> {
+        let (mount, path) = split_mount_path(mount_path);
+        let secrets = self.state.secrets.lock().expect("lock");
+        secrets.mounts.get(&mount).and_then(|m| m.get(&path)).and_then(|v| v.last()).map(|v| v.data.clone())
+    }
+
+    /// How many writes through the API were stored.
+    pub fn write_count(&self) -> usize {
+        self.state.writes.load(Ordering::SeqCst)
     }
 
     /// Soft-deletes the latest version, like `vault kv delete`: reads then
@@ -207,6 +227,19 @@ fn write_version(state: &State, mount: &str, path: &str, data: Value) -> Value {
     let versions = secrets.mounts.entry(mount.to_owned()).or_default().entry(path.to_owned()).or_default();
     versions.push(Version { data, created_time: now_rfc3339(), deletion_time: String::new() });
     metadata(versions.len(), &versions[versions.len() - 1])
+}
+
+/// A write with an optional check-and-set version; `None` when it does not
+/// match the latest version (deleted ones count, as in Vault).
+fn write_version_cas(state: &State, mount: &str, path: &str, data: Value, cas: Option<u64>) -> Option<Value> {
+    let mut secrets = state.secrets.lock().expect("lock");
+    let versions = secrets.mounts.entry(mount.to_owned()).or_default().entry(path.to_owned()).or_default();
+    if cas.is_some_and(|cas| cas != versions.len() as u64) {
+        return None;
+    }
+    versions.push(Version { data, created_time: now_rfc3339(), deletion_time: String::new() });
+    state.writes.fetch_add(1, Ordering::SeqCst);
+    Some(metadata(versions.len(), &versions[versions.len() - 1]))
 }
 
 fn soft_delete(state: &State, mount: &str, path: &str) -> bool {
@@ -344,8 +377,20 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
     if !state.extra_mounts.lock().expect("lock").contains(&mount) {
         return Ok(no_handler(rest));
     }
+    if let Some(secret_path) = api_path.strip_prefix("metadata/") {
+        if req.method() == Method::DELETE {
+            let secret_path = secret_path.split('/').map(percent_decode).collect::<Vec<_>>().join("/");
+            if let Some(m) = state.secrets.lock().expect("lock").mounts.get_mut(&mount) {
+                m.remove(&secret_path);
+            }
+            return Ok(Response::builder()
+                .status(StatusCode::NO_CONTENT)
+                .body(Full::new(Bytes::new()))
+                .expect("response"));
+        }
+    }
     let Some(secret_path) = api_path.strip_prefix("data/") else {
-        // metadata/, delete/, config ... are not needed by the gateway.
+        // delete/, config ... and reading metadata/ are not needed by the gateway.
         return Ok(errors(StatusCode::METHOD_NOT_ALLOWED, &["1 error occurred:\n\t* unsupported operation\n\n"]));
     };
     let secret_path = secret_path.split('/').map(percent_decode).collect::<Vec<_>>().join("/");
@@ -369,8 +414,13 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
             let Some(data) = doc.get("data").filter(|d| d.is_object()).cloned() else {
                 return Ok(errors(StatusCode::BAD_REQUEST, &["no data provided"]));
             };
-            let meta = write_version(&state, &mount, &secret_path, data);
-            Ok(json_response(StatusCode::OK, envelope(&state, meta)))
+            let cas = doc.pointer("/options/cas").and_then(Value::as_u64);
+            match write_version_cas(&state, &mount, &secret_path, data, cas) {
+                Some(meta) => Ok(json_response(StatusCode::OK, envelope(&state, meta))),
+                None => {
+                    Ok(errors(StatusCode::BAD_REQUEST, &["check-and-set parameter did not match the current version"]))
+                }
+            }
         }
         Method::DELETE => {
             soft_delete(&state, &mount, &secret_path);

@@ -1,0 +1,542 @@
+//! Per-user OAuth end to end: the real binary as the OAuth client of a real
+//! OpenID Connect provider (`oidc-provider` from npm, on loopback), a
+//! browser driven over real sockets, and a tool server recording what it
+//! was given.
+//!
+//! Two callers throughout (alice and bob, by API key): whatever one of them
+//! gets (a link, a status, a grant) the other can neither use nor read.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::kv2::Kv2Server;
+use common::oidc::{Browser, OidcProvider};
+use common::{echo, needing, send_with_headers, temp_file, Gateway, GatewayConfig, Resp, ToolServer};
+use serde_json::{json, Value};
+
+const ALICE: &str = "alice-key-6f1c0d";
+const BOB: &str = "bob-key-93ab27";
+const CLIENT_ID: &str = "otc-gateway-test";
+const CLIENT_SECRET: &str = "client-secret-4e9d8a1b";
+const VAULT_TOKEN: &str = "hvs.oauth-tests-vault-token";
+/// Access tokens of the refresh tests live this many seconds...
+const SHORT_TTL: u64 = 5;
+/// ...and are due for a refresh (1 s margin) after this long.
+const SHORT_TTL_PASSED: Duration = Duration::from_millis(4500);
+
+/// One test's world: the provider, a tool server with two tools needing
+/// it, and a gateway.
+struct World {
+    idp: OidcProvider,
+    tools: ToolServer,
+    gw: Gateway,
+    state_dir: PathBuf,
+    extra: String,
+}
+
+/// `Mail.Read` needs `mail.read`, `Mail.Send` needs `mail.send`, both from
+/// provider `idp`.
+fn mail_tools() -> Vec<Value> {
+    let needs = |scope: &str| json!({"authorization": [{"id": "idp", "oauth2": {"scopes": [scope]}}]});
+    vec![needing("Mail.Read", needs("mail.read")), needing("Mail.Send", needs("mail.send"))]
+}
+
+fn state_dir() -> PathBuf {
+    let dir = temp_file("oauth-state", "d", "");
+    std::fs::remove_file(&dir).expect("a fresh name");
+    dir
+}
+
+/// The gateway's config: the tool server, two API keys, the provider (with
+/// `extra` lines in its section) and the state directory.
+fn config(tools: &ToolServer, idp: &OidcProvider, state_dir: &std::path::Path, extra: &str) -> GatewayConfig {
+    GatewayConfig::new().upstream("mail", &tools.url()).raw(&format!(
+        r#"
+[auth]
+api_keys = [{{ key = "env:OAUTH_ALICE_KEY", user_id = "alice" }}, {{ key = "env:OAUTH_BOB_KEY", user_id = "bob" }}]
+
+[authorization.idp]
+issuer = "{issuer}"
+client_id = "{CLIENT_ID}"
+client_secret = "env:OAUTH_CLIENT_SECRET"
+scopes = ["openid"]
+{extra}
+
+[state]
+dir = "{dir}"
+"#,
+        issuer = idp.issuer(),
+        dir = state_dir.display()
+    ))
+}
+
+const ENV: [(&str, &str); 4] = [
+    ("OAUTH_ALICE_KEY", ALICE),
+    ("OAUTH_BOB_KEY", BOB),
+    ("OAUTH_CLIENT_SECRET", CLIENT_SECRET),
+    ("OAUTH_VAULT_TOKEN", VAULT_TOKEN),
+];
+
+async fn start_gateway(config: &GatewayConfig, idp: &OidcProvider) -> Gateway {
+    let gw = Gateway::start_with_env(&config.toml(), &ENV).await;
+    idp.register_client(CLIENT_ID, CLIENT_SECRET, &[format!("{}/oauth/idp/callback", gw.url())]).await;
+    gw.wait_for_tool("Mail.Read@1.0.0").await;
+    gw
+}
+
+impl World {
+    /// A provider whose access tokens live `ttl` seconds; `extra` goes into
+    /// `[authorization.idp]`.
+    async fn start(ttl: u64, extra: &str) -> World {
+        let idp = OidcProvider::start(json!({"access_token_ttl": ttl, "scopes": ["mail.read", "mail.send"]})).await;
+        let tools = ToolServer::start(common::catalog(mail_tools())).await;
+        tools.on_call(echo);
+        let state_dir = state_dir();
+        let gw = start_gateway(&config(&tools, &idp, &state_dir, extra), &idp).await;
+        World { idp, tools, gw, state_dir, extra: extra.to_owned() }
+    }
+
+    /// `tool` called as the caller with `key` (none: anonymous).
+    async fn call_as(&self, gw: &Gateway, key: Option<&str>, tool: &str) -> Resp {
+        let body = json!({"request": {"tool_id": tool, "input": {}}}).to_string();
+        let mut headers = vec![("content-type", "application/json")];
+        if let Some(key) = key {
+            headers.push(("oxp-api-key", key));
+        }
+        send_with_headers(gw.addr, "POST", "/tools/call", Bytes::from(body), &headers).await
+    }
+
+    async fn call(&self, key: &str, tool: &str) -> Resp {
+        self.call_as(&self.gw, Some(key), tool).await
+    }
+
+    /// A call answered with a challenge for `idp`: its `url` and `check_url`.
+    async fn challenge(&self, key: &str, tool: &str) -> (String, String) {
+        let calls_before = self.tools.call_count();
+        let resp = self.call(key, tool).await;
+        let body = resp.server_error(400);
+        let challenges = body["missing_requirements"]["authorization"].as_array().cloned().unwrap_or_default();
+        assert_eq!(challenges.len(), 1, "one challenge: {body}");
+        assert_eq!(challenges[0]["id"], "idp", "{body}");
+        let url = challenges[0]["url"].as_str().expect("url").to_owned();
+        let check = challenges[0]["check_url"].as_str().expect("check_url").to_owned();
+        let base = format!("{}/oauth/idp/", self.gw.url());
+        assert!(url.starts_with(&format!("{base}start/")), "{url}");
+        assert!(check.starts_with(&format!("{base}check/")), "{check}");
+        assert!(body["message"].as_str().unwrap_or_default().contains(&url), "the message carries the link: {body}");
+        assert_eq!(self.tools.call_count(), calls_before, "a challenged call never reaches the upstream");
+        (url, check)
+    }
+
+    /// GETs a `check_url` as the caller with `key`.
+    async fn check(&self, key: &str, check_url: &str) -> Resp {
+        let path = check_url.strip_prefix(&self.gw.url()).expect("under public_url");
+        send_with_headers(self.gw.addr, "GET", path, Bytes::new(), &[("oxp-api-key", key)]).await
+    }
+
+    async fn status(&self, key: &str, check_url: &str) -> String {
+        let resp = self.check(key, check_url).await;
+        resp.expect_status(200);
+        resp.json()["status"].as_str().unwrap_or_default().to_owned()
+    }
+
+    /// Opens a link in a browser, logs in at the provider as `user` and
+    /// consents: the page the gateway's callback answered.
+    async fn authorize(&self, url: &str, user: &str) -> common::oidc::Page {
+        let page = Browser::new().follow_as(url, user).await;
+        assert!(page.url.starts_with(&format!("{}/oauth/idp/callback", self.gw.url())), "ended at {}", page.url);
+        page
+    }
+
+    /// The `idp` token the tool server got on its last call.
+    fn last_token(&self) -> String {
+        let call = self.tools.last_request();
+        let context = &common::forwarded(&call)["context"];
+        let tokens = context["authorization"].as_array().cloned().unwrap_or_default();
+        let token = tokens.iter().find(|t| t["id"] == "idp").unwrap_or_else(|| panic!("no idp token in {context}"));
+        token["token"].as_str().expect("a string token").to_owned()
+    }
+
+    async fn metrics(&self) -> String {
+        common::send(self.gw.admin, "GET", "/metrics", Bytes::new(), None).await.text()
+    }
+
+    async fn connect(&self, key: &str, user: &str, tool: &str) {
+        let (url, check) = self.challenge(key, tool).await;
+        let page = self.authorize(&url, user).await;
+        assert_eq!(page.status, 200, "{}", page.body);
+        assert_eq!(self.status(key, &check).await, "completed");
+    }
+}
+
+/// The value of a metric series, 0 when absent.
+fn metric(text: &str, series: &str) -> u64 {
+    text.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(0)
+}
+
+#[tokio::test]
+async fn the_whole_flow_from_challenge_to_injected_token() {
+    let w = World::start(3600, "").await;
+    let (url, check) = w.challenge(ALICE, "Mail.Read").await;
+    assert_eq!(w.status(ALICE, &check).await, "pending");
+
+    // The link sends the browser to the provider: code grant, PKCE S256, a
+    // state, the callback, the configured and the tool's scopes.
+    let browser = Browser::new();
+    let redirect = browser.get_no_follow(&url).await;
+    assert_eq!(redirect.status, 302, "{}", redirect.body);
+    let location = redirect.headers.get("location").and_then(|v| v.to_str().ok()).expect("location").to_owned();
+    let query: std::collections::HashMap<String, String> = location
+        .split_once('?')
+        .map(|(_, q)| q)
+        .unwrap_or_default()
+        .split('&')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_owned(), urlencoding_decode(v)))
+        .collect();
+    assert!(location.starts_with(&w.idp.issuer()), "{location}");
+    assert_eq!(query["response_type"], "code");
+    assert_eq!(query["code_challenge_method"], "S256");
+    assert_eq!(query["client_id"], CLIENT_ID);
+    assert_eq!(query["redirect_uri"], format!("{}/oauth/idp/callback", w.gw.url()));
+    assert!(query["state"].len() >= 32, "an unguessable state");
+    let scopes: BTreeSet<&str> = query["scope"].split(' ').collect();
+    assert_eq!(scopes, BTreeSet::from(["openid", "mail.read"]));
+
+    // The same link a second time: refused, single-use.
+    let again = Browser::new().get_no_follow(&url).await;
+    assert_eq!(again.status, 400);
+    assert!(again.body.contains("already used"), "{}", again.body);
+
+    // Log in and consent at the provider; the callback stores the grant.
+    let page = browser.follow_as(&location, "alice").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("can now be used"), "{}", page.body);
+    assert_eq!(w.status(ALICE, &check).await, "completed");
+
+    // The next call carries alice's token.
+    w.call(ALICE, "Mail.Read").await.result();
+    let token = w.last_token();
+    assert!(token.len() >= 20, "a real access token: {token:?}");
+    assert_eq!(w.idp.stats().await["token_requests"]["authorization_code"], 1);
+
+    // The callback replayed: nothing happens, a clear page.
+    let replay = Browser::new().get_no_follow(&page.url).await;
+    assert_eq!(replay.status, 400, "{}", replay.body);
+    assert!(replay.body.contains("not valid"), "{}", replay.body);
+    assert_eq!(w.idp.stats().await["token_requests"]["authorization_code"], 1, "a replayed code is not exchanged");
+
+    let metrics = w.metrics().await;
+    assert_eq!(metric(&metrics, r#"otc_gateway_oauth_challenges_total{event="issued",provider="idp"}"#), 1);
+    assert_eq!(metric(&metrics, r#"otc_gateway_oauth_challenges_total{event="completed",provider="idp"}"#), 1);
+    // The token never shows in what the gateway says about itself.
+    for text in [metrics, w.gw.logs(), w.gw.stdout()] {
+        assert!(!text.contains(&token), "the token leaked");
+    }
+    let status = common::send(w.gw.admin, "GET", "/status", Bytes::new(), None).await.text();
+    assert!(!status.contains(&token), "the token leaked into /status");
+}
+
+/// `%XX` and `+` decoded.
+fn urlencoding_decode(text: &str) -> String {
+    let bytes = text.replace('+', " ").into_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() + 1 {
+            if let Ok(b) = u8::from_str_radix(std::str::from_utf8(&bytes[i + 1..i + 3]).unwrap_or(""), 16) {
+                out.push(b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[tokio::test]
+async fn one_callers_link_status_and_grant_are_never_anothers() {
+    let w = World::start(3600, "").await;
+    let (alice_url, alice_check) = w.challenge(ALICE, "Mail.Read").await;
+    let (_, bob_check) = w.challenge(BOB, "Mail.Read").await;
+
+    // Bob cannot read alice's status, nor she his: as if never issued.
+    w.check(BOB, &alice_check).await.expect_status(404);
+    w.check(ALICE, &bob_check).await.expect_status(404);
+    // Without credentials, no status at all.
+    let path = alice_check.strip_prefix(&w.gw.url()).expect("path");
+    assert_eq!(common::send(w.gw.addr, "GET", path, Bytes::new(), None).await.status, 404);
+
+    // Alice connects; bob still has no grant and still gets a challenge.
+    w.authorize(&alice_url, "alice").await;
+    assert_eq!(w.status(ALICE, &alice_check).await, "completed");
+    assert_eq!(w.status(BOB, &bob_check).await, "pending");
+    w.call(ALICE, "Mail.Read").await.result();
+    let alice_token = w.last_token();
+    w.challenge(BOB, "Mail.Read").await;
+
+    // Bob disconnecting removes only his own (absent) grant.
+    let resp = send_with_headers(w.gw.addr, "DELETE", "/oauth/idp", Bytes::new(), &[("oxp-api-key", BOB)]).await;
+    resp.expect_status(200);
+    assert_eq!(resp.json()["disconnected"], false);
+    w.call(ALICE, "Mail.Read").await.result();
+    assert_eq!(w.last_token(), alice_token);
+
+    // An anonymous caller is never challenged for a per-user grant.
+    let anonymous = w.call_as(&w.gw, None, "Mail.Read").await;
+    let body = anonymous.server_error(400);
+    assert_eq!(body["missing_requirements"]["user_id"], true, "{body}");
+    assert!(body["missing_requirements"]["authorization"][0].get("url").is_none(), "{body}");
+}
+
+#[tokio::test]
+async fn forged_and_refused_callbacks_store_nothing() {
+    let w = World::start(3600, "").await;
+    // A state the gateway never issued.
+    let forged =
+        Browser::new().get_no_follow(&format!("{}/oauth/idp/callback?code=abc&state=forged", w.gw.url())).await;
+    assert_eq!(forged.status, 400);
+    assert!(forged.body.contains("not valid"), "{}", forged.body);
+    assert_eq!(forged.headers.get("content-type").and_then(|v| v.to_str().ok()), Some("text/html; charset=utf-8"));
+    // No state at all.
+    let bare = Browser::new().get_no_follow(&format!("{}/oauth/idp/callback?code=abc", w.gw.url())).await;
+    assert_eq!(bare.status, 400);
+    // A link that was never issued, and one of a provider not configured.
+    let unknown = Browser::new().get_no_follow(&format!("{}/oauth/idp/start/nonesuch", w.gw.url())).await;
+    assert_eq!(unknown.status, 400);
+    let other = Browser::new().get_no_follow(&format!("{}/oauth/nope/start/x", w.gw.url())).await;
+    assert_eq!(other.status, 404);
+
+    // The provider sends the user back with an error: the link failed.
+    let (url, check) = w.challenge(ALICE, "Mail.Read").await;
+    let redirect = Browser::new().get_no_follow(&url).await;
+    let location = redirect.headers.get("location").and_then(|v| v.to_str().ok()).expect("location").to_owned();
+    let state = location.split(['?', '&']).find_map(|kv| kv.strip_prefix("state=")).expect("state").to_owned();
+    let refused = Browser::new()
+        .get_no_follow(&format!("{}/oauth/idp/callback?error=access_denied&state={state}", w.gw.url()))
+        .await;
+    assert_eq!(refused.status, 400);
+    assert!(refused.body.contains("did not grant"), "{}", refused.body);
+    assert_eq!(w.status(ALICE, &check).await, "failed");
+    w.challenge(ALICE, "Mail.Read").await;
+    assert_eq!(w.idp.stats().await["token_requests"]["authorization_code"], 0);
+    let metrics = w.metrics().await;
+    assert_eq!(metric(&metrics, r#"otc_gateway_oauth_challenges_total{event="failed",provider="idp"}"#), 1);
+}
+
+#[tokio::test]
+async fn an_unopened_link_expires() {
+    let w = World::start(3600, "link_ttl = \"1s\"").await;
+    let (url, check) = w.challenge(ALICE, "Mail.Read").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(w.status(ALICE, &check).await, "expired");
+    let late = Browser::new().get_no_follow(&url).await;
+    assert_eq!(late.status, 400);
+    assert!(late.body.contains("expired"), "{}", late.body);
+}
+
+#[tokio::test]
+async fn tokens_are_refreshed_once_however_many_calls_ask() {
+    // Short-lived tokens, refreshed within one second of expiry.
+    let w = World::start(SHORT_TTL, "refresh_margin = \"1s\"").await;
+    w.connect(ALICE, "alice", "Mail.Read").await;
+    w.call(ALICE, "Mail.Read").await.result();
+    let first = w.last_token();
+    tokio::time::sleep(SHORT_TTL_PASSED).await;
+
+    // Twenty calls at once, all due for a refresh: one refresh between them.
+    for resp in call_many(&[w.gw.addr], ALICE, 20).await {
+        resp.result();
+    }
+    let stats = w.idp.stats().await;
+    assert_eq!(stats["token_requests"]["refresh_token"], 1, "{stats}");
+    let second = w.last_token();
+    assert_ne!(first, second, "the refreshed token is injected");
+    let tokens: BTreeSet<String> = w
+        .tools
+        .calls()
+        .iter()
+        .skip(1)
+        .filter_map(|c| common::forwarded(c)["context"]["authorization"][0]["token"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(tokens, BTreeSet::from([second.clone()]), "every call after the refresh got the new token");
+    let metrics = w.metrics().await;
+    assert_eq!(metric(&metrics, r#"otc_gateway_oauth_refreshes_total{outcome="ok",provider="idp"}"#), 1);
+
+    // A refresh the provider refuses: the grant is dropped, a new challenge.
+    tokio::time::sleep(SHORT_TTL_PASSED).await;
+    w.idp.invalidate_refresh_tokens().await;
+    w.challenge(ALICE, "Mail.Read").await;
+    let metrics = w.metrics().await;
+    assert_eq!(metric(&metrics, r#"otc_gateway_oauth_refreshes_total{outcome="invalid_grant",provider="idp"}"#), 1);
+}
+
+/// `n` calls of `Mail.Read` as the caller with `key` on each gateway at
+/// once.
+async fn call_many(gateways: &[std::net::SocketAddr], key: &'static str, n: usize) -> Vec<Resp> {
+    let mut calls = Vec::new();
+    for _ in 0..n {
+        for &addr in gateways {
+            let body = json!({"request": {"tool_id": "Mail.Read", "input": {}}}).to_string();
+            calls.push(tokio::spawn(async move {
+                let headers = [("content-type", "application/json"), ("oxp-api-key", key)];
+                send_with_headers(addr, "POST", "/tools/call", Bytes::from(body), &headers).await
+            }));
+        }
+    }
+    let mut answers = Vec::new();
+    for call in calls {
+        answers.push(call.await.expect("a call task"));
+    }
+    answers
+}
+
+#[tokio::test]
+async fn more_scopes_ask_again_for_the_union() {
+    let w = World::start(3600, "").await;
+    w.connect(ALICE, "alice", "Mail.Read").await;
+    w.call(ALICE, "Mail.Read").await.result();
+
+    // Mail.Send needs mail.send: a new challenge, asking for everything.
+    let (url, check) = w.challenge(ALICE, "Mail.Send").await;
+    let browser = Browser::new();
+    let redirect = browser.get_no_follow(&url).await;
+    let location = redirect.headers.get("location").and_then(|v| v.to_str().ok()).expect("location").to_owned();
+    let scope = location.split(['?', '&']).find_map(|kv| kv.strip_prefix("scope=")).expect("scope");
+    let scopes: BTreeSet<String> = urlencoding_decode(scope).split(' ').map(str::to_owned).collect();
+    assert_eq!(scopes, BTreeSet::from(["openid".into(), "mail.read".into(), "mail.send".into()]));
+    let page = browser.follow_as(&location, "alice").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(w.status(ALICE, &check).await, "completed");
+    w.call(ALICE, "Mail.Send").await.result();
+    w.call(ALICE, "Mail.Read").await.result();
+}
+
+#[tokio::test]
+async fn disconnect_forgets_and_revokes() {
+    let w = World::start(3600, "").await;
+    w.connect(ALICE, "alice", "Mail.Read").await;
+    w.call(ALICE, "Mail.Read").await.result();
+    let resp = send_with_headers(w.gw.addr, "DELETE", "/oauth/idp", Bytes::new(), &[("oxp-api-key", ALICE)]).await;
+    resp.expect_status(200);
+    assert_eq!(resp.json()["disconnected"], true);
+    assert_eq!(w.idp.stats().await["revocations"], 1, "revoked at the provider (RFC 7009)");
+    w.challenge(ALICE, "Mail.Read").await;
+    // Unauthenticated or wrong method: refused.
+    let anonymous = send_with_headers(w.gw.addr, "DELETE", "/oauth/idp", Bytes::new(), &[]).await;
+    assert_eq!(anonymous.status, 400);
+    let wrong = send_with_headers(w.gw.addr, "POST", "/oauth/idp", Bytes::new(), &[("oxp-api-key", ALICE)]).await;
+    assert_eq!(wrong.status, 405);
+}
+
+#[tokio::test]
+async fn grants_survive_a_restart_sealed_at_rest() {
+    let w = World::start(3600, "").await;
+    w.connect(ALICE, "alice", "Mail.Read").await;
+    w.call(ALICE, "Mail.Read").await.result();
+    let token = w.last_token();
+    let World { idp, tools, gw, state_dir, extra } = w;
+    drop(gw);
+
+    // The store holds no token in the clear; the key file is the owner's alone.
+    let db = std::fs::read(state_dir.join("oauth-grants.redb")).expect("the store file");
+    assert!(!db.windows(token.len()).any(|w| w == token.as_bytes()), "the token is stored in the clear");
+    let key = std::fs::metadata(state_dir.join("oauth.key")).expect("the generated key");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(key.permissions().mode() & 0o777, 0o600);
+
+    let gw = start_gateway(&config(&tools, &idp, &state_dir, &extra), &idp).await;
+    let w = World { idp, tools, gw, state_dir, extra };
+    w.call(ALICE, "Mail.Read").await.result();
+    assert_eq!(w.last_token(), token, "the grant was kept across the restart");
+    w.challenge(BOB, "Mail.Read").await;
+}
+
+#[tokio::test]
+async fn the_mcp_endpoint_answers_a_challenge_as_a_tool_error_with_the_link() {
+    let w = World::start(3600, "").await;
+    let call =
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "Mail_Read", "arguments": {}}});
+    let resp = send_with_headers(
+        w.gw.addr,
+        "POST",
+        "/mcp",
+        Bytes::from(call.to_string()),
+        &[
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+            ("mcp-protocol-version", "2025-06-18"),
+            ("oxp-api-key", ALICE),
+        ],
+    )
+    .await;
+    resp.expect_status(200);
+    let body = resp.json();
+    let result = &body["result"];
+    assert_eq!(result["isError"], true, "{body}");
+    let text = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains(&format!("{}/oauth/idp/start/", w.gw.url())), "{text}");
+    assert!(text.contains("idp"), "{text}");
+}
+
+// ---------------------------------------------------------------------------
+// Grants in Vault KV v2, shared by two gateways
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn vault_kept_grants_are_shared_and_refreshed_once_across_replicas() {
+    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    let vault_section =
+        format!("\n[vault]\naddress = \"{}\"\ntoken = \"env:OAUTH_VAULT_TOKEN\"\ncache_ttl = \"30s\"\n", vault.url());
+    let idp = OidcProvider::start(json!({"access_token_ttl": SHORT_TTL, "scopes": ["mail.read", "mail.send"]})).await;
+    let tools = ToolServer::start(common::catalog(mail_tools())).await;
+    tools.on_call(echo);
+    let extra = "refresh_margin = \"1s\"\nstore = \"vault:secret/oauth/idp/{user_id}\"";
+    let config = config(&tools, &idp, &state_dir(), extra).raw(&vault_section);
+    let one = Gateway::start_with_env(&config.toml(), &ENV).await;
+    let two = Gateway::start_with_env(&config.toml(), &ENV).await;
+    idp.register_client(
+        CLIENT_ID,
+        CLIENT_SECRET,
+        &[format!("{}/oauth/idp/callback", one.url()), format!("{}/oauth/idp/callback", two.url())],
+    )
+    .await;
+    one.wait_for_tool("Mail.Read@1.0.0").await;
+    two.wait_for_tool("Mail.Read@1.0.0").await;
+    let w = World { idp, tools, gw: one, state_dir: state_dir(), extra: String::new() };
+
+    w.connect(ALICE, "alice", "Mail.Read").await;
+    let stored = vault.latest("secret/oauth/idp/alice").expect("the grant is in vault");
+    for field in ["access_token", "refresh_token", "expires_at", "scope"] {
+        assert!(stored.get(field).is_some(), "{field} missing from {stored}");
+    }
+    assert!(vault.latest("secret/oauth/idp/bob").is_none());
+
+    // The other replica serves alice from the same grant.
+    w.call_as(&two, Some(ALICE), "Mail.Read").await.result();
+    assert_eq!(w.last_token(), stored["access_token"].as_str().expect("token"));
+
+    // Expired: ten calls on each replica at once, one refresh in all.
+    tokio::time::sleep(SHORT_TTL_PASSED).await;
+    for resp in call_many(&[w.gw.addr, two.addr], ALICE, 10).await {
+        resp.result();
+    }
+    let stats = w.idp.stats().await;
+    assert_eq!(stats["token_requests"]["refresh_token"], 1, "{stats}");
+    let refreshed = vault.latest("secret/oauth/idp/alice").expect("grant");
+    assert_ne!(refreshed["access_token"], stored["access_token"]);
+    assert!(refreshed.get("refreshing_until").is_none(), "the lease is given back: {refreshed}");
+
+    // Disconnecting removes it from vault (the other replica's cached copy
+    // lives out its cache_ttl; the provider revoked it already).
+    let resp = send_with_headers(w.gw.addr, "DELETE", "/oauth/idp", Bytes::new(), &[("oxp-api-key", ALICE)]).await;
+    assert_eq!(resp.json()["disconnected"], true);
+    assert!(vault.latest("secret/oauth/idp/alice").is_none());
+    w.challenge(ALICE, "Mail.Read").await;
+}
