@@ -79,3 +79,18 @@ need_conformance() {
   npm install --prefix "$dir" --no-audit --no-fund --loglevel=error $CONFORMANCE_PACKAGES >&2
   echo "$CONFORMANCE_PACKAGES" > "$dir/.installed"
 }
+
+# A real OpenID Connect provider for the OAuth tests (tests/oauth_flow.rs):
+# oidc-provider from npm, pinned, in .oidc-provider/ (gitignored). It runs on
+# the Node 22 need_conformance installs.
+OIDC_PROVIDER_PACKAGES="oidc-provider@9.13.3"
+need_oidc_provider() {
+  local dir="$ROOT/.oidc-provider"
+  if [ -f "$dir/.installed" ] && [ "$(cat "$dir/.installed")" = "$OIDC_PROVIDER_PACKAGES" ]; then return 0; fi
+  command -v npm >/dev/null 2>&1 || apt_install npm
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  # shellcheck disable=SC2086 # the list is words on purpose
+  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error $OIDC_PROVIDER_PACKAGES >&2
+  echo "$OIDC_PROVIDER_PACKAGES" > "$dir/.installed"
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test. Installs what a fresh machine lacks first: cmake for
-# pingora's build, and the third-party peers the tests talk to (Prometheus too).
+# pingora's build, and the third-party peers the tests talk to (Prometheus,
+# Redis, MCP's conformance suite, an OpenID Connect provider).
 source "$(dirname "$0")/lib.sh"
 need_build_tools
 need_python_peers
@@ -8,6 +9,7 @@ need_prometheus
 need_redis
 need_deploy_tools
 need_conformance
+need_oidc_provider
 cd "$ROOT"
 # Guardrails before any test: the tree is formatted (rustfmt.toml) and
 # clippy-clean, warnings refused.

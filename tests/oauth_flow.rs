@@ -155,7 +155,7 @@ impl World {
     /// The `idp` token the tool server got on its last call.
     fn last_token(&self) -> String {
         let call = self.tools.last_request();
-        let context = &common::forwarded(&call)["context"];
+        let context = &call["context"];
         let tokens = context["authorization"].as_array().cloned().unwrap_or_default();
         let token = tokens.iter().find(|t| t["id"] == "idp").unwrap_or_else(|| panic!("no idp token in {context}"));
         token["token"].as_str().expect("a string token").to_owned()

@@ -17,8 +17,9 @@
 //! One file per part: `catalogs.rs` (tool definitions and catalogs),
 //! `replies.rs` (what a tool server answers), `tool_server.rs` (a real OTC
 //! tool server), `config.rs` (gateway.toml for a test), `gateway.rs` (the
-//! real binary, started and driven), `http.rs` (a plain HTTP/1 client) and
-//! `kv2.rs` (a server answering as Vault's KV v2 API does).
+//! real binary, started and driven), `http.rs` (a plain HTTP/1 client),
+//! `kv2.rs` (a server answering as Vault's KV v2 API does) and `oidc.rs` (a
+//! real OpenID Connect provider, and a browser to click through it).
 
 #![allow(dead_code)]
 
@@ -27,6 +28,7 @@ mod config;
 mod gateway;
 mod http;
 pub mod kv2;
+pub mod oidc;
 mod replies;
 mod tool_server;
 
