@@ -319,3 +319,115 @@ async fn no_secret_or_token_appears_in_output_responses_status_or_metrics() {
     let _ = std::fs::remove_file(file_key);
     let _ = std::fs::remove_file(api_key_file);
 }
+
+/// The gateway as an OAuth client (`[authorization.P]` managed): at trace
+/// level, through a whole flow against a real provider, a refresh, a refused
+/// link, a forged callback and a disconnect, the access and refresh tokens,
+/// the authorization code and the
+/// client secret appear nowhere the gateway writes or answers, and in no
+/// upstream but as the injected token.
+#[tokio::test]
+async fn no_oauth_token_or_client_secret_appears_anywhere() {
+    use common::oidc::{Browser, OidcProvider};
+    const CLIENT_SECRET: &str = "leak-canary-oauth-client-secret-6a6a";
+    const KEY: &str = "leak-canary-alice-api-key-7b7b";
+    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    let idp = OidcProvider::start(json!({"access_token_ttl": 4, "scopes": ["mail.read"]})).await;
+    let tools = ToolServer::start(common::catalog(vec![needing(
+        "Mail.Read",
+        json!({"authorization": [{"id": "idp", "oauth2": {"scopes": ["mail.read"]}}]}),
+    )]))
+    .await;
+    tools.on_call(echo);
+    let config = GatewayConfig::new().upstream("mail", &tools.url()).raw(&format!(
+        r#"
+[auth]
+api_keys = [{{ key = "env:LEAK_ALICE_KEY", user_id = "alice" }}]
+
+[vault]
+address = "{vault}"
+token = "env:LEAK_VAULT_TOKEN"
+
+[authorization.idp]
+issuer = "{issuer}"
+client_id = "leak-test"
+client_secret = "env:LEAK_CLIENT_SECRET"
+refresh_margin = "1s"
+store = "vault:secret/oauth/idp/{{user_id}}"
+"#,
+        vault = vault.url(),
+        issuer = idp.issuer()
+    ));
+    let gw = Gateway::start_with_env(
+        &config.toml(),
+        &[
+            ("RUST_LOG", "trace"),
+            ("LEAK_ALICE_KEY", KEY),
+            ("LEAK_VAULT_TOKEN", VAULT_TOKEN),
+            ("LEAK_CLIENT_SECRET", CLIENT_SECRET),
+        ],
+    )
+    .await;
+    idp.register_client("leak-test", CLIENT_SECRET, &[format!("{}/oauth/idp/callback", gw.url())]).await;
+    gw.wait_for_tool("Mail.Read@1.0.0").await;
+    let mut bodies: Vec<(String, String)> = Vec::new();
+    let alice = [("oxp-api-key", KEY)];
+
+    // A challenge, a forged callback, the flow, two calls across a refresh.
+    let resp = call(&gw, &alice, "Mail.Read@1.0.0").await;
+    assert_eq!(resp.status, 400, "{}", resp.text());
+    bodies.push(("the challenged call".into(), resp.text()));
+    let url = resp.json()["missing_requirements"]["authorization"][0]["url"].as_str().expect("url").to_owned();
+    let forged = Browser::new().get_no_follow(&format!("{}/oauth/idp/callback?code=x&state=y", gw.url())).await;
+    bodies.push(("a forged callback".into(), forged.body));
+    let page = Browser::new().follow_as(&url, "alice").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let code = page.url.split(['?', '&']).find_map(|kv| kv.strip_prefix("code=")).expect("a code").to_owned();
+    bodies.push(("the callback".into(), page.body));
+    let replayed = Browser::new().get_no_follow(&page.url).await;
+    bodies.push(("a replayed callback".into(), replayed.body));
+    let first = vault.latest("secret/oauth/idp/alice").expect("the grant");
+    let resp = call(&gw, &alice, "Mail.Read@1.0.0").await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    bodies.push(("a call".into(), resp.text()));
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    let resp = call(&gw, &alice, "Mail.Read@1.0.0").await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    bodies.push(("a call after a refresh".into(), resp.text()));
+    let second = vault.latest("secret/oauth/idp/alice").expect("the refreshed grant");
+    assert_ne!(first["access_token"], second["access_token"], "a refresh happened");
+    let resp = send_with_headers(gw.addr, "DELETE", "/oauth/idp", Bytes::new(), &alice).await;
+    bodies.push(("the disconnect".into(), resp.text()));
+    for path in ["/status", "/metrics"] {
+        bodies.push((path.into(), common::send(gw.admin, "GET", path, Bytes::new(), None).await.text()));
+    }
+
+    let mut gw = gw;
+    gw.signal("TERM");
+    assert!(gw.wait_exit(Duration::from_secs(15)).await.is_some(), "the gateway did not exit on SIGTERM");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (stderr, stdout) = (gw.logs(), gw.stdout());
+    assert!(stderr.lines().count() > 50, "a trace-level run writes plenty");
+
+    let text = |v: &Value, k: &str| v[k].as_str().expect(k).to_owned();
+    let canaries: Vec<(String, String)> = vec![
+        ("the client secret".into(), CLIENT_SECRET.into()),
+        ("the first access token".into(), text(&first, "access_token")),
+        ("the first refresh token".into(), text(&first, "refresh_token")),
+        ("the refreshed access token".into(), text(&second, "access_token")),
+        ("the authorization code".into(), code),
+        ("alice's API key".into(), KEY.into()),
+        ("the vault token".into(), VAULT_TOKEN.into()),
+    ];
+    let mut found = Vec::new();
+    found.extend(leaks("the gateway's stderr", &stderr, &canaries));
+    found.extend(leaks("the gateway's stdout", &stdout, &canaries));
+    for (what, body) in &bodies {
+        found.extend(leaks(&format!("the response to {what}"), body, &canaries));
+    }
+    let upstream_may_see: Vec<(String, String)> =
+        canaries.iter().filter(|(name, _)| !name.contains("access token")).cloned().collect();
+    let seen = format!("{:?}\n{}", tools.requests(), Value::Array(tools.calls()));
+    found.extend(leaks("what the upstream received", &seen, &upstream_may_see));
+    assert!(found.is_empty(), "{} leak(s):\n{}", found.len(), found.join("\n"));
+}
