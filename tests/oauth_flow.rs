@@ -180,7 +180,7 @@ fn metric(text: &str, series: &str) -> u64 {
 
 #[tokio::test]
 async fn the_whole_flow_from_challenge_to_injected_token() {
-    let w = World::start(3600, "").await;
+    let w = World::start(3600, "authorize_params = { prompt = \"consent\" }").await;
     let (url, check) = w.challenge(ALICE, "Mail.Read").await;
     assert_eq!(w.status(ALICE, &check).await, "pending");
 
@@ -202,6 +202,7 @@ async fn the_whole_flow_from_challenge_to_injected_token() {
     assert_eq!(query["response_type"], "code");
     assert_eq!(query["code_challenge_method"], "S256");
     assert_eq!(query["client_id"], CLIENT_ID);
+    assert_eq!(query["prompt"], "consent", "authorize_params are added");
     assert_eq!(query["redirect_uri"], format!("{}/oauth/idp/callback", w.gw.url()));
     assert!(query["state"].len() >= 32, "an unguessable state");
     let scopes: BTreeSet<&str> = query["scope"].split(' ').collect();

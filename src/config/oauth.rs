@@ -53,6 +53,12 @@ pub struct AuthorizationProvider {
     /// `requirements.authorization[].oauth2.scopes` are added.
     #[serde(default)]
     pub scopes: Vec<String>,
+    /// Managed form, optional: extra query parameters of the authorization
+    /// request, e.g. Google's `{ access_type = "offline", prompt = "consent" }`
+    /// (without which Google issues no refresh token). The flow's own
+    /// parameters cannot be overridden.
+    #[serde(default)]
+    pub authorize_params: std::collections::BTreeMap<String, String>,
     /// Managed form, optional: `vault:MOUNT/PATH` with `{user_id}` in the
     /// path, where each user's grant is kept (KV v2, written with
     /// check-and-set). Default: the embedded store under `[state] dir`.
@@ -83,6 +89,7 @@ impl AuthorizationProvider {
             ("revocation_endpoint", self.revocation_endpoint.is_some()),
             ("client_secret", self.client_secret.is_some()),
             ("scopes", !self.scopes.is_empty()),
+            ("authorize_params", !self.authorize_params.is_empty()),
             ("store", self.store.is_some()),
         ];
         if !provider_name_ok(provider) {
@@ -123,6 +130,11 @@ impl AuthorizationProvider {
                 }
                 if let Some(scope) = self.scopes.iter().find(|s| !scope_ok(s)) {
                     return Err(format!("{}: {scope:?} is not a scope (RFC 6749 3.3)", key("scopes")));
+                }
+                const OWN: [&str; 7] =
+                    ["response_type", "client_id", "redirect_uri", "scope", "state", "code_challenge", "code_challenge_method"];
+                if let Some(name) = self.authorize_params.keys().find(|k| OWN.contains(&k.as_str())) {
+                    return Err(format!("{}: {name:?} is set by the gateway itself", key("authorize_params")));
                 }
                 if self.link_ttl.is_zero() {
                     return Err(format!("{}: must be greater than zero", key("link_ttl")));
@@ -268,6 +280,9 @@ mod tests {
             r#"client_id = "c"
                issuer = "https://x"
                authorize_url = "https://x/start""#,
+            r#"client_id = "c"
+               issuer = "https://x"
+               authorize_params = { state = "mine" }"#,
         ] {
             assert!(section(bad).is_err(), "accepted: {bad}");
         }

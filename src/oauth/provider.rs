@@ -148,11 +148,14 @@ impl Provider {
         let client = self.client(secrets, Some(redirect_uri)).await?;
         let challenge = PkceCodeChallenge::from_code_verifier_sha256(&PkceCodeVerifier::new(verifier.to_owned()));
         let state = state.to_owned();
-        let (url, _) = client
+        let mut request = client
             .authorize_url(|| CsrfToken::new(state))
             .add_scopes(scopes.iter().map(|s| Scope::new(s.clone())))
-            .set_pkce_challenge(challenge)
-            .url();
+            .set_pkce_challenge(challenge);
+        for (name, value) in &self.config.authorize_params {
+            request = request.add_extra_param(name.clone(), value.clone());
+        }
+        let (url, _) = request.url();
         Ok(url.to_string())
     }
 

@@ -88,7 +88,8 @@ impl OidcProvider {
     /// Registers a confidential client allowed the code and refresh grants.
     pub async fn register_client(&self, client_id: &str, client_secret: &str, redirect_uris: &[String]) {
         let body = json!({"client_id": client_id, "client_secret": client_secret, "redirect_uris": redirect_uris});
-        let resp = send(self.addr, "POST", "/test/clients", Bytes::from(body.to_string()), Some("application/json")).await;
+        let resp =
+            send(self.addr, "POST", "/test/clients", Bytes::from(body.to_string()), Some("application/json")).await;
         assert_eq!(resp.status, 201, "registering the client: {}", resp.text());
     }
 
