@@ -420,8 +420,11 @@ store = "vault:secret/oauth/idp/{{user_id}}"
         ("the vault token".into(), VAULT_TOKEN.into()),
     ];
     let mut found = Vec::new();
-    found.extend(leaks("the gateway's stderr", &stderr, &canaries));
-    found.extend(leaks("the gateway's stdout", &stdout, &canaries));
+    // The link is the caller's to see (it is in the challenge), not the log's.
+    let mut in_logs = canaries.clone();
+    in_logs.push(("the challenge's link".into(), url.rsplit('/').next().expect("a link id").to_owned()));
+    found.extend(leaks("the gateway's stderr", &stderr, &in_logs));
+    found.extend(leaks("the gateway's stdout", &stdout, &in_logs));
     for (what, body) in &bodies {
         found.extend(leaks(&format!("the response to {what}"), body, &canaries));
     }

@@ -332,6 +332,36 @@ async fn forged_and_refused_callbacks_store_nothing() {
 }
 
 #[tokio::test]
+async fn links_are_made_under_the_configured_public_url() {
+    let idp = OidcProvider::start(json!({})).await;
+    let tools = ToolServer::start(common::catalog(mail_tools())).await;
+    tools.on_call(echo);
+    let config = config(&tools, &idp, &state_dir(), "")
+        .server_line("public_url = \"https://tools.example.com/gw\"")
+        .server_line("allowed_hosts = [\"*\"]");
+    let gw = Gateway::start_with_env(&config.toml(), &ENV).await;
+    gw.wait_for_tool("Mail.Read@1.0.0").await;
+    let body = json!({"request": {"tool_id": "Mail.Read", "input": {}}}).to_string();
+    let headers = [("content-type", "application/json"), ("oxp-api-key", ALICE)];
+    let resp = send_with_headers(gw.addr, "POST", "/tools/call", Bytes::from(body), &headers).await;
+    let challenge = resp.server_error(400)["missing_requirements"]["authorization"][0].clone();
+    let url = challenge["url"].as_str().expect("url");
+    assert!(url.starts_with("https://tools.example.com/gw/oauth/idp/start/"), "{challenge}");
+    assert!(challenge["check_url"]
+        .as_str()
+        .expect("check")
+        .starts_with("https://tools.example.com/gw/oauth/idp/check/"));
+    // The redirect URI sent to the provider is under it too.
+    let path = url.strip_prefix("https://tools.example.com/gw").expect("under public_url");
+    let redirect = Browser::new().get_no_follow(&format!("{}{path}", gw.url())).await;
+    let location = redirect.headers.get("location").and_then(|v| v.to_str().ok()).expect("location").to_owned();
+    assert!(
+        location.contains("redirect_uri=https%3A%2F%2Ftools.example.com%2Fgw%2Foauth%2Fidp%2Fcallback"),
+        "{location}"
+    );
+}
+
+#[tokio::test]
 async fn an_unopened_link_expires() {
     let w = World::start(3600, "link_ttl = \"1s\"").await;
     let (url, check) = w.challenge(ALICE, "Mail.Read").await;
@@ -540,4 +570,75 @@ async fn vault_kept_grants_are_shared_and_refreshed_once_across_replicas() {
     assert_eq!(resp.json()["disconnected"], true);
     assert!(vault.latest("secret/oauth/idp/alice").is_none());
     w.challenge(ALICE, "Mail.Read").await;
+}
+
+// ---------------------------------------------------------------------------
+// The demo's stand-in provider
+// ---------------------------------------------------------------------------
+
+/// A child process killed on drop.
+struct Demo(std::process::Child);
+
+impl Drop for Demo {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn the_demo_flow_can_be_clicked_through() {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(common::gateway_bin())
+        .args(["demo", "--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("cannot start otc-gateway demo");
+    let mut reader = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let _demo = Demo(child);
+    let mut line = String::new();
+    reader.read_line(&mut line).expect("the ready line");
+    std::thread::spawn(move || std::io::copy(&mut reader, &mut std::io::sink()));
+    let addr: std::net::SocketAddr = line
+        .trim()
+        .strip_prefix("otc-gateway listening on ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected ready line {line:?}"));
+    let base = format!("http://{addr}");
+    let call = || async {
+        let body = json!({"request": {"tool_id": "Mail.ListInbox", "input": {}}}).to_string();
+        let headers = [("content-type", "application/json"), ("oxp-api-key", "demo-alice-key")];
+        send_with_headers(addr, "POST", "/tools/call", Bytes::from(body), &headers).await
+    };
+    // The catalog is polled: wait for the tool.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let first = loop {
+        let resp = call().await;
+        if resp.status == 400 && resp.text().contains("missing_requirements") {
+            break resp;
+        }
+        assert!(std::time::Instant::now() < deadline, "no challenge from the demo: {}", resp.text());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let url = first.json()["missing_requirements"]["authorization"][0]["url"].as_str().expect("url").to_owned();
+    assert!(url.starts_with(&format!("{base}/oauth/demo-mail/start/")), "{url}");
+
+    // The stand-in's consent page, then Allow.
+    let browser = Browser::new();
+    let consent = browser.follow_as(&url, "alice").await;
+    assert_eq!(consent.status, 200, "{}", consent.body);
+    let allow = consent.body.split("href=\"").find(|h| h.contains("allow=1")).expect("an Allow link");
+    let allow = allow.split('"').next().expect("href").replace("&amp;", "&");
+    let provider = consent.url.split('/').take(3).collect::<Vec<_>>().join("/");
+    let page = browser.follow_as(&format!("{provider}{allow}"), "alice").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("Connected"), "{}", page.body);
+
+    // The tool now runs, with a token the stand-in issued.
+    let resp = call().await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    assert!(resp.text().contains("Lunch?"), "{}", resp.text());
 }

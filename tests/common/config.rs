@@ -7,6 +7,7 @@ use super::*;
 #[derive(Clone, Debug)]
 pub struct GatewayConfig {
     max_body_bytes: Option<usize>,
+    server: Vec<String>,
     upstreams: Vec<String>,
     extra: Vec<String>,
 }
@@ -20,12 +21,18 @@ impl Default for GatewayConfig {
 impl GatewayConfig {
     /// No upstreams yet.
     pub fn new() -> GatewayConfig {
-        GatewayConfig { max_body_bytes: None, upstreams: Vec::new(), extra: Vec::new() }
+        GatewayConfig { max_body_bytes: None, server: Vec::new(), upstreams: Vec::new(), extra: Vec::new() }
     }
 
     /// Sets `[server] max_body_bytes`.
     pub fn max_body_bytes(mut self, n: usize) -> Self {
         self.max_body_bytes = Some(n);
+        self
+    }
+
+    /// Adds a key line to `[server]` (`public_url = "…"`).
+    pub fn server_line(mut self, line: &str) -> Self {
+        self.server.push(line.to_owned());
         self
     }
 
@@ -56,6 +63,10 @@ impl GatewayConfig {
         let mut s = String::from("[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n");
         if let Some(n) = self.max_body_bytes {
             s.push_str(&format!("max_body_bytes = {n}\n"));
+        }
+        for line in &self.server {
+            s.push_str(line);
+            s.push('\n');
         }
         s.push_str("\n[catalog]\npoll_interval = \"200ms\"\nrequest_timeout = \"1s\"\n");
         for u in &self.upstreams {
