@@ -64,7 +64,8 @@ pub struct AuthorizationProvider {
     /// check-and-set). Default: the embedded store under `[state] dir`.
     #[serde(default)]
     pub store: Option<Spanned<GrantStoreRef>>,
-    /// How long a challenge's link may be opened (default 10 minutes).
+    /// How long a challenge's link may be opened, and then how long the
+    /// flow it starts may take (default 10 minutes).
     #[serde(default = "default_link_ttl", deserialize_with = "deserialize_duration")]
     pub link_ttl: Duration,
     /// A token expiring within this margin is refreshed before it is

@@ -53,7 +53,10 @@ struct Link {
     user: String,
     scopes: BTreeSet<String>,
     check_id: String,
+    /// Until opened, when the link expires; once opened, when its flow does.
     expires: Instant,
+    /// The lifetime of the link, and of its flow from the moment it opens.
+    ttl: Duration,
     opened: bool,
     status: LinkStatus,
     finished: Option<Instant>,
@@ -140,6 +143,7 @@ impl Links {
             scopes,
             check_id: check_id.clone(),
             expires: now + ttl,
+            ttl,
             opened: false,
             status: LinkStatus::Pending,
             finished: None,
@@ -169,6 +173,9 @@ impl Links {
             return Err(Refusal::Expired);
         }
         link.opened = true;
+        // The person at the provider gets a whole lifetime, however late in
+        // the link's they opened it.
+        link.expires = now + link.ttl;
         let flow = Flow {
             link_id: link_id.to_owned(),
             provider: provider.to_owned(),
