@@ -442,6 +442,9 @@ impl MissingRequirements {
             let ids: Vec<&str> = self.authorization.iter().map(|a| a.id.as_str()).collect();
             parts.push(format!("authorization with {}", ids.join(", ")));
         }
+        if self.user_id {
+            parts.push("an authenticated user id".into());
+        }
         // The links, for a model to hand to its user (the MCP endpoint's
         // tool result is this text).
         let links: Vec<String> = self
@@ -455,9 +458,6 @@ impl MissingRequirements {
                 parts.join(" and "),
                 links.join("; ")
             );
-        }
-        if self.user_id {
-            parts.push("an authenticated user id".into());
         }
         format!("The tool requires {}", parts.join(" and "))
     }
