@@ -54,6 +54,8 @@ fn route(gateway: &Gateway, request: Request<Incoming>) -> Response<Full<Bytes>>
                 gateway.metrics.sync_vault_totals("vault", stats.requests_ok, stats.requests_error, stats.stale_served);
             }
             gateway.metrics.sync_idempotency_totals(&runtime.idempotency.stats().by_result());
+            let (served, refused) = runtime.rate_limits.store_failures();
+            gateway.metrics.sync_rate_limit_store_failures(served, refused);
             let mut response = Response::new(Full::new(Bytes::from(gateway.metrics.render())));
             response
                 .headers_mut()

@@ -103,7 +103,7 @@ async fn run_resolved_call(
     call: &mut ParsedCall,
     started: Instant,
 ) -> Result<FinishedCall, RequestError> {
-    admit_call(runtime, route, caller)?;
+    admit_call(runtime, route, caller).await?;
     validate_input(route, &call.input)?;
     // A client's call_id is theirs: whose it is comes from the context as
     // they sent it, before anything is injected.
@@ -272,7 +272,7 @@ pub fn resolve_tool<'c>(catalog: &'c Catalog, tool_id: &str) -> Result<&'c Route
 
 /// Admit: the caller's policies must allow the tool (a denied tool is
 /// answered as an unknown one), and its rate limits must have room.
-pub fn admit_call(runtime: &Runtime, route: &Route, caller: &Caller) -> Result<(), RequestError> {
+pub async fn admit_call(runtime: &Runtime, route: &Route, caller: &Caller) -> Result<(), RequestError> {
     let key = route.tool.key.as_str();
     let access = &runtime.access;
     if access.is_active() && !access.allows(access.matching(caller), key) {
@@ -282,6 +282,7 @@ pub fn admit_call(runtime: &Runtime, route: &Route, caller: &Caller) -> Result<(
     runtime
         .rate_limits
         .check(caller, key)
+        .await
         .map_err(|(limit, retry_after)| RequestError::RateLimited { limit, retry_after })
 }
 

@@ -15,12 +15,13 @@ use http::HeaderValue;
 use crate::auth::{AuthError, Authenticator};
 use crate::browser::BrowserPolicy;
 use crate::catalog::poll::{CatalogStore, PollSettings, Refreshed};
-use crate::config::{Config, ConfigError, UpstreamConfig};
+use crate::config::{Config, ConfigError, IdempotencyConfig, SecretRef, UpstreamConfig};
 use crate::idempotency::{IdempotencyError, IdempotencyStore};
 use crate::metrics::Metrics;
 use crate::oauth::{OAuth, OAuthError};
 use crate::policy::AccessPolicy;
-use crate::ratelimit::RateLimits;
+use crate::ratelimit::{RateLimits, SharedBuckets};
+use crate::secret::SecretString;
 use crate::upstream::Upstream;
 use crate::vault::{SecretResolver, VaultError};
 
@@ -37,6 +38,9 @@ pub enum BuildError {
     /// an error: calls then run without deduplication).
     #[error("idempotency: {0}")]
     Idempotency(#[from] IdempotencyError),
+    /// `[state] redis` could not be read or used.
+    #[error("state.redis: {0}")]
+    SharedState(String),
     /// The OAuth grant store or its key could not be set up.
     #[error("oauth: {0}")]
     OAuth(#[from] OAuthError),
@@ -73,6 +77,8 @@ pub struct Runtime {
     pub browser: BrowserPolicy,
     /// The managed OAuth providers, their grants and challenges.
     pub oauth: Arc<OAuth>,
+    /// `[idempotency]` as in force (its store filled in from `[state] redis`).
+    idempotency_config: IdempotencyConfig,
 }
 
 impl Runtime {
@@ -89,10 +95,24 @@ impl Runtime {
             }
         };
         let authenticator = Authenticator::new(&config.auth, &secrets).await?;
+        let shared_redis = shared_redis_url(&config, &secrets).await?;
+        // `[idempotency]` without a store of its own uses `[state] redis`.
+        let mut idempotency_config = config.idempotency.clone();
+        if idempotency_config.store.is_none() {
+            idempotency_config.store = shared_redis.as_ref().map(|url| url.expose().to_owned());
+        }
         // An unchanged [idempotency] keeps its entries across reloads.
         let idempotency = match previous {
-            Some(old) if old.config.idempotency == config.idempotency => old.idempotency.clone(),
-            _ => Arc::new(IdempotencyStore::build(&config.idempotency).await?),
+            Some(old) if old.idempotency_config == idempotency_config => old.idempotency.clone(),
+            _ => Arc::new(IdempotencyStore::build(&idempotency_config).await?),
+        };
+        // The same Redis keeps its connection across reloads.
+        let shared_buckets = match &shared_redis {
+            None => None,
+            Some(url) => Some(match previous.and_then(|old| old.rate_limits.shared_for(url.expose())) {
+                Some(kept) => kept,
+                None => Arc::new(SharedBuckets::connect(url.expose()).map_err(|e| BuildError::SharedState(e.to_string()))?),
+            }),
         };
         let upstreams = config
             .upstreams
@@ -113,9 +133,10 @@ impl Runtime {
             interval: config.catalog.poll_interval.0,
             timeout: config.catalog.request_timeout.0,
             max_bytes: config.catalog.max_catalog_bytes,
+            jitter: config.catalog.jitter,
         };
         let access = AccessPolicy::new(config.policy.clone());
-        let rate_limits = RateLimits::new(&config.rate_limit, previous.map(|old| &old.rate_limits));
+        let rate_limits = RateLimits::new(&config.rate_limit, previous.map(|old| &old.rate_limits), shared_buckets);
         let browser = BrowserPolicy::new(&config);
         // Links, flows and the open embedded store carry over a reload.
         let oauth = Arc::new(OAuth::build(&config, secrets.clone(), previous.map(|old| &*old.oauth)).await?);
@@ -130,8 +151,21 @@ impl Runtime {
             rate_limits,
             browser,
             oauth,
+            idempotency_config,
         })
     }
+}
+
+/// `[state] redis`: the URL as written, or read from its `env:` or `file:`
+/// reference.
+async fn shared_redis_url(config: &Config, secrets: &SecretResolver) -> Result<Option<SecretString>, BuildError> {
+    let Some(text) = &config.state.redis else { return Ok(None) };
+    if text.starts_with("redis://") {
+        return Ok(Some(SecretString::from(text.as_str())));
+    }
+    let reference = SecretRef::parse(text).map_err(|e| BuildError::SharedState(e.to_string()))?;
+    let url = secrets.resolve(&reference, None).await.map_err(|e| BuildError::SharedState(e.to_string()))?;
+    Ok(Some(url))
 }
 
 impl Runtime {
@@ -385,7 +419,10 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// gateway, or comes back, is picked up within seconds even when the
 /// interval is minutes.
 async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
-    let interval = gateway.runtime().poll.interval;
+    let (interval, jitter) = {
+        let runtime = gateway.runtime();
+        (runtime.poll.interval, runtime.poll.jitter)
+    };
     let mut retry = FIRST_RETRY;
     loop {
         if !gateway.is_current(&upstream) {
@@ -410,7 +447,9 @@ async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
             retry = FIRST_RETRY;
             interval
         };
-        tokio::time::sleep(wait).await;
+        // A uuid's random bits: no RNG crate just for this.
+        let spread = jitter.mul_f64((uuid::Uuid::new_v4().as_u128() as u16) as f64 / f64::from(u16::MAX));
+        tokio::time::sleep(wait + spread).await;
     }
 }
 

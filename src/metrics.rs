@@ -20,6 +20,7 @@
 //! | `otc_gateway_idempotency_total` | counter | `result` |
 //! | `otc_gateway_oauth_challenges_total` | counter | `provider`, `event` |
 //! | `otc_gateway_oauth_refreshes_total` | counter | `provider`, `outcome` |
+//! | `otc_gateway_rate_limit_store_unavailable_total` | counter | `decision` |
 //!
 //! Label values must come only from the config and the catalog (route names,
 //! upstream names, resolved tool ids, backend kinds), never from a request,
@@ -149,6 +150,9 @@ pub struct Metrics {
     idempotency_last_totals: std::sync::Mutex<HashMap<&'static str, u64>>,
     oauth_challenges: IntCounterVec,
     oauth_refreshes: IntCounterVec,
+    rate_limit_store: IntCounterVec,
+    /// The shared rate-limit failure totals last synced: (served, refused).
+    rate_limit_store_last: std::sync::Mutex<(u64, u64)>,
 }
 
 impl Default for Metrics {
@@ -260,6 +264,13 @@ impl Metrics {
              was dropped) or error (the provider or store failed).",
             &["provider", "outcome"],
         );
+        let rate_limit_store = counter_vec(
+            &registry,
+            "otc_gateway_rate_limit_store_unavailable_total",
+            "Calls checked against shared rate limits while Redis could not answer, by decision: served \
+             (uncounted, fail = \"open\") or refused (429, fail = \"closed\").",
+            &["decision"],
+        );
         let idempotency = counter_vec(
             &registry,
             "otc_gateway_idempotency_total",
@@ -289,6 +300,8 @@ impl Metrics {
             idempotency_last_totals: std::sync::Mutex::new(HashMap::new()),
             oauth_challenges,
             oauth_refreshes,
+            rate_limit_store,
+            rate_limit_store_last: std::sync::Mutex::new((0, 0)),
         }
     }
 
@@ -430,6 +443,21 @@ impl Metrics {
     /// `invalid_grant`, `error`).
     pub fn record_oauth_refresh(&self, provider: &str, outcome: &'static str) {
         self.oauth_refreshes.with_label_values(&[provider, outcome]).inc();
+    }
+
+    /// Brings `otc_gateway_rate_limit_store_unavailable_total` up to the
+    /// shared buckets' totals (a lower total: a new store, counting afresh).
+    pub fn sync_rate_limit_store_failures(&self, served: u64, refused: u64) {
+        let mut last = self.rate_limit_store_last.lock().unwrap_or_else(|p| p.into_inner());
+        let delta = |now: u64, before: u64| if now >= before { now - before } else { now };
+        let (served_delta, refused_delta) = (delta(served, last.0), delta(refused, last.1));
+        *last = (served, refused);
+        if served_delta > 0 {
+            self.rate_limit_store.with_label_values(&["served"]).inc_by(served_delta);
+        }
+        if refused_delta > 0 {
+            self.rate_limit_store.with_label_values(&["refused"]).inc_by(refused_delta);
+        }
     }
 
     /// Brings `otc_gateway_idempotency_total` up to the store's totals

@@ -60,6 +60,8 @@ pub struct PollSettings {
     pub timeout: Duration,
     /// The largest catalog accepted.
     pub max_bytes: usize,
+    /// The most added, at random, to each wait between fetches.
+    pub jitter: Duration,
 }
 
 impl CatalogStore {

@@ -29,7 +29,7 @@ pub use duration::{deserialize_duration, Dur};
 pub use idempotency::{redact, IdempotencyConfig};
 pub use mcp::McpConfig;
 pub use oauth::{scope_ok, AuthorizationProvider, EndpointUrl, GrantStoreRef, StateConfig};
-pub use policy::{Per, PolicyConfig, Rate, RateLimitConfig, ToolPattern, When, MAX_POLICIES};
+pub use policy::{FailMode, Per, PolicyConfig, Rate, RateLimitConfig, ToolPattern, When, MAX_POLICIES};
 pub use secret_ref::{SecretRef, SecretRefError, USER_ID_TEMPLATE};
 pub use vault::{check_token_ref, VaultConfig};
 
@@ -195,6 +195,10 @@ pub struct CatalogConfig {
     pub request_timeout: Dur,
     /// The largest catalog body accepted from an upstream.
     pub max_catalog_bytes: usize,
+    /// Up to this much is added to each wait between two fetches, at
+    /// random, so that replicas started together do not poll in step.
+    #[serde(deserialize_with = "deserialize_duration")]
+    pub jitter: Duration,
 }
 
 impl Default for CatalogConfig {
@@ -203,6 +207,7 @@ impl Default for CatalogConfig {
             poll_interval: Dur(Duration::from_secs(10)),
             request_timeout: Dur(Duration::from_secs(5)),
             max_catalog_bytes: 32 * 1024 * 1024,
+            jitter: Duration::ZERO,
         }
     }
 }
@@ -441,6 +446,18 @@ impl Config {
                         line_of(text, store.span().start),
                         store.get_ref()
                     ));
+                }
+            }
+        }
+        if let Some(redis) = &self.state.redis {
+            match SecretRef::parse(redis) {
+                Ok(reference) if !matches!(reference, SecretRef::Vault { .. }) && !reference.uses_user_id() => {}
+                _ if redis.starts_with("redis://") && redis::Client::open(redis.as_str()).is_ok() => {}
+                _ => {
+                    return Err(format!(
+                        "state.redis: {:?} must be a redis://[:password@]host:port[/db] URL, or an env: or file: reference holding one",
+                        redact(redis)
+                    ))
                 }
             }
         }

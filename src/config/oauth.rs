@@ -208,10 +208,16 @@ impl<'de> Deserialize<'de> for GrantStoreRef {
     }
 }
 
-/// `[state]`: what the gateway remembers on disk.
+/// `[state]`: what the gateway remembers on disk, and the Redis replicas
+/// share.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct StateConfig {
+    /// The Redis a fleet of gateways shares: `redis://[:password@]host:port[/db]`,
+    /// or a secret reference (`env:NAME`, `file:/path`) holding that URL.
+    /// With it, rate-limit buckets live in Redis, and `[idempotency]` uses it
+    /// when it names no store of its own. Absent: each gateway keeps its own.
+    pub redis: Option<String>,
     /// The directory of the embedded grant store (`oauth-grants.redb`) and,
     /// without `encryption_key`, of its generated key (`oauth.key`).
     /// Created when missing; only used when a managed provider keeps its
@@ -225,7 +231,7 @@ pub struct StateConfig {
 
 impl Default for StateConfig {
     fn default() -> Self {
-        StateConfig { dir: PathBuf::from("state"), encryption_key: None }
+        StateConfig { redis: None, dir: PathBuf::from("state"), encryption_key: None }
     }
 }
 

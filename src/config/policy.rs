@@ -146,6 +146,21 @@ pub struct RateLimitConfig {
     /// Calls allowed at once above the steady rate (default: the rate's count).
     #[serde(default)]
     pub burst: Option<u32>,
+    /// With `[state] redis`: what a call gets while Redis cannot answer,
+    /// `"open"` (served, and counted; the default) or `"closed"` (429).
+    #[serde(default)]
+    pub fail: FailMode,
+}
+
+/// What a shared limit does while its store cannot answer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FailMode {
+    /// Serve the call uncounted.
+    #[default]
+    Open,
+    /// Refuse the call with 429.
+    Closed,
 }
 
 /// Whose bucket a call counts against.

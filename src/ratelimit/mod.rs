@@ -1,16 +1,21 @@
 //! Rate limits per caller or shared, on the tools their patterns match
 //! (`[[rate_limit]]`): GCRA buckets, one per caller or one for everyone.
 //!
-//! Limits are per gateway process: with N replicas behind a load balancer, a
-//! caller gets up to N times the rate; size `rate` as the total divided by N.
+//! Without `[state] redis` the buckets are this process's; with it they live
+//! in Redis (`redis.rs`), so a fleet of replicas counts as one gateway.
+
+mod redis;
+
+pub(crate) use self::redis::SharedBuckets;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use self::redis::Taken;
 use crate::auth::{Caller, CallerKind};
-use crate::config::{Per, RateLimitConfig};
+use crate::config::{FailMode, Per, RateLimitConfig};
 
 /// The limits of one config, with their buckets.
 pub struct RateLimits {
@@ -19,6 +24,8 @@ pub struct RateLimits {
     checks: AtomicU64,
     /// What bucket times count from (kept across reloads with the buckets).
     epoch: Instant,
+    /// With `[state] redis`: where the buckets are instead.
+    shared: Option<Arc<SharedBuckets>>,
 }
 
 /// Every this many checks, per-user buckets back at full burst are dropped,
@@ -77,15 +84,78 @@ impl RateLimits {
     /// Builds the limits of the `[[rate_limit]]` sections. A limit whose
     /// name and definition are unchanged since `previous` keeps its buckets,
     /// so a reload neither refills a limited caller nor forgets a burst.
-    pub fn new(configs: &[RateLimitConfig], previous: Option<&RateLimits>) -> RateLimits {
+    ///
+    /// With `shared`, the buckets are in that Redis instead (and kept there
+    /// across reloads by the same rule).
+    pub fn new(
+        configs: &[RateLimitConfig],
+        previous: Option<&RateLimits>,
+        shared: Option<Arc<SharedBuckets>>,
+    ) -> RateLimits {
         let kept =
             |config: &RateLimitConfig| previous.and_then(|p| p.limits.iter().find(|l| l.config == *config)).cloned();
         let limits = configs.iter().map(|c| kept(c).unwrap_or_else(|| Arc::new(Limit::new(c)))).collect();
         let epoch = previous.map_or_else(Instant::now, |p| p.epoch);
-        RateLimits { limits, checks: AtomicU64::new(0), epoch }
+        RateLimits { limits, checks: AtomicU64::new(0), epoch, shared }
+    }
+
+    /// The Redis store, when it is the one for `url` (to keep its connection
+    /// across a reload).
+    pub(crate) fn shared_for(&self, url: &str) -> Option<Arc<SharedBuckets>> {
+        self.shared.as_ref().filter(|s| s.is_for(url)).cloned()
+    }
+
+    /// Calls decided without Redis while it could not answer: (served,
+    /// refused).
+    pub fn store_failures(&self) -> (u64, u64) {
+        self.shared.as_ref().map_or((0, 0), |s| {
+            (s.failed_open.load(Ordering::Relaxed), s.failed_closed.load(Ordering::Relaxed))
+        })
     }
 
     /// Counts a call by `caller` to `key` against every limit that applies,
+    /// in this process's buckets or in the shared ones.
+    pub async fn check(&self, caller: &Caller, key: &str) -> Result<(), (String, Duration)> {
+        // Without limits a call touches nothing shared here.
+        if self.limits.is_empty() {
+            return Ok(());
+        }
+        match &self.shared {
+            None => self.check_local(caller, key),
+            Some(shared) => self.check_shared(shared, caller, key).await,
+        }
+    }
+
+    /// The shared check: one atomic Redis script over every matching limit.
+    /// Redis unavailable: served uncounted, unless a matching limit is
+    /// `fail = "closed"`, which refuses with a one-second `Retry-After`.
+    async fn check_shared(&self, shared: &SharedBuckets, caller: &Caller, key: &str) -> Result<(), (String, Duration)> {
+        let matching: Vec<&Arc<Limit>> =
+            self.limits.iter().filter(|l| l.config.tools.iter().any(|p| p.matches(key))).collect();
+        if matching.is_empty() {
+            return Ok(());
+        }
+        let buckets: Vec<_> =
+            matching.iter().map(|l| (&l.config, l.interval, l.tolerance, l.key(caller))).collect();
+        match shared.take(&buckets).await {
+            Ok(Taken::Counted) => Ok(()),
+            Ok(Taken::Full { index, wait }) => {
+                let name = matching.get(index).map_or_else(String::new, |l| l.config.name.clone());
+                Err((name, wait))
+            }
+            Err(e) => {
+                let closed = matching.iter().find(|l| l.config.fail == FailMode::Closed);
+                shared.log_unavailable(&e, closed.is_some());
+                shared.count_failure(closed.is_some());
+                match closed {
+                    Some(limit) => Err((limit.config.name.clone(), Duration::from_secs(1))),
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
+    /// Counts a call in this process's buckets of every limit that applies,
     /// all or nothing: over one of them, how long until a call would be
     /// allowed, and no bucket is touched (a refused call consumes nothing).
     ///
@@ -93,11 +163,7 @@ impl RateLimits {
     /// several limits must take from all of them or from none, and
     /// governor's buckets can only be taken from one at a time. The matching
     /// limits' locks are taken in config order, so two calls never deadlock.
-    pub fn check(&self, caller: &Caller, key: &str) -> Result<(), (String, Duration)> {
-        // Without limits a call touches nothing shared here.
-        if self.limits.is_empty() {
-            return Ok(());
-        }
+    fn check_local(&self, caller: &Caller, key: &str) -> Result<(), (String, Duration)> {
         if self.checks.fetch_add(1, Ordering::Relaxed) % SWEEP_EVERY == SWEEP_EVERY - 1 {
             self.sweep();
         }
@@ -153,7 +219,7 @@ mod tests {
             rate_limit: Vec<RateLimitConfig>,
         }
         let file: File = toml::from_str(toml_text).expect("rate limits parse");
-        RateLimits::new(&file.rate_limit, None)
+        RateLimits::new(&file.rate_limit, None, None)
     }
 
     fn user(id: &str) -> Caller {
@@ -167,12 +233,12 @@ mod tests {
     #[test]
     fn a_caller_over_its_limit_waits_while_another_is_unaffected() {
         let limits = limits("[[rate_limit]]\nname = \"calc\"\ntools = [\"Calc.*\"]\nper = \"user\"\nrate = \"1/h\"\n");
-        assert!(limits.check(&user("ann"), "Calc.Add").is_ok());
-        let (name, wait) = limits.check(&user("ann"), "Calc.Add").expect_err("over the limit");
+        assert!(limits.check_local(&user("ann"), "Calc.Add").is_ok());
+        let (name, wait) = limits.check_local(&user("ann"), "Calc.Add").expect_err("over the limit");
         assert_eq!(name, "calc");
         assert!(wait > Duration::from_secs(60));
-        assert!(limits.check(&user("bob"), "Calc.Add").is_ok(), "another caller has its own bucket");
-        assert!(limits.check(&user("ann"), "Mail.Send").is_ok(), "other tools are not limited");
+        assert!(limits.check_local(&user("bob"), "Calc.Add").is_ok(), "another caller has its own bucket");
+        assert!(limits.check_local(&user("ann"), "Mail.Send").is_ok(), "other tools are not limited");
     }
 
     #[test]
@@ -180,14 +246,14 @@ mod tests {
         let limits =
             limits("[[rate_limit]]\nname = \"calc\"\ntools = [\"Calc.*\"]\nper = \"user\"\nrate = \"1000/s\"\n");
         for n in 0..100 {
-            assert!(limits.check(&user(&format!("user-{n}")), "Calc.Add").is_ok());
+            assert!(limits.check_local(&user(&format!("user-{n}")), "Calc.Add").is_ok());
         }
         assert_eq!(per_user_buckets(&limits), 100);
         // Long enough for every bucket to be full again, then enough checks
         // (by one caller, on an unlimited tool) to reach a sweep.
         std::thread::sleep(Duration::from_millis(50));
         for _ in 0..SWEEP_EVERY {
-            let _ = limits.check(&user("sweeper"), "Other.Tool");
+            let _ = limits.check_local(&user("sweeper"), "Other.Tool");
         }
         assert!(per_user_buckets(&limits) < 100, "idle buckets must be dropped: {}", per_user_buckets(&limits));
     }
@@ -198,9 +264,9 @@ mod tests {
             "[[rate_limit]]\nname = \"calc\"\ntools = [\"Calc.*\"]\nper = \"global\"\nrate = \"2/h\"\nburst = 3\n",
         );
         for n in 0..3 {
-            assert!(limits.check(&user(&format!("u{n}")), "Calc.Add").is_ok(), "call {n} of the burst");
+            assert!(limits.check_local(&user(&format!("u{n}")), "Calc.Add").is_ok(), "call {n} of the burst");
         }
-        let (_, wait) = limits.check(&user("u9"), "Calc.Add").expect_err("the burst is spent, for everyone");
+        let (_, wait) = limits.check_local(&user("u9"), "Calc.Add").expect_err("the burst is spent, for everyone");
         assert!(wait > Duration::from_secs(29 * 60) && wait <= Duration::from_secs(30 * 60), "{wait:?}");
     }
 
@@ -210,30 +276,30 @@ mod tests {
             "[[rate_limit]]\nname = \"wide\"\ntools = [\"Calc.*\"]\nper = \"user\"\nrate = \"3/h\"\n\n\
              [[rate_limit]]\nname = \"narrow\"\ntools = [\"Calc.Add\"]\nper = \"user\"\nrate = \"1/h\"\n",
         );
-        assert!(limits.check(&user("ann"), "Calc.Add").is_ok());
+        assert!(limits.check_local(&user("ann"), "Calc.Add").is_ok());
         // Refused by "narrow" twice: "wide" must not count those.
         for _ in 0..2 {
-            assert_eq!(limits.check(&user("ann"), "Calc.Add").expect_err("narrow").0, "narrow");
+            assert_eq!(limits.check_local(&user("ann"), "Calc.Add").expect_err("narrow").0, "narrow");
         }
-        assert!(limits.check(&user("ann"), "Calc.Sub").is_ok(), "wide: 2 of 3");
-        assert!(limits.check(&user("ann"), "Calc.Sub").is_ok(), "wide: 3 of 3");
-        assert_eq!(limits.check(&user("ann"), "Calc.Sub").expect_err("wide is spent").0, "wide");
+        assert!(limits.check_local(&user("ann"), "Calc.Sub").is_ok(), "wide: 2 of 3");
+        assert!(limits.check_local(&user("ann"), "Calc.Sub").is_ok(), "wide: 3 of 3");
+        assert_eq!(limits.check_local(&user("ann"), "Calc.Sub").expect_err("wide is spent").0, "wide");
     }
 
     #[test]
     fn unchanged_limits_keep_their_buckets_across_a_reload() {
         let text = "[[rate_limit]]\nname = \"calc\"\ntools = [\"Calc.*\"]\nper = \"user\"\nrate = \"1/h\"\n";
         let before = limits(text);
-        assert!(before.check(&user("ann"), "Calc.Add").is_ok());
+        assert!(before.check_local(&user("ann"), "Calc.Add").is_ok());
         #[derive(Deserialize)]
         struct File {
             rate_limit: Vec<RateLimitConfig>,
         }
         let same: File = toml::from_str(text).expect("parse");
-        let after = RateLimits::new(&same.rate_limit, Some(&before));
-        assert!(after.check(&user("ann"), "Calc.Add").is_err(), "still limited after an unrelated reload");
+        let after = RateLimits::new(&same.rate_limit, Some(&before), None);
+        assert!(after.check_local(&user("ann"), "Calc.Add").is_err(), "still limited after an unrelated reload");
         let changed: File = toml::from_str(&text.replace("1/h", "2/h")).expect("parse");
-        let redefined = RateLimits::new(&changed.rate_limit, Some(&after));
-        assert!(redefined.check(&user("ann"), "Calc.Add").is_ok(), "a changed limit starts afresh");
+        let redefined = RateLimits::new(&changed.rate_limit, Some(&after), None);
+        assert!(redefined.check_local(&user("ann"), "Calc.Add").is_ok(), "a changed limit starts afresh");
     }
 }

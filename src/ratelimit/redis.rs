@@ -1,0 +1,184 @@
+//! Rate-limit buckets in Redis, shared by every replica (`[state] redis`).
+//!
+//! One check is one `EVALSHA` of [`TAKE`]: the same GCRA as the in-memory
+//! buckets, over every limit the call matches at once, all or nothing, with
+//! Redis's own clock, so replicas never race and their clocks never matter.
+//! A bucket is `otc-gateway:rl:v1:<limit digest>:<caller digest>` holding the
+//! theoretical arrival time in microseconds, expiring when it is full again;
+//! the limit digest covers its whole definition (a changed rate starts new
+//! buckets, an unchanged one keeps its buckets across reloads), the caller
+//! digest keeps user ids out of Redis.
+//!
+//! A check never waits on Redis longer than [`CHECK_TIMEOUT`]; after a
+//! failure, checks skip Redis for [`DOWN_PAUSE`], so an outage costs calls
+//! no time. What a call gets then is each limit's `fail` mode.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use sha2::{Digest, Sha256};
+
+use crate::config::{redact, RateLimitConfig};
+
+/// The longest a check waits for Redis, connecting included.
+pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_millis(250);
+/// After a failed check, checks skip Redis this long.
+const DOWN_PAUSE: Duration = Duration::from_secs(1);
+/// The store's unavailability is logged at most once per this long.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// GCRA over `#KEYS` buckets at once. `ARGV[2i-1]`, `ARGV[2i]`: bucket i's
+/// interval and tolerance in microseconds. Returns `{0, 0}` when the call
+/// was counted in every bucket, or `{i, wait}` when bucket i has no room
+/// (nothing written): `wait` microseconds until it would.
+const TAKE: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local nexts = {}
+for i, key in ipairs(KEYS) do
+  local interval = tonumber(ARGV[2 * i - 1])
+  local tolerance = tonumber(ARGV[2 * i])
+  local tat = tonumber(redis.call('GET', key)) or now
+  if tat < now then tat = now end
+  local nxt = tat + interval
+  if nxt - now > tolerance then
+    return {i, nxt - now - tolerance}
+  end
+  nexts[i] = nxt
+end
+for i, key in ipairs(KEYS) do
+  redis.call('SET', key, string.format('%.0f', nexts[i]), 'PX', math.ceil((nexts[i] - now) / 1000) + 1)
+end
+return {0, 0}
+";
+
+/// Why the shared buckets could not answer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SharedError {
+    /// The URL is not a Redis URL.
+    #[error("[state] redis {0}: not a usable redis:// URL")]
+    BadUrl(String),
+    /// Redis did not answer in time, or answered with an error.
+    #[error("redis: {0}")]
+    Unavailable(String),
+}
+
+/// How a shared check came out.
+pub(crate) enum Taken {
+    /// Counted in every bucket.
+    Counted,
+    /// Bucket `index` (of the keys given) has no room for this long.
+    Full { index: usize, wait: Duration },
+}
+
+/// The Redis the buckets live in, for one `[state] redis` URL.
+pub struct SharedBuckets {
+    /// The URL without its password, to compare and to show.
+    shown: String,
+    url_digest: [u8; 32],
+    connection: ConnectionManager,
+    script: redis::Script,
+    down_until: Mutex<Option<Instant>>,
+    last_logged: Mutex<Option<Instant>>,
+    /// Calls served uncounted (`fail = "open"`) and refused (`"closed"`)
+    /// while Redis could not answer.
+    pub(crate) failed_open: AtomicU64,
+    pub(crate) failed_closed: AtomicU64,
+}
+
+impl std::fmt::Debug for SharedBuckets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedBuckets").field("redis", &self.shown).finish_non_exhaustive()
+    }
+}
+
+impl SharedBuckets {
+    /// Sets the connection up lazily: a Redis that does not answer yet is
+    /// not an error (checks then follow each limit's `fail` mode until it
+    /// does, and the connection manager reconnects by itself).
+    pub(crate) fn connect(url: &str) -> Result<SharedBuckets, SharedError> {
+        let shown = redact(url);
+        if !url.starts_with("redis://") {
+            return Err(SharedError::BadUrl(shown));
+        }
+        let client = redis::Client::open(url).map_err(|_| SharedError::BadUrl(shown.clone()))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CHECK_TIMEOUT))
+            .set_response_timeout(Some(CHECK_TIMEOUT))
+            .set_number_of_retries(1);
+        let connection =
+            ConnectionManager::new_lazy_with_config(client, config).map_err(|_| SharedError::BadUrl(shown.clone()))?;
+        Ok(SharedBuckets {
+            shown,
+            url_digest: Sha256::digest(url.as_bytes()).into(),
+            connection,
+            script: redis::Script::new(TAKE),
+            down_until: Mutex::new(None),
+            last_logged: Mutex::new(None),
+            failed_open: AtomicU64::new(0),
+            failed_closed: AtomicU64::new(0),
+        })
+    }
+
+    /// Whether this is the store for `url`.
+    pub(crate) fn is_for(&self, url: &str) -> bool {
+        self.url_digest == <[u8; 32]>::from(Sha256::digest(url.as_bytes()))
+    }
+
+    /// Counts one call in every bucket of `buckets` (limit, bucket key), or
+    /// in none.
+    pub(crate) async fn take(&self, buckets: &[(&RateLimitConfig, u64, u64, &str)]) -> Result<Taken, SharedError> {
+        if self.down_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|until| Instant::now() < until) {
+            return Err(SharedError::Unavailable("paused after a recent failure".into()));
+        }
+        let mut invocation = self.script.prepare_invoke();
+        for (limit, interval, tolerance, bucket) in buckets {
+            invocation.key(key(limit, bucket));
+            invocation.arg(interval / 1000).arg(tolerance / 1000);
+        }
+        let mut connection = self.connection.clone();
+        let answer = tokio::time::timeout(CHECK_TIMEOUT, invocation.invoke_async::<(u64, u64)>(&mut connection)).await;
+        let failure = match answer {
+            Ok(Ok((0, _))) => return Ok(Taken::Counted),
+            Ok(Ok((index, wait))) => {
+                let index = usize::try_from(index - 1).unwrap_or(0);
+                return Ok(Taken::Full { index, wait: Duration::from_micros(wait.max(1)) });
+            }
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => format!("no answer within {CHECK_TIMEOUT:?}"),
+        };
+        *self.down_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + DOWN_PAUSE);
+        Err(SharedError::Unavailable(failure))
+    }
+
+    /// Logs the store's unavailability, at most once per [`LOG_EVERY`].
+    pub(crate) fn log_unavailable(&self, error: &SharedError, closed: bool) {
+        let mut last = self.last_logged.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|at| at.elapsed() < LOG_EVERY) {
+            return;
+        }
+        *last = Some(Instant::now());
+        let what = if closed { "calls under a fail = \"closed\" limit get 429" } else { "calls are served uncounted" };
+        tracing::warn!(redis = %self.shown, %error, "shared rate limits unavailable; {what} until Redis answers");
+    }
+
+    /// Counts a call decided without Redis.
+    pub(crate) fn count_failure(&self, closed: bool) {
+        let counter = if closed { &self.failed_closed } else { &self.failed_open };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// The Redis key of one bucket.
+fn key(limit: &RateLimitConfig, bucket: &str) -> String {
+    let definition = format!("{:?}", (&limit.name, limit.per, limit.rate, limit.burst, &limit.tools));
+    let limit_digest = Sha256::digest(definition.as_bytes());
+    let bucket_digest = Sha256::digest(bucket.as_bytes());
+    format!("otc-gateway:rl:v1:{}:{}", hex(&limit_digest[..8]), hex(&bucket_digest[..16]))
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
