@@ -56,6 +56,11 @@ need_redis() {
   command -v redis-server >/dev/null 2>&1 || apt_install redis-server
 }
 
+# nginx (Debian's) as the load balancer of the fleet test (tests/fleet.rs).
+need_nginx() {
+  command -v nginx >/dev/null 2>&1 || apt_install nginx
+}
+
 # What deploy/check.sh (tests/deploy_files.rs) checks with: PyYAML,
 # kubernetes-validate and hadolint from PyPI, and Go with Debian's sprig to
 # render the Helm chart (Helm itself is in neither Debian nor PyPI).

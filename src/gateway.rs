@@ -111,7 +111,9 @@ impl Runtime {
             None => None,
             Some(url) => Some(match previous.and_then(|old| old.rate_limits.shared_for(url.expose())) {
                 Some(kept) => kept,
-                None => Arc::new(SharedBuckets::connect(url.expose()).map_err(|e| BuildError::SharedState(e.to_string()))?),
+                None => {
+                    Arc::new(SharedBuckets::connect(url.expose()).map_err(|e| BuildError::SharedState(e.to_string()))?)
+                }
             }),
         };
         let upstreams = config

@@ -4,11 +4,11 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{add, add_schema, catalog, free_addr, html_500, tool, tool_error, Gateway, Resp, ToolServer};
+use common::fleet::Redis;
+use common::{add, add_schema, catalog, html_500, tool, tool_error, Gateway, Resp, ToolServer};
 use otc_gateway::auth::Caller;
 use otc_gateway::config::{Dur, IdempotencyConfig};
 use otc_gateway::idempotency::{CallKey, CallerScope, Decision, Fingerprint, IdempotencyStore, StoredCall};
@@ -96,40 +96,6 @@ async fn a_call_refused_before_the_tool_ran_can_be_retried_with_its_call_id() {
     let retried = call_with_id(gw.addr, Some("fix-and-retry"), 1).await;
     assert_eq!(retried.result()["value"], json!(2), "{}", retried.text());
     assert_eq!(server.call_count(), 1);
-}
-
-/// A real redis-server on a free loopback port, killed on drop.
-struct Redis {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Redis {
-    fn start() -> Redis {
-        Redis::start_on(free_addr())
-    }
-
-    fn start_on(addr: SocketAddr) -> Redis {
-        let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &addr.port().to_string(), "--save", "", "--appendonly", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("redis-server is missing: run scripts/test.sh, which installs it");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(addr).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not listen");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Redis { child, addr }
-    }
-}
-
-impl Drop for Redis {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[tokio::test]

@@ -108,9 +108,9 @@ impl RateLimits {
     /// Calls decided without Redis while it could not answer: (served,
     /// refused).
     pub fn store_failures(&self) -> (u64, u64) {
-        self.shared.as_ref().map_or((0, 0), |s| {
-            (s.failed_open.load(Ordering::Relaxed), s.failed_closed.load(Ordering::Relaxed))
-        })
+        self.shared
+            .as_ref()
+            .map_or((0, 0), |s| (s.failed_open.load(Ordering::Relaxed), s.failed_closed.load(Ordering::Relaxed)))
     }
 
     /// Counts a call by `caller` to `key` against every limit that applies,
@@ -135,8 +135,7 @@ impl RateLimits {
         if matching.is_empty() {
             return Ok(());
         }
-        let buckets: Vec<_> =
-            matching.iter().map(|l| (&l.config, l.interval, l.tolerance, l.key(caller))).collect();
+        let buckets: Vec<_> = matching.iter().map(|l| (&l.config, l.interval, l.tolerance, l.key(caller))).collect();
         match shared.take(&buckets).await {
             Ok(Taken::Counted) => Ok(()),
             Ok(Taken::Full { index, wait }) => {

@@ -18,13 +18,15 @@
 //! `replies.rs` (what a tool server answers), `tool_server.rs` (a real OTC
 //! tool server), `config.rs` (gateway.toml for a test), `gateway.rs` (the
 //! real binary, started and driven), `http.rs` (a plain HTTP/1 client),
-//! `kv2.rs` (a server answering as Vault's KV v2 API does) and `oidc.rs` (a
-//! real OpenID Connect provider, and a browser to click through it).
+//! `kv2.rs` (a server answering as Vault's KV v2 API does), `oidc.rs` (a
+//! real OpenID Connect provider, and a browser to click through it) and
+//! `fleet.rs` (redis-server and nginx, for replicas sharing state).
 
 #![allow(dead_code)]
 
 mod catalogs;
 mod config;
+pub mod fleet;
 mod gateway;
 mod http;
 pub mod kv2;
