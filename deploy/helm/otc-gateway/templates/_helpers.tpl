@@ -55,8 +55,8 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
-gateway.toml: .Values.config through tpl, plus the [idempotency] section
-when redis.enabled.
+gateway.toml: .Values.config through tpl, plus the [state] and
+[idempotency] sections when redis.enabled.
 */}}
 {{- define "otc-gateway.config" -}}
 {{- $config := tpl .Values.config . | trimSuffix "\n" }}
@@ -65,10 +65,20 @@ when redis.enabled.
 {{- if regexMatch "(?m)^\\s*\\[idempotency\\]" $config }}
 {{- fail "redis.enabled: the chart writes the [idempotency] section itself; remove the one in config (set redis.ttl instead)" }}
 {{- end }}
+{{- if regexMatch "(?m)^\\s*\\[state\\]" $config }}
+{{- fail "redis.enabled: the chart writes the [state] section itself; remove the one in config" }}
+{{- end }}
 
-# Added by the chart (redis.enabled): replicas share idempotency entries in Redis.
+# Added by the chart (redis.enabled): replicas share rate-limit buckets and
+# idempotency entries in Redis.
+[state]
+{{- if .Values.redis.existingSecret }}
+redis = "env:OTC_REDIS_URL"
+{{- else }}
+redis = {{ required "redis.url or redis.existingSecret is required when redis.enabled" .Values.redis.url | quote }}
+{{- end }}
+
 [idempotency]
-store = {{ required "redis.url is required when redis.enabled" .Values.redis.url | quote }}
 ttl = {{ .Values.redis.ttl | default "10m" | quote }}
 {{- end }}
 {{- end }}
