@@ -34,10 +34,11 @@ case "$what" in
   scale) python3 benches/load/scale.py "$@" ;;
   micro) cargo bench --locked --bench hot_path ;;
   instructions) apt_install valgrind; python3 benches/load/instructions.py "$@" ;;
+  shared-limits) apt_install redis-server; python3 benches/load/shared_limits.py "$@" ;;
   all)
     python3 benches/load/proxy_vs_nginx.py
     python3 benches/load/scale.py
     cargo bench --locked --bench hot_path
     ;;
-  *) echo "usage: benches/run.sh [--plain] [load|scale|micro|instructions|all]" >&2; exit 2 ;;
+  *) echo "usage: benches/run.sh [--plain] [load|scale|micro|instructions|shared-limits|all]" >&2; exit 2 ;;
 esac
