@@ -225,3 +225,27 @@ async fn a_dead_replica_costs_no_calls() {
     dead.wait_exit(Duration::from_secs(10)).await;
     assert_eq!(count(nginx.addr, ALICE, "Open.Add", 30).await, (30, 0), "nginx moved on to the live replicas");
 }
+
+#[tokio::test]
+async fn a_redis_that_accepts_and_never_answers_holds_no_call_up() {
+    // A black hole: connections are accepted and never answered.
+    let hole = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let hole_addr = hole.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = hole.accept().await {
+            held.push(stream);
+        }
+    });
+    let tools = tools().await;
+    let limits = "[[rate_limit]]\nname = \"open\"\ntools = [\"Open.*\"]\nper = \"global\"\nrate = \"1/m\"\n";
+    let gw = config(&tools, &format!("redis://{hole_addr}"), limits).start_with_env(&ENV).await;
+    gw.wait_for_tool("Open.Add@1.0.0").await;
+    let started = Instant::now();
+    for _ in 0..20 {
+        call(gw.addr, ALICE, "Open.Add", None).await.expect_status(200);
+    }
+    // At most a 250 ms wait after each failure, and a second's pause between
+    // tries: twenty calls in well under 20 x 250 ms.
+    assert!(started.elapsed() < Duration::from_secs(4), "calls waited on Redis: {:?}", started.elapsed());
+}
