@@ -9,7 +9,12 @@ upstream and Redis share CPU 1. Runs alternate, the order flipping every
 round. Reported: requests per second, the gateway's CPU per request, and
 Redis's CPU per request in the shared runs.
 
-Usage: python3 benches/load/shared_limits.py [--rounds 5] [--seconds 10] [--connections 50]
+With `--fleet`: three gateways sharing the Redis behind nginx round-robin
+(the fleet test's setup, under load), a global limit of 100 calls a second
+(burst 100) on the call, one saturating wrk run: how many calls the fleet
+served against what the limit allows, and the fleet's throughput.
+
+Usage: python3 benches/load/shared_limits.py [--rounds 5] [--seconds 10] [--connections 50] [--fleet]
 """
 
 import argparse
@@ -23,7 +28,7 @@ import benchlib as b
 from proxy_vs_nginx import BODY, TOOL
 
 
-def gateway_config(gw_port, admin_port, up_port, state):
+def gateway_config(gw_port, admin_port, up_port, state, rate="1000000/s", burst=1000000):
     return f"""
 [server]
 listen = "127.0.0.1:{gw_port}"
@@ -44,8 +49,8 @@ BENCH_API_KEY = "env:BENCH_API_KEY"
 name = "bench"
 tools = ["Bench.*"]
 per = "global"
-rate = "1000000/s"
-burst = 1000000
+rate = "{rate}"
+burst = {burst}
 {state}
 """
 
@@ -55,7 +60,10 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--connections", type=int, default=50)
+    ap.add_argument("--fleet", action="store_true", help="three gateways behind nginx, one global limit")
     args = ap.parse_args()
+    if args.fleet:
+        return fleet(args)
 
     work = Path(tempfile.mkdtemp(prefix="otc-bench-"))
     work.chmod(0o755)
@@ -110,6 +118,52 @@ def main():
         b.say(f"redis-server cpu per shared call:                  {redis_cpu / shared_requests * 1e6:.1f} us (at most)")
         b.say(f"median ratio redis/memory, requests per second:     {rps_ratio:.3f}")
         b.say(f"median ratio redis/memory, requests per CPU second: {cpu_ratio:.3f} (the gateway's CPU)")
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+def fleet(args):
+    work = Path(tempfile.mkdtemp(prefix="otc-bench-"))
+    work.chmod(0o755)
+    (work / "catalog.json").write_text(json.dumps({"$schema": "otc://1.0", "tools": [TOOL]}))
+    up_port, redis_port, lb_port = (b.free_port() for _ in range(3))
+    ports = [(b.free_port(), b.free_port()) for _ in range(3)]
+    procs = []
+    try:
+        procs.append(b.start_nginx("upstream", b.DOLLAR + b.upstream_server_block(up_port, work / "catalog.json"),
+                                   b.LOAD_CPU, work))
+        procs.append(b.Pinned("redis", ["redis-server", "--bind", "127.0.0.1", "--port", str(redis_port),
+                                        "--save", "", "--appendonly", "no"], b.LOAD_CPU, work))
+        state = f'[state]\nredis = "redis://127.0.0.1:{redis_port}"'
+        for i, (port, admin) in enumerate(ports):
+            procs.append(b.start_gateway(f"gateway-{i}", gateway_config(port, admin, up_port, state, "100/s", 100),
+                                         b.PROXY_CPU, work, {"BENCH_API_KEY": "bench-secret-value"}))
+        servers = "".join(f"    server 127.0.0.1:{port};\n" for port, _ in ports)
+        procs.append(b.start_nginx("balancer", f"""
+  upstream gateways {{
+{servers}    keepalive 64;
+  }}
+  server {{
+    listen 127.0.0.1:{lb_port} backlog=4096;
+    location / {{ proxy_pass http://gateways; proxy_http_version 1.1; proxy_set_header Connection "";
+                 proxy_set_header Host $host; }}
+  }}""", b.PROXY_CPU, work))
+        for port, _ in ports:
+            b.wait_http(f"http://127.0.0.1:{port}/health")
+            for _ in range(200):
+                if b"Bench.Add" in b.wait_http(f"http://127.0.0.1:{port}/tools"):
+                    break
+                time.sleep(0.05)
+        b.wait_http(f"http://127.0.0.1:{lb_port}/health")
+        time.sleep(1.5)  # the burst refills after the readiness checks
+        r = b.wrk(f"http://127.0.0.1:{lb_port}/tools/call", args.seconds, args.connections, BODY)
+        served = r["requests"] - r["errors"]
+        allowed = 100 + 100 * r["seconds"]
+        b.say(f"# fleet: 3 gateways + nginx on CPU {b.PROXY_CPU}, wrk + upstream + Redis on CPU {b.LOAD_CPU}, "
+              f"{args.seconds}s, {args.connections} connections, global limit 100/s burst 100")
+        b.say(f"requests {r['requests']} ({r['rps']:.0f}/s), served {served}, limited {r['errors']}")
+        b.say(f"the limit allows {allowed:.0f} in {r['seconds']:.1f}s: served / allowed = {served / allowed:.3f}")
     finally:
         for p in reversed(procs):
             p.stop()
