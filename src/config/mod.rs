@@ -566,6 +566,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn fleet_keys_parse_and_refuse_what_they_must() {
+        let config = Config::parse(
+            "[state]\nredis = \"env:REDIS_URL\"\n[catalog]\njitter = \"2s\"\n\
+             [[rate_limit]]\nname = \"x\"\ntools = [\"A.*\"]\nper = \"global\"\nrate = \"1/s\"\nfail = \"closed\"\n",
+            "test",
+        )
+        .expect("parses");
+        assert_eq!(config.catalog.jitter, Duration::from_secs(2));
+        assert_eq!(config.rate_limit[0].fail, FailMode::Closed);
+        assert_eq!(Config::parse("", "test").expect("empty").catalog.jitter, Duration::ZERO);
+        assert!(Config::parse("[state]\nredis = \"redis://:pw@127.0.0.1:6379/0\"\n", "test").is_ok());
+        for bad in ["http://x", "vault:secret/r#url", "env:R_{user_id}", "redis//nope"] {
+            let e = Config::parse(&format!("[state]\nredis = \"{bad}\"\n"), "test").expect_err(bad).to_string();
+            assert!(e.contains("state.redis"), "{bad}: {e}");
+        }
+        // The password of a refused URL is not repeated.
+        let e = Config::parse("[state]\nredis = \"rediss://:hunter2@x:1\"\n", "test").expect_err("rediss").to_string();
+        assert!(!e.contains("hunter2"), "{e}");
+    }
+
+    #[test]
     fn a_configured_version_follows_the_catalogs_grammar() {
         #[derive(Deserialize)]
         struct Holder {
