@@ -352,7 +352,7 @@ pub async fn inject_context(
                         Ok(token) => Some(token.into_exposed()),
                         Err(TokenError::Authorize(ask)) => {
                             let public_url = gateway.public_url(runtime);
-                            let issued = runtime.oauth.challenge(id, user, ask, &public_url, &gateway.metrics);
+                            let issued = runtime.oauth.challenge(id, user, ask, &public_url, &gateway.metrics).await;
                             let issued = issued.map_err(|source| RequestError::AuthorizationUnavailable {
                                 provider: id.clone(),
                                 source,

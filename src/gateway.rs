@@ -141,7 +141,8 @@ impl Runtime {
         let rate_limits = RateLimits::new(&config.rate_limit, previous.map(|old| &old.rate_limits), shared_buckets);
         let browser = BrowserPolicy::new(&config);
         // Links, flows and the open embedded store carry over a reload.
-        let oauth = Arc::new(OAuth::build(&config, secrets.clone(), previous.map(|old| &*old.oauth)).await?);
+        let redis = shared_redis.as_ref().map(|url| url.expose());
+        let oauth = Arc::new(OAuth::build(&config, secrets.clone(), previous.map(|old| &*old.oauth), redis).await?);
         Ok(Runtime {
             config,
             upstreams,

@@ -131,7 +131,10 @@ pub(crate) async fn caller_step(
     let user = caller.user_id.as_deref().filter(|_| caller.kind != CallerKind::Anonymous);
     match *request {
         OAuthRequest::Check { provider, check } => {
-            let status = user.and_then(|user| oauth.status(provider, check, user));
+            let status = match user {
+                Some(user) => oauth.status(provider, check, user).await,
+                None => None,
+            };
             match status {
                 Some(status) => Ok(json(200, serde_json::json!({ "status": status.as_str() }))),
                 // Another caller's check id answers as one never issued.

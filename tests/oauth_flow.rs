@@ -642,3 +642,60 @@ async fn the_demo_flow_can_be_clicked_through() {
     assert_eq!(resp.status, 200, "{}", resp.text());
     assert!(resp.text().contains("Lunch?"), "{}", resp.text());
 }
+
+// ---------------------------------------------------------------------------
+// A fleet: challenges in Redis, grants in Vault
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn behind_a_balancer_a_link_and_its_callback_may_reach_different_replicas() {
+    use common::fleet::{Nginx, Redis};
+    let redis = Redis::start();
+    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    let idp = OidcProvider::start(json!({"scopes": ["mail.read", "mail.send"]})).await;
+    let tools = ToolServer::start(common::catalog(mail_tools())).await;
+    tools.on_call(echo);
+    let balancer = common::free_addr();
+    let public_url = format!("http://{balancer}");
+    let config = config(&tools, &idp, &state_dir(), "store = \"vault:secret/oauth/idp/{user_id}\"")
+        .server_line(&format!("public_url = \"{public_url}\""))
+        .raw(&format!("\n[vault]\naddress = \"{}\"\ntoken = \"env:OAUTH_VAULT_TOKEN\"\n", vault.url()));
+    // `[state]` is in the config already (its dir): add redis to it.
+    let toml = config.toml().replace("[state]\n", &format!("[state]\nredis = \"{}\"\n", redis.url()));
+    let one = Gateway::start_with_env(&toml, &ENV).await;
+    let two = Gateway::start_with_env(&toml, &ENV).await;
+    one.wait_for_tool("Mail.Read@1.0.0").await;
+    two.wait_for_tool("Mail.Read@1.0.0").await;
+    let nginx = Nginx::start_on(balancer, &[one.addr, two.addr]);
+    idp.register_client(CLIENT_ID, CLIENT_SECRET, &[format!("{public_url}/oauth/idp/callback")]).await;
+
+    let through = |key: &'static str| async move {
+        let body = json!({"request": {"tool_id": "Mail.Read", "input": {}}}).to_string();
+        let headers = [("content-type", "application/json"), ("oxp-api-key", key)];
+        send_with_headers(nginx.addr, "POST", "/tools/call", Bytes::from(body), &headers).await
+    };
+    let challenged = through(ALICE).await;
+    let challenge = challenged.server_error(400)["missing_requirements"]["authorization"][0].clone();
+    let (url, check) = (challenge["url"].as_str().expect("url"), challenge["check_url"].as_str().expect("check"));
+    assert!(url.starts_with(&format!("{public_url}/oauth/idp/start/")), "{url}");
+
+    // Round robin: the link opens on one replica, the callback lands on the
+    // other (requests alternate), and the challenge completes all the same.
+    let page = Browser::new().follow_as(url, "alice").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("can now be used"), "{}", page.body);
+    for gw in [&one, &two] {
+        let path = check.strip_prefix(&public_url).expect("under public_url");
+        let resp = send_with_headers(gw.addr, "GET", path, Bytes::new(), &[("oxp-api-key", ALICE)]).await;
+        assert_eq!(resp.json()["status"], "completed", "every replica knows the challenge ended");
+        let resp = send_with_headers(gw.addr, "GET", path, Bytes::new(), &[("oxp-api-key", BOB)]).await;
+        assert_eq!(resp.status, 404, "nor does bob, on any replica");
+    }
+    for _ in 0..4 {
+        through(ALICE).await.result();
+    }
+    through(BOB).await.server_error(400);
+    // A link opens once for the whole fleet.
+    let again = Browser::new().get_no_follow(url).await;
+    assert_eq!(again.status, 400, "{}", again.body);
+}

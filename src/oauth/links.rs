@@ -19,7 +19,7 @@ const MAX_PER_USER: usize = 20;
 /// Open links and flows in all, beyond which the oldest are dropped.
 const MAX_ENTRIES: usize = 100_000;
 /// How long a finished link's status stays readable at its `check_url`.
-const STATUS_KEPT: Duration = Duration::from_secs(600);
+pub(super) const STATUS_KEPT: Duration = Duration::from_secs(600);
 
 /// What `check_url` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,8 +80,32 @@ pub(super) struct Flow {
     expires: Instant,
 }
 
+impl Flow {
+    /// A flow of the link `link_id` (as its store names it) with `left` to
+    /// run.
+    pub(super) fn new(
+        link_id: String,
+        provider: &str,
+        user: &str,
+        scopes: BTreeSet<String>,
+        verifier: String,
+        redirect_uri: String,
+        left: Duration,
+    ) -> Flow {
+        Flow {
+            link_id,
+            provider: provider.to_owned(),
+            user: user.to_owned(),
+            scopes,
+            verifier,
+            redirect_uri,
+            expires: Instant::now() + left,
+        }
+    }
+}
+
 /// Why a link or a callback's state cannot be used.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(super) enum Refusal {
     /// Never issued (or forgotten), or for another provider.
     Unknown,
@@ -89,6 +113,8 @@ pub(super) enum Refusal {
     Expired,
     /// Opened before: links are single-use.
     Used,
+    /// The shared store could not answer.
+    Unavailable(OAuthError),
 }
 
 #[derive(Default, Debug)]

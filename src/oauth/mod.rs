@@ -6,10 +6,12 @@
 //! when the grant lives in Vault) and forgets and revokes it on disconnect.
 //!
 //! - `provider.rs`: endpoints, the authorization request, the token endpoint.
-//! - `links.rs`: issued links, their status, and each flow's `state`.
+//! - `links.rs`: issued links, their status, and each flow's `state`, in
+//!   memory; `links_redis.rs`: the same in Redis, shared by a fleet.
 //! - `store.rs`: the grants, embedded (sealed, `seal.rs`) or in Vault.
 
 mod links;
+mod links_redis;
 mod provider;
 mod seal;
 mod store;
@@ -20,7 +22,8 @@ use std::time::Duration;
 
 pub use links::LinkStatus;
 
-use self::links::{Links, Refusal};
+use self::links::{Flow, Links, Refusal};
+use self::links_redis::RedisLinks;
 use self::provider::{Provider, Refreshed};
 use self::seal::Sealer;
 use self::store::{now, EmbeddedStore, GrantStore};
@@ -113,18 +116,32 @@ pub struct OAuth {
     providers: HashMap<String, (Provider, GrantStore)>,
     secrets: Arc<SecretResolver>,
     shared: Arc<Shared>,
+    /// With `[state] redis`: the challenges live there instead of `shared.links`.
+    redis_links: Option<Arc<RedisLinks>>,
 }
 
 impl OAuth {
     /// The managed providers of `config`. Links, flows, refresh locks and
     /// the embedded store (when `[state]` is unchanged) carry over from the
     /// runtime before a reload.
+    ///
+    /// With `redis` (`[state] redis`, resolved), challenges are kept there,
+    /// so any replica can open a link or take its callback.
     pub async fn build(
         config: &Config,
         secrets: Arc<SecretResolver>,
         previous: Option<&OAuth>,
+        redis: Option<&str>,
     ) -> Result<OAuth, OAuthError> {
         let shared = previous.map(|p| p.shared.clone()).unwrap_or_default();
+        let any_managed = config.authorization.values().any(|s| s.is_managed());
+        let redis_links = match redis.filter(|_| any_managed) {
+            None => None,
+            Some(url) => match previous.and_then(|p| p.redis_links.as_ref()).filter(|l| l.is_for(url)) {
+                Some(kept) => Some(kept.clone()),
+                None => Some(Arc::new(RedisLinks::connect(url)?)),
+            },
+        };
         let mut providers = HashMap::new();
         for (id, section) in config.authorization.iter().filter(|(_, s)| s.is_managed()) {
             let store = match &section.store {
@@ -133,7 +150,7 @@ impl OAuth {
             };
             providers.insert(id.clone(), (Provider::new(id, section)?, store));
         }
-        Ok(OAuth { providers, secrets, shared })
+        Ok(OAuth { providers, secrets, shared, redis_links })
     }
 
     /// Whether the gateway runs the flow for `provider`.
@@ -270,7 +287,7 @@ impl OAuth {
 
     /// A new challenge for `user` at `provider` asking `scopes`, its links
     /// under `public_url`.
-    pub fn challenge(
+    pub async fn challenge(
         &self,
         provider: &str,
         user: &str,
@@ -279,7 +296,10 @@ impl OAuth {
         metrics: &Metrics,
     ) -> Result<Challenge, OAuthError> {
         let ttl = self.providers.get(provider).map_or(Duration::from_secs(600), |(p, _)| p.config.link_ttl);
-        let (link, check) = self.shared.links.issue(provider, user, scopes, ttl)?;
+        let (link, check) = match &self.redis_links {
+            Some(redis) => redis.issue(provider, user, scopes, ttl).await?,
+            None => self.shared.links.issue(provider, user, scopes, ttl)?,
+        };
         metrics.record_oauth_challenge(provider, "issued");
         Ok(Challenge {
             url: format!("{public_url}/oauth/{provider}/start/{link}"),
@@ -293,12 +313,15 @@ impl OAuth {
         let redirect_uri = callback_url(public_url, provider);
         // 32 random bytes: a 43-character verifier (RFC 7636 4.1).
         let verifier = seal::random_id(32)?;
-        let (state, flow) =
-            self.shared.links.open(provider, link_id, verifier, redirect_uri.clone()).map_err(refusal)?;
+        let opened = match &self.redis_links {
+            Some(redis) => redis.open(provider, link_id, verifier, redirect_uri.clone()).await,
+            None => self.shared.links.open(provider, link_id, verifier, redirect_uri.clone()),
+        };
+        let (state, flow) = opened.map_err(refusal)?;
         match p.authorization_request(&self.secrets, &redirect_uri, &flow.scopes, &state, &flow.verifier).await {
             Ok(url) => Ok(url),
             Err(e) => {
-                self.shared.links.finish(&flow.link_id, LinkStatus::Failed);
+                self.finish(&flow, LinkStatus::Failed).await;
                 Err(e.into())
             }
         }
@@ -315,7 +338,11 @@ impl OAuth {
     ) -> Result<(), FlowError> {
         let (p, store) = self.provider(provider)?;
         let state = state.ok_or(FlowError::BadCallback("state"))?;
-        let flow = self.shared.links.take_flow(provider, state).map_err(refusal)?;
+        let taken = match &self.redis_links {
+            Some(redis) => redis.take_flow(provider, state).await,
+            None => self.shared.links.take_flow(provider, state),
+        };
+        let flow = taken.map_err(refusal)?;
         let outcome = match (code, error) {
             (_, Some(error)) => Err(FlowError::Refused(error.chars().take(100).collect())),
             (Some(code), None) => {
@@ -330,14 +357,25 @@ impl OAuth {
             Ok(()) => (LinkStatus::Completed, "completed"),
             Err(_) => (LinkStatus::Failed, "failed"),
         };
-        self.shared.links.finish(&flow.link_id, status);
+        self.finish(&flow, status).await;
         metrics.record_oauth_challenge(provider, label);
         outcome
     }
 
     /// A link's status for its own caller; `None` for anyone else.
-    pub fn status(&self, provider: &str, check_id: &str, user: &str) -> Option<LinkStatus> {
-        self.shared.links.status(provider, check_id, user)
+    pub async fn status(&self, provider: &str, check_id: &str, user: &str) -> Option<LinkStatus> {
+        match &self.redis_links {
+            Some(redis) => redis.status(provider, check_id, user).await,
+            None => self.shared.links.status(provider, check_id, user),
+        }
+    }
+
+    /// Records how a flow ended, where its link is kept.
+    async fn finish(&self, flow: &Flow, status: LinkStatus) {
+        match &self.redis_links {
+            Some(redis) => redis.finish(&flow.link_id, status).await,
+            None => self.shared.links.finish(&flow.link_id, status),
+        }
     }
 
     /// Forgets the caller's grant and revokes it at the provider when it
@@ -367,6 +405,7 @@ fn refusal(refusal: Refusal) -> FlowError {
         Refusal::Unknown => FlowError::UnknownLink,
         Refusal::Expired => FlowError::Expired,
         Refusal::Used => FlowError::Used,
+        Refusal::Unavailable(e) => FlowError::Failed(e),
     }
 }
 

@@ -57,7 +57,11 @@ impl Nginx {
     /// One worker; a backend that refuses connections is skipped (a request
     /// not yet sent goes to the next one) and left alone for 10 s.
     pub fn start(backends: &[SocketAddr]) -> Nginx {
-        let addr = free_addr();
+        Nginx::start_on(free_addr(), backends)
+    }
+
+    /// The same, listening on `addr` (when the backends must know it first).
+    pub fn start_on(addr: SocketAddr, backends: &[SocketAddr]) -> Nginx {
         let dir = temp_file("nginx", "d", "");
         std::fs::remove_file(&dir).unwrap();
         std::fs::create_dir_all(&dir).unwrap();
