@@ -655,18 +655,35 @@ async fn behind_a_balancer_a_link_and_its_callback_may_reach_different_replicas(
     let idp = OidcProvider::start(json!({"scopes": ["mail.read", "mail.send"]})).await;
     let tools = ToolServer::start(common::catalog(mail_tools())).await;
     tools.on_call(echo);
-    let balancer = common::free_addr();
-    let public_url = format!("http://{balancer}");
     let config = config(&tools, &idp, &state_dir(), "store = \"vault:secret/oauth/idp/{user_id}\"")
-        .server_line(&format!("public_url = \"{public_url}\""))
         .raw(&format!("\n[vault]\naddress = \"{}\"\ntoken = \"env:OAUTH_VAULT_TOKEN\"\n", vault.url()));
     // `[state]` is in the config already (its dir): add redis to it.
-    let toml = config.toml().replace("[state]\n", &format!("[state]\nredis = \"{}\"\n", redis.url()));
-    let one = Gateway::start_with_env(&toml, &ENV).await;
-    let two = Gateway::start_with_env(&toml, &ENV).await;
+    let with_redis =
+        |config: &GatewayConfig| config.toml().replace("[state]\n", &format!("[state]\nredis = \"{}\"\n", redis.url()));
+    let one = Gateway::start_with_env(&with_redis(&config), &ENV).await;
+    let two = Gateway::start_with_env(&with_redis(&config), &ENV).await;
     one.wait_for_tool("Mail.Read@1.0.0").await;
     two.wait_for_tool("Mail.Read@1.0.0").await;
-    let nginx = Nginx::start_on(balancer, &[one.addr, two.addr]);
+    // The balancer's address is the fleet's public_url, given by a reload
+    // once nginx listens (choosing a port ahead could race the gateways' own).
+    let nginx = Nginx::start(&[one.addr, two.addr]);
+    let public_url = format!("http://{}", nginx.addr);
+    let reloaded = with_redis(&config.server_line(&format!("public_url = \"{public_url}\"")));
+    for gw in [&one, &two] {
+        gw.rewrite_config(&reloaded);
+        gw.signal("HUP");
+    }
+    for gw in [&one, &two] {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let metrics = common::send(gw.admin, "GET", "/metrics", Bytes::new(), None).await.text();
+            if metric(&metrics, "otc_gateway_config_generation") >= 2 {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "a replica did not reload");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
     idp.register_client(CLIENT_ID, CLIENT_SECRET, &[format!("{public_url}/oauth/idp/callback")]).await;
 
     let through = |key: &'static str| async move {
