@@ -217,6 +217,11 @@ impl OAuth {
         let unavailable = TokenError::Unavailable;
         let deadline = tokio::time::Instant::now() + REFRESH_LEASE;
         loop {
+            // Check-and-set races and another replica's lease are waited out
+            // for one lease's length at most.
+            if tokio::time::Instant::now() >= deadline {
+                return Err(unavailable(OAuthError::Provider("the grant's refresh did not settle in time".into())));
+            }
             let Some(current) = store.get_versioned(&p.id, user).await.map_err(unavailable)? else {
                 return Err(TokenError::Authorize(BTreeSet::new()));
             };
@@ -227,11 +232,6 @@ impl OAuth {
             if store.is_shared() {
                 // Another replica holds the lease: wait for its result.
                 if current.grant.refreshing_until.is_some_and(|until| until > now()) {
-                    if tokio::time::Instant::now() >= deadline {
-                        return Err(unavailable(OAuthError::Provider(
-                            "another replica's refresh did not finish".into(),
-                        )));
-                    }
                     tokio::time::sleep(LEASE_POLL).await;
                     continue;
                 }
