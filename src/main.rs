@@ -125,7 +125,10 @@ fn start(config: Config, path: PathBuf) -> ExitCode {
 /// `check`: policy patterns against the upstreams' current catalogs. A
 /// pattern that matches no tool is a warning (a typo, or a tool not published
 /// yet), never an error; unreachable upstreams are named.
-fn warn_unmatched_patterns(config: Config) {
+fn warn_unmatched_patterns(mut config: Config) {
+    // The patterns need the catalog only: the OAuth grant store (a running
+    // gateway may hold it) is neither opened nor created for a check.
+    config.authorization.retain(|_, section| !section.is_managed());
     let tokio = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(tokio) => tokio,
         Err(e) => return eprintln!("warning: policy patterns not checked against the catalog: {e}"),

@@ -219,3 +219,32 @@ allow = ["Calculator.*", "Calculatr.*"]
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("upstream calc: catalog not fetched"), "{stderr}");
 }
+
+/// `check` with policies builds a gateway to compare patterns with the
+/// catalog; it must not open, create or lock the OAuth grant store (a
+/// running gateway may hold it).
+#[test]
+fn check_leaves_the_oauth_state_alone() {
+    let dir = temp_file("check-state", "d", "");
+    std::fs::remove_file(&dir).unwrap();
+    let toml = format!(
+        r#"
+[[policy]]
+name = "all"
+when = {{ any = true }}
+allow = ["*"]
+
+[authorization.idp]
+issuer = "https://id.example"
+client_id = "c"
+
+[state]
+dir = "{}"
+"#,
+        dir.display()
+    );
+    let out = check(&toml);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!dir.exists(), "check created the state directory {}", dir.display());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("not checked"), "{}", String::from_utf8_lossy(&out.stderr));
+}
