@@ -41,9 +41,47 @@ struct Limit {
     /// How far ahead of now a bucket's theoretical arrival time may run: the
     /// burst's worth of intervals.
     tolerance: u64,
-    /// Per bucket key (the caller, or "" for a global limit): the
-    /// theoretical arrival time, in nanoseconds since the epoch.
-    buckets: Mutex<HashMap<String, u64>>,
+    /// The theoretical arrival times, in nanoseconds since the epoch.
+    buckets: Mutex<Buckets>,
+}
+
+/// One limit's buckets: one per authenticated user, and the one a global
+/// limit (or every anonymous caller of a per-user limit) counts in, apart
+/// from every user's, so no user id, not even "anonymous" or "", names it.
+#[derive(Default)]
+struct Buckets {
+    users: HashMap<String, u64>,
+    shared: Option<u64>,
+}
+
+/// The bucket a call counts against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Bucket<'c> {
+    /// A global limit's one bucket.
+    Global,
+    /// A per-user limit's bucket of the callers without a user id.
+    Anonymous,
+    /// A per-user limit's bucket of this authenticated user.
+    User(&'c str),
+}
+
+impl Buckets {
+    fn get(&mut self, bucket: Bucket<'_>) -> Option<&mut u64> {
+        match bucket {
+            Bucket::User(user) => self.users.get_mut(user),
+            Bucket::Global | Bucket::Anonymous => self.shared.as_mut(),
+        }
+    }
+
+    fn set(&mut self, bucket: Bucket<'_>, tat: u64) {
+        match (bucket, self.get(bucket)) {
+            (_, Some(old)) => *old = tat,
+            (Bucket::User(user), None) => {
+                self.users.insert(user.to_owned(), tat);
+            }
+            (Bucket::Global | Bucket::Anonymous, None) => self.shared = Some(tat),
+        }
+    }
 }
 
 impl std::fmt::Debug for RateLimits {
@@ -65,17 +103,17 @@ impl Limit {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u64>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Buckets> {
         // Nothing panics while holding it; the map is consistent anyway.
         self.buckets.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The bucket a caller's call counts against.
-    fn key<'c>(&self, caller: &'c Caller) -> &'c str {
+    fn bucket<'c>(&self, caller: &'c Caller) -> Bucket<'c> {
         match (self.config.per, caller.kind, &caller.user_id) {
-            (Per::Global, _, _) => "",
-            (Per::User, CallerKind::Anonymous, _) | (Per::User, _, None) => "anonymous",
-            (Per::User, _, Some(user)) => user.as_str(),
+            (Per::Global, _, _) => Bucket::Global,
+            (Per::User, CallerKind::Anonymous, _) | (Per::User, _, None) => Bucket::Anonymous,
+            (Per::User, _, Some(user)) => Bucket::User(user),
         }
     }
 }
@@ -135,7 +173,7 @@ impl RateLimits {
         if matching.is_empty() {
             return Ok(());
         }
-        let buckets: Vec<_> = matching.iter().map(|l| (&l.config, l.interval, l.tolerance, l.key(caller))).collect();
+        let buckets: Vec<_> = matching.iter().map(|l| (&l.config, l.interval, l.tolerance, l.bucket(caller))).collect();
         match shared.take(&buckets).await {
             Ok(Taken::Counted) => Ok(()),
             Ok(Taken::Full { index, wait }) => {
@@ -172,8 +210,8 @@ impl RateLimits {
         let mut now = None;
         for limit in self.limits.iter().filter(|l| l.config.tools.iter().any(|p| p.matches(key))) {
             let now = *now.get_or_insert_with(|| self.now());
-            let buckets = limit.lock();
-            let tat = buckets.get(limit.key(caller)).copied().unwrap_or(now).max(now);
+            let mut buckets = limit.lock();
+            let tat = buckets.get(limit.bucket(caller)).copied().unwrap_or(now).max(now);
             let next = tat.saturating_add(limit.interval);
             if next - now > limit.tolerance {
                 return Err((limit.config.name.clone(), Duration::from_nanos(next - now - limit.tolerance)));
@@ -181,12 +219,7 @@ impl RateLimits {
             admitted.push((limit, buckets, next));
         }
         for (limit, mut buckets, next) in admitted {
-            match buckets.get_mut(limit.key(caller)) {
-                Some(tat) => *tat = next,
-                None => {
-                    buckets.insert(limit.key(caller).to_owned(), next);
-                }
-            }
+            buckets.set(limit.bucket(caller), next);
         }
         Ok(())
     }
@@ -201,8 +234,8 @@ impl RateLimits {
         let now = self.now();
         for limit in self.limits.iter().filter(|l| l.config.per == Per::User) {
             let mut buckets = limit.lock();
-            buckets.retain(|_, tat| *tat > now);
-            buckets.shrink_to_fit();
+            buckets.users.retain(|_, tat| *tat > now);
+            buckets.users.shrink_to_fit();
         }
     }
 }
@@ -226,7 +259,7 @@ mod tests {
     }
 
     fn per_user_buckets(limits: &RateLimits) -> usize {
-        limits.limits.iter().filter(|l| l.config.per == Per::User).map(|l| l.lock().len()).sum()
+        limits.limits.iter().filter(|l| l.config.per == Per::User).map(|l| l.lock().users.len()).sum()
     }
 
     #[test]
@@ -238,6 +271,21 @@ mod tests {
         assert!(wait > Duration::from_secs(60));
         assert!(limits.check_local(&user("bob"), "Calc.Add").is_ok(), "another caller has its own bucket");
         assert!(limits.check_local(&user("ann"), "Mail.Send").is_ok(), "other tools are not limited");
+    }
+
+    #[test]
+    fn no_user_id_names_the_anonymous_or_global_bucket() {
+        let limits = limits(
+            "[[rate_limit]]\nname = \"u\"\ntools = [\"Calc.*\"]\nper = \"user\"\nrate = \"1/h\"\n\
+             [[rate_limit]]\nname = \"g\"\ntools = [\"Mail.*\"]\nper = \"global\"\nrate = \"1/h\"\n",
+        );
+        assert!(limits.check_local(&Caller::anonymous(), "Calc.Add").is_ok());
+        assert!(limits.check_local(&Caller::anonymous(), "Calc.Add").is_err(), "anonymous callers share one");
+        for name in ["anonymous", ""] {
+            assert!(limits.check_local(&user(name), "Calc.Add").is_ok(), "user {name:?} has a bucket of its own");
+        }
+        assert!(limits.check_local(&user(""), "Mail.Send").is_ok());
+        assert!(limits.check_local(&user("x"), "Mail.Send").is_err(), "one global bucket");
     }
 
     #[test]

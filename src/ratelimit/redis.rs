@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use sha2::{Digest, Sha256};
 
+use super::Bucket;
 use crate::config::{redact, RateLimitConfig};
 
 /// The longest a check waits for Redis, connecting included.
@@ -127,15 +128,18 @@ impl SharedBuckets {
         self.url_digest == <[u8; 32]>::from(Sha256::digest(url.as_bytes()))
     }
 
-    /// Counts one call in every bucket of `buckets` (limit, bucket key), or
-    /// in none.
-    pub(crate) async fn take(&self, buckets: &[(&RateLimitConfig, u64, u64, &str)]) -> Result<Taken, SharedError> {
+    /// Counts one call in every bucket of `buckets` (limit, interval and
+    /// tolerance in nanoseconds, bucket), or in none.
+    pub(crate) async fn take(
+        &self,
+        buckets: &[(&RateLimitConfig, u64, u64, Bucket<'_>)],
+    ) -> Result<Taken, SharedError> {
         if self.down_until.lock().unwrap_or_else(|p| p.into_inner()).is_some_and(|until| Instant::now() < until) {
             return Err(SharedError::Unavailable("paused after a recent failure".into()));
         }
         let mut invocation = self.script.prepare_invoke();
         for (limit, interval, tolerance, bucket) in buckets {
-            invocation.key(key(limit, bucket));
+            invocation.key(key(limit, *bucket));
             invocation.arg(interval / 1000).arg(tolerance / 1000);
         }
         let mut connection = self.connection.clone();
@@ -171,14 +175,35 @@ impl SharedBuckets {
     }
 }
 
-/// The Redis key of one bucket.
-fn key(limit: &RateLimitConfig, bucket: &str) -> String {
+/// The Redis key of one bucket: a user's digest never equals the shared
+/// bucket's (its input has a prefix the other lacks).
+fn key(limit: &RateLimitConfig, bucket: Bucket<'_>) -> String {
     let definition = format!("{:?}", (&limit.name, limit.per, limit.rate, limit.burst, &limit.tools));
     let limit_digest = Sha256::digest(definition.as_bytes());
-    let bucket_digest = Sha256::digest(bucket.as_bytes());
+    let bucket_digest = match bucket {
+        Bucket::Global | Bucket::Anonymous => Sha256::digest(b"shared"),
+        Bucket::User(user) => Sha256::digest(format!("user:{user}").as_bytes()),
+    };
     format!("otc-gateway:rl:v1:{}:{}", hex(&limit_digest[..8]), hex(&bucket_digest[..16]))
 }
 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_user_shares_a_key_with_the_shared_bucket() {
+        let limit: RateLimitConfig =
+            toml::from_str("name = \"u\"\ntools = [\"A.*\"]\nper = \"user\"\nrate = \"1/s\"\n").expect("limit");
+        let anonymous = key(&limit, Bucket::Anonymous);
+        for user in ["anonymous", "", "shared"] {
+            assert_ne!(key(&limit, Bucket::User(user)), anonymous, "{user:?}");
+        }
+        assert_ne!(key(&limit, Bucket::User("a")), key(&limit, Bucket::User("b")));
+        assert!(!anonymous.contains("anonymous"), "digests only: {anonymous}");
+    }
 }
