@@ -27,6 +27,7 @@ pub(crate) mod oauth_endpoint;
 pub(crate) mod policy;
 pub(crate) mod proxy;
 pub(crate) mod ratelimit;
+pub(crate) mod redis_client;
 pub(crate) mod reload;
 pub(crate) mod reply;
 pub mod resolve;

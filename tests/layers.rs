@@ -32,6 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "mcp",
             "upstream",
             "catalog",
+            "redis_client",
             "idempotency",
             "ratelimit",
             "policy",

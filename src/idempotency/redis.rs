@@ -22,11 +22,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::FromRedisValue;
 
 use super::{Claim, Fingerprint, IdempotencyError, Store, StoredCall, Token};
 use crate::config::redact;
+use crate::redis_client;
 
 /// Every key this store writes starts with this. `v2`: keys are scoped to
 /// their caller; entries written before (`otc-gateway:idem:<call_id>`, for
@@ -81,12 +82,7 @@ impl RedisStore {
         if !url.starts_with("redis://") {
             return Err(IdempotencyError::BadStore(shown));
         }
-        let client = redis::Client::open(url).map_err(|e| IdempotencyError::BadStore(format!("{shown}: {e}")))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(COMMAND_TIMEOUT))
-            .set_response_timeout(Some(COMMAND_TIMEOUT))
-            .set_number_of_retries(2);
-        let connection = ConnectionManager::new_lazy_with_config(client, config)
+        let connection = redis_client::connect(url, COMMAND_TIMEOUT, 2)
             .map_err(|e| IdempotencyError::BadStore(format!("{shown}: {e}")))?;
         let store = RedisStore { connection, ttl, down_until: Mutex::new(None) };
         match store.run::<String>(&redis::cmd("PING")).await {
@@ -103,10 +99,9 @@ impl RedisStore {
     /// Runs one command within [`COMMAND_TIMEOUT`]; a failure pauses claims.
     async fn run<T: FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, IdempotencyError> {
         let mut connection = self.connection.clone();
-        let error = match tokio::time::timeout(COMMAND_TIMEOUT, command.query_async::<T>(&mut connection)).await {
-            Ok(Ok(value)) => return Ok(value),
-            Ok(Err(e)) => IdempotencyError::Unavailable(e.to_string()),
-            Err(_) => IdempotencyError::Unavailable(format!("no answer within {COMMAND_TIMEOUT:?}")),
+        let error = match redis_client::bounded(COMMAND_TIMEOUT, command.query_async::<T>(&mut connection)).await {
+            Ok(value) => return Ok(value),
+            Err(e) => IdempotencyError::Unavailable(e),
         };
         *self.down_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + DOWN_PAUSE);
         Err(error)

@@ -11,13 +11,14 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::links::{Flow, LinkStatus, Refusal, STATUS_KEPT};
 use super::seal::random_id;
 use super::OAuthError;
+use crate::redis_client;
 
 /// The longest one Redis command of the flow may take.
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -104,6 +105,10 @@ fn key(kind: &str, digest: &str) -> String {
     format!("otc-gateway:oauth:v1:{kind}:{digest}")
 }
 
+fn store_error(reason: String) -> OAuthError {
+    OAuthError::Store(format!("redis: {reason}"))
+}
+
 fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
@@ -115,14 +120,8 @@ fn ms(d: Duration) -> u64 {
 impl RedisLinks {
     /// Links in the Redis at `url` (connected lazily).
     pub(super) fn connect(url: &str) -> Result<RedisLinks, OAuthError> {
-        let client =
-            redis::Client::open(url).map_err(|_| OAuthError::Setup("[state] redis is not a Redis URL".into()))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(TIMEOUT))
-            .set_response_timeout(Some(TIMEOUT))
-            .set_number_of_retries(1);
-        let connection = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(|e| OAuthError::Setup(format!("[state] redis: {e}")))?;
+        let connection =
+            redis_client::connect(url, TIMEOUT, 1).map_err(|e| OAuthError::Setup(format!("[state] redis: {e}")))?;
         Ok(RedisLinks {
             url_digest: Sha256::digest(url.as_bytes()).into(),
             connection,
@@ -138,11 +137,7 @@ impl RedisLinks {
 
     async fn run<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, OAuthError> {
         let mut connection = self.connection.clone();
-        match tokio::time::timeout(TIMEOUT, command.query_async::<T>(&mut connection)).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(OAuthError::Store(format!("redis: {e}"))),
-            Err(_) => Err(OAuthError::Store(format!("redis: no answer within {TIMEOUT:?}"))),
-        }
+        redis_client::bounded(TIMEOUT, command.query_async::<T>(&mut connection)).await.map_err(store_error)
     }
 
     async fn script<T: redis::FromRedisValue>(
@@ -159,11 +154,7 @@ impl RedisLinks {
             invocation.arg(a);
         }
         let mut connection = self.connection.clone();
-        match tokio::time::timeout(TIMEOUT, invocation.invoke_async::<T>(&mut connection)).await {
-            Ok(Ok(value)) => Ok(value),
-            Ok(Err(e)) => Err(OAuthError::Store(format!("redis: {e}"))),
-            Err(_) => Err(OAuthError::Store(format!("redis: no answer within {TIMEOUT:?}"))),
-        }
+        redis_client::bounded(TIMEOUT, invocation.invoke_async::<T>(&mut connection)).await.map_err(store_error)
     }
 
     /// A new link: (link id, check id).
@@ -202,11 +193,8 @@ impl RedisLinks {
             .arg(keep)
             .ignore();
         let mut connection = self.connection.clone();
-        match tokio::time::timeout(TIMEOUT, pipe.query_async::<()>(&mut connection)).await {
-            Ok(Ok(())) => Ok((link_id, check_id)),
-            Ok(Err(e)) => Err(OAuthError::Store(format!("redis: {e}"))),
-            Err(_) => Err(OAuthError::Store(format!("redis: no answer within {TIMEOUT:?}"))),
-        }
+        redis_client::bounded(TIMEOUT, pipe.query_async::<()>(&mut connection)).await.map_err(store_error)?;
+        Ok((link_id, check_id))
     }
 
     /// Opens a link once across the fleet: (state, flow).

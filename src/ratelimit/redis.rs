@@ -17,11 +17,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use sha2::{Digest, Sha256};
 
 use super::Bucket;
 use crate::config::{redact, RateLimitConfig};
+use crate::redis_client;
 
 /// The longest a check waits for Redis, connecting included.
 pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_millis(250);
@@ -104,13 +105,8 @@ impl SharedBuckets {
         if !url.starts_with("redis://") {
             return Err(SharedError::BadUrl(shown));
         }
-        let client = redis::Client::open(url).map_err(|_| SharedError::BadUrl(shown.clone()))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(CHECK_TIMEOUT))
-            .set_response_timeout(Some(CHECK_TIMEOUT))
-            .set_number_of_retries(1);
         let connection =
-            ConnectionManager::new_lazy_with_config(client, config).map_err(|_| SharedError::BadUrl(shown.clone()))?;
+            redis_client::connect(url, CHECK_TIMEOUT, 1).map_err(|_| SharedError::BadUrl(shown.clone()))?;
         Ok(SharedBuckets {
             shown,
             url_digest: Sha256::digest(url.as_bytes()).into(),
@@ -143,15 +139,14 @@ impl SharedBuckets {
             invocation.arg(interval / 1000).arg(tolerance / 1000);
         }
         let mut connection = self.connection.clone();
-        let answer = tokio::time::timeout(CHECK_TIMEOUT, invocation.invoke_async::<(u64, u64)>(&mut connection)).await;
+        let answer = redis_client::bounded(CHECK_TIMEOUT, invocation.invoke_async::<(u64, u64)>(&mut connection)).await;
         let failure = match answer {
-            Ok(Ok((0, _))) => return Ok(Taken::Counted),
-            Ok(Ok((index, wait))) => {
+            Ok((0, _)) => return Ok(Taken::Counted),
+            Ok((index, wait)) => {
                 let index = usize::try_from(index - 1).unwrap_or(0);
                 return Ok(Taken::Full { index, wait: Duration::from_micros(wait.max(1)) });
             }
-            Ok(Err(e)) => e.to_string(),
-            Err(_) => format!("no answer within {CHECK_TIMEOUT:?}"),
+            Err(e) => e,
         };
         *self.down_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + DOWN_PAUSE);
         Err(SharedError::Unavailable(failure))
