@@ -188,7 +188,7 @@ impl Links {
         verifier: String,
         redirect_uri: String,
     ) -> Result<(String, Flow), Refusal> {
-        let state = random_id(32).map_err(|_| Refusal::Unknown)?;
+        let state = random_id(32).map_err(Refusal::Unavailable)?;
         let now = Instant::now();
         let mut inner = self.lock();
         let link = inner.links.get_mut(link_id).filter(|l| l.provider == provider).ok_or(Refusal::Unknown)?;
@@ -202,15 +202,8 @@ impl Links {
         // The person at the provider gets a whole lifetime, however late in
         // the link's they opened it.
         link.expires = now + link.ttl;
-        let flow = Flow {
-            link_id: link_id.to_owned(),
-            provider: provider.to_owned(),
-            user: link.user.clone(),
-            scopes: link.scopes.clone(),
-            verifier,
-            redirect_uri,
-            expires: link.expires,
-        };
+        let flow =
+            Flow::new(link_id.to_owned(), provider, &link.user, link.scopes.clone(), verifier, redirect_uri, link.ttl);
         inner.flows.insert(state.clone(), flow.clone());
         Ok((state, flow))
     }
