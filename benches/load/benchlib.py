@@ -45,6 +45,16 @@ def wait_http(url, timeout=30.0):
             time.sleep(0.02)
 
 
+def wait_tool(port, tool=b"Bench.Add", timeout=10.0):
+    """Waits until the gateway on `port` serves and lists `tool`."""
+    wait_http(f"http://127.0.0.1:{port}/health")
+    deadline = time.time() + timeout
+    while tool not in wait_http(f"http://127.0.0.1:{port}/tools"):
+        if time.time() > deadline:
+            fail(f"the gateway on port {port} never listed {tool!r}")
+        time.sleep(0.05)
+
+
 def get_json(url):
     with urllib.request.urlopen(url, timeout=30) as r:
         return json.loads(r.read())

@@ -81,11 +81,7 @@ BENCH_API_KEY = "env:BENCH_API_KEY"
         via = {"nginx": f"http://127.0.0.1:{ngx_port}/tools/call", "gateway": f"http://127.0.0.1:{gw_port}/tools/call"}
         b.wait_http(f"http://127.0.0.1:{up_port}/tools")
         b.wait_http(f"http://127.0.0.1:{ngx_port}/tools")
-        b.wait_http(f"http://127.0.0.1:{gw_port}/health")
-        for _ in range(200):
-            if b"Bench.Add" in b.wait_http(f"http://127.0.0.1:{gw_port}/tools"):
-                break
-            __import__("time").sleep(0.05)
+        b.wait_tool(gw_port)
         answer = b.post_json(via["gateway"], json.loads(BODY))
         if answer.get("result", {}).get("value") != 15:
             b.fail(f"the gateway did not answer the call: {answer}")

@@ -86,11 +86,7 @@ def main():
         procs += [memory, shared]
         via = {"redis": f"http://127.0.0.1:{red_port}/tools/call", "memory": f"http://127.0.0.1:{mem_port}/tools/call"}
         for port in (mem_port, red_port):
-            b.wait_http(f"http://127.0.0.1:{port}/health")
-            for _ in range(200):
-                if b"Bench.Add" in b.wait_http(f"http://127.0.0.1:{port}/tools"):
-                    break
-                time.sleep(0.05)
+            b.wait_tool(port)
         for name, url in via.items():
             answer = b.post_json(url, json.loads(BODY))
             if answer.get("result", {}).get("value") != 15:
@@ -150,11 +146,7 @@ def fleet(args):
                  proxy_set_header Host $host; }}
   }}""", b.PROXY_CPU, work))
         for port, _ in ports:
-            b.wait_http(f"http://127.0.0.1:{port}/health")
-            for _ in range(200):
-                if b"Bench.Add" in b.wait_http(f"http://127.0.0.1:{port}/tools"):
-                    break
-                time.sleep(0.05)
+            b.wait_tool(port)
         b.wait_http(f"http://127.0.0.1:{lb_port}/health")
         time.sleep(1.5)  # the burst refills after the readiness checks
         r = b.wrk(f"http://127.0.0.1:{lb_port}/tools/call", args.seconds, args.connections, BODY)
