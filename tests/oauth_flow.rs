@@ -552,6 +552,12 @@ async fn vault_kept_grants_are_shared_and_refreshed_once_across_replicas() {
     // The other replica serves alice from the same grant.
     w.call_as(&two, Some(ALICE), "Mail.Read").await.result();
     assert_eq!(w.last_token(), stored["access_token"].as_str().expect("token"));
+    // Calls read the grant through the vault cache: no request per call.
+    let requests = vault.request_count();
+    for _ in 0..5 {
+        w.call_as(&two, Some(ALICE), "Mail.Read").await.result();
+    }
+    assert_eq!(vault.request_count(), requests, "the grant is read through the [vault] cache");
 
     // Expired: ten calls on each replica at once, one refresh in all.
     tokio::time::sleep(SHORT_TTL_PASSED).await;
