@@ -36,6 +36,11 @@ pub struct CatalogTool {
     pub definition: ToolDefinition,
     /// The id exactly as the upstream published it: what is forwarded.
     pub upstream_id: String,
+    /// An MCP tool's `annotations` object exactly as the upstream listed it
+    /// (`title`, `readOnlyHint`, `destructiveHint`, `idempotentHint`,
+    /// `openWorldHint`, and any other member); `None` for OTC upstreams and
+    /// for MCP tools without one.
+    pub annotations: Option<Value>,
     /// The compiled input_schema, once the tool has been called (`None`:
     /// it did not compile, which the catalog check makes unexpected).
     validator: OnceLock<Option<InputValidator>>,
@@ -158,7 +163,7 @@ fn normalise_tool(item: Value, defaults: DialectDefaults<'_>) -> Result<CatalogT
         output_schema: obj.remove("output_schema").map_or_else(RawJson::null, |schema| RawJson::from_value(&schema)),
         requirements,
     };
-    Ok(CatalogTool { key, version, definition, upstream_id, validator: OnceLock::new() })
+    Ok(CatalogTool { key, version, definition, upstream_id, annotations: None, validator: OnceLock::new() })
 }
 
 /// Splits a published id into `Toolkit.Name` and its version, completing a

@@ -22,7 +22,7 @@ use crate::oauth::{OAuth, OAuthError};
 use crate::policy::AccessPolicy;
 use crate::ratelimit::{RateLimits, SharedBuckets};
 use crate::secret::SecretString;
-use crate::upstream::Upstream;
+use crate::upstream::{Upstream, WatchBounds, WatchEnd};
 use crate::vault::{SecretResolver, VaultError};
 
 /// Why a config could not be turned into a runtime.
@@ -315,7 +315,18 @@ impl Gateway {
             .filter(|u| !runtime.upstreams.iter().any(|n| n.name == u.name))
             .map(|u| u.name.clone())
             .collect();
+        // Instances not carried over (removed, or changed and built anew).
+        let retired: Vec<Arc<Upstream>> = old
+            .upstreams
+            .iter()
+            .filter(|u| !runtime.upstreams.iter().any(|n| Arc::ptr_eq(n, u)))
+            .cloned()
+            .collect();
         self.runtime.store(Arc::new(runtime));
+        // Their pollers and change streams end now, not at their next turn.
+        for upstream in &retired {
+            upstream.retire();
+        }
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         self.metrics.set_generation(generation);
         for name in &removed {
@@ -345,10 +356,18 @@ impl Gateway {
     }
 
     /// Starts one poller task per upstream of the current runtime on the
-    /// current tokio runtime. Each first fetch happens at once.
+    /// current tokio runtime, and for an upstream that announces tool list
+    /// changes (MCP) one watcher of the announcements. Each first fetch
+    /// happens at once. An upstream already tended (kept by a reload) keeps
+    /// its tasks and is fetched at once.
     pub fn start_polling(self: &Arc<Self>) {
         for upstream in self.runtime().upstreams.iter() {
-            tokio::spawn(poll_upstream(self.clone(), upstream.clone()));
+            if upstream.start_tending() {
+                tokio::spawn(poll_upstream(self.clone(), upstream.clone()));
+                tokio::spawn(watch_upstream(self.clone(), upstream.clone()));
+            } else {
+                upstream.refresh_soon();
+            }
         }
     }
 
@@ -416,11 +435,17 @@ async fn publish_changes(gateway: Arc<Gateway>) {
 /// as long, up to `catalog.poll_interval`.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 
+/// The least time between two fetches asked for by change announcements: a
+/// server that announces changes in a loop is listed once a second, not once
+/// per announcement.
+const CHANGE_FETCH_GAP: Duration = Duration::from_secs(1);
+
 /// Polls one upstream until it is no longer part of the runtime: every
 /// `poll_interval` while its fetches work, sooner after one fails (1 s, 2 s,
 /// 4 s ... up to the interval), so that an upstream that starts after the
 /// gateway, or comes back, is picked up within seconds even when the
-/// interval is minutes.
+/// interval is minutes; and at once when the upstream announces that its
+/// tool list changed ([`watch_upstream`]).
 async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
     let (interval, jitter) = {
         let runtime = gateway.runtime();
@@ -431,6 +456,7 @@ async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
         if !gateway.is_current(&upstream) {
             return;
         }
+        let fetched_at = tokio::time::Instant::now();
         upstream.close_stale_connections();
         let refreshed = gateway.refresh_upstream(&gateway.runtime(), &upstream).await;
         if !gateway.is_current(&upstream) {
@@ -452,7 +478,79 @@ async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
         };
         // A uuid's random bits: no RNG crate just for this.
         let spread = jitter.mul_f64((uuid::Uuid::new_v4().as_u128() as u16) as f64 / f64::from(u16::MAX));
-        tokio::time::sleep(wait + spread).await;
+        tokio::select! {
+            () = tokio::time::sleep(wait + spread) => {}
+            () = upstream.refresh_wanted() => {
+                tokio::select! {
+                    () = tokio::time::sleep_until(fetched_at + CHANGE_FETCH_GAP) => {}
+                    () = upstream.retired() => return,
+                }
+            }
+            () = upstream.retired() => return,
+        }
+    }
+}
+
+/// The longest pause between attempts to open an upstream's change stream.
+const MAX_WATCH_PAUSE: Duration = Duration::from_secs(30);
+
+/// How long a change stream may stay silent (keep-alive comments count)
+/// before it is opened anew: a connection that died without a word is
+/// noticed within this, while the poller keeps polling meanwhile.
+const WATCH_IDLE: Duration = Duration::from_secs(300);
+
+/// Watches one upstream's announcements that its tool list changed (an MCP
+/// server's `list_changed` notifications) until it is no longer part of the
+/// runtime; each one has its poller fetch the catalog at once. A stream that
+/// drops is opened again after 1 s, 2 s, 4 s ... up to 30 s, and then the
+/// catalog is fetched once (changes may have been missed). Returns at once for
+/// an upstream that makes no announcements. Calls never wait on it: the
+/// stream has a connection of its own.
+async fn watch_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
+    let mut pause = FIRST_RETRY;
+    let mut refresh_on_open = true;
+    loop {
+        if !gateway.is_current(&upstream) {
+            return;
+        }
+        let (bearer, bounds) = {
+            let runtime = gateway.runtime_owned();
+            let bearer = upstream_bearer(&runtime, &upstream).await;
+            let bounds = WatchBounds {
+                open_timeout: runtime.poll.timeout,
+                idle_timeout: WATCH_IDLE,
+                max_event_bytes: runtime.poll.max_bytes,
+            };
+            (bearer, bounds)
+        };
+        let watched = match bearer {
+            Ok(bearer) => tokio::select! {
+                watched = upstream.watch_tool_list(bearer, bounds, refresh_on_open) => watched,
+                () = upstream.retired() => return,
+            },
+            // Logged by the poller, which fails the same way.
+            Err(e) => Some(crate::upstream::Watched { opened: false, end: WatchEnd::Dropped(e.to_string()) }),
+        };
+        let Some(watched) = watched else { return };
+        refresh_on_open = true;
+        match watched.end {
+            WatchEnd::Relinked => {}
+            // Reopened at once, and nothing was missed: no fetch.
+            WatchEnd::Quiet => refresh_on_open = false,
+            WatchEnd::Dropped(reason) => {
+                if watched.opened {
+                    pause = FIRST_RETRY;
+                    tracing::info!(upstream = upstream.name, reason, "the tool list change stream closed; reopening it");
+                } else {
+                    tracing::debug!(upstream = upstream.name, reason, ?pause, "cannot open the tool list change stream");
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {}
+                    () = upstream.retired() => return,
+                }
+                pause = pause.saturating_mul(2).min(MAX_WATCH_PAUSE);
+            }
+        }
     }
 }
 

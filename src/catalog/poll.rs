@@ -49,6 +49,10 @@ pub struct UpstreamStatus {
     pub tools: usize,
     /// Definitions left out of its last catalog, with the reasons.
     pub skipped: Vec<String>,
+    /// For an MCP upstream, the revision it is spoken to in, once known
+    /// (`2026-07-28`, or the one a `2025-11-25`-era session negotiated).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mcp_protocol_version: Option<String>,
 }
 
 /// Catalog polling settings.
@@ -123,6 +127,7 @@ impl CatalogStore {
         let mut state = self.lock();
         let entry = state.entry(upstream.name.clone()).or_default();
         entry.status.last_fetch = Some(now);
+        entry.status.mcp_protocol_version = upstream.mcp_protocol_version();
         let failure = match outcome {
             Ok(Fetched::NotModified) => None,
             Ok(Fetched::Body { body, etag }) => {

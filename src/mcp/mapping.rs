@@ -7,14 +7,18 @@
 //! names that become the same id collide: a name that needed no change
 //! wins, else the first listed; the other is skipped with a reason. The
 //! original MCP name is kept as the tool's `upstream_id`, which is what
-//! `tools/call` sends upstream.
+//! `tools/call` sends upstream, and its `annotations` as the tool's
+//! `annotations`. A tool whose `x-mcp-header` annotations break the rules
+//! is skipped (MCP 2026-07-28: a client must leave it out).
 
 use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
+use super::client::result_type;
+use super::param_headers;
 use crate::dialect::{normalise_catalog, CatalogShapeError, CatalogTool, DialectDefaults, Skipped};
-use crate::wire::{RawJson, UpstreamResult};
+use crate::wire::{self, RawJson, UpstreamResult};
 
 /// What an MCP upstream's config adds to its tools.
 #[derive(Debug, Clone, Copy, Default)]
@@ -30,29 +34,33 @@ pub struct MappingSettings<'a> {
 }
 
 /// Reads an upstream's `{"tools": [...]}` (every page of `tools/list`) into
-/// checked catalog tools, each with its original MCP name as `upstream_id`.
+/// checked catalog tools, each with its original MCP name as `upstream_id`
+/// and its `annotations` object as listed.
 pub fn normalise_mcp_catalog(
     body: &[u8],
     settings: MappingSettings<'_>,
 ) -> Result<(Vec<CatalogTool>, Vec<Skipped>), CatalogShapeError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| CatalogShapeError::NotJson(e.to_string()))?;
-    let Some(Value::Array(tools)) = value.get("tools") else { return Err(CatalogShapeError::NotAList) };
-    let (definitions, names, mut skipped) = definitions(tools, settings);
+    let Some(Value::Array(listed)) = value.get("tools") else { return Err(CatalogShapeError::NotAList) };
+    let (definitions, originals, mut skipped) = definitions(listed, settings);
     let defaults = DialectDefaults { toolkit: settings.toolkit, version: settings.version };
     let body = json!({"items": definitions}).to_string();
     let (mut tools, more) = normalise_catalog(body.as_bytes(), defaults)?;
     for tool in &mut tools {
-        if let Some(original) = names.get(&tool.definition.id) {
-            tool.upstream_id = original.clone();
+        if let Some(original) = originals.get(&tool.definition.id).map(|&index| &listed[index]) {
+            if let Some(name) = original.get("name").and_then(Value::as_str) {
+                tool.upstream_id = name.to_owned();
+            }
+            tool.annotations = original.get("annotations").filter(|a| a.is_object()).cloned();
         }
     }
     skipped.extend(more);
     Ok((tools, skipped))
 }
 
-/// MCP tools to OTC definition JSON, with the canonical id → MCP name map and
-/// the tools left out.
-fn definitions(tools: &[Value], settings: MappingSettings<'_>) -> (Vec<Value>, BTreeMap<String, String>, Vec<Skipped>) {
+/// MCP tools to OTC definition JSON, with the canonical id → position of the
+/// MCP tool map and the tools left out.
+fn definitions(tools: &[Value], settings: MappingSettings<'_>) -> (Vec<Value>, BTreeMap<String, usize>, Vec<Skipped>) {
     let mut skipped = Vec::new();
     let (Some(toolkit), Some(version)) = (settings.toolkit, settings.version) else {
         skipped.push(Skipped {
@@ -65,31 +73,41 @@ fn definitions(tools: &[Value], settings: MappingSettings<'_>) -> (Vec<Value>, B
     // upstream never renames one that is already served.
     let mut named: Vec<(usize, &str, String)> = Vec::new();
     for (index, tool) in tools.iter().enumerate() {
-        match tool.get("name").and_then(Value::as_str) {
-            Some(name) if !name.is_empty() => named.push((index, name, id_part(name))),
-            _ => skipped.push(Skipped { what: format!("#{index}"), reason: "an MCP tool without a name".into() }),
+        let name = match tool.get("name").and_then(Value::as_str) {
+            Some(name) if !name.is_empty() => name,
+            _ => {
+                skipped.push(Skipped { what: format!("#{index}"), reason: "an MCP tool without a name".into() });
+                continue;
+            }
+        };
+        if let Err(reason) = tool.get("inputSchema").map_or(Ok(Vec::new()), param_headers::declared) {
+            skipped.push(Skipped { what: name.to_owned(), reason });
+            continue;
         }
+        named.push((index, name, id_part(name)));
     }
     named.sort_by_key(|(index, name, part)| (part != name, *index));
-    let mut names: BTreeMap<String, String> = BTreeMap::new();
+    let mut originals: BTreeMap<String, usize> = BTreeMap::new();
     let mut definitions = Vec::new();
     for (index, name, part) in named {
         let id = format!("{toolkit}.{part}@{version}");
-        if let Some(first) = names.get(&id) {
+        if let Some(&first) = originals.get(&id) {
+            let first = tools[first].get("name").and_then(Value::as_str).unwrap_or_default();
             skipped.push(Skipped {
                 what: name.to_owned(),
                 reason: format!("its id {id} is already taken by the MCP tool {first:?}; rename one of them upstream"),
             });
             continue;
         }
-        names.insert(id.clone(), name.to_owned());
+        originals.insert(id.clone(), index);
         definitions.push(definition(&tools[index], &id, name, version, settings.user_authorization));
     }
-    (definitions, names, skipped)
+    (definitions, originals, skipped)
 }
 
-/// One MCP `Tool` as an OTC definition. `annotations`, `icons`,
-/// `execution` and `_meta` have no OTC counterpart and are dropped.
+/// One MCP `Tool` as an OTC definition. `icons`, `execution` and `_meta`
+/// have no OTC counterpart and are dropped (`annotations` ride beside the
+/// definition, in `CatalogTool::annotations`).
 fn definition(tool: &Value, id: &str, name: &str, version: &str, user_authorization: Option<&str>) -> Value {
     let text = |field: &str| tool.get(field).and_then(Value::as_str).filter(|s| !s.is_empty());
     let description = text("description").or_else(|| text("title")).unwrap_or_default();
@@ -127,8 +145,38 @@ fn otc_name(name: &str) -> String {
 /// - `structuredContent`: the `value`;
 /// - else one text item: its text, parsed as JSON where it is JSON;
 ///   several items: an array of them (texts likewise, other items as MCP
-///   sent them); none: `null`.
+///   sent them); none: `null`;
+/// - a 2026-07-28 `resultType: "input_required"` (the server asks the client
+///   for input: elicitation, sampling, roots): `success: false`, because the
+///   gateway cannot put the questions to its caller; any `resultType` other
+///   than `"complete"` likewise.
 pub fn call_result(result: &Value) -> UpstreamResult {
+    match result_type(result) {
+        None | Some("complete") => {}
+        Some("input_required") => {
+            let asked: Vec<&str> = result
+                .get("inputRequests")
+                .and_then(Value::as_object)
+                .map(|requests| requests.values().filter_map(|r| r.get("method").and_then(Value::as_str)).collect())
+                .unwrap_or_default();
+            return failed(wire::tool_error(
+                "The tool needs more input from the user, which the gateway cannot ask for",
+                &format!(
+                    "the MCP server answered tools/call with resultType \"input_required\" (input requests: {}); \
+                     the gateway does not answer input requests for its callers",
+                    if asked.is_empty() { "none named".to_owned() } else { asked.join(", ") }
+                ),
+                false,
+            ));
+        }
+        Some(other) => {
+            return failed(wire::tool_error(
+                "The tool server gave an answer the gateway could not read",
+                &format!("the MCP server answered tools/call with resultType {other:?}"),
+                false,
+            ))
+        }
+    }
     let content = result.get("content").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     if result.get("isError").and_then(Value::as_bool) == Some(true) {
         let texts: Vec<&str> = content.iter().filter_map(text_of).collect();
@@ -206,10 +254,34 @@ mod tests {
         assert_eq!(weather.definition.description, "Weather");
         assert_eq!(weather.definition.output_schema, json!({"type": "object"}).into());
         assert_eq!(weather.upstream_id, "get-weather");
+        assert_eq!(weather.annotations, Some(json!({"readOnlyHint": true})));
         assert!(weather.check_input(&json!({})).is_err());
         let add = tools.iter().find(|t| t.key == "Kit.add").expect("add");
         assert_eq!(add.upstream_id, "add");
         assert_eq!(add.definition.description, "Adds");
+        assert_eq!(add.annotations, None);
+    }
+
+    #[test]
+    fn annotations_pass_through_exactly_and_bad_header_annotations_skip_the_tool() {
+        let annotations = json!({"title": "Wipe", "readOnlyHint": false, "destructiveHint": true,
+                                 "idempotentHint": false, "openWorldHint": true, "x-vendor": {"n": 1.50}});
+        let (tools, skipped) = read(
+            json!([{"name": "wipe", "inputSchema": {"type": "object"}, "annotations": annotations},
+                   {"name": "odd", "inputSchema": {"type": "object"}, "annotations": "not an object"},
+                   {"name": "routed", "inputSchema": {"type": "object", "properties": {
+                       "region": {"type": "string", "x-mcp-header": "Region"}}}},
+                   {"name": "bad", "inputSchema": {"type": "object", "properties": {
+                       "ratio": {"type": "number", "x-mcp-header": "Ratio"}}}}]),
+            settings(),
+        );
+        let wipe = tools.iter().find(|t| t.upstream_id == "wipe").expect("wipe");
+        assert_eq!(wipe.annotations.as_ref().map(Value::to_string), Some(annotations.to_string()));
+        assert_eq!(tools.iter().find(|t| t.upstream_id == "odd").expect("odd").annotations, None);
+        assert!(tools.iter().any(|t| t.upstream_id == "routed"));
+        assert!(!tools.iter().any(|t| t.upstream_id == "bad"));
+        assert_eq!(skipped.len(), 1, "{skipped:?}");
+        assert!(skipped[0].what == "bad" && skipped[0].reason.contains("x-mcp-header"), "{skipped:?}");
     }
 
     #[test]
@@ -263,6 +335,15 @@ mod tests {
         assert_eq!(shape(call_result(&json!({"content": []}))), json!({"success": true, "value": null}));
         let failed = json!({"content": [{"type": "text", "text": "boom"}], "isError": true});
         assert_eq!(shape(call_result(&failed)), json!({"success": false, "error": {"message": "boom"}}));
+        let asking = json!({"resultType": "input_required", "inputRequests": {
+            "login": {"method": "elicitation/create", "params": {"message": "Who are you?"}}}, "requestState": "s"});
+        let asking = shape(call_result(&asking));
+        assert_eq!(asking["success"], false, "{asking}");
+        assert!(asking["error"]["message"].as_str().is_some_and(|m| m.contains("cannot ask")), "{asking}");
+        assert!(asking["error"]["developer_message"].as_str().is_some_and(|m| m.contains("elicitation/create")));
+        let complete = json!({"resultType": "complete", "content": [{"type": "text", "text": "7"}]});
+        assert_eq!(shape(call_result(&complete)), json!({"success": true, "value": 7}));
+        assert_eq!(shape(call_result(&json!({"resultType": "task"})))["success"], false);
         let refused = shape(rpc_error(-32602, "Unknown tool", None));
         assert_eq!(refused["success"], false);
         assert!(refused["error"]["developer_message"].as_str().is_some_and(|m| m.contains("-32602")));

@@ -70,6 +70,12 @@ impl SseParser {
         events
     }
 
+    /// Bytes held for the event not yet complete (its data so far and the
+    /// line not yet ended): what a long-lived stream bounds.
+    pub fn buffered(&self) -> usize {
+        self.pending.len() + self.data.len()
+    }
+
     fn line(&mut self, line: &str) -> Option<Event> {
         if line.is_empty() {
             return self.dispatch();
@@ -147,10 +153,12 @@ mod tests {
         }
         let events = p.push(b"\r");
         assert!(events.is_empty(), "a CR may be half of a CRLF");
+        assert!(p.buffered() > 300_000);
         let events = p.push(b"\n\n");
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].data.len(), 300_000);
         assert_eq!(p.scanned, 0);
+        assert_eq!(p.buffered(), 0);
     }
 
     #[test]

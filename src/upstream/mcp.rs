@@ -2,25 +2,33 @@
 //! yields a body for the poller, and a call whose outcome comes back as an
 //! [`UpstreamReply`], with the OTC error taxonomy kept:
 //!
-//! - no connection, or no session (initialize failed): the tool was not
-//!   called, so the call may go to another replica, and with none left it is
+//! - no connection, or none opened (the probe or `initialize` failed): the
+//!   tool was not called, so the call may go to another replica, and with none left it is
 //!   a 400 "temporarily unavailable";
 //! - no answer within `call_timeout` once sent: 200 `success: false`,
 //!   `can_retry: true`;
 //! - a JSON-RPC error or an unreadable answer: 200 `success: false`, the
 //!   detail in `developer_message`; an HTTP error status is passed on as
-//!   that status, for the re-wrap step to judge like an OTC upstream's.
+//!   that status, for the re-wrap step to judge like an OTC upstream's;
+//! - a 2026-07-28 `input_required` result (the server asks for user input):
+//!   200 `success: false`, because the gateway cannot ask its caller.
+//!
+//! The client finds the server's era (2026-07-28, or a 2025-11-25 session)
+//! itself; the watch of tool list announcements is here too.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderValue, StatusCode};
 use serde_json::json;
 
-use super::{FetchError, Fetched, ForwardError, HttpResponse, Upstream, UpstreamCall, UpstreamReply};
+use super::{
+    FetchError, Fetched, ForwardError, HttpResponse, Upstream, UpstreamCall, UpstreamReply, WatchBounds, Watched,
+};
 use crate::config::UpstreamConfig;
 use crate::dialect::{CatalogShapeError, CatalogTool, Skipped};
-use crate::mcp::client::{Exchange, McpClient, McpError};
+use crate::mcp::client::{Exchange, McpClient, McpError, ToolListEvent, WatchSettings};
 use crate::mcp::mapping::{self, MappingSettings};
 use crate::wire::{self, CallContext, UpstreamResult};
 
@@ -82,6 +90,43 @@ impl McpUpstream {
             user_authorization: self.user_token.as_deref(),
         };
         mapping::normalise_mcp_catalog(body, settings)
+    }
+
+    /// The revision the server is spoken to in, once known.
+    pub(super) fn protocol_version(&self) -> Option<String> {
+        self.client.protocol_version()
+    }
+
+    /// Watches the server's tool list announcements (see
+    /// [`Upstream::watch_tool_list`]).
+    pub(super) async fn watch_tool_list(
+        &self,
+        upstream: &Upstream,
+        authorization: Option<HeaderValue>,
+        bounds: WatchBounds,
+        refresh_on_open: bool,
+    ) -> Watched {
+        let opened = AtomicBool::new(false);
+        let settings = WatchSettings {
+            open_timeout: bounds.open_timeout,
+            idle_timeout: bounds.idle_timeout,
+            max_event_bytes: bounds.max_event_bytes,
+            authorization: authorization.as_ref(),
+        };
+        let on_event = |event: ToolListEvent| match event {
+            ToolListEvent::Opened => {
+                opened.store(true, Ordering::Relaxed);
+                if refresh_on_open {
+                    upstream.refresh_soon();
+                }
+            }
+            ToolListEvent::Changed => {
+                tracing::debug!(upstream = upstream.name, "the MCP server says its tool list changed");
+                upstream.refresh_soon();
+            }
+        };
+        let end = self.client.watch_tool_list(settings, &on_event).await;
+        Watched { opened: opened.load(Ordering::Relaxed), end }
     }
 
     /// `tools/call` of the MCP tool `call.tool` (its original MCP name).

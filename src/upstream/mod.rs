@@ -7,12 +7,14 @@
 //! /tools/call over the lean [`call_client`]) and [`mcp`] (tools/list and
 //! tools/call through the MCP client). The catalog poller and the call
 //! pipeline only see the three questions every upstream answers: fetch the
-//! catalog, read it into tool definitions, run a call.
+//! catalog, read it into tool definitions, run a call; and, for the upstreams
+//! that announce tool list changes (MCP), a fourth: watch for them.
 
 mod call_client;
 mod mcp;
 mod otc;
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -24,6 +26,8 @@ use crate::config::{self, SecretRef, UpstreamConfig};
 use crate::dialect::{CatalogShapeError, CatalogTool, Skipped};
 use crate::trace::OutgoingTrace;
 use crate::wire::{CallContext, UpstreamResult};
+
+pub use crate::mcp::client::WatchEnd;
 
 /// A configured upstream, ready to be called.
 #[derive(Debug)]
@@ -46,6 +50,13 @@ pub struct Upstream {
     pub circuit: Circuit,
     /// What it speaks, with that protocol's clients.
     protocol: Protocol,
+    /// Rung when the upstream announces that its tool list changed (or a
+    /// reload wants it fetched now): its poller fetches at once.
+    refresh: tokio::sync::Notify,
+    /// Whether a poller (and a watcher) already tends this instance.
+    tended: AtomicBool,
+    /// Set when a reload removes this instance: its tasks end.
+    retired: tokio::sync::watch::Sender<bool>,
 }
 
 /// The protocol an upstream speaks, with its clients: the one place the
@@ -156,6 +167,26 @@ pub enum UpstreamReply {
     Result(UpstreamResult),
 }
 
+/// The bounds of one watch of an upstream's tool list announcements.
+#[derive(Debug, Clone, Copy)]
+pub struct WatchBounds {
+    /// Connecting and opening the stream.
+    pub open_timeout: Duration,
+    /// The longest silence before the stream is opened anew.
+    pub idle_timeout: Duration,
+    /// The largest event.
+    pub max_event_bytes: usize,
+}
+
+/// How one watch of an upstream's tool list announcements went.
+#[derive(Debug)]
+pub struct Watched {
+    /// Whether the stream was open at some point.
+    pub opened: bool,
+    /// How the watch ended.
+    pub end: WatchEnd,
+}
+
 /// One call as an upstream receives it.
 #[derive(Debug, Clone, Copy)]
 pub struct UpstreamCall<'a> {
@@ -188,6 +219,9 @@ impl Upstream {
             bearer_token: config.bearer_token.as_ref().map(|t| t.get_ref().clone()),
             circuit: Circuit::new(config.circuit_failures, config.circuit_cooldown.0),
             protocol,
+            refresh: tokio::sync::Notify::new(),
+            tended: AtomicBool::new(false),
+            retired: tokio::sync::watch::Sender::new(false),
         })
     }
 
@@ -228,6 +262,60 @@ impl Upstream {
             Protocol::Otc(otc) => otc.call(self, call, authorization, max_bytes).await.map(UpstreamReply::Http),
             Protocol::Mcp(mcp) => mcp.call(self, call, authorization, max_bytes).await,
         }
+    }
+
+    /// Watches the upstream's announcements that its tool list changed until
+    /// the stream ends, asking for a catalog fetch ([`Upstream::refresh_soon`])
+    /// at each, and when the stream opens if `refresh_on_open` (changes may
+    /// have been missed while it was closed). `None` for an upstream that
+    /// makes no announcements (OTC).
+    pub async fn watch_tool_list(
+        &self,
+        authorization: Option<HeaderValue>,
+        bounds: WatchBounds,
+        refresh_on_open: bool,
+    ) -> Option<Watched> {
+        match &self.protocol {
+            Protocol::Otc(_) => None,
+            Protocol::Mcp(mcp) => Some(mcp.watch_tool_list(self, authorization, bounds, refresh_on_open).await),
+        }
+    }
+
+    /// The MCP revision the upstream is spoken to in, once known (`None` for
+    /// OTC upstreams).
+    pub fn mcp_protocol_version(&self) -> Option<String> {
+        match &self.protocol {
+            Protocol::Otc(_) => None,
+            Protocol::Mcp(mcp) => mcp.protocol_version(),
+        }
+    }
+
+    /// Claims this instance for one poller: true the first time only, so a
+    /// reload that keeps the upstream does not start a second one.
+    pub fn start_tending(&self) -> bool {
+        !self.tended.swap(true, Ordering::AcqRel)
+    }
+
+    /// Asks the poller to fetch the catalog now rather than at its next turn.
+    pub fn refresh_soon(&self) {
+        self.refresh.notify_one();
+    }
+
+    /// Resolves when a fetch was asked for (a permit is kept when nobody waits).
+    pub async fn refresh_wanted(&self) {
+        self.refresh.notified().await;
+    }
+
+    /// Tells this instance's tasks to end: a reload removed or replaced it.
+    pub fn retire(&self) {
+        self.retired.send_replace(true);
+    }
+
+    /// Resolves once [`Upstream::retire`] was called.
+    pub async fn retired(&self) {
+        let mut retired = self.retired.subscribe();
+        // The sender lives as long as `self`, so this only ends on `true`.
+        let _ = retired.wait_for(|&r| r).await;
     }
 
     /// Closes the calls' idle connections that timed out or that the server

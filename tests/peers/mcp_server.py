@@ -1,18 +1,40 @@
 """A real MCP server (the official Python SDK) for tests/mcp_bridge.rs.
 
-Usage: mcp_server.py PORT [json]
+Usage: mcp_server.py PORT [json] [modern|legacy|dual]
 
 Serves streamable HTTP at http://127.0.0.1:PORT/mcp with the SDK's defaults
 (stateful sessions, SSE replies), or JSON replies when "json" is given.
+
+The era (default "dual", the SDK's own behaviour):
+- "dual": MCP 2026-07-28 for requests that carry it (no session, `_meta` on
+  every request, `server/discover`, `subscriptions/listen`), and the
+  2025-11-25 `initialize` handshake with a session for the others;
+- "modern": 2026-07-28 only: every request goes through the SDK's per-request
+  path, which turns `initialize` away (400, no `_meta`);
+- "legacy": 2025-11-25 only: a request naming a revision after 2025-11-25 in
+  `MCP-Protocol-Version` is refused as a 2025-11-25 server refuses it (the
+  SDK 1.x transport: 400 with a JSON-RPC error -32600 that is no 2026-07-28
+  error), so a dual-era client falls back to `initialize`.
+
+`POST /test/add-tool` with `{"name": "..."}` adds a tool at runtime and tells
+every client that listens: 2026-07-28 `subscriptions/listen` streams, and the
+standalone GET stream of every 2025-11-25 session.
 """
 
 import asyncio
 import sys
+from typing import Annotated
 
-from pydantic import BaseModel
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import BaseModel, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse
 
+from mcp.server._streamable_http_modern import handle_modern_request
+from mcp.server.lowlevel.server import NotificationOptions
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.subscriptions import ToolsListChanged
 
 server = MCPServer("otc-test-peer", version="1.0.0")
 
@@ -71,7 +93,123 @@ async def chatty(ctx: Context) -> str:
     return "chatted"
 
 
+@server.tool(description="The MCP revision the call was made in.", structured_output=False)
+def revision(ctx: Context) -> str:
+    return ctx.request_context.protocol_version
+
+
+@server.tool(description="Runs a query in a region (mirrored as the Mcp-Param-Region header).", structured_output=False)
+def query(
+    ctx: Context,
+    region: Annotated[str, Field(json_schema_extra={"x-mcp-header": "Region"})],
+    sql: str,
+) -> str:
+    # In 2026-07-28 the SDK refuses a call whose header does not match (-32020).
+    return f"{region}: {sql} (header {(ctx.headers or {}).get('mcp-param-region')})"
+
+
+@server.tool(name="météo", description="A tool whose name is not plain ASCII.", structured_output=False)
+def meteo(city: str) -> str:
+    return f"sunny in {city}"
+
+
+# --- tools added at runtime, and the clients told of them ---------------------
+
+# The sessions of 2025-11-25 clients, by connection: a list change goes to
+# each one's standalone GET stream.
+legacy_sessions = {}
+
+
+async def remember_legacy_sessions(ctx, call_next):
+    result = await call_next(ctx)
+    if ctx.protocol_version in HANDSHAKE_PROTOCOL_VERSIONS:
+        legacy_sessions[id(ctx.session._connection)] = ctx.session
+    return result
+
+
+server.middleware.append(remember_legacy_sessions)
+
+
+@server.custom_route("/test/add-tool", methods=["POST"])
+async def add_tool(request: Request) -> JSONResponse:
+    name = (await request.json())["name"]
+
+    def added() -> str:
+        return f"{name} was added at runtime"
+
+    server.add_tool(added, name=name, description=f"Added at runtime: {name}.", structured_output=False)
+    await server._subscriptions.publish(ToolsListChanged())
+    told = 0
+    for key, session in list(legacy_sessions.items()):
+        try:
+            await session.send_tool_list_changed()
+            told += 1
+        except Exception:
+            legacy_sessions.pop(key, None)
+    return JSONResponse({"added": name, "legacy_sessions": told})
+
+
+# --- the era ------------------------------------------------------------------
+
+# A 2025-11-25 server that says it announces tool list changes (the SDK
+# declares `listChanged` only when told to).
+lowlevel = server._lowlevel_server
+_create_initialization_options = lowlevel.create_initialization_options
+
+
+def create_initialization_options(notification_options=None, *args, **kwargs):
+    options = notification_options or NotificationOptions(tools_changed=True)
+    return _create_initialization_options(options, *args, **kwargs)
+
+
+lowlevel.create_initialization_options = create_initialization_options
+
+
+def header(scope, name):
+    return next((v.decode("latin-1") for k, v in scope["headers"] if k == name), None)
+
+
+def era_gate(app, era):
+    """The SDK's app, answering only one era's requests when asked to."""
+
+    async def gate(scope, receive, send):
+        if scope["type"] != "http" or scope["path"] != "/mcp" or era == "dual":
+            return await app(scope, receive, send)
+        version = header(scope, b"mcp-protocol-version")
+        if era == "legacy" and version is not None and version not in HANDSHAKE_PROTOCOL_VERSIONS:
+            supported = ", ".join(HANDSHAKE_PROTOCOL_VERSIONS)
+            body = {
+                "jsonrpc": "2.0",
+                "id": "server-error",
+                "error": {
+                    "code": -32600,
+                    "message": f"Bad Request: Unsupported protocol version: {version}. Supported versions: {supported}",
+                },
+            }
+            response = JSONResponse(body, status_code=400)
+            return await response(scope, receive, send)
+        if era == "modern" and (version is None or version in HANDSHAKE_PROTOCOL_VERSIONS):
+            manager = lowlevel.session_manager
+            return await handle_modern_request(
+                lowlevel,
+                manager.security_settings,
+                manager.json_response,
+                manager._lifespan_state,
+                scope,
+                receive,
+                send,
+            )
+        return await app(scope, receive, send)
+
+    return gate
+
+
 if __name__ == "__main__":
+    import uvicorn
+
     port = int(sys.argv[1])
-    json_response = len(sys.argv) > 2 and sys.argv[2] == "json"
-    server.run("streamable-http", host="127.0.0.1", port=port, json_response=json_response)
+    flags = sys.argv[2:]
+    era = next((f for f in flags if f in ("modern", "legacy", "dual")), "dual")
+    app = server.streamable_http_app(json_response="json" in flags)
+    config = uvicorn.Config(era_gate(app, era), host="127.0.0.1", port=port, log_level="warning")
+    asyncio.run(uvicorn.Server(config).serve())
