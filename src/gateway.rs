@@ -452,6 +452,7 @@ async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
         (runtime.poll.interval, runtime.poll.jitter)
     };
     let mut retry = FIRST_RETRY;
+    let mut asked = false;
     loop {
         if !gateway.is_current(&upstream) {
             return;
@@ -461,6 +462,9 @@ async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
         let refreshed = gateway.refresh_upstream(&gateway.runtime(), &upstream).await;
         if !gateway.is_current(&upstream) {
             return;
+        }
+        if asked {
+            tracing::debug!(upstream = upstream.name, ?refreshed, "catalog fetched as asked (a change announced, a stream opened, a reload)");
         }
         if refreshed == Refreshed::Changed {
             gateway.catalog_changed.notify_one();
@@ -478,16 +482,16 @@ async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
         };
         // A uuid's random bits: no RNG crate just for this.
         let spread = jitter.mul_f64((uuid::Uuid::new_v4().as_u128() as u16) as f64 / f64::from(u16::MAX));
-        tokio::select! {
-            () = tokio::time::sleep(wait + spread) => {}
+        asked = tokio::select! {
+            () = tokio::time::sleep(wait + spread) => false,
             () = upstream.refresh_wanted() => {
                 tokio::select! {
-                    () = tokio::time::sleep_until(fetched_at + CHANGE_FETCH_GAP) => {}
+                    () = tokio::time::sleep_until(fetched_at + CHANGE_FETCH_GAP) => true,
                     () = upstream.retired() => return,
                 }
             }
             () = upstream.retired() => return,
-        }
+        };
     }
 }
 

@@ -1,8 +1,10 @@
 //! The MCP bridge, both ways, against real MCP peers: the official Python
-//! SDK's server behind the gateway (`protocol = "mcp"`) and its client in
-//! front of `/mcp`. A small scripted MCP server on loopback covers what the
-//! SDK server does not do on demand (paged tools/list, a `ping` and a
-//! notification before the response, JSON-RPC errors).
+//! SDK's server behind the gateway (`protocol = "mcp"`), speaking MCP
+//! 2026-07-28 only, 2025-11-25 only, or both, and its client in front of
+//! `/mcp`. Small scripted MCP servers on loopback cover what the SDK server
+//! does not do on demand (paged tools/list, a `ping` and a notification
+//! before the response, JSON-RPC errors, `input_required`, a hostile change
+//! stream) and record what the gateway sent them.
 //!
 //! The Python peers come from the virtualenv `scripts/test.sh` makes
 //! (`OTC_TEST_PYTHON`, else `.venv/bin/python`); without it these tests fail
@@ -42,19 +44,68 @@ fn peer_script(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers").join(name)
 }
 
+/// The MCP revisions tests/peers/mcp_server.py answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Era {
+    /// 2026-07-28 only: no `initialize`, no session.
+    Modern,
+    /// 2025-11-25 and before only: `initialize` and a session.
+    Legacy,
+    /// Both, the SDK's default.
+    Dual,
+}
+
+impl Era {
+    fn arg(self) -> &'static str {
+        match self {
+            Era::Modern => "modern",
+            Era::Legacy => "legacy",
+            Era::Dual => "dual",
+        }
+    }
+
+    /// The revision the gateway should speak to such a server in.
+    fn revision(self) -> &'static str {
+        match self {
+            Era::Legacy => "2025-11-25",
+            Era::Modern | Era::Dual => "2026-07-28",
+        }
+    }
+}
+
 /// tests/peers/mcp_server.py on a loopback port, killed on drop.
 struct McpPeer {
     child: Option<Child>,
     addr: SocketAddr,
     json: bool,
+    era: Era,
 }
 
 impl McpPeer {
-    /// SSE replies (the SDK's default) or plain JSON replies.
+    /// SSE replies (the SDK's default) or plain JSON replies; both eras.
     fn start(json: bool) -> McpPeer {
-        let mut peer = McpPeer { child: None, addr: free_addr(), json };
+        McpPeer::start_in(Era::Dual, json)
+    }
+
+    /// A server of one era, or of both.
+    fn start_in(era: Era, json: bool) -> McpPeer {
+        let mut peer = McpPeer { child: None, addr: free_addr(), json, era };
         peer.restart();
         peer
+    }
+
+    /// Starts again on the same port as a server of `era`.
+    fn restart_as(&mut self, era: Era) {
+        self.era = era;
+        self.restart();
+    }
+
+    /// Adds a tool at runtime; the server tells its listening clients.
+    async fn add_tool(&self, name: &str) {
+        let body = Bytes::from(json!({"name": name}).to_string());
+        let resp =
+            send_with_headers(self.addr, "POST", "/test/add-tool", body, &[("content-type", "application/json")]).await;
+        assert_eq!(resp.status, 200, "add-tool: {}", resp.text());
     }
 
     /// The MCP endpoint.
@@ -73,7 +124,7 @@ impl McpPeer {
     fn restart(&mut self) {
         assert!(self.child.is_none(), "restart() on a running peer");
         let mut cmd = Command::new(python());
-        cmd.arg(peer_script("mcp_server.py")).arg(self.addr.port().to_string());
+        cmd.arg(peer_script("mcp_server.py")).arg(self.addr.port().to_string()).arg(self.era.arg());
         if self.json {
             cmd.arg("json");
         }
@@ -147,7 +198,26 @@ fn awkward_text(len: usize) -> String {
 
 #[tokio::test]
 async fn the_python_sdk_server_behind_the_gateway() {
-    let peer = McpPeer::start(false);
+    sdk_server_behind_the_gateway(Era::Dual).await;
+}
+
+#[tokio::test]
+async fn the_python_sdk_server_of_2026_07_28_only_behind_the_gateway() {
+    sdk_server_behind_the_gateway(Era::Modern).await;
+}
+
+#[tokio::test]
+async fn the_python_sdk_server_of_2025_11_25_only_behind_the_gateway() {
+    sdk_server_behind_the_gateway(Era::Legacy).await;
+}
+
+/// Every call works in every era, and a server of both eras is spoken to in
+/// 2026-07-28. The SDK server checks a 2026-07-28 request's `_meta`,
+/// `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name` and `Mcp-Param-*` against
+/// its body and refuses a mismatch, so each call that works there is
+/// evidence that they were right.
+async fn sdk_server_behind_the_gateway(era: Era) {
+    let peer = McpPeer::start_in(era, false);
     let gw = GatewayConfig::new()
         .raw(&mcp_upstream("py", &peer.url(), "Py", "call_timeout = \"5s\""))
         .start_with_env(&[("RUST_LOG", "info,otc_gateway::mcp=debug")])
@@ -191,15 +261,38 @@ async fn the_python_sdk_server_behind_the_gateway() {
     assert!(errors.contains_key("a") && errors.contains_key("b"), "{errors:?}");
     gw.call("Py.nothing", json!({})).await.server_error(400);
 
-    // Log notifications on the SSE stream are skipped until the response.
+    // Log notifications on the SSE stream are skipped until the response
+    // (a 2026-07-28 server sends none: the gateway asks for no log level).
     let result = gw.call("Py.chatty", json!({})).await.result();
     assert_eq!(result["value"], "chatted", "{result}");
-    gw.wait_for_log(&["skipping an MCP notification"]).await;
+    if era == Era::Legacy {
+        gw.wait_for_log(&["skipping an MCP notification"]).await;
+    }
+
+    // The revision the call was made in.
+    let result = gw.call("Py.revision", json!({})).await.result();
+    assert_eq!(result["value"], era.revision(), "{result}");
+    // A parameter the server wants as `Mcp-Param-Region` (in 2026-07-28 the
+    // SDK refuses the call without it, -32020), plain and in base64.
+    let result = gw.call("Py.query", json!({"region": "eu-west", "sql": "select 1"})).await.result();
+    let value = result["value"].as_str().unwrap_or_default();
+    assert!(value.starts_with("eu-west: select 1"), "{result}");
+    if era != Era::Legacy {
+        assert!(value.ends_with("(header eu-west)"), "{result}");
+    }
+    let result = gw.call("Py.query", json!({"region": "Zürich", "sql": "select 2"})).await.result();
+    assert!(result["value"].as_str().is_some_and(|v| v.starts_with("Zürich: select 2")), "{result}");
+    // A tool whose name is not ASCII: `Mcp-Name` in base64.
+    let result = gw.call("Py.m_t_o", json!({"city": "Oslo"})).await.result();
+    assert_eq!(result["value"], "sunny in Oslo", "{result}");
 
     let status: Value = send_with_headers(gw.admin, "GET", "/status", Bytes::new(), &[]).await.json();
     let upstream = &status["upstreams"][0];
     assert_eq!(upstream["up"], true, "{status}");
     assert_eq!(upstream["skipped"], json!([]), "{status}");
+    assert_eq!(upstream["mcp_protocol_version"], era.revision(), "{status}");
+    let logs = gw.logs();
+    assert_eq!(logs.contains("MCP session opened"), era == Era::Legacy, "{logs}");
 }
 
 #[tokio::test]
@@ -223,7 +316,7 @@ async fn bodies_over_64_kb_go_through_both_bridges() {
 
 #[tokio::test]
 async fn json_replies_a_restarted_server_and_a_server_that_is_down() {
-    let mut peer = McpPeer::start(true);
+    let mut peer = McpPeer::start_in(Era::Legacy, true);
     let gw = GatewayConfig::new().raw(&mcp_upstream("py", &peer.url(), "Py", "circuit_failures = 100")).start().await;
     gw.wait_for_tool("Py.add@1.0.0").await;
     assert_eq!(gw.call("Py.add", json!({"a": 1, "b": 1})).await.result()["value"], 2);
@@ -259,8 +352,111 @@ async fn a_call_that_outlives_call_timeout_is_a_retryable_tool_failure() {
     assert!(started.elapsed() < Duration::from_secs(4), "the gateway waited {:?}", started.elapsed());
     assert_eq!(result["success"], false, "{result}");
     assert_eq!(result["error"]["can_retry"], true, "{result}");
-    // The session is still good for the next call.
+    // The link is still good for the next call.
     assert_eq!(gw.call("Py.slow", json!({"seconds": 0})).await.result()["value"], "done");
+}
+
+/// Calls `Py.revision` until it answers 200, within `limit`; its value.
+async fn revision_once_callable(gw: &Gateway, limit: Duration) -> Value {
+    let deadline = Instant::now() + limit;
+    loop {
+        let resp = gw.call("Py.revision", json!({})).await;
+        if resp.status == 200 && resp.result()["success"] == true {
+            return resp.result()["value"].clone();
+        }
+        assert!(Instant::now() < deadline, "Py.revision never worked: {}", resp.text());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_server_replaced_by_one_of_the_other_era_is_probed_again() {
+    let mut peer = McpPeer::start_in(Era::Legacy, false);
+    let gw = GatewayConfig::new().raw(&mcp_upstream("py", &peer.url(), "Py", "circuit_failures = 100")).start().await;
+    gw.wait_for_tool("Py.revision@1.0.0").await;
+    assert_eq!(revision_once_callable(&gw, Duration::from_secs(10)).await, "2025-11-25");
+
+    // In its place, a 2026-07-28 server: it refuses the session's request
+    // (400, no `_meta`), so the gateway probes again and speaks 2026-07-28.
+    peer.stop();
+    peer.restart_as(Era::Modern);
+    assert_eq!(revision_once_callable(&gw, Duration::from_secs(20)).await, "2026-07-28");
+    gw.wait_for_log(&["probing it again"]).await;
+
+    // And back: a 2025-11-25 server refuses a 2026-07-28 request (400, not
+    // an error of 2026-07-28), so the gateway opens a session again.
+    peer.stop();
+    peer.restart_as(Era::Legacy);
+    assert_eq!(revision_once_callable(&gw, Duration::from_secs(20)).await, "2025-11-25");
+}
+
+/// `[catalog]` with a poll interval no test waits out: only a change
+/// announcement (or the reopening of its stream) explains a catalog change.
+fn long_poll_config(upstreams: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\n\
+         [catalog]\npoll_interval = \"1h\"\nrequest_timeout = \"5s\"\nmax_catalog_bytes = 65536\n\n{upstreams}"
+    )
+}
+
+/// Waits up to `limit` until `pred` holds for GET /tools.
+async fn wait_for_catalog(gw: &Gateway, what: &str, limit: Duration, pred: impl Fn(&[Value]) -> bool) {
+    let deadline = Instant::now() + limit;
+    loop {
+        let items = gw.tools().await;
+        if pred(&items) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting until {what}: {:?}", common::ids(&items));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_tool_list_change_of_a_2026_07_28_server_reaches_the_catalog_at_once() {
+    tool_list_changes_reach_the_catalog_at_once(Era::Modern).await;
+}
+
+#[tokio::test]
+async fn a_tool_list_change_of_a_2025_11_25_server_reaches_the_catalog_at_once() {
+    tool_list_changes_reach_the_catalog_at_once(Era::Legacy).await;
+}
+
+#[tokio::test]
+async fn a_tool_list_change_of_a_dual_era_server_reaches_the_catalog_at_once() {
+    tool_list_changes_reach_the_catalog_at_once(Era::Dual).await;
+}
+
+/// With an hour between polls, a tool added upstream is listed within
+/// seconds: `subscriptions/listen` (2026-07-28) or the session's GET stream
+/// (2025-11-25). A restarted server drops the stream; once it is reopened,
+/// the catalog is fetched (the tool added before is gone from the new
+/// process) and the next change arrives again.
+async fn tool_list_changes_reach_the_catalog_at_once(era: Era) {
+    let mut peer = McpPeer::start_in(era, false);
+    let config = long_poll_config(&mcp_upstream("py", &peer.url(), "Py", ""));
+    let log = "info,otc_gateway::mcp=debug,otc_gateway::gateway=debug";
+    let gw = Gateway::start_with_env(&config, &[("RUST_LOG", log)]).await;
+    gw.wait_for_tool("Py.add@1.0.0").await;
+    // Once the stream is open and the fetch its opening asks for is done,
+    // only a notification can bring the next tool.
+    gw.wait_for_log(&["listening for tool list changes", "catalog fetched as asked"]).await;
+
+    peer.add_tool("grown_1").await;
+    gw.wait_for_tool("Py.grown_1@1.0.0").await;
+    let result = gw.call("Py.grown_1", json!({})).await.result();
+    assert_eq!(result["value"], "grown_1 was added at runtime", "{result}");
+
+    peer.stop();
+    peer.restart();
+    let limit = Duration::from_secs(30);
+    wait_for_catalog(&gw, "the restarted server's list is read", limit, |items| {
+        find_tool(items, "Py.grown_1@1.0.0").is_none() && find_tool(items, "Py.add@1.0.0").is_some()
+    })
+    .await;
+    peer.add_tool("grown_2").await;
+    wait_for_catalog(&gw, "Py.grown_2 is listed", limit, |items| find_tool(items, "Py.grown_2@1.0.0").is_some()).await;
+    gw.wait_for_log(&["the tool list change stream closed; reopening it"]).await;
 }
 
 #[tokio::test]

@@ -64,6 +64,9 @@ pub struct WatchSettings<'a> {
 enum Stream {
     /// The server does not announce tool list changes on this link.
     NotOffered,
+    /// The link no longer fits (the session expired, the server changed
+    /// eras) and was dropped: worth one new link at once.
+    Stale(String),
     /// The watch is over.
     End(WatchEnd),
 }
@@ -91,42 +94,55 @@ impl McpClient {
         settings: WatchSettings<'_>,
         on_event: &(dyn Fn(ToolListEvent) + Send + Sync),
     ) -> WatchEnd {
-        let deadline = Instant::now() + settings.open_timeout;
-        let exchange = Exchange {
-            timeout: settings.open_timeout,
-            max_bytes: settings.max_event_bytes,
-            authorization: settings.authorization,
-            circuit: None,
-        };
-        let link = match self.link(exchange, deadline).await {
-            Ok(link) => link,
-            Err(e) => return WatchEnd::Dropped(format!("cannot connect: {e}")),
-        };
-        let mut relinked = self.relinked.subscribe();
-        let stream = match &*link {
-            Link::Legacy(session) if session.tools_list_changed => {
-                self.session_stream(&link, session, &settings, deadline, on_event).await
-            }
-            Link::Modern(modern) if modern.tools_list_changed => {
-                self.listen_stream(&link, modern, &settings, deadline, on_event).await
-            }
-            _ => Stream::NotOffered,
-        };
-        match stream {
-            Stream::End(end) => end,
-            Stream::NotOffered => {
-                // The link may have changed before `relinked` was subscribed to.
-                if !self.is_current(&link) {
-                    return WatchEnd::Relinked;
+        for attempt in 0..2 {
+            let deadline = Instant::now() + settings.open_timeout;
+            let exchange = Exchange {
+                timeout: settings.open_timeout,
+                max_bytes: settings.max_event_bytes,
+                authorization: settings.authorization,
+                circuit: None,
+            };
+            let link = match self.link(exchange, deadline).await {
+                Ok(link) => link,
+                Err(e) => return WatchEnd::Dropped(format!("cannot connect: {e}")),
+            };
+            let relinked = self.relinked.subscribe();
+            let stream = match &*link {
+                Link::Legacy(session) if session.tools_list_changed => {
+                    self.session_stream(&link, session, &settings, deadline, on_event).await
                 }
-                tracing::debug!(endpoint = %self.endpoint, "the MCP server does not announce tool list changes");
-                if relinked.changed().await.is_err() {
-                    // The client is gone: nothing will ever change.
-                    std::future::pending::<()>().await;
+                Link::Modern(modern) if modern.tools_list_changed => {
+                    self.listen_stream(&link, modern, &settings, deadline, on_event).await
                 }
-                WatchEnd::Relinked
+                _ => Stream::NotOffered,
+            };
+            match stream {
+                // Once at once (a server back from a restart knows no session);
+                // a second time, after the watcher's pause.
+                Stream::Stale(reason) if attempt == 0 => {
+                    tracing::debug!(endpoint = %self.endpoint, reason, "reconnecting for the tool list change stream");
+                }
+                Stream::Stale(reason) => return WatchEnd::Dropped(reason),
+                Stream::End(end) => return end,
+                Stream::NotOffered => return self.until_relinked(&link, relinked).await,
             }
         }
+        WatchEnd::Dropped("unreachable: the reconnect loop ended".into())
+    }
+
+    /// Waits until the link is made anew (or dropped), the server offering no
+    /// stream on `link`.
+    async fn until_relinked(&self, link: &Arc<Link>, mut relinked: tokio::sync::watch::Receiver<u64>) -> WatchEnd {
+        // The link may have changed before `relinked` was subscribed to.
+        if !self.is_current(link) {
+            return WatchEnd::Relinked;
+        }
+        tracing::debug!(endpoint = %self.endpoint, "the MCP server does not announce tool list changes");
+        if relinked.changed().await.is_err() {
+            // The client is gone: nothing will ever change.
+            std::future::pending::<()>().await;
+        }
+        WatchEnd::Relinked
     }
 
     /// Whether `link` is still the current link.
@@ -164,7 +180,7 @@ impl McpClient {
             StatusCode::METHOD_NOT_ALLOWED => return Stream::NotOffered,
             StatusCode::NOT_FOUND => {
                 self.forget(link);
-                return dropped("the session expired");
+                return Stream::Stale("the session expired".into());
             }
             status if !status.is_success() => return dropped(format!("the GET stream answered HTTP {status}")),
             _ if !is_event_stream(response.headers()) => return Stream::NotOffered,
@@ -222,7 +238,7 @@ impl McpClient {
                 Some(error) if error.code == METHOD_NOT_FOUND => Stream::NotOffered,
                 Some(error) if error.code == UNSUPPORTED_PROTOCOL_VERSION => {
                     self.forget(link);
-                    dropped(unsupported(&error))
+                    Stream::Stale(unsupported(&error))
                 }
                 Some(error) => dropped(format!(
                     "subscriptions/listen answered HTTP {status} with JSON-RPC error {}: {}",
@@ -231,7 +247,7 @@ impl McpClient {
                 None if matches!(status.as_u16(), 400 | 404 | 405) => {
                     // Not an answer of 2026-07-28: probe the server again.
                     self.forget(link);
-                    dropped(format!("subscriptions/listen answered HTTP {status} without a JSON-RPC error"))
+                    Stream::Stale(format!("subscriptions/listen answered HTTP {status} without a JSON-RPC error"))
                 }
                 None if status.is_success() => dropped("subscriptions/listen was answered without a stream"),
                 None => dropped(format!("subscriptions/listen answered HTTP {status}")),
