@@ -677,31 +677,57 @@ type Seen = Arc<Mutex<Vec<(http::HeaderMap, Value)>>>;
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
-async fn scripted_server() -> (SocketAddr, Seen) {
+/// How a scripted server answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Script {
+    /// A 2025-06-18 server that answers `server/discover` like any unknown
+    /// message: 202 and no body.
+    Legacy,
+    /// A server that answers `server/discover` with -32022, naming 2025-06-18.
+    Versions,
+    /// A 2026-07-28 server ([`scripted_modern`]).
+    Modern,
+}
+
+async fn scripted_server(script: Script) -> (SocketAddr, Seen) {
+    let (addr, seen, _) = scripted_server_with(script).await;
+    (addr, seen)
+}
+
+async fn scripted_server_with(script: Script) -> (SocketAddr, Seen, Arc<Listeners>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
     let seen: Seen = Arc::default();
-    let record = seen.clone();
+    let listeners: Arc<Listeners> = Arc::default();
+    let (record, streams) = (seen.clone(), listeners.clone());
     tokio::spawn(async move {
         loop {
             let Ok((stream, _)) = listener.accept().await else { continue };
-            let record = record.clone();
+            let (record, streams) = (record.clone(), streams.clone());
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| scripted(req, record.clone()));
+                let service = hyper::service::service_fn(move |req| scripted(req, record.clone(), script, streams.clone()));
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                     .await;
             });
         }
     });
-    (addr, seen)
+    (addr, seen, listeners)
 }
 
-async fn scripted(req: hyper::Request<hyper::body::Incoming>, seen: Seen) -> Result<hyper::Response<Body>, Infallible> {
+async fn scripted(
+    req: hyper::Request<hyper::body::Incoming>,
+    seen: Seen,
+    script: Script,
+    listeners: Arc<Listeners>,
+) -> Result<hyper::Response<Body>, Infallible> {
     let headers = req.headers().clone();
     let bytes = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     let message: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     seen.lock().expect("lock").push((headers, message.clone()));
+    if script == Script::Modern {
+        return Ok(scripted_modern(&message, &listeners));
+    }
     let id = message["id"].clone();
     let json_reply = |result: Value| {
         let body = json!({"jsonrpc": "2.0", "id": id, "result": result}).to_string();
@@ -713,6 +739,15 @@ async fn scripted(req: hyper::Request<hyper::body::Incoming>, seen: Seen) -> Res
     };
     let tool = |name: &str| json!({"name": name, "description": name, "inputSchema": {"type": "object"}});
     let response = match message["method"].as_str() {
+        Some("server/discover") if script == Script::Versions => {
+            let body = json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32022, "message": "Unsupported protocol version",
+                              "data": {"supported": ["2099-01-01", "2025-06-18"], "requested": "2026-07-28"}}});
+            hyper::Response::builder()
+                .status(400)
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body.to_string())).boxed())
+                .expect("response")
+        }
         Some("initialize") => json_reply(
             json!({"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "scripted", "version": "1"}}),
         ),
@@ -762,7 +797,7 @@ async fn scripted(req: hyper::Request<hyper::body::Incoming>, seen: Seen) -> Res
 
 #[tokio::test]
 async fn pages_pings_notifications_sessions_and_errors_of_a_scripted_server() {
-    let (addr, seen) = scripted_server().await;
+    let (addr, seen) = scripted_server(Script::Legacy).await;
     let gw = GatewayConfig::new()
         .raw(&mcp_upstream("scripted", &format!("http://{addr}/mcp"), "S", "call_timeout = \"1s\""))
         .start()
@@ -822,15 +857,23 @@ async fn pages_pings_notifications_sessions_and_errors_of_a_scripted_server() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    // Every request after initialize carried the session and the version.
+    // The probe first: a 2026-07-28 `server/discover`, answered 202 by a
+    // server of 2025-06-18, so the gateway opens a session.
     let requests = seen.lock().expect("lock").clone();
-    let (first_headers, first) = &requests[0];
+    let (probe_headers, probe) = &requests[0];
+    assert_eq!(probe["method"], "server/discover", "{probe}");
+    assert_eq!(header(probe_headers, "mcp-protocol-version"), Some("2026-07-28"));
+    assert_eq!(probe["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"], "2026-07-28", "{probe}");
+    // Every request after initialize carried the session and the version.
+    let (first_headers, first) = &requests[1];
     assert_eq!(first["method"], "initialize", "{first}");
     assert!(first_headers.get("mcp-session-id").is_none());
+    assert!(first_headers.get("mcp-method").is_none(), "no 2026-07-28 headers in a session");
     assert_eq!(first["params"]["protocolVersion"], "2025-11-25");
     assert!(first["params"]["clientInfo"]["name"].is_string());
-    assert_eq!(requests[1].1["method"], "notifications/initialized");
-    for (headers, message) in &requests[1..] {
+    assert_eq!(requests[2].1["method"], "notifications/initialized");
+    assert!(requests.iter().filter(|(_, m)| m["method"] == "server/discover").count() == 1, "one probe");
+    for (headers, message) in &requests[2..] {
         assert_eq!(
             headers.get("mcp-session-id").map(|v| v.to_str().unwrap_or("")),
             Some("scripted-session-1"),
@@ -841,5 +884,264 @@ async fn pages_pings_notifications_sessions_and_errors_of_a_scripted_server() {
             Some("2025-06-18"),
             "{message}"
         );
+    }
+}
+
+fn header<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).map(|v| v.to_str().unwrap_or("(not ASCII)"))
+}
+
+#[tokio::test]
+async fn unsupported_protocol_version_names_the_revision_to_open_a_session_in() {
+    let (addr, seen) = scripted_server(Script::Versions).await;
+    let gw = GatewayConfig::new().raw(&mcp_upstream("scripted", &format!("http://{addr}/mcp"), "S", "")).start().await;
+    gw.wait_for_tool("S.second@1.0.0").await;
+    let requests = seen.lock().expect("lock").clone();
+    let methods: Vec<&str> = requests.iter().filter_map(|(_, m)| m["method"].as_str()).collect();
+    assert_eq!(methods[..3], ["server/discover", "initialize", "notifications/initialized"], "{methods:?}");
+    assert_eq!(requests[1].1["params"]["protocolVersion"], "2025-06-18", "the newest both speak");
+    let status: Value = send_with_headers(gw.admin, "GET", "/status", Bytes::new(), &[]).await.json();
+    assert_eq!(status["upstreams"][0]["mcp_protocol_version"], "2025-06-18", "{status}");
+}
+
+// ---------------------------------------------------------------------------
+// A scripted MCP 2026-07-28 server: what the gateway sends, and a change
+// stream it can fill with anything
+// ---------------------------------------------------------------------------
+
+/// The scripted 2026-07-28 server's open `subscriptions/listen` streams,
+/// and what its `tools/list` adds.
+#[derive(Default)]
+struct Listeners {
+    /// Senders into the open streams' bodies.
+    streams: Mutex<Vec<tokio::sync::mpsc::UnboundedSender<Bytes>>>,
+    /// Streams whose body hyper still holds (the client has not gone).
+    open: std::sync::atomic::AtomicUsize,
+    /// `extra_1` ... `extra_N` are listed.
+    extra_tools: std::sync::atomic::AtomicUsize,
+}
+
+impl Listeners {
+    /// Sends `bytes` on every open stream.
+    fn send(&self, bytes: &str) {
+        for stream in self.streams.lock().expect("lock").iter() {
+            let _ = stream.send(Bytes::from(bytes.to_owned()));
+        }
+    }
+
+    fn open(&self) -> usize {
+        self.open.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// A `subscriptions/listen` response body: what the test sends, until the
+/// client goes (hyper then drops it, and it counts itself closed).
+struct ListenBody {
+    rx: tokio::sync::mpsc::UnboundedReceiver<Bytes>,
+    listeners: Arc<Listeners>,
+}
+
+impl hyper::body::Body for ListenBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        self.rx.poll_recv(cx).map(|chunk| chunk.map(|bytes| Ok(hyper::body::Frame::data(bytes))))
+    }
+}
+
+impl Drop for ListenBody {
+    fn drop(&mut self) {
+        self.listeners.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// `data:` of one SSE event with a JSON-RPC message.
+fn sse_message(message: &Value) -> String {
+    format!("event: message\ndata: {message}\n\n")
+}
+
+fn scripted_modern(message: &Value, listeners: &Arc<Listeners>) -> hyper::Response<Body> {
+    let id = message["id"].clone();
+    let reply = |status: u16, body: Value| {
+        hyper::Response::builder()
+            .status(status)
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.to_string())).boxed())
+            .expect("response")
+    };
+    let result = |result: Value| reply(200, json!({"jsonrpc": "2.0", "id": id, "result": result}));
+    let meta = &message["params"]["_meta"];
+    if meta["io.modelcontextprotocol/protocolVersion"] != "2026-07-28" {
+        return reply(400, json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": "params._meta is missing"}}));
+    }
+    let tool = |name: &str| json!({"name": name, "description": name, "inputSchema": {"type": "object"}});
+    match message["method"].as_str() {
+        Some("server/discover") => result(json!({"resultType": "complete", "supportedVersions": ["2026-07-28"],
+            "capabilities": {"tools": {"listChanged": true}}, "ttlMs": 0, "cacheScope": "public",
+            "_meta": {"io.modelcontextprotocol/serverInfo": {"name": "scripted-2026", "version": "1"}}})),
+        Some("tools/list") => {
+            let mut tools = vec![
+                json!({"name": "plain", "description": "plain", "inputSchema": {"type": "object"},
+                       "annotations": {"readOnlyHint": true, "title": "Plain"}}),
+                tool("météo"),
+                tool("ask"),
+                json!({"name": "routed", "description": "routed", "inputSchema": {"type": "object",
+                       "properties": {"region": {"type": "string", "x-mcp-header": "Region"}, "sql": {"type": "string"}}}}),
+                json!({"name": "bad", "description": "bad", "inputSchema": {"type": "object",
+                       "properties": {"ratio": {"type": "number", "x-mcp-header": "Ratio"}}}}),
+            ];
+            let extra = listeners.extra_tools.load(std::sync::atomic::Ordering::SeqCst);
+            tools.extend((1..=extra).map(|n| tool(&format!("extra_{n}"))));
+            result(json!({"resultType": "complete", "tools": tools, "ttlMs": 60000, "cacheScope": "public"}))
+        }
+        Some("tools/call") if message["params"]["name"] == "ask" => result(json!({
+            "resultType": "input_required",
+            "inputRequests": {"login": {"method": "elicitation/create",
+                "params": {"mode": "form", "message": "Your name?", "requestedSchema": {"type": "object"}}}},
+            "requestState": "opaque"})),
+        Some("tools/call") => {
+            let name = message["params"]["name"].as_str().unwrap_or_default();
+            result(json!({"resultType": "complete", "content": [{"type": "text", "text": format!("called {name}")}]}))
+        }
+        Some("subscriptions/listen") => {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let ack = json!({"jsonrpc": "2.0", "method": "notifications/subscriptions/acknowledged",
+                             "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": id},
+                                        "notifications": {"toolsListChanged": true}}});
+            let _ = tx.send(Bytes::from(sse_message(&ack)));
+            listeners.streams.lock().expect("lock").push(tx);
+            listeners.open.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            hyper::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(ListenBody { rx, listeners: listeners.clone() }.boxed())
+                .expect("response")
+        }
+        _ => reply(404, json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601, "message": "Method not found"}})),
+    }
+}
+
+#[tokio::test]
+async fn a_2026_07_28_server_gets_its_metadata_and_headers_on_every_request() {
+    let (addr, seen, _) = scripted_server_with(Script::Modern).await;
+    let gw = GatewayConfig::new().raw(&mcp_upstream("scripted", &format!("http://{addr}/mcp"), "S", "")).start().await;
+    gw.wait_for_tool("S.routed@1.0.0").await;
+
+    let called = |result: Value, name: &str| assert_eq!(result["value"], format!("called {name}"), "{result}");
+    called(gw.call("S.plain", json!({})).await.result(), "plain");
+    called(gw.call("S.m_t_o", json!({})).await.result(), "météo");
+    called(gw.call("S.routed", json!({"region": "eu-west", "sql": "select 1"})).await.result(), "routed");
+    called(gw.call("S.routed", json!({"sql": "no region"})).await.result(), "routed");
+    // The server asks for user input: the gateway cannot ask its caller.
+    let asked = gw.call("S.ask", json!({})).await.result();
+    assert_eq!(asked["success"], false, "{asked}");
+    assert!(asked["error"]["message"].as_str().is_some_and(|m| m.contains("cannot ask")), "{asked}");
+    assert!(asked["error"]["developer_message"].as_str().is_some_and(|m| m.contains("input_required")), "{asked}");
+
+    // A tool whose x-mcp-header breaks the rules is left out, with the reason.
+    let status: Value = send_with_headers(gw.admin, "GET", "/status", Bytes::new(), &[]).await.json();
+    let upstream = &status["upstreams"][0];
+    assert_eq!(upstream["mcp_protocol_version"], "2026-07-28", "{status}");
+    assert!(upstream["skipped"].to_string().contains("bad: x-mcp-header"), "{status}");
+    assert!(find_tool(&gw.tools().await, "S.bad@1.0.0").is_none());
+
+    let requests = seen.lock().expect("lock").clone();
+    assert!(!requests.iter().any(|(_, m)| m["method"] == "initialize"), "no handshake in 2026-07-28");
+    for (headers, message) in &requests {
+        let method = message["method"].as_str().expect("a request");
+        assert_eq!(header(headers, "mcp-protocol-version"), Some("2026-07-28"), "{message}");
+        assert_eq!(header(headers, "mcp-method"), Some(method), "{message}");
+        assert!(headers.get("mcp-session-id").is_none(), "{message}");
+        let meta = &message["params"]["_meta"];
+        assert_eq!(meta["io.modelcontextprotocol/protocolVersion"], "2026-07-28", "{message}");
+        assert_eq!(meta["io.modelcontextprotocol/clientCapabilities"], json!({}), "{message}");
+        assert_eq!(meta["io.modelcontextprotocol/clientInfo"]["name"], "otc-gateway", "{message}");
+        assert!(message["id"].is_number(), "{message}");
+    }
+    let call = |name: &str, nth: usize| {
+        requests
+            .iter()
+            .filter(|(_, m)| m["method"] == "tools/call" && m["params"]["name"] == name)
+            .nth(nth)
+            .map(|(h, _)| h.clone())
+            .unwrap_or_else(|| panic!("no tools/call of {name}"))
+    };
+    assert_eq!(header(&call("plain", 0), "mcp-name"), Some("plain"));
+    assert_eq!(header(&call("météo", 0), "mcp-name"), Some("=?base64?bcOpdMOpbw==?="));
+    assert_eq!(header(&call("routed", 0), "mcp-param-region"), Some("eu-west"));
+    assert_eq!(header(&call("routed", 1), "mcp-param-region"), None, "no header for an absent parameter");
+    let listen = requests.iter().find(|(_, m)| m["method"] == "subscriptions/listen").map(|(_, m)| m.clone());
+    let listen = listen.expect("a subscriptions/listen request: the server announces list changes");
+    assert_eq!(listen["params"]["notifications"], json!({"toolsListChanged": true}), "{listen}");
+}
+
+#[tokio::test]
+async fn a_hostile_change_stream_is_bounded_and_a_reload_closes_it() {
+    let (addr, seen, listeners) = scripted_server_with(Script::Modern).await;
+    let upstream = mcp_upstream("scripted", &format!("http://{addr}/mcp"), "S", "");
+    let log = "info,otc_gateway::mcp=debug,otc_gateway::gateway=debug";
+    let gw = Gateway::start_with_env(&long_poll_config(&upstream), &[("RUST_LOG", log)]).await;
+    gw.wait_for_tool("S.plain@1.0.0").await;
+    gw.wait_for_log(&["listening for tool list changes", "catalog fetched as asked"]).await;
+    let listens = || seen.lock().expect("lock").iter().filter(|(_, m)| m["method"] == "subscriptions/listen").count();
+    let limit = Duration::from_secs(20);
+    let extra = |n: usize| listeners.extra_tools.store(n, std::sync::atomic::Ordering::SeqCst);
+
+    // Junk on the stream is skipped; the change after it is heard.
+    extra(1);
+    listeners.send(": a comment\n\nevent: other\ndata: {}\n\ndata: not json\n\ndata: [1, 2]\n\n");
+    listeners.send(&sse_message(&json!({"jsonrpc": "2.0", "id": "server-1", "method": "ping"})));
+    listeners.send(&sse_message(&json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed",
+                                        "params": {"_meta": {"io.modelcontextprotocol/subscriptionId": 1}}})));
+    gw.wait_for_tool("S.extra_1@1.0.0").await;
+    assert_eq!(listens(), 1, "the stream outlived the junk");
+
+    // An event larger than max_catalog_bytes (64 KiB here), never finished:
+    // the gateway drops the stream, opens it again after a pause and fetches
+    // the list (which changed meanwhile).
+    extra(2);
+    listeners.send(&format!("data: {}", "x".repeat(100 * 1024)));
+    wait_for_catalog(&gw, "S.extra_2 is listed after the stream was reopened", limit, |items| {
+        find_tool(items, "S.extra_2@1.0.0").is_some()
+    })
+    .await;
+    assert!(listens() >= 2, "the stream was opened again");
+    // A flood of announcements costs a fetch a second at most, not one each.
+    let lists = || seen.lock().expect("lock").iter().filter(|(_, m)| m["method"] == "tools/list").count();
+    let before = lists();
+    for _ in 0..200 {
+        listeners.send(&sse_message(&json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})));
+    }
+    called_while(&gw).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let fetched = lists() - before;
+    assert!((1..50).contains(&fetched), "{fetched} fetches for 200 announcements");
+
+    // A reload that removes the upstream closes its stream.
+    let deadline = Instant::now() + limit;
+    while listeners.open() != 1 {
+        assert!(Instant::now() < deadline, "open streams: {}", listeners.open());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    gw.rewrite_config(&long_poll_config(""));
+    gw.wait_for_tool_gone("S.plain@1.0.0").await;
+    let deadline = Instant::now() + limit;
+    while listeners.open() != 0 {
+        assert!(Instant::now() < deadline, "the removed upstream's stream is still open");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let opened = listens();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(listens(), opened, "nothing listens for the removed upstream");
+}
+
+/// Calls go through while the change stream is busy.
+async fn called_while(gw: &Gateway) {
+    for _ in 0..5 {
+        let result = gw.call("S.plain", json!({})).await.result();
+        assert_eq!(result["value"], "called plain", "{result}");
     }
 }
