@@ -4,9 +4,10 @@
 #   - server scenarios against /mcp of the demo gateway (its two built-in
 #     OTC tool servers behind it): server-initialize, ping, tools-list,
 #     dns-rebinding-protection;
-#   - client scenarios against the gateway as an MCP client: initialize and
-#     tools_call, through tests/peers/conformance_client.py, which starts the
-#     gateway with the suite's server as an MCP upstream.
+#   - client scenarios against the gateway as an MCP client, through
+#     tests/peers/conformance_client.py, which starts the gateway with the
+#     suite's server as an MCP upstream: tools_call at MCP 2026-07-28 (a
+#     server without the handshake), initialize and tools_call at 2025-11-25.
 # Installs the suite and the Node 22 it needs into .conformance/ first.
 # The gateway binary: $OTC_GATEWAY_BIN, else target/debug/otc-gateway (built
 # when missing). Exits 1 when any scenario fails.
@@ -65,13 +66,15 @@ wait "$demo_pid" 2>/dev/null || true
 demo_pid=""
 
 # --- client scenarios: the gateway as an MCP client --------------------------
-for scenario in initialize tools_call; do
-  echo "== client scenario $scenario"
+# Each at the revision its server speaks: the gateway finds it by itself.
+for run in "tools_call 2026-07-28" "initialize 2025-11-25" "tools_call 2025-11-25"; do
+  read -r scenario version <<<"$run"
+  echo "== client scenario $scenario at MCP $version"
   if conformance client --command "python3 $ROOT/tests/peers/conformance_client.py" \
-      --scenario "$scenario" --timeout 60000 -o "$work/results"; then
+      --scenario "$scenario" --spec-version "$version" --timeout 60000 -o "$work/results"; then
     passed=$((passed + 1))
   else
-    failed+=("client:$scenario")
+    failed+=("client:$scenario@$version")
   fi
 done
 

@@ -2,11 +2,13 @@
 """The client under test in MCP's conformance suite (client scenarios).
 
 The suite starts an MCP server for a scenario and runs this script with the
-server's URL as its last argument (and MCP_CONFORMANCE_SCENARIO set). The
-script starts the gateway with that URL as an MCP upstream, waits until the
-gateway has opened a session and read the tool list, and, when the scenario
-serves tools, calls each through the gateway's OTC front (POST /tools/call).
-The suite judges what its server saw.
+server's URL as its last argument (and MCP_CONFORMANCE_SCENARIO and
+MCP_CONFORMANCE_PROTOCOL_VERSION set). The script starts the gateway with
+that URL as an MCP upstream, waits until the gateway has found the server's
+revision and read the tool list, checks that the revision is the one the
+suite runs at (2026-07-28 without a handshake, or a 2025-11-25 session), and,
+when the scenario serves tools, calls each through the gateway's OTC front
+(POST /tools/call). The suite judges what its server saw.
 
 Standard library only. The gateway binary is $OTC_GATEWAY_BIN, else
 target/debug/otc-gateway of this repository.
@@ -65,24 +67,41 @@ def start_gateway(upstream_url, workdir):
 
 
 def wait_until_up(admin):
+    """The upstream's status once its tools were read."""
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         _, status = http("GET", f"{admin}/status")
         upstream = status["upstreams"][0]
         if upstream["up"]:
-            return
+            return upstream
         time.sleep(0.2)
     fail(f"the gateway never read the upstream's tools: {upstream.get('last_error')}")
+
+
+def wait_for_listing(front, count):
+    """GET /tools once it lists the `count` tools read: the merged catalog is
+    published a moment after the upstream's status says they were read."""
+    deadline = time.monotonic() + 10
+    while True:
+        _, listing = http("GET", f"{front}/tools")
+        if len(listing["items"]) >= count or time.monotonic() > deadline:
+            return listing
+        time.sleep(0.05)
 
 
 def main():
     upstream_url = sys.argv[-1]
     scenario = os.environ.get("MCP_CONFORMANCE_SCENARIO", "?")
+    expected = os.environ.get("MCP_CONFORMANCE_PROTOCOL_VERSION")
     with tempfile.TemporaryDirectory() as workdir:
         gateway, front, admin = start_gateway(upstream_url, workdir)
         try:
-            wait_until_up(admin)
-            _, listing = http("GET", f"{front}/tools")
+            upstream = wait_until_up(admin)
+            revision = upstream.get("mcp_protocol_version")
+            if expected and revision != expected:
+                fail(f"{scenario}: the gateway speaks MCP {revision} to a server of {expected}")
+            print(f"{scenario}: the gateway speaks MCP {revision}")
+            listing = wait_for_listing(front, upstream["tools"])
             for tool in listing["items"]:
                 name = tool["name"]
                 status, answer = http(
