@@ -337,3 +337,27 @@ async fn an_unrelated_reload_keeps_an_open_circuit_open() {
     let resp = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 1})).await;
     assert!(developer_message(&resp).contains("circuit open"), "still open after the reload: {}", resp.text());
 }
+
+#[tokio::test]
+async fn a_reload_that_keeps_an_upstream_keeps_one_poller_for_it() {
+    let calc = server_with("Calculator.Add").await;
+    let gw = Gateway::start(&config("300ms", &[("calc", &calc.url())])).await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    // Five reloads that keep `calc` as it is (another upstream comes and goes).
+    let other = server_with("Text.Count").await;
+    for generation in 2..=6 {
+        let upstreams: &[(&str, &str)] = if generation % 2 == 0 {
+            &[("calc", &calc.url()), ("other", &other.url())]
+        } else {
+            &[("calc", &calc.url())]
+        };
+        gw.rewrite_config(&config("300ms", upstreams));
+        wait_generation(&gw, generation).await;
+    }
+    // One poller fetches about 10 times in 3 s; one more per reload would be
+    // about 60. A slow machine fetches less, never more.
+    let before = calc.catalog_fetches().len();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let fetched = calc.catalog_fetches().len() - before;
+    assert!(fetched <= 20, "{fetched} fetches of calc in 3 s at a 300 ms poll interval");
+}
