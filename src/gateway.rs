@@ -316,12 +316,8 @@ impl Gateway {
             .map(|u| u.name.clone())
             .collect();
         // Instances not carried over (removed, or changed and built anew).
-        let retired: Vec<Arc<Upstream>> = old
-            .upstreams
-            .iter()
-            .filter(|u| !runtime.upstreams.iter().any(|n| Arc::ptr_eq(n, u)))
-            .cloned()
-            .collect();
+        let retired: Vec<Arc<Upstream>> =
+            old.upstreams.iter().filter(|u| !runtime.upstreams.iter().any(|n| Arc::ptr_eq(n, u))).cloned().collect();
         self.runtime.store(Arc::new(runtime));
         // Their pollers and change streams end now, not at their next turn.
         for upstream in &retired {
@@ -464,7 +460,11 @@ async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
             return;
         }
         if asked {
-            tracing::debug!(upstream = upstream.name, ?refreshed, "catalog fetched as asked (a change announced, a stream opened, a reload)");
+            tracing::debug!(
+                upstream = upstream.name,
+                ?refreshed,
+                "catalog fetched as asked (a change announced, a stream opened, a reload)"
+            );
         }
         if refreshed == Refreshed::Changed {
             gateway.catalog_changed.notify_one();
@@ -544,9 +544,18 @@ async fn watch_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
             WatchEnd::Dropped(reason) => {
                 if watched.opened {
                     pause = FIRST_RETRY;
-                    tracing::info!(upstream = upstream.name, reason, "the tool list change stream closed; reopening it");
+                    tracing::info!(
+                        upstream = upstream.name,
+                        reason,
+                        "the tool list change stream closed; reopening it"
+                    );
                 } else {
-                    tracing::debug!(upstream = upstream.name, reason, ?pause, "cannot open the tool list change stream");
+                    tracing::debug!(
+                        upstream = upstream.name,
+                        reason,
+                        ?pause,
+                        "cannot open the tool list change stream"
+                    );
                 }
                 tokio::select! {
                     () = tokio::time::sleep(pause) => {}

@@ -705,7 +705,8 @@ async fn scripted_server_with(script: Script) -> (SocketAddr, Seen, Arc<Listener
             let Ok((stream, _)) = listener.accept().await else { continue };
             let (record, streams) = (record.clone(), streams.clone());
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| scripted(req, record.clone(), script, streams.clone()));
+                let service =
+                    hyper::service::service_fn(move |req| scripted(req, record.clone(), script, streams.clone()));
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
                     .await;
@@ -976,7 +977,10 @@ fn scripted_modern(message: &Value, listeners: &Arc<Listeners>) -> hyper::Respon
     let result = |result: Value| reply(200, json!({"jsonrpc": "2.0", "id": id, "result": result}));
     let meta = &message["params"]["_meta"];
     if meta["io.modelcontextprotocol/protocolVersion"] != "2026-07-28" {
-        return reply(400, json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": "params._meta is missing"}}));
+        return reply(
+            400,
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32602, "message": "params._meta is missing"}}),
+        );
     }
     let tool = |name: &str| json!({"name": name, "description": name, "inputSchema": {"type": "object"}});
     match message["method"].as_str() {

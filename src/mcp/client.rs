@@ -387,7 +387,10 @@ impl McpClient {
                 return Err(McpError::Stale(format!("answered HTTP 400 in a session: {body}")))
             }
             Err(McpError::Refused { status, error, .. }) => {
-                return Err(McpError::Status { status, body: format!("JSON-RPC error {}: {}", error.code, error.message) })
+                return Err(McpError::Status {
+                    status,
+                    body: format!("JSON-RPC error {}: {}", error.code, error.message),
+                })
             }
             Err(e) => return Err(e),
         };
@@ -424,7 +427,9 @@ impl McpClient {
         let body = serialise(&OutgoingRequest::request(id, method, Some(&params)));
         let posted = match self.post(&headers, None, body, Some(id), exchange, deadline).await {
             Ok(posted) => posted,
-            Err(McpError::Refused { status, id: answered, error }) => return Err(judge_refusal(status, &answered, id, error)),
+            Err(McpError::Refused { status, id: answered, error }) => {
+                return Err(judge_refusal(status, &answered, id, error))
+            }
             Err(McpError::Status { status: status @ (400 | 404 | 405), body }) => {
                 return Err(McpError::Stale(format!("answered HTTP {status} without a JSON-RPC error: {body}")))
             }
@@ -518,10 +523,9 @@ impl McpClient {
                 };
                 let supported = string_list(Some(supported));
                 match PROTOCOL_VERSIONS.iter().find(|v| supported.iter().any(|s| s == *v)) {
-                    Some(version) => Ok(Discovered::Legacy {
-                        version,
-                        why: format!("the server speaks {}", supported.join(", ")),
-                    }),
+                    Some(version) => {
+                        Ok(Discovered::Legacy { version, why: format!("the server speaks {}", supported.join(", ")) })
+                    }
                     None => Err(McpError::Protocol(format!(
                         "the server speaks MCP {}; the gateway speaks {MODERN_PROTOCOL_VERSION}, {}",
                         supported.join(", "),

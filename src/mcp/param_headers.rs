@@ -107,7 +107,9 @@ fn annotation(path: Option<&[String]>, name: &Value, schema: &Map<String, Value>
     }
     match schema.get("type").and_then(Value::as_str) {
         Some("string" | "integer" | "boolean") => {}
-        _ => return Err(format!("{ANNOTATION} on {at:?}: only string, integer and boolean parameters may be mirrored")),
+        _ => {
+            return Err(format!("{ANNOTATION} on {at:?}: only string, integer and boolean parameters may be mirrored"))
+        }
     }
     let header = HeaderName::from_bytes(format!("{PARAM_HEADER_PREFIX}{name}").as_bytes())
         .map_err(|_| format!("{ANNOTATION} {name:?} on {at:?} is not an HTTP header name"))?;
@@ -188,9 +190,15 @@ mod tests {
             (json!({"properties": {"a": {"type": "string", "x-mcp-header": "A B"}}}), "not an HTTP header"),
             (json!({"properties": {"a": {"type": "string", "x-mcp-header": ""}}}), "not an HTTP header"),
             (json!({"properties": {"a": {"type": "string", "x-mcp-header": 7}}}), "not a string"),
-            (json!({"properties": {"a": {"type": "string", "x-mcp-header": "X"},
-                                   "b": {"type": "string", "x-mcp-header": "x"}}}), "repeats"),
-            (json!({"properties": {"a": {"type": "array", "items": {"type": "string", "x-mcp-header": "A"}}}}), "not reached"),
+            (
+                json!({"properties": {"a": {"type": "string", "x-mcp-header": "X"},
+                                   "b": {"type": "string", "x-mcp-header": "x"}}}),
+                "repeats",
+            ),
+            (
+                json!({"properties": {"a": {"type": "array", "items": {"type": "string", "x-mcp-header": "A"}}}}),
+                "not reached",
+            ),
             (json!({"anyOf": [{"properties": {"a": {"type": "string", "x-mcp-header": "A"}}}]}), "not reached"),
             (json!({"type": "string", "x-mcp-header": "Root"}), "not reached"),
         ] {

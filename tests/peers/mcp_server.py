@@ -19,6 +19,11 @@ The era (default "dual", the SDK's own behaviour):
 `POST /test/add-tool` with `{"name": "..."}` adds a tool at runtime and tells
 every client that listens: 2026-07-28 `subscriptions/listen` streams, and the
 standalone GET stream of every 2025-11-25 session.
+
+The era gate and the notifications reach into the SDK's internals (its
+per-request entry, its subscription bus, a session's connection), as the SDK
+offers no switch for them: they are those of `mcp` 2.3.0, pinned in
+requirements.txt.
 """
 
 import asyncio

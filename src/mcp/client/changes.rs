@@ -191,12 +191,12 @@ impl McpClient {
         let mut answered: Option<Instant> = None;
         self.read_events(response.into_body(), settings, None, |message| {
             match message {
-                Message::Notification { method, .. } if method == TOOLS_LIST_CHANGED => on_event(ToolListEvent::Changed),
-                Message::Request { id, method, .. } => {
-                    if answered.is_none_or(|at| at.elapsed() >= PING_ANSWER_GAP) {
-                        answered = Some(Instant::now());
-                        self.answer(&headers, id, &method, settings.authorization);
-                    }
+                Message::Notification { method, .. } if method == TOOLS_LIST_CHANGED => {
+                    on_event(ToolListEvent::Changed)
+                }
+                Message::Request { id, method, .. } if answered.is_none_or(|at| at.elapsed() >= PING_ANSWER_GAP) => {
+                    answered = Some(Instant::now());
+                    self.answer(&headers, id, &method, settings.authorization);
                 }
                 _ => {}
             }
@@ -217,19 +217,23 @@ impl McpClient {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let params = with_meta(&json!({"notifications": {"toolsListChanged": true}}), &modern.version);
         let body = serialise(&OutgoingRequest::request(id, "subscriptions/listen", Some(&params)));
-        let request = match self.build(&modern_headers(&modern.version, "subscriptions/listen"), body, settings.authorization) {
-            Ok(request) => request,
-            Err(e) => return dropped(e.to_string()),
-        };
+        let request =
+            match self.build(&modern_headers(&modern.version, "subscriptions/listen"), body, settings.authorization) {
+                Ok(request) => request,
+                Err(e) => return dropped(e.to_string()),
+            };
         let response = match tokio::time::timeout_at(deadline, self.http.request(request)).await {
-            Err(_) => return dropped(format!("subscriptions/listen did not answer within {:?}", settings.open_timeout)),
+            Err(_) => {
+                return dropped(format!("subscriptions/listen did not answer within {:?}", settings.open_timeout))
+            }
             Ok(Err(e)) => return dropped(format!("cannot send subscriptions/listen: {}", error_chain(&e))),
             Ok(Ok(response)) => response,
         };
         let status = response.status();
         if !status.is_success() || !is_event_stream(response.headers()) {
             let limit = ERROR_BODY_LIMIT.min(settings.max_event_bytes);
-            let body = read_limited(response.into_body(), limit, deadline, settings.open_timeout).await.unwrap_or_default();
+            let body =
+                read_limited(response.into_body(), limit, deadline, settings.open_timeout).await.unwrap_or_default();
             let error = match Message::from_slice(&body) {
                 Ok(Message::Error { error, .. }) => Some(error),
                 _ => None,
