@@ -3,10 +3,13 @@
 //! (`upstream/mcp.rs`) and the `/mcp` endpoint (`mcp_endpoint.rs`) both use
 //! it, and it uses neither.
 //!
-//! Both directions speak the streamable HTTP transport of MCP revision
-//! 2025-11-25 (and accept 2025-06-18 and 2025-03-26). One module per job:
+//! Both directions speak the streamable HTTP transport of MCP revisions
+//! 2025-11-25 (accepting 2025-06-18 and 2025-03-26: "legacy", with an
+//! `initialize` handshake) and 2026-07-28 ("modern": stateless, every request
+//! self-describing). One module per job:
 //!
 //! - [`jsonrpc`]: the JSON-RPC 2.0 messages MCP is framed in;
+//! - [`modern`]: what 2026-07-28 adds (`_meta` keys, error codes, headers);
 //! - [`sse`]: reading a `text/event-stream` reply;
 //! - [`client`]: a streamable HTTP client for an MCP upstream (sessions,
 //!   initialize, tools/list, tools/call);
@@ -15,9 +18,10 @@
 pub mod client;
 pub mod jsonrpc;
 pub mod mapping;
+pub mod modern;
 pub mod sse;
 
-/// The MCP revisions the gateway speaks, newest first.
+/// The legacy MCP revisions the gateway speaks, newest first.
 pub const PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 
 /// The revision the gateway asks for, and answers with when a client asks
@@ -30,7 +34,7 @@ pub const SESSION_HEADER: &str = "mcp-session-id";
 /// The protocol version header sent on every request after initialize.
 pub const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
 
-/// Whether `version` is one the gateway speaks.
+/// Whether `version` is a legacy revision the gateway speaks.
 pub fn is_supported_version(version: &str) -> bool {
     PROTOCOL_VERSIONS.contains(&version)
 }

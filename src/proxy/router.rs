@@ -24,6 +24,7 @@ use crate::call::call_tool;
 use crate::error::RequestError;
 use crate::gateway::{Gateway, Runtime};
 use crate::http1::header_line_size;
+use crate::mcp_endpoint::{Listen, McpAnswer, McpEndpoint, McpHead};
 use crate::oauth_endpoint::{self, OAuthRequest};
 use crate::reply::Reply;
 
@@ -34,7 +35,15 @@ pub struct Router {
     /// Requests whose body has arrived and that are being worked on: what
     /// `server.max_in_flight` bounds.
     pub(super) admitted: Arc<AtomicUsize>,
-    mcp: crate::mcp_endpoint::McpEndpoint,
+    mcp: McpEndpoint,
+}
+
+/// What a request is answered with.
+enum Answer {
+    /// One reply.
+    Reply(Reply),
+    /// An event stream, written until the client goes or the gateway stops.
+    Stream(Listen),
 }
 
 /// Counts a request as in flight until dropped.
@@ -75,10 +84,10 @@ impl Router {
     }
 
     /// Checks the head, then dispatches on the route and method.
-    async fn serve(&self, session: &mut Session, route: &'static str) -> Reply {
+    async fn serve(&self, session: &mut Session, route: &'static str) -> Answer {
         let expect = match check_head(&self.gateway.runtime(), session, route) {
             Ok(expect) => expect,
-            Err(e) => return e.to_reply(),
+            Err(e) => return Answer::Reply(e.to_reply()),
         };
         let method = session.req_header().method.clone();
         let result = match route {
@@ -102,11 +111,17 @@ impl Router {
                 _ => Err(RequestError::MethodNotAllowed { allow: "POST" }),
             },
             // (Boxed to keep its state out of every request's future.)
-            "/mcp" => Box::pin(self.mcp(session, expect)).await,
+            "/mcp" => {
+                return match Box::pin(self.mcp(session, expect)).await {
+                    Ok(McpAnswer::Reply(reply)) => Answer::Reply(reply),
+                    Ok(McpAnswer::Stream(listen)) => Answer::Stream(listen),
+                    Err(e) => Answer::Reply(e.to_reply()),
+                }
+            }
             "/oauth" => Box::pin(self.oauth(session)).await,
             _ => Err(RequestError::NotFound(session.req_header().uri.path().chars().take(200).collect())),
         };
-        result.unwrap_or_else(|e| e.to_reply())
+        Answer::Reply(result.unwrap_or_else(|e| e.to_reply()))
     }
 
     /// Counts a request whose head and body have arrived as in flight, or
@@ -127,10 +142,11 @@ impl Router {
         Reply::ok(Bytes::from(format!(r#"{{"$schema":"otc://1.0","status":"ok","tools":{tools}}}"#)))
     }
 
-    /// The MCP endpoint (`mcp_endpoint.rs`): credentials (its `Origin` and `Host`
-    /// were checked with the head, as on every route), then one JSON-RPC
-    /// message per POST.
-    async fn mcp(&self, session: &mut Session, expect: Expect) -> Result<Reply, RequestError> {
+    /// The MCP endpoint (`mcp_endpoint/`): credentials (its `Origin` and
+    /// `Host` were checked with the head, as on every route), then one
+    /// JSON-RPC message per POST, or (GET) a 2025-11-25 client's event
+    /// stream.
+    async fn mcp(&self, session: &mut Session, expect: Expect) -> Result<McpAnswer, RequestError> {
         let (limit, deadline, caller) = {
             let runtime = self.gateway.runtime();
             (
@@ -139,14 +155,21 @@ impl Router {
                 authenticate(&runtime, session)?,
             )
         };
-        if session.req_header().method != http::Method::POST {
-            // No server-initiated stream is offered (GET), and sessions hold
-            // no state to end (DELETE).
-            return Err(RequestError::MethodNotAllowed { allow: "POST" });
+        match session.req_header().method {
+            http::Method::POST => {}
+            http::Method::GET => {
+                let head = McpHead::from_headers(&session.req_header().headers);
+                return Ok(self.mcp.handle_get(&self.gateway, &caller, &head));
+            }
+            // Sessions hold no state to end (DELETE).
+            _ => return Err(RequestError::MethodNotAllowed { allow: "GET, POST" }),
         }
         let body = read_body_within(session, expect, limit, deadline).await?;
+        // A stream holds no admission slot: it is bounded by `[mcp]
+        // max_streams` instead.
         let _in_flight = self.admit()?;
-        Ok(self.mcp.handle_post(&self.gateway, &caller, &session.req_header().headers, &body).await)
+        let head = McpHead::from_headers(&session.req_header().headers);
+        Ok(self.mcp.handle_post(&self.gateway, &caller, &head, &body).await)
     }
 
     /// The OAuth endpoints (`oauth_endpoint.rs`): the browser steps of a
@@ -272,14 +295,19 @@ async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, Request
 }
 
 impl Router {
-    /// One request, from its parsed head to its reply.
-    async fn answer(&self, session: &mut Session) -> Reply {
+    /// One request, from its parsed head to its answer, and whether the
+    /// request is still being served (until a stream ends).
+    async fn answer(&self, session: &mut Session) -> (Answer, InFlight) {
         let route = route_of(session.req_header().uri.path());
         // Being served, for graceful shutdown: from its head to its reply.
-        let _serving = InFlight::enter(&self.in_flight);
-        let reply = self.serve(session, route).await;
-        self.gateway.metrics.record_http(route, reply.status);
-        reply
+        let (serving, _) = InFlight::enter(&self.in_flight);
+        let answer = self.serve(session, route).await;
+        let status = match &answer {
+            Answer::Reply(reply) => reply.status,
+            Answer::Stream(_) => 200,
+        };
+        self.gateway.metrics.record_http(route, status);
+        (answer, serving)
     }
 }
 
@@ -360,8 +388,13 @@ impl Router {
         if *shutdown.borrow() {
             session.set_keepalive(None);
         }
-        let reply = self.answer(&mut session).await;
-        let head_only = session.req_header().method == http::Method::HEAD;
-        send::send_reply(session, reply, head_only).await
+        let (answer, _serving) = self.answer(&mut session).await;
+        match answer {
+            Answer::Reply(reply) => {
+                let head_only = session.req_header().method == http::Method::HEAD;
+                send::send_reply(session, reply, head_only).await
+            }
+            Answer::Stream(listen) => send::send_stream(session, listen, shutdown).await,
+        }
     }
 }
