@@ -22,10 +22,11 @@
 //!
 //! In `mode = "jwt"` the gateway is an OAuth protected resource
 //! ([`resource`]): its metadata tells MCP clients where to get a token, and
-//! the request's [`Target`] decides which audiences its JWT must name: at
-//! `/mcp` the gateway's resource identifier (or `audience`), as MCP
-//! requires (RFC 8707); on the OTC routes `audience` when it is set, as the
-//! OTC contract has it.
+//! the request's [`Target`] decides what a JWT's `aud` must be: at `/mcp`
+//! it must name the gateway's resource identifier, or `audience` when that
+//! is set (MCP authorization, RFC 8707); on the OTC routes it is checked
+//! only when `audience` is set, as the OTC contract has it (and then the
+//! resource identifier is accepted too).
 
 mod api_key;
 pub mod jwt;
@@ -169,7 +170,7 @@ impl AuthError {
     }
 }
 
-/// The resource a request is for: which audiences its JWT must name.
+/// The resource a request is for: what its JWT's `aud` must be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
     /// `/mcp`: the gateway as a protected resource. `aud` must name its
@@ -178,7 +179,8 @@ pub enum Target {
     Mcp,
     /// The OTC routes (`/tools`, `/tools/call`, a caller's `/oauth` steps):
     /// `aud` is checked only when `[auth] audience` is set (the contract's
-    /// "checked when set"), and then the resource identifier is accepted too.
+    /// "checked when set", which existing deployments rely on), and then
+    /// the resource identifier is accepted too.
     Otc,
 }
 
@@ -339,8 +341,8 @@ impl Authenticator {
 }
 
 impl Authenticator {
-    /// Whether verified `claims` are for what `target` is (see [`Target`]).
-    /// The reasons name the check, never the token's audiences.
+    /// Whether verified `claims` are for the gateway, as `target` requires
+    /// (see [`Target`]). The reasons name the check, never the audiences.
     fn check_audience(
         &self,
         claims: &Value,
@@ -350,21 +352,24 @@ impl Authenticator {
         if target == Target::Otc && self.audience.is_none() {
             return Ok(());
         }
+        let Some(aud) = claims.get("aud").filter(|aud| !aud.is_null()) else {
+            return Err(AuthError::Invalid("missing required claim \"aud\"".into()));
+        };
         let resource = self.protected_resource(public_url);
         let ours = |aud: &str| self.audience.as_deref() == Some(aud) || resource.is_some_and(|r| r.is_named_by(aud));
         let wrong_type = || AuthError::Invalid("claim \"aud\" has the wrong type".into());
-        // RFC 7519 4.1.3: one string, or an array of strings.
-        let named = match claims.get("aud") {
-            None | Some(Value::Null) => return Err(AuthError::Invalid("missing required claim \"aud\"".into())),
-            Some(Value::String(aud)) => ours(aud),
-            Some(Value::Array(list)) => {
+        // RFC 7519 4.1.3: one string, or an array of strings; a recipient
+        // that none of them names must refuse the token.
+        let named = match aud {
+            Value::String(aud) => ours(aud),
+            Value::Array(list) => {
                 let mut named = false;
                 for aud in list {
                     named |= ours(aud.as_str().ok_or_else(wrong_type)?);
                 }
                 named
             }
-            Some(_) => return Err(wrong_type()),
+            _ => return Err(wrong_type()),
         };
         if named {
             Ok(())
