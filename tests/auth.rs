@@ -138,7 +138,7 @@ async fn hs_auth(env_name: &str) -> Authenticator {
 
 /// The error for `token`, checking it never repeats the token.
 fn rejected(auth: &Authenticator, token: &str) -> AuthError {
-    let err = otc(&auth, &bearer(token)).expect_err("must be rejected");
+    let err = otc(auth, &bearer(token)).expect_err("must be rejected");
     let shown = format!("{err} {err:?}");
     assert!(!shown.contains(token), "{shown}");
     if let Some(sig) = token.rsplit('.').next().filter(|s| s.len() > 8) {
@@ -233,8 +233,14 @@ async fn mcp_requires_an_aud_naming_the_resource_or_the_configured_audience() {
     for ok in [json!(RESOURCE), json!(["other", RESOURCE]), json!("HTTP://127.0.0.1:8080/mcp/")] {
         assert!(mcp(&auth, &token(ok.clone())).is_ok(), "{ok}");
     }
-    for refused in [Value::Null, json!("otc-gateway"), json!("http://127.0.0.1:8081/mcp"), json!([]), json!(7), json!([RESOURCE, 7])]
-    {
+    for refused in [
+        Value::Null,
+        json!("otc-gateway"),
+        json!("http://127.0.0.1:8081/mcp"),
+        json!([]),
+        json!(7),
+        json!([RESOURCE, 7]),
+    ] {
         let err = mcp(&auth, &token(refused.clone())).expect_err("refused at /mcp");
         assert!(matches!(err, AuthError::Invalid(_)), "{refused}: {err:?}");
     }

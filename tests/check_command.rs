@@ -271,7 +271,11 @@ fn the_protected_resource_keys_are_checked() {
         ("resource = \"https://tools.example.com/mcp?x=1\"\n", "resource", "?x=1"),
         ("resource = \"ftp://tools.example.com/mcp\"\n", "resource", "ftp:"),
         ("resource = \"https://user@tools.example.com/mcp\"\n", "resource", "user@"),
-        ("authorization_servers = [\"https://ok.example.com\", \"login.example.com\"]\n", "authorization_servers", "login.example.com"),
+        (
+            "authorization_servers = [\"https://ok.example.com\", \"login.example.com\"]\n",
+            "authorization_servers",
+            "login.example.com",
+        ),
         ("scopes_supported = [\"tools read\"]\n", "scopes_supported", "tools read"),
     ] {
         let toml = auth(keys);

@@ -284,7 +284,8 @@ async fn every_401_names_the_metadata_which_names_the_resource() {
     let metadata_url = format!("{}/.well-known/oauth-protected-resource/mcp", gw.url());
     let garbage = bearer("garbage.token.here");
     let expired = {
-        let claims = json!({"sub": "alice", "iss": ISSUER, "aud": resource(&gw), "exp": get_current_timestamp() - 3600});
+        let claims =
+            json!({"sub": "alice", "iss": ISSUER, "aud": resource(&gw), "exp": get_current_timestamp() - 3600});
         bearer(&encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(SECRET.as_bytes())).unwrap())
     };
     for (what, header) in [("no token", None), ("garbage", Some(&garbage)), ("expired", Some(&expired))] {
@@ -397,8 +398,8 @@ async fn one_callers_token_for_resource_a_never_works_at_the_gateway_of_resource
     let (server_a, server_b) = (echo_server().await, echo_server().await);
     let (resource_a, resource_b) = ("https://a.example.com/mcp", "https://b.example.com/mcp");
     let gw_a = start(&server_a, &["public_url = \"https://a.example.com\""], "").await;
-    let gw_b = start(&server_b, &["public_url = \"https://b.example.com\""], &format!("audience = \"{resource_b}\"\n"))
-        .await;
+    let gw_b =
+        start(&server_b, &["public_url = \"https://b.example.com\""], &format!("audience = \"{resource_b}\"\n")).await;
     wait_listed(&gw_a).await;
     wait_listed(&gw_b).await;
     let alice = bearer(&token("alice", json!(resource_a)));
@@ -483,10 +484,7 @@ async fn the_python_sdk_finds_the_authorization_server_from_the_401_and_gets_a_t
     assert_eq!(challenge, format!("Bearer resource_metadata=\"{metadata_url}\""));
     assert_eq!(requests[1]["url"], metadata_url, "{seen}");
     assert_eq!(requests[1]["status"], 200, "{seen}");
-    assert!(
-        requests.iter().any(|r| r["url"] == format!("{issuer}/.well-known/oauth-authorization-server")),
-        "{seen}"
-    );
+    assert!(requests.iter().any(|r| r["url"] == format!("{issuer}/.well-known/oauth-authorization-server")), "{seen}");
     let token_requests = seen["token_requests"].as_array().expect("token requests");
     assert_eq!(token_requests.len(), 1, "{seen}");
     assert_eq!(token_requests[0]["resource"], resource(&gw), "RFC 8707: the token is asked for this resource");

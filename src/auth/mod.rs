@@ -498,7 +498,10 @@ mod tests {
             invalid.www_authenticate(at),
             "Bearer error=\"invalid_token\", resource_metadata=\"https://gw.example.com/.well-known/oauth-protected-resource/mcp\""
         );
-        assert_eq!(AuthError::Missing.www_authenticate(Some("http://a/\"x\\")), "Bearer resource_metadata=\"http://a/\\\"x\\\\\"");
+        assert_eq!(
+            AuthError::Missing.www_authenticate(Some("http://a/\"x\\")),
+            "Bearer resource_metadata=\"http://a/\\\"x\\\\\""
+        );
         assert_eq!(AuthError::Expired.public_message(), "expired credentials");
         assert_eq!(AuthError::MissingUserClaim { claim: "sub".into() }.public_message(), "invalid credentials");
     }

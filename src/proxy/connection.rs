@@ -320,7 +320,8 @@ impl DataPlane {
             return write_reply(conn, &reply, false).await;
         }
         let public_url = || gateway.public_url(&runtime);
-        let Ok(caller) = runtime.authenticator.authenticate_credentials(head.credentials(&conn.buf), Target::Otc, public_url)
+        let Ok(caller) =
+            runtime.authenticator.authenticate_credentials(head.credentials(&conn.buf), Target::Otc, public_url)
         else {
             return Next::HandOver;
         };

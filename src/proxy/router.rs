@@ -199,7 +199,12 @@ impl Router {
 }
 
 /// Who is calling, from the request's credentials, for `target`.
-fn authenticate(gateway: &Gateway, runtime: &Runtime, session: &Session, target: Target) -> Result<Caller, RequestError> {
+fn authenticate(
+    gateway: &Gateway,
+    runtime: &Runtime,
+    session: &Session,
+    target: Target,
+) -> Result<Caller, RequestError> {
     let authenticator = &runtime.authenticator;
     let public_url = || gateway.public_url(runtime);
     authenticator.authenticate(&session.req_header().headers, target, public_url).map_err(|error| {
