@@ -32,7 +32,7 @@ mod api_key;
 pub mod jwt;
 pub mod resource;
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use http::HeaderMap;
 use jsonwebtoken::DecodingKey;
@@ -281,6 +281,12 @@ impl Authenticator {
     pub fn protected_resource(&self, public_url: impl FnOnce() -> String) -> Option<&ProtectedResource> {
         let settings = self.resource_settings.as_ref()?;
         Some(self.resource.get_or_init(|| ProtectedResource::new(settings, &public_url())))
+    }
+
+    /// The URL of the protected resource metadata, which a 401 names (mode
+    /// `jwt` only; see [`Self::protected_resource`]).
+    pub fn resource_metadata_url(&self, public_url: impl FnOnce() -> String) -> Option<Arc<str>> {
+        self.protected_resource(public_url).map(|r| r.metadata_url().clone())
     }
 
     /// Identifies the caller of one request for `target` from its headers;

@@ -209,8 +209,8 @@ fn authenticate(
     let public_url = || gateway.public_url(runtime);
     authenticator.authenticate(&session.req_header().headers, target, public_url).map_err(|error| {
         tracing::debug!(%error, "request refused: bad or missing credentials");
-        let resource = authenticator.protected_resource(|| gateway.public_url(runtime));
-        RequestError::Unauthenticated { error, resource_metadata: resource.map(|r| r.metadata_url().clone()) }
+        let resource_metadata = authenticator.resource_metadata_url(|| gateway.public_url(runtime));
+        RequestError::Unauthenticated { error, resource_metadata }
     })
 }
 
