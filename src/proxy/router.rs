@@ -19,7 +19,7 @@ use pingora_timeout::fast_timeout::fast_timeout;
 
 use super::head::{self, Expect};
 use super::send;
-use crate::auth::Caller;
+use crate::auth::{resource, Caller, Target};
 use crate::call::call_tool;
 use crate::error::RequestError;
 use crate::gateway::{Gateway, Runtime};
@@ -72,6 +72,7 @@ fn route_of(path: &str) -> &'static str {
         "/tools/call" | "/call" => "/tools/call",
         "/mcp" => "/mcp",
         _ if path.starts_with("/oauth/") => "/oauth",
+        _ if path.starts_with(resource::WELL_KNOWN) => resource::WELL_KNOWN,
         _ => "other",
     }
 }
@@ -98,7 +99,7 @@ impl Router {
             "/tools" => match method {
                 http::Method::GET | http::Method::HEAD => self.admit().and_then(|_in_flight| {
                     let runtime = self.gateway.runtime();
-                    authenticate(&runtime, session).map(|caller| {
+                    authenticate(&self.gateway, &runtime, session, Target::Otc).map(|caller| {
                         Reply::ok(
                             runtime.access.listing(&self.gateway.catalog.load(), runtime.access.matching(&caller)),
                         )
@@ -119,6 +120,12 @@ impl Router {
                 }
             }
             "/oauth" => Box::pin(self.oauth(session)).await,
+            resource::WELL_KNOWN => match method {
+                http::Method::GET | http::Method::HEAD => {
+                    self.admit().and_then(|_in_flight| self.resource_metadata(session.req_header().uri.path()))
+                }
+                _ => Err(RequestError::MethodNotAllowed { allow: "GET, HEAD" }),
+            },
             _ => Err(RequestError::NotFound(session.req_header().uri.path().chars().take(200).collect())),
         };
         Answer::Reply(result.unwrap_or_else(|e| e.to_reply()))
@@ -152,7 +159,7 @@ impl Router {
             (
                 runtime.config.server.max_body_bytes,
                 runtime.config.server.body_timeout.0,
-                authenticate(&runtime, session)?,
+                authenticate(&self.gateway, &runtime, session, Target::Mcp)?,
             )
         };
         match session.req_header().method {
@@ -180,7 +187,7 @@ impl Router {
         let request = OAuthRequest::parse(&session.req_header().method, uri.path())?;
         let _in_flight = self.admit()?;
         if request.needs_caller() {
-            let caller = authenticate(&runtime, session)?;
+            let caller = authenticate(&self.gateway, &runtime, session, Target::Otc)?;
             oauth_endpoint::caller_step(&runtime, &caller, &request).await
         } else {
             oauth_endpoint::browser_step(&self.gateway, &runtime, &request, uri.query()).await
@@ -191,7 +198,7 @@ impl Router {
         // Credentials first: an unauthenticated client's body is not read.
         // One runtime for the whole request, as on the gateway's own reader.
         let runtime = self.gateway.runtime_owned();
-        let caller = authenticate(&runtime, session)?;
+        let caller = authenticate(&self.gateway, &runtime, session, Target::Otc)?;
         let (limit, deadline) = (runtime.config.server.max_body_bytes, runtime.config.server.body_timeout.0);
         let body = read_body_within(session, expect, limit, deadline).await?;
         let _in_flight = self.admit()?;
@@ -214,12 +221,37 @@ impl Router {
     }
 }
 
-/// Who is calling, from the request's credentials.
-fn authenticate(runtime: &Runtime, session: &Session) -> Result<Caller, RequestError> {
-    runtime.authenticator.authenticate(&session.req_header().headers).map_err(|e| {
-        tracing::debug!(error = %e, "request refused: bad or missing credentials");
-        RequestError::Unauthenticated(e)
+/// Who is calling, from the request's credentials, for `target`.
+fn authenticate(
+    gateway: &Gateway,
+    runtime: &Runtime,
+    session: &Session,
+    target: Target,
+) -> Result<Caller, RequestError> {
+    let authenticator = &runtime.authenticator;
+    let public_url = || gateway.public_url(runtime);
+    authenticator.authenticate(&session.req_header().headers, target, public_url).map_err(|error| {
+        tracing::debug!(%error, "request refused: bad or missing credentials");
+        let resource_metadata = authenticator.resource_metadata_url(|| gateway.public_url(runtime));
+        RequestError::Unauthenticated { error, resource_metadata }
     })
+}
+
+impl Router {
+    /// The protected resource metadata (RFC 9728), public: in `mode = "jwt"`
+    /// only, at the paths [`resource::ProtectedResource::serves`].
+    fn resource_metadata(&self, path: &str) -> Result<Reply, RequestError> {
+        let runtime = self.gateway.runtime();
+        let metadata = runtime
+            .authenticator
+            .protected_resource(|| self.gateway.public_url(&runtime))
+            .filter(|r| r.serves(path))
+            .ok_or_else(|| RequestError::NotFound(path.chars().take(200).collect()))?;
+        let mut reply = Reply::ok(metadata.document());
+        // Briefly: a reload may change it.
+        reply.headers.push(("cache-control", "public, max-age=300".to_owned()));
+        Ok(reply)
+    }
 }
 
 /// Refuses oversized headers, then runs the checks every head passes
