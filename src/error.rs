@@ -115,8 +115,15 @@ pub enum RequestError {
         retry_after: Option<std::time::Duration>,
     },
     /// Missing or bad client credentials (401 with `WWW-Authenticate`).
-    #[error("unauthenticated: {0}")]
-    Unauthenticated(#[from] AuthError),
+    #[error("unauthenticated: {error}")]
+    Unauthenticated {
+        /// Why.
+        error: AuthError,
+        /// The gateway's protected resource metadata URL (`mode = "jwt"`),
+        /// which the challenge names so that clients find where to get a
+        /// token (RFC 9728 section 5.1).
+        resource_metadata: Option<std::sync::Arc<str>>,
+    },
     /// The tool needs something neither the gateway nor the client supplied.
     #[error("missing requirements: {0:?}")]
     MissingRequirements(MissingRequirements),
@@ -199,7 +206,7 @@ impl RequestError {
             RequestError::AmbiguousFraming(_) | RequestError::TooDeep(_) => 400,
             RequestError::InvalidInput(_) => 422,
             RequestError::UpstreamRefused { status, .. } => *status,
-            RequestError::Unauthenticated(_) => 401,
+            RequestError::Unauthenticated { .. } => 401,
             RequestError::Overloaded(_) => 503,
             RequestError::RateLimited { .. } => 429,
             RequestError::Denied(_) => 400,
@@ -264,7 +271,9 @@ impl RequestError {
                 "This call_id was already used for a different call; use a new call_id".into()
             }
             RequestError::CallInProgress => "A call with this call_id is still running; retry later".into(),
-            RequestError::Unauthenticated(e) => format!("The gateway needs valid credentials: {}", e.public_message()),
+            RequestError::Unauthenticated { error, .. } => {
+                format!("The gateway needs valid credentials: {}", error.public_message())
+            }
             RequestError::MissingRequirements(missing) => missing.describe(),
             RequestError::RequirementUnavailable { requirement, .. } => {
                 format!("The tool's {requirement} is temporarily unavailable")
@@ -296,7 +305,7 @@ impl RequestError {
             }
             RequestError::MethodNotAllowed { allow } => Some(format!("send this path with {allow}; see the Allow header")),
             RequestError::InvalidInput(_) | RequestError::UpstreamRefused { .. } => None,
-            RequestError::Unauthenticated(_) => {
+            RequestError::Unauthenticated { .. } => {
                 Some("send Authorization: Bearer <JWT or API key>, or OXP-API-Key: <key>".into())
             }
             // Word for word what an unknown tool gets.
@@ -359,7 +368,9 @@ impl RequestError {
         let mut headers = Vec::new();
         match self {
             RequestError::MethodNotAllowed { allow } => headers.push(("allow", (*allow).to_owned())),
-            RequestError::Unauthenticated(e) => headers.push(("www-authenticate", e.www_authenticate().to_owned())),
+            RequestError::Unauthenticated { error, resource_metadata } => {
+                headers.push(("www-authenticate", error.www_authenticate(resource_metadata.as_deref())));
+            }
             RequestError::Overloaded(_) => headers.push(("retry-after", "1".to_owned())),
             RequestError::RateLimited { retry_after, .. } => {
                 let seconds = retry_after.as_secs_f64().ceil().max(1.0);
@@ -380,7 +391,7 @@ impl RequestError {
                 RequestError::BodyTooLarge { .. }
                     | RequestError::BodyUnreadable(_)
                     | RequestError::MalformedHead(_)
-                    | RequestError::Unauthenticated(_)
+                    | RequestError::Unauthenticated { .. }
                     | RequestError::HeadersTooLarge { .. }
                     | RequestError::AmbiguousFraming(_)
                     | RequestError::TooManyHeaders { .. }

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use otc_gateway::config::Config;
+use otc_gateway::config::{AuthMode, Config};
 use otc_gateway::demo;
 use otc_gateway::server::{self, ControlPlane};
 
@@ -61,6 +61,12 @@ fn main() -> ExitCode {
         Some(Command::Check) => match Config::load(&cli.config) {
             Ok(config) => {
                 println!("{}: valid ({} upstreams)", cli.config.display(), config.upstreams.len());
+                if config.auth.mode == AuthMode::Jwt && config.auth.authorization_servers().is_empty() {
+                    eprintln!(
+                        "warning: [auth] names no authorization server (authorization_servers, or an http(s) issuer): \
+                         MCP clients cannot discover where to get a token"
+                    );
+                }
                 if !config.policy.is_empty() {
                     warn_unmatched_patterns(config);
                 }

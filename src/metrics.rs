@@ -55,7 +55,8 @@ pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
 
 /// The routes whose `otc_gateway_http_requests_total` counters are cached:
 /// the data plane's route labels. Others are counted too, more slowly.
-pub const ROUTES: [&str; 6] = ["/health", "/tools", "/tools/call", "/mcp", "/oauth", "other"];
+pub const ROUTES: [&str; 7] =
+    ["/health", "/tools", "/tools/call", "/mcp", "/oauth", "/.well-known/oauth-protected-resource", "other"];
 
 /// Bucket upper bounds of `otc_gateway_tool_call_duration_seconds`, in
 /// seconds: 0.5 ms to 30 s, roughly 1-2.5-5 per decade.

@@ -248,3 +248,58 @@ dir = "{}"
     assert!(!dir.exists(), "check created the state directory {}", dir.display());
     assert!(!String::from_utf8_lossy(&out.stderr).contains("not checked"), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+/// `[auth]`'s protected resource keys: valid ones pass; a bad URL, a bad
+/// scope, or any of them without `mode = "jwt"` fails naming the key and
+/// its line; `jwt` mode without an authorization server is a warning.
+#[test]
+fn the_protected_resource_keys_are_checked() {
+    let auth = |keys: &str| format!("{GOOD}\n[auth]\nmode = \"jwt\"\nhs256_secret = \"env:X\"\n{keys}");
+    let good = auth(
+        "resource = \"https://tools.example.com/mcp\"\n\
+         authorization_servers = [\"https://login.example.com/tenant-1\"]\n\
+         scopes_supported = [\"tools:read\", \"tools:call\"]\n",
+    );
+    let out = check(&good);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+
+    for (keys, key, bad) in [
+        ("resource = \"tools.example.com/mcp\"\n", "resource", "tools.example.com"),
+        ("resource = \"https://tools.example.com/mcp#frag\"\n", "resource", "#frag"),
+        ("resource = \"https://tools.example.com/mcp?x=1\"\n", "resource", "?x=1"),
+        ("resource = \"ftp://tools.example.com/mcp\"\n", "resource", "ftp:"),
+        ("resource = \"https://user@tools.example.com/mcp\"\n", "resource", "user@"),
+        (
+            "authorization_servers = [\"https://ok.example.com\", \"login.example.com\"]\n",
+            "authorization_servers",
+            "login.example.com",
+        ),
+        ("scopes_supported = [\"tools read\"]\n", "scopes_supported", "tools read"),
+    ] {
+        let toml = auth(keys);
+        assert_rejected(&toml, key, line_of(&toml, bad));
+    }
+
+    // Only in jwt mode: they describe the gateway as a protected resource.
+    for (key, line) in [
+        ("resource", "resource = \"https://tools.example.com/mcp\""),
+        ("authorization_servers", "authorization_servers = [\"https://login.example.com\"]"),
+        ("scopes_supported", "scopes_supported = [\"tools:read\"]"),
+    ] {
+        let toml = format!("{GOOD}\n[auth]\nmode = \"none\"\n{line}\n");
+        assert_rejected(&toml, key, line_of(&toml, line));
+    }
+
+    // An issuer that is an http(s) URL is the default authorization server;
+    // without one, MCP clients cannot find where to get a token.
+    let out = check(&auth("issuer = \"https://login.example.com\"\n"));
+    assert!(out.status.success() && !String::from_utf8_lossy(&out.stderr).contains("warning"));
+    for keys in ["", "issuer = \"my-issuer\"\n"] {
+        let out = check(&auth(keys));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "a warning must not fail the check: {stderr}");
+        assert!(stderr.contains("warning: [auth] names no authorization server"), "{keys}: {stderr}");
+    }
+}

@@ -586,7 +586,8 @@ async fn the_mcp_front_follows_the_streamable_http_rules() {
     let body = resp.json();
     assert_eq!(body["id"], "init-1");
     assert_eq!(body["result"]["protocolVersion"], "2025-03-26");
-    assert_eq!(body["result"]["capabilities"]["tools"], json!({"listChanged": false}));
+    // List changes are announced on the GET stream (tests/mcp_front.rs).
+    assert_eq!(body["result"]["capabilities"]["tools"], json!({"listChanged": true}));
     assert_eq!(mcp_post(&gw, &init("2099-01-01"), &[]).await.json()["result"]["protocolVersion"], "2025-11-25");
 
     // Notifications and responses: 202, no body.
@@ -618,13 +619,13 @@ async fn the_mcp_front_follows_the_streamable_http_rules() {
         mcp_post(&gw, &json!({"jsonrpc": "2.0", "id": 1, "method": "ping"}), &[("mcp-protocol-version", "1999-01-01")])
             .await;
     assert_eq!(resp.status, 400, "an unsupported MCP-Protocol-Version: {}", resp.text());
+    assert_eq!(resp.json()["error"]["code"], -32022, "the supported versions are named");
+    assert_eq!(resp.json()["id"], 1);
 
-    // No server-initiated stream, no session state to end.
-    for method in ["GET", "DELETE"] {
-        let resp = send_with_headers(gw.addr, method, "/mcp", Bytes::new(), &[("accept", "text/event-stream")]).await;
-        assert_eq!(resp.status, 405, "{method}");
-        assert_eq!(resp.header("allow").as_deref(), Some("POST"));
-    }
+    // No session state to end (GET opens the stream: tests/mcp_front.rs).
+    let resp = send_with_headers(gw.addr, "DELETE", "/mcp", Bytes::new(), &[]).await;
+    assert_eq!(resp.status, 405);
+    assert_eq!(resp.header("allow").as_deref(), Some("GET, POST"));
 
     // DNS rebinding protection: only localhost origins by default.
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});

@@ -5,7 +5,8 @@
 //! never be used as an HMAC secret), the asymmetric ones only with a key of
 //! the matching type from the JWKS, and `none` never (`jsonwebtoken` cannot
 //! even parse it). `exp` is required; `nbf` is checked when present; `iss`
-//! and `aud` when configured. A header with `crit` is refused: the gateway
+//! when configured. (`aud` depends on the route: the `Authenticator` checks
+//! it.) A header with `crit` is refused: the gateway
 //! understands no JWS extension (RFC 7515 section 4.1.11).
 //!
 //! The JWKS is held in an [`ArcSwap`], so verification takes no lock; a
@@ -240,7 +241,6 @@ pub(crate) struct JwtSettings {
     pub hs256: Option<DecodingKey>,
     pub jwks: Option<(JwksSource, Duration)>,
     pub issuer: Option<String>,
-    pub audience: Option<String>,
     pub leeway: Duration,
     pub user_id_claim: String,
 }
@@ -276,23 +276,15 @@ impl JwtVerifier {
     pub(crate) async fn new(s: JwtSettings) -> Result<Self, AuthError> {
         let validation = |alg: Algorithm| {
             let mut v = Validation::new(alg);
-            // A configured iss/aud must be present, not merely "not wrong".
-            // `exp` and `nbf` are checked by `check_times`, not here.
-            let mut required = vec![];
-            if s.audience.is_some() {
-                required.push("aud");
-            }
-            if s.issuer.is_some() {
-                required.push("iss");
-            }
-            v.set_required_spec_claims(&required);
+            // A configured iss must be present, not merely "not wrong".
+            // `exp` and `nbf` are checked by `check_times`, `aud` by the
+            // `Authenticator`, not here.
+            let required: &[&str] = if s.issuer.is_some() { &["iss"] } else { &[] };
+            v.set_required_spec_claims(required);
             v.validate_exp = false;
             v.validate_nbf = false;
+            v.validate_aud = false;
             v.leeway = s.leeway.as_secs();
-            match &s.audience {
-                Some(aud) => v.set_audience(&[aud]),
-                None => v.validate_aud = false,
-            }
             if let Some(iss) = &s.issuer {
                 v.set_issuer(&[iss]);
             }

@@ -19,9 +19,20 @@
 //! takes no lock (the JWKS sits behind an `ArcSwap`) and allocates little.
 //! Turning an [`AuthError`] into `401` + `WWW-Authenticate` is the HTTP
 //! layer's job; [`AuthError::public_message`] is what a client may see.
+//!
+//! In `mode = "jwt"` the gateway is an OAuth protected resource
+//! ([`resource`]): its metadata tells MCP clients where to get a token, and
+//! the request's [`Target`] decides what a JWT's `aud` must be: at `/mcp`
+//! it must name the gateway's resource identifier, or `audience` when that
+//! is set (MCP authorization, RFC 8707); on the OTC routes it is checked
+//! only when `audience` is set, as the OTC contract has it (and then the
+//! resource identifier is accepted too).
 
 mod api_key;
 pub mod jwt;
+pub mod resource;
+
+use std::sync::{Arc, OnceLock};
 
 use http::HeaderMap;
 use jsonwebtoken::DecodingKey;
@@ -31,6 +42,8 @@ use crate::config::{AuthConfig, AuthMode};
 use crate::vault::{SecretResolver, VaultError};
 use api_key::ApiKeys;
 use jwt::{JwksSource, JwtSettings, JwtVerifier};
+pub use resource::ProtectedResource;
+use resource::ResourceSettings;
 
 /// The header service clients may send their API key in.
 pub const API_KEY_HEADER: http::HeaderName = http::HeaderName::from_static("oxp-api-key");
@@ -133,13 +146,42 @@ impl AuthError {
     }
 
     /// The `WWW-Authenticate` value for the 401 (RFC 6750: no error code
-    /// when no credentials were sent).
-    pub fn www_authenticate(&self) -> &'static str {
-        match self {
+    /// when no credentials were sent), naming the protected resource
+    /// metadata when there is one (RFC 9728 section 5.1).
+    pub fn www_authenticate(&self, resource_metadata: Option<&str>) -> String {
+        let mut challenge = String::from(match self {
             AuthError::Missing => "Bearer",
             _ => "Bearer error=\"invalid_token\"",
+        });
+        if let Some(url) = resource_metadata {
+            let separator = if matches!(self, AuthError::Missing) { " " } else { ", " };
+            challenge.push_str(separator);
+            challenge.push_str("resource_metadata=\"");
+            // A quoted-string (RFC 9110 5.6.4); configured URLs have no `"` or `\`.
+            for c in url.chars() {
+                if matches!(c, '"' | '\\') {
+                    challenge.push('\\');
+                }
+                challenge.push(c);
+            }
+            challenge.push('"');
         }
+        challenge
     }
+}
+
+/// The resource a request is for: what its JWT's `aud` must be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// `/mcp`: the gateway as a protected resource. `aud` must name its
+    /// resource identifier, or `[auth] audience` when that is set (MCP
+    /// authorization, RFC 8707): a token for another resource never works.
+    Mcp,
+    /// The OTC routes (`/tools`, `/tools/call`, a caller's `/oauth` steps):
+    /// `aud` is checked only when `[auth] audience` is set (the contract's
+    /// "checked when set", which existing deployments rely on), and then
+    /// the resource identifier is accepted too.
+    Otc,
 }
 
 /// Authenticates requests; build once at startup (or on reload) with
@@ -148,6 +190,13 @@ pub struct Authenticator {
     mode: AuthMode,
     api_keys: ApiKeys,
     jwt: Option<JwtVerifier>,
+    /// `[auth] audience`.
+    audience: Option<String>,
+    /// What the protected resource is made from; `None` but in mode `jwt`.
+    resource_settings: Option<ResourceSettings>,
+    /// The protected resource, fixed on first use (it may depend on the
+    /// bound address).
+    resource: OnceLock<ProtectedResource>,
 }
 
 impl std::fmt::Debug for Authenticator {
@@ -156,6 +205,8 @@ impl std::fmt::Debug for Authenticator {
             .field("mode", &self.mode)
             .field("api_keys", &self.api_keys)
             .field("jwt", &self.jwt)
+            .field("audience", &self.audience)
+            .field("resource", &self.resource.get().map(ProtectedResource::resource))
             .finish()
     }
 }
@@ -199,7 +250,25 @@ impl Authenticator {
                 }
             }
         };
-        Ok(Self { mode: cfg.mode, api_keys, jwt })
+        let resource_settings = (cfg.mode == AuthMode::Jwt).then(|| ResourceSettings {
+            resource: cfg.resource.as_ref().map(|r| r.get_ref().0.clone()),
+            authorization_servers: cfg.authorization_servers(),
+            scopes_supported: cfg.scopes_supported.as_ref().map(|s| s.get_ref().iter().map(|s| s.0.clone()).collect()),
+        });
+        if resource_settings.as_ref().is_some_and(|s| s.authorization_servers.is_empty()) {
+            tracing::warn!(
+                "[auth] names no authorization server (authorization_servers, or an http(s) issuer): \
+                 MCP clients cannot discover where to get a token"
+            );
+        }
+        Ok(Self {
+            mode: cfg.mode,
+            api_keys,
+            jwt,
+            audience: cfg.audience.clone(),
+            resource_settings,
+            resource: OnceLock::new(),
+        })
     }
 
     /// The configured mode.
@@ -207,13 +276,39 @@ impl Authenticator {
         self.mode
     }
 
-    /// Identifies the caller of one request from its headers.
-    pub fn authenticate(&self, headers: &HeaderMap) -> Result<Caller, AuthError> {
-        self.authenticate_credentials(Credentials::from_headers(headers)?)
+    /// The gateway as a protected resource (mode `jwt` only): made on first
+    /// use, its identifier defaulting to `public_url()` + `/mcp`.
+    pub fn protected_resource(&self, public_url: impl FnOnce() -> String) -> Option<&ProtectedResource> {
+        let settings = self.resource_settings.as_ref()?;
+        Some(self.resource.get_or_init(|| ProtectedResource::new(settings, &public_url())))
     }
 
-    /// Identifies the caller of one request from the credentials it carries.
-    pub fn authenticate_credentials(&self, credentials: Credentials<'_>) -> Result<Caller, AuthError> {
+    /// The URL of the protected resource metadata, which a 401 names (mode
+    /// `jwt` only; see [`Self::protected_resource`]).
+    pub fn resource_metadata_url(&self, public_url: impl FnOnce() -> String) -> Option<Arc<str>> {
+        self.protected_resource(public_url).map(|r| r.metadata_url().clone())
+    }
+
+    /// Identifies the caller of one request for `target` from its headers;
+    /// `public_url` is the gateway's (see [`Self::protected_resource`]).
+    pub fn authenticate(
+        &self,
+        headers: &HeaderMap,
+        target: Target,
+        public_url: impl FnOnce() -> String,
+    ) -> Result<Caller, AuthError> {
+        self.authenticate_credentials(Credentials::from_headers(headers)?, target, public_url)
+    }
+
+    /// Identifies the caller of one request for `target` from the
+    /// credentials it carries; `public_url` is the gateway's (see
+    /// [`Self::protected_resource`]).
+    pub fn authenticate_credentials(
+        &self,
+        credentials: Credentials<'_>,
+        target: Target,
+        public_url: impl FnOnce() -> String,
+    ) -> Result<Caller, AuthError> {
         if let Some(value) = credentials.api_key {
             let key = visible_ascii(value)
                 .ok_or_else(|| AuthError::Invalid("OXP-API-Key is not visible ASCII".into()))?
@@ -242,10 +337,50 @@ impl Authenticator {
         match (&self.jwt, self.mode) {
             (Some(verifier), _) => {
                 let v = verifier.verify(token)?;
+                self.check_audience(&v.claims, target, public_url)?;
                 Ok(Caller { user_id: Some(v.user_id), claims: v.claims, kind: CallerKind::Jwt })
             }
             (None, AuthMode::Jwt) => Err(AuthError::Invalid("unknown API key".into())),
             (None, AuthMode::None) => Ok(Caller::anonymous()),
+        }
+    }
+}
+
+impl Authenticator {
+    /// Whether verified `claims` are for the gateway, as `target` requires
+    /// (see [`Target`]). The reasons name the check, never the audiences.
+    fn check_audience(
+        &self,
+        claims: &Value,
+        target: Target,
+        public_url: impl FnOnce() -> String,
+    ) -> Result<(), AuthError> {
+        if target == Target::Otc && self.audience.is_none() {
+            return Ok(());
+        }
+        let Some(aud) = claims.get("aud").filter(|aud| !aud.is_null()) else {
+            return Err(AuthError::Invalid("missing required claim \"aud\"".into()));
+        };
+        let resource = self.protected_resource(public_url);
+        let ours = |aud: &str| self.audience.as_deref() == Some(aud) || resource.is_some_and(|r| r.is_named_by(aud));
+        let wrong_type = || AuthError::Invalid("claim \"aud\" has the wrong type".into());
+        // RFC 7519 4.1.3: one string, or an array of strings; a recipient
+        // that none of them names must refuse the token.
+        let named = match aud {
+            Value::String(aud) => ours(aud),
+            Value::Array(list) => {
+                let mut named = false;
+                for aud in list {
+                    named |= ours(aud.as_str().ok_or_else(wrong_type)?);
+                }
+                named
+            }
+            _ => return Err(wrong_type()),
+        };
+        if named {
+            Ok(())
+        } else {
+            Err(AuthError::Invalid("audience mismatch".into()))
         }
     }
 }
@@ -312,7 +447,6 @@ async fn jwt_settings(cfg: &AuthConfig, secrets: &SecretResolver) -> Result<JwtS
         hs256,
         jwks,
         issuer: cfg.issuer.clone(),
-        audience: cfg.audience.clone(),
         leeway: cfg.leeway,
         user_id_claim: cfg.user_id_claim.clone(),
     })
@@ -357,10 +491,23 @@ mod tests {
     #[test]
     fn public_messages_and_challenges() {
         assert_eq!(AuthError::Missing.public_message(), "missing credentials");
-        assert_eq!(AuthError::Missing.www_authenticate(), "Bearer");
+        assert_eq!(AuthError::Missing.www_authenticate(None), "Bearer");
         let invalid = AuthError::Invalid("bad signature".into());
         assert_eq!(invalid.public_message(), "invalid credentials");
-        assert_eq!(invalid.www_authenticate(), "Bearer error=\"invalid_token\"");
+        assert_eq!(invalid.www_authenticate(None), "Bearer error=\"invalid_token\"");
+        let at = Some("https://gw.example.com/.well-known/oauth-protected-resource/mcp");
+        assert_eq!(
+            AuthError::Missing.www_authenticate(at),
+            "Bearer resource_metadata=\"https://gw.example.com/.well-known/oauth-protected-resource/mcp\""
+        );
+        assert_eq!(
+            invalid.www_authenticate(at),
+            "Bearer error=\"invalid_token\", resource_metadata=\"https://gw.example.com/.well-known/oauth-protected-resource/mcp\""
+        );
+        assert_eq!(
+            AuthError::Missing.www_authenticate(Some("http://a/\"x\\")),
+            "Bearer resource_metadata=\"http://a/\\\"x\\\\\""
+        );
         assert_eq!(AuthError::Expired.public_message(), "expired credentials");
         assert_eq!(AuthError::MissingUserClaim { claim: "sub".into() }.public_message(), "invalid credentials");
     }

@@ -19,10 +19,22 @@ use super::{merge::merge, Catalog, CatalogTool};
 use crate::upstream::{Fetched, Upstream};
 
 /// The published catalog and what each upstream last gave.
-#[derive(Default)]
 pub struct CatalogStore {
     published: ArcSwap<Catalog>,
     upstreams: Mutex<BTreeMap<String, UpstreamCatalog>>,
+    /// The generation of the catalog last published: what event streams
+    /// wait on.
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for CatalogStore {
+    fn default() -> Self {
+        CatalogStore {
+            published: ArcSwap::default(),
+            upstreams: Mutex::default(),
+            changed: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 /// One upstream's last good catalog and its fetch status.
@@ -94,7 +106,16 @@ impl CatalogStore {
         let lists: Vec<_> =
             upstreams.iter().map(|u| (u.clone(), state.entry(u.name.clone()).or_default().tools.clone())).collect();
         // Merge under the lock so two pollers cannot publish out of order.
-        self.published.store(Arc::new(merge(&lists)));
+        let catalog = Arc::new(merge(&lists));
+        let generation = catalog.generation();
+        self.published.store(catalog);
+        self.changed.send_replace(generation);
+    }
+
+    /// Wakes at every publish (after a reload too, whose new policies may
+    /// show a caller other tools).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 
     /// Forgets every upstream's ETag and body hash so the next fetch is parsed

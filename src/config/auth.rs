@@ -2,9 +2,12 @@
 
 use std::time::Duration;
 
-use serde::Deserialize;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
+use toml::Spanned;
 
 use super::duration::deserialize_duration;
+use super::oauth::scope_ok;
 use super::secret_ref::SecretRef;
 
 /// Whether clients must authenticate.
@@ -65,6 +68,91 @@ pub struct AuthConfig {
     /// `"30s"`).
     #[serde(default = "default_leeway", deserialize_with = "deserialize_duration")]
     pub leeway: Duration,
+    /// The gateway's resource identifier as an OAuth protected resource
+    /// (RFC 8707, RFC 9728): what a token for `/mcp` must name in `aud`.
+    /// Default: `<server.public_url>/mcp`. Set it when clients reach the
+    /// gateway at another URL (behind a proxy that rewrites paths).
+    #[serde(default)]
+    pub resource: Option<Spanned<HttpUrl>>,
+    /// The authorization servers (issuer identifiers) the protected resource
+    /// metadata names. Default: `[issuer]` when `issuer` is an http(s) URL.
+    #[serde(default)]
+    pub authorization_servers: Option<Spanned<Vec<HttpUrl>>>,
+    /// Scopes the protected resource metadata advertises (advice to
+    /// clients; the gateway checks none).
+    #[serde(default)]
+    pub scopes_supported: Option<Spanned<Vec<ScopeToken>>>,
+}
+
+impl AuthConfig {
+    /// The authorization servers the metadata names: `authorization_servers`,
+    /// else `issuer` when it is an http(s) URL (a token's `iss` need not be
+    /// one; only a URL is an authorization server clients can discover).
+    pub fn authorization_servers(&self) -> Vec<String> {
+        match &self.authorization_servers {
+            Some(list) => list.get_ref().iter().map(|u| u.0.clone()).collect(),
+            None => self.issuer.iter().filter(|i| HttpUrl::check(i).is_ok()).cloned().collect(),
+        }
+    }
+
+    /// The keys only `mode = "jwt"` uses, set while it is not: the name and
+    /// where it is, for `Config::validate`.
+    pub(super) fn resource_keys_without_jwt(&self) -> Option<(&'static str, usize)> {
+        if self.mode == AuthMode::Jwt {
+            return None;
+        }
+        let resource = self.resource.as_ref().map(|s| ("resource", s.span().start));
+        let servers = self.authorization_servers.as_ref().map(|s| ("authorization_servers", s.span().start));
+        let scopes = self.scopes_supported.as_ref().map(|s| ("scopes_supported", s.span().start));
+        resource.or(servers).or(scopes)
+    }
+}
+
+/// An absolute `http://` or `https://` URL with a host, and without
+/// userinfo, query, fragment, white space, `"` or `\` (so it can be quoted in
+/// a `WWW-Authenticate` parameter as it is). Kept as written: an issuer
+/// identifier is compared character by character by clients.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HttpUrl(pub String);
+
+impl HttpUrl {
+    /// Why `text` is not such a URL, if it is not.
+    pub(crate) fn check(text: &str) -> Result<(), String> {
+        let uri: http::Uri = text.parse().map_err(|e| format!("{text:?} is not a URL: {e}"))?;
+        if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none_or(str::is_empty) {
+            return Err(format!("{text:?} must be an http:// or https:// URL with a host"));
+        }
+        // (`http::Uri` drops a fragment silently and takes `"`.)
+        if text.contains(['#', '"', '\\']) || uri.query().is_some() {
+            return Err(format!("{text:?} must have no query or fragment"));
+        }
+        if uri.authority().is_some_and(|a| a.as_str().contains('@')) {
+            return Err(format!("{text:?} must have no user name or password"));
+        }
+        Ok(())
+    }
+}
+
+impl<'de> Deserialize<'de> for HttpUrl {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        HttpUrl::check(&text).map_err(D::Error::custom)?;
+        Ok(HttpUrl(text))
+    }
+}
+
+/// An OAuth scope token (RFC 6749 section 3.3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScopeToken(pub String);
+
+impl<'de> Deserialize<'de> for ScopeToken {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        if !scope_ok(&text) {
+            return Err(D::Error::custom(format!("{text:?} is not a scope (RFC 6749 3.3)")));
+        }
+        Ok(ScopeToken(text))
+    }
 }
 
 fn default_user_id_claim() -> String {
@@ -91,6 +179,9 @@ impl Default for AuthConfig {
             user_id_claim: default_user_id_claim(),
             api_keys: Vec::new(),
             leeway: default_leeway(),
+            resource: None,
+            authorization_servers: None,
+            scopes_supported: None,
         }
     }
 }

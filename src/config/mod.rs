@@ -24,7 +24,7 @@ mod policy;
 mod secret_ref;
 mod vault;
 
-pub use auth::{ApiKeyConfig, AuthConfig, AuthMode};
+pub use auth::{ApiKeyConfig, AuthConfig, AuthMode, HttpUrl, ScopeToken};
 pub use duration::{deserialize_duration, Dur};
 pub use idempotency::{redact, IdempotencyConfig};
 pub use mcp::McpConfig;
@@ -471,6 +471,12 @@ impl Config {
         }
         if self.server.max_body_bytes == 0 {
             return Err("server.max_body_bytes must be greater than zero".into());
+        }
+        if let Some((key, at)) = self.auth.resource_keys_without_jwt() {
+            return Err(format!(
+                "line {}: auth.{key}: only with mode = \"jwt\" (it describes the gateway as an OAuth protected resource)",
+                line_of(text, at)
+            ));
         }
         Ok(())
     }

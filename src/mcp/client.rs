@@ -53,17 +53,15 @@ use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
-use super::jsonrpc::{
-    ErrorObject, Message, OutgoingRequest, OutgoingResponse, HEADER_MISMATCH, METHOD_NOT_FOUND,
-    MISSING_REQUIRED_CLIENT_CAPABILITY, UNSUPPORTED_PROTOCOL_VERSION,
+use super::jsonrpc::{ErrorObject, Message, OutgoingRequest, OutgoingResponse, METHOD_NOT_FOUND};
+use super::modern::{
+    encode_header_value, is_modern_version, HEADER_MISMATCH, META_CLIENT_CAPABILITIES, META_CLIENT_INFO,
+    META_PROTOCOL_VERSION, META_SERVER_INFO, METHOD_HEADER, MISSING_REQUIRED_CLIENT_CAPABILITY,
+    MODERN_PROTOCOL_VERSION, NAME_HEADER, UNSUPPORTED_PROTOCOL_VERSION,
 };
 use super::param_headers::{self, ParamHeader};
 use super::sse::SseParser;
-use super::{
-    encode_header_value, is_supported_version, META_CLIENT_CAPABILITIES, META_CLIENT_INFO, META_PROTOCOL_VERSION,
-    META_SERVER_INFO, METHOD_HEADER, MODERN_PROTOCOL_VERSION, NAME_HEADER, PROTOCOL_VERSIONS, PROTOCOL_VERSION_HEADER,
-    SESSION_HEADER,
-};
+use super::{is_supported_version, PROTOCOL_VERSIONS, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 use crate::circuit::Circuit;
 use crate::http_client::error_chain;
 
@@ -495,7 +493,7 @@ impl McpClient {
         let error = match self.post(&headers, None, body, Some(id), exchange, deadline).await {
             Ok(Posted { message: Some(Message::Response { result, .. }), .. }) => {
                 let supported = string_list(result.get("supportedVersions"));
-                if !supported.iter().any(|v| v == MODERN_PROTOCOL_VERSION) {
+                if !supported.iter().any(|v| is_modern_version(v)) {
                     return legacy(format!("server/discover names no revision the gateway speaks: {supported:?}"));
                 }
                 let server = result

@@ -18,14 +18,6 @@ pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 /// Invalid method parameters (MCP: also an unknown tool).
 pub const INVALID_PARAMS: i64 = -32602;
-/// MCP 2026-07-28: a header does not match the body, or a required header
-/// is missing or malformed.
-pub const HEADER_MISMATCH: i64 = -32020;
-/// MCP 2026-07-28: the request needs a client capability it did not declare.
-pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
-/// MCP 2026-07-28: the server does not speak the request's protocol
-/// version; `data.supported` lists the versions it does.
-pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 /// A request or notification to send (a notification has no `id`).
 #[derive(Debug, Serialize)]

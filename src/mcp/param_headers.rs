@@ -11,10 +11,13 @@
 use http::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 
-use super::{encode_header_value, PARAM_HEADER_PREFIX};
+use super::modern::encode_header_value;
 
 /// The annotation keyword.
 pub const ANNOTATION: &str = "x-mcp-header";
+
+/// The prefix of the headers it names: `Mcp-Param-{name}`.
+pub const PARAM_HEADER_PREFIX: &str = "mcp-param-";
 
 /// One mirrored parameter: where its value is in the arguments, and the
 /// header it goes in.

@@ -48,7 +48,7 @@ use tokio::time::{Instant, Sleep};
 
 use super::open_connections::{OpenConnections, Registered};
 use super::router::{InFlight, Router};
-use crate::auth::{Credentials, API_KEY_HEADER};
+use crate::auth::{Credentials, Target, API_KEY_HEADER};
 use crate::error::RequestError;
 use crate::gateway::Runtime;
 use crate::http1::{self, decimal, header_line_size};
@@ -319,7 +319,10 @@ impl DataPlane {
             gateway.metrics.record_http("/tools/call", reply.status);
             return write_reply(conn, &reply, false).await;
         }
-        let Ok(caller) = runtime.authenticator.authenticate_credentials(head.credentials(&conn.buf)) else {
+        let public_url = || gateway.public_url(&runtime);
+        let Ok(caller) =
+            runtime.authenticator.authenticate_credentials(head.credentials(&conn.buf), Target::Otc, public_url)
+        else {
             return Next::HandOver;
         };
         let traceparent = head.traceparent(&conn.buf);

@@ -19,11 +19,12 @@ use pingora_timeout::fast_timeout::fast_timeout;
 
 use super::head::{self, Expect};
 use super::send;
-use crate::auth::Caller;
+use crate::auth::{resource, Caller, Target};
 use crate::call::call_tool;
 use crate::error::RequestError;
 use crate::gateway::{Gateway, Runtime};
 use crate::http1::header_line_size;
+use crate::mcp_endpoint::{Listen, McpAnswer, McpEndpoint, McpHead};
 use crate::oauth_endpoint::{self, OAuthRequest};
 use crate::reply::Reply;
 
@@ -34,7 +35,15 @@ pub struct Router {
     /// Requests whose body has arrived and that are being worked on: what
     /// `server.max_in_flight` bounds.
     pub(super) admitted: Arc<AtomicUsize>,
-    mcp: crate::mcp_endpoint::McpEndpoint,
+    mcp: McpEndpoint,
+}
+
+/// What a request is answered with.
+enum Answer {
+    /// One reply.
+    Reply(Reply),
+    /// An event stream, written until the client goes or the gateway stops.
+    Stream(Listen),
 }
 
 /// Counts a request as in flight until dropped.
@@ -63,6 +72,7 @@ fn route_of(path: &str) -> &'static str {
         "/tools/call" | "/call" => "/tools/call",
         "/mcp" => "/mcp",
         _ if path.starts_with("/oauth/") => "/oauth",
+        _ if path.starts_with(resource::WELL_KNOWN) => resource::WELL_KNOWN,
         _ => "other",
     }
 }
@@ -75,10 +85,10 @@ impl Router {
     }
 
     /// Checks the head, then dispatches on the route and method.
-    async fn serve(&self, session: &mut Session, route: &'static str) -> Reply {
+    async fn serve(&self, session: &mut Session, route: &'static str) -> Answer {
         let expect = match check_head(&self.gateway.runtime(), session, route) {
             Ok(expect) => expect,
-            Err(e) => return e.to_reply(),
+            Err(e) => return Answer::Reply(e.to_reply()),
         };
         let method = session.req_header().method.clone();
         let result = match route {
@@ -89,7 +99,7 @@ impl Router {
             "/tools" => match method {
                 http::Method::GET | http::Method::HEAD => self.admit().and_then(|_in_flight| {
                     let runtime = self.gateway.runtime();
-                    authenticate(&runtime, session).map(|caller| {
+                    authenticate(&self.gateway, &runtime, session, Target::Otc).map(|caller| {
                         Reply::ok(
                             runtime.access.listing(&self.gateway.catalog.load(), runtime.access.matching(&caller)),
                         )
@@ -102,11 +112,23 @@ impl Router {
                 _ => Err(RequestError::MethodNotAllowed { allow: "POST" }),
             },
             // (Boxed to keep its state out of every request's future.)
-            "/mcp" => Box::pin(self.mcp(session, expect)).await,
+            "/mcp" => {
+                return match Box::pin(self.mcp(session, expect)).await {
+                    Ok(McpAnswer::Reply(reply)) => Answer::Reply(reply),
+                    Ok(McpAnswer::Stream(listen)) => Answer::Stream(listen),
+                    Err(e) => Answer::Reply(e.to_reply()),
+                }
+            }
             "/oauth" => Box::pin(self.oauth(session)).await,
+            resource::WELL_KNOWN => match method {
+                http::Method::GET | http::Method::HEAD => {
+                    self.admit().and_then(|_in_flight| self.resource_metadata(session.req_header().uri.path()))
+                }
+                _ => Err(RequestError::MethodNotAllowed { allow: "GET, HEAD" }),
+            },
             _ => Err(RequestError::NotFound(session.req_header().uri.path().chars().take(200).collect())),
         };
-        result.unwrap_or_else(|e| e.to_reply())
+        Answer::Reply(result.unwrap_or_else(|e| e.to_reply()))
     }
 
     /// Counts a request whose head and body have arrived as in flight, or
@@ -127,26 +149,34 @@ impl Router {
         Reply::ok(Bytes::from(format!(r#"{{"$schema":"otc://1.0","status":"ok","tools":{tools}}}"#)))
     }
 
-    /// The MCP endpoint (`mcp_endpoint.rs`): credentials (its `Origin` and `Host`
-    /// were checked with the head, as on every route), then one JSON-RPC
-    /// message per POST.
-    async fn mcp(&self, session: &mut Session, expect: Expect) -> Result<Reply, RequestError> {
+    /// The MCP endpoint (`mcp_endpoint/`): credentials (its `Origin` and
+    /// `Host` were checked with the head, as on every route), then one
+    /// JSON-RPC message per POST, or (GET) a 2025-11-25 client's event
+    /// stream.
+    async fn mcp(&self, session: &mut Session, expect: Expect) -> Result<McpAnswer, RequestError> {
         let (limit, deadline, caller) = {
             let runtime = self.gateway.runtime();
             (
                 runtime.config.server.max_body_bytes,
                 runtime.config.server.body_timeout.0,
-                authenticate(&runtime, session)?,
+                authenticate(&self.gateway, &runtime, session, Target::Mcp)?,
             )
         };
-        if session.req_header().method != http::Method::POST {
-            // No server-initiated stream is offered (GET), and sessions hold
-            // no state to end (DELETE).
-            return Err(RequestError::MethodNotAllowed { allow: "POST" });
+        match session.req_header().method {
+            http::Method::POST => {}
+            http::Method::GET => {
+                let head = McpHead::from_headers(&session.req_header().headers);
+                return Ok(self.mcp.handle_get(&self.gateway, &caller, &head));
+            }
+            // Sessions hold no state to end (DELETE).
+            _ => return Err(RequestError::MethodNotAllowed { allow: "GET, POST" }),
         }
         let body = read_body_within(session, expect, limit, deadline).await?;
+        // A stream holds no admission slot: it is bounded by `[mcp]
+        // max_streams` instead.
         let _in_flight = self.admit()?;
-        Ok(self.mcp.handle_post(&self.gateway, &caller, &session.req_header().headers, &body).await)
+        let head = McpHead::from_headers(&session.req_header().headers);
+        Ok(self.mcp.handle_post(&self.gateway, &caller, &head, &body).await)
     }
 
     /// The OAuth endpoints (`oauth_endpoint.rs`): the browser steps of a
@@ -157,7 +187,7 @@ impl Router {
         let request = OAuthRequest::parse(&session.req_header().method, uri.path())?;
         let _in_flight = self.admit()?;
         if request.needs_caller() {
-            let caller = authenticate(&runtime, session)?;
+            let caller = authenticate(&self.gateway, &runtime, session, Target::Otc)?;
             oauth_endpoint::caller_step(&runtime, &caller, &request).await
         } else {
             oauth_endpoint::browser_step(&self.gateway, &runtime, &request, uri.query()).await
@@ -168,7 +198,7 @@ impl Router {
         // Credentials first: an unauthenticated client's body is not read.
         // One runtime for the whole request, as on the gateway's own reader.
         let runtime = self.gateway.runtime_owned();
-        let caller = authenticate(&runtime, session)?;
+        let caller = authenticate(&self.gateway, &runtime, session, Target::Otc)?;
         let (limit, deadline) = (runtime.config.server.max_body_bytes, runtime.config.server.body_timeout.0);
         let body = read_body_within(session, expect, limit, deadline).await?;
         let _in_flight = self.admit()?;
@@ -191,12 +221,37 @@ impl Router {
     }
 }
 
-/// Who is calling, from the request's credentials.
-fn authenticate(runtime: &Runtime, session: &Session) -> Result<Caller, RequestError> {
-    runtime.authenticator.authenticate(&session.req_header().headers).map_err(|e| {
-        tracing::debug!(error = %e, "request refused: bad or missing credentials");
-        RequestError::Unauthenticated(e)
+/// Who is calling, from the request's credentials, for `target`.
+fn authenticate(
+    gateway: &Gateway,
+    runtime: &Runtime,
+    session: &Session,
+    target: Target,
+) -> Result<Caller, RequestError> {
+    let authenticator = &runtime.authenticator;
+    let public_url = || gateway.public_url(runtime);
+    authenticator.authenticate(&session.req_header().headers, target, public_url).map_err(|error| {
+        tracing::debug!(%error, "request refused: bad or missing credentials");
+        let resource_metadata = authenticator.resource_metadata_url(|| gateway.public_url(runtime));
+        RequestError::Unauthenticated { error, resource_metadata }
     })
+}
+
+impl Router {
+    /// The protected resource metadata (RFC 9728), public: in `mode = "jwt"`
+    /// only, at the paths [`resource::ProtectedResource::serves`].
+    fn resource_metadata(&self, path: &str) -> Result<Reply, RequestError> {
+        let runtime = self.gateway.runtime();
+        let metadata = runtime
+            .authenticator
+            .protected_resource(|| self.gateway.public_url(&runtime))
+            .filter(|r| r.serves(path))
+            .ok_or_else(|| RequestError::NotFound(path.chars().take(200).collect()))?;
+        let mut reply = Reply::ok(metadata.document());
+        // Briefly: a reload may change it.
+        reply.headers.push(("cache-control", "public, max-age=300".to_owned()));
+        Ok(reply)
+    }
 }
 
 /// Refuses oversized headers, then runs the checks every head passes
@@ -272,14 +327,19 @@ async fn read_body(session: &mut Session, limit: usize) -> Result<Bytes, Request
 }
 
 impl Router {
-    /// One request, from its parsed head to its reply.
-    async fn answer(&self, session: &mut Session) -> Reply {
+    /// One request, from its parsed head to its answer, and whether the
+    /// request is still being served (until a stream ends).
+    async fn answer(&self, session: &mut Session) -> (Answer, InFlight) {
         let route = route_of(session.req_header().uri.path());
         // Being served, for graceful shutdown: from its head to its reply.
-        let _serving = InFlight::enter(&self.in_flight);
-        let reply = self.serve(session, route).await;
-        self.gateway.metrics.record_http(route, reply.status);
-        reply
+        let (serving, _) = InFlight::enter(&self.in_flight);
+        let answer = self.serve(session, route).await;
+        let status = match &answer {
+            Answer::Reply(reply) => reply.status,
+            Answer::Stream(_) => 200,
+        };
+        self.gateway.metrics.record_http(route, status);
+        (answer, serving)
     }
 }
 
@@ -360,8 +420,13 @@ impl Router {
         if *shutdown.borrow() {
             session.set_keepalive(None);
         }
-        let reply = self.answer(&mut session).await;
-        let head_only = session.req_header().method == http::Method::HEAD;
-        send::send_reply(session, reply, head_only).await
+        let (answer, _serving) = self.answer(&mut session).await;
+        match answer {
+            Answer::Reply(reply) => {
+                let head_only = session.req_header().method == http::Method::HEAD;
+                send::send_reply(session, reply, head_only).await
+            }
+            Answer::Stream(listen) => send::send_stream(session, listen, shutdown).await,
+        }
     }
 }

@@ -20,6 +20,7 @@ use pingora::protocols::http::ServerSession as Session;
 use pingora::protocols::Stream;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 
+use crate::mcp_endpoint::{keep_alive, Listen, KEEP_ALIVE_EVERY};
 use crate::reply::Reply;
 
 /// Lets pingora hand back the bytes a client pipelined behind a request.
@@ -162,6 +163,59 @@ fn reply_head(reply: &Reply, keep_alive: bool) -> std::io::Result<Vec<u8>> {
         b"\r\nconnection: close\r\n\r\n"
     });
     Ok(head)
+}
+
+/// Writes an event stream (`text/event-stream`, chunked): its opening
+/// event, then each notification as it comes, and a comment whenever it has
+/// been quiet for [`KEEP_ALIVE_EVERY`]. It ends when the client goes (a
+/// closed connection is seen at once, not at the next write), or, with the
+/// stream's closing event, when shutdown begins. The connection closes
+/// after it.
+pub(super) async fn send_stream(
+    mut session: Session,
+    mut listen: Listen,
+    shutdown: &pingora::server::ShutdownWatch,
+) -> Option<Reusable> {
+    if let Err(e) = write_stream(&mut session, &mut listen, shutdown).await {
+        tracing::debug!(error = %e, "event stream ended");
+    }
+    session.shutdown().await;
+    None
+}
+
+async fn write_stream(
+    session: &mut Session,
+    listen: &mut Listen,
+    shutdown: &pingora::server::ShutdownWatch,
+) -> pingora::Result<()> {
+    let mut header = ResponseHeader::build_no_case(200, Some(4))?;
+    header.insert_header(http::header::CONTENT_TYPE, "text/event-stream")?;
+    header.insert_header(http::header::CACHE_CONTROL, "no-cache")?;
+    // Tells nginx and alike not to hold events back in a buffer.
+    header.insert_header("x-accel-buffering", "no")?;
+    header.insert_header(http::header::TRANSFER_ENCODING, "chunked")?;
+    session.set_keepalive(None);
+    session.write_response_header(Box::new(header)).await?;
+    // Something at once: a client waits for the first bytes.
+    session.write_response_body(listen.opening().unwrap_or_else(keep_alive), false).await?;
+    let mut stopping = shutdown.clone();
+    loop {
+        let next = tokio::select! {
+            event = listen.next() => event,
+            // Nothing is expected from the client: a read ends when it goes.
+            _ = session.read_body_or_idle(true) => return Ok(()),
+            () = tokio::time::sleep(KEEP_ALIVE_EVERY) => Some(keep_alive()),
+            Ok(()) = stopping.changed() => None,
+        };
+        match next {
+            Some(event) => session.write_response_body(event, false).await?,
+            None => break,
+        }
+    }
+    if let Some(last) = listen.closing() {
+        session.write_response_body(last, false).await?;
+    }
+    session.write_response_body(Bytes::new(), true).await
 }
 
 /// pingora's own writer: a `ResponseHeader`, the body, then `finish`, which

@@ -1,0 +1,199 @@
+//! Which era a request is in, and the checks a modern (2026-07-28) request
+//! must pass before its method runs: its `_meta`, then the headers that
+//! mirror the body (`MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`).
+//!
+//! A request is modern when its `_meta` names a protocol version or its
+//! `MCP-Protocol-Version` header names a modern one; anything else is served
+//! as before 2026-07-28 (`initialize`, sessions).
+
+use serde_json::{Map, Value};
+
+use super::error::RpcError;
+use super::McpHead;
+use crate::mcp::modern::{
+    decode_header_value, is_modern_version, name_field, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION,
+};
+use crate::mcp::{is_supported_version, PROTOCOL_VERSION_HEADER};
+
+/// The two ways of speaking MCP the endpoint serves side by side.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Era {
+    /// 2025-11-25 and before: `initialize`, then a session.
+    Legacy,
+    /// 2026-07-28: no handshake; every request carries its version and the
+    /// client's capabilities.
+    Modern,
+}
+
+/// What a modern request's `_meta` declares.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Envelope<'a> {
+    /// The client's capabilities for this request.
+    pub capabilities: &'a Map<String, Value>,
+}
+
+impl Envelope<'_> {
+    /// Whether the client declared URL-mode elicitation.
+    pub(crate) fn url_elicitation(&self) -> bool {
+        self.capabilities.get("elicitation").and_then(|e| e.get("url")).is_some_and(Value::is_object)
+    }
+}
+
+/// The request's `params._meta`, when there is one.
+fn meta(params: &Value) -> Option<&Value> {
+    params.get("_meta")
+}
+
+/// The era of a request with these headers and params.
+pub(crate) fn era_of(head: &McpHead<'_>, params: &Value) -> Era {
+    let declares_version =
+        meta(params).and_then(Value::as_object).is_some_and(|m| m.contains_key(META_PROTOCOL_VERSION));
+    let modern_header =
+        head.protocol_version.and_then(|v| std::str::from_utf8(v.trim_ascii()).ok()).is_some_and(is_modern_version);
+    if declares_version || modern_header {
+        Era::Modern
+    } else {
+        Era::Legacy
+    }
+}
+
+/// A legacy request's `MCP-Protocol-Version`, when it sends one, must be a
+/// revision the gateway speaks.
+pub(crate) fn check_legacy(head: &McpHead<'_>) -> Result<(), RpcError> {
+    match head.protocol_version {
+        None => Ok(()),
+        Some(raw) => match std::str::from_utf8(raw.trim_ascii()) {
+            Ok(version) if is_supported_version(version) => Ok(()),
+            _ => Err(RpcError::UnsupportedVersion { requested: String::from_utf8_lossy(raw).trim().to_owned() }),
+        },
+    }
+}
+
+/// Checks a modern request in the order the spec's errors need: a
+/// malformed `_meta` is -32602 whatever the headers say, a header that
+/// disagrees with the body is -32020, and only a version both agree on can
+/// be unsupported (-32022).
+pub(crate) fn check_modern<'p>(head: &McpHead<'_>, method: &str, params: &'p Value) -> Result<Envelope<'p>, RpcError> {
+    let Some(meta) = meta(params).and_then(Value::as_object) else {
+        return Err(RpcError::InvalidEnvelope("a 2026-07-28 request must carry `_meta` in its params".into()));
+    };
+    let Some(version) = meta.get(META_PROTOCOL_VERSION).and_then(Value::as_str) else {
+        return Err(RpcError::InvalidEnvelope(format!("`_meta` must name `{META_PROTOCOL_VERSION}` as a string")));
+    };
+    let Some(capabilities) = meta.get(META_CLIENT_CAPABILITIES).and_then(Value::as_object) else {
+        return Err(RpcError::InvalidEnvelope(format!("`_meta` must carry `{META_CLIENT_CAPABILITIES}` as an object")));
+    };
+    if head.duplicated {
+        return Err(RpcError::HeaderMismatch(
+            "MCP-Protocol-Version, Mcp-Method and Mcp-Name may each come once".into(),
+        ));
+    }
+    match head.protocol_version.map(<[u8]>::trim_ascii) {
+        None => return Err(RpcError::HeaderMismatch(format!("no {PROTOCOL_VERSION_HEADER} header"))),
+        Some(header) if header != version.as_bytes() => {
+            return Err(RpcError::HeaderMismatch(format!(
+                "{PROTOCOL_VERSION_HEADER} header {:?} does not match the body's {version:?}",
+                String::from_utf8_lossy(header)
+            )))
+        }
+        Some(_) => {}
+    }
+    if !is_modern_version(version) {
+        return Err(RpcError::UnsupportedVersion { requested: version.to_owned() });
+    }
+    match head.method.map(<[u8]>::trim_ascii) {
+        None => return Err(RpcError::HeaderMismatch("no Mcp-Method header".into())),
+        // Values are case-sensitive: `TOOLS/LIST` is not `tools/list`.
+        Some(header) if header != method.as_bytes() => {
+            return Err(RpcError::HeaderMismatch(format!(
+                "Mcp-Method header {:?} does not match the body's method {method:?}",
+                String::from_utf8_lossy(header)
+            )))
+        }
+        Some(_) => {}
+    }
+    check_name(head, method, params)?;
+    Ok(Envelope { capabilities })
+}
+
+/// `Mcp-Name` against `params.name` (or `params.uri`): present exactly when
+/// the body has the value, and the same once decoded.
+fn check_name(head: &McpHead<'_>, method: &str, params: &Value) -> Result<(), RpcError> {
+    let body = name_field(method).and_then(|field| params.get(field)).and_then(Value::as_str);
+    match (head.name, body) {
+        (None, None) => Ok(()),
+        (None, Some(_)) => Err(RpcError::HeaderMismatch("no Mcp-Name header".into())),
+        (Some(_), None) => Err(RpcError::HeaderMismatch(format!("Mcp-Name header with no name in a {method} body"))),
+        (Some(header), Some(body)) => match decode_header_value(header) {
+            Some(decoded) if decoded == body => Ok(()),
+            Some(decoded) => {
+                Err(RpcError::HeaderMismatch(format!("Mcp-Name header {decoded:?} does not match the body's {body:?}")))
+            }
+            None => Err(RpcError::HeaderMismatch("Mcp-Name header is not valid UTF-8 or Base64".into())),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn head<'a>(version: Option<&'a str>, method: Option<&'a str>, name: Option<&'a str>) -> McpHead<'a> {
+        McpHead {
+            protocol_version: version.map(str::as_bytes),
+            method: method.map(str::as_bytes),
+            name: name.map(str::as_bytes),
+            ..McpHead::default()
+        }
+    }
+
+    fn params(version: &str) -> Value {
+        json!({"name": "t", "_meta": {META_PROTOCOL_VERSION: version, META_CLIENT_CAPABILITIES: {}}})
+    }
+
+    fn code(result: Result<Envelope<'_>, RpcError>) -> &'static str {
+        match result {
+            Ok(_) => "ok",
+            Err(RpcError::InvalidEnvelope(_)) => "-32602",
+            Err(RpcError::HeaderMismatch(_)) => "-32020",
+            Err(RpcError::UnsupportedVersion { .. }) => "-32022",
+            Err(_) => "other",
+        }
+    }
+
+    #[test]
+    fn the_era_follows_meta_or_a_modern_header() {
+        assert_eq!(era_of(&head(None, None, None), &json!({})), Era::Legacy);
+        assert_eq!(era_of(&head(Some("2025-11-25"), None, None), &json!({})), Era::Legacy);
+        assert_eq!(era_of(&head(Some("2026-07-28"), None, None), &json!({})), Era::Modern);
+        assert_eq!(era_of(&head(None, None, None), &params("v9")), Era::Modern);
+    }
+
+    #[test]
+    fn modern_requests_are_checked_in_order() {
+        let ok = head(Some("2026-07-28"), Some("tools/call"), Some(" t "));
+        assert_eq!(code(check_modern(&ok, "tools/call", &params("2026-07-28"))), "ok");
+        assert_eq!(code(check_modern(&ok, "tools/call", &json!({"name": "t"}))), "-32602");
+        let no_caps = json!({"name": "t", "_meta": {META_PROTOCOL_VERSION: "2026-07-28"}});
+        assert_eq!(code(check_modern(&ok, "tools/call", &no_caps)), "-32602");
+        let v9 = head(Some("v9"), Some("tools/call"), Some("t"));
+        assert_eq!(code(check_modern(&v9, "tools/call", &params("v9"))), "-32022");
+        assert_eq!(code(check_modern(&ok, "tools/call", &params("v9"))), "-32020", "header and body disagree");
+        let cases = [
+            (head(None, Some("tools/call"), Some("t")), "no version header"),
+            (head(Some("2026-07-28"), None, Some("t")), "no method header"),
+            (head(Some("2026-07-28"), Some("TOOLS/CALL"), Some("t")), "case differs"),
+            (head(Some("2026-07-28"), Some("tools/call"), None), "no name header"),
+            (head(Some("2026-07-28"), Some("tools/call"), Some("u")), "another name"),
+        ];
+        for (head, why) in cases {
+            assert_eq!(code(check_modern(&head, "tools/call", &params("2026-07-28"))), "-32020", "{why}");
+        }
+        let encoded = head(Some("2026-07-28"), Some("tools/call"), Some("=?base64?dA==?="));
+        assert_eq!(code(check_modern(&encoded, "tools/call", &params("2026-07-28"))), "ok");
+        let listing = head(Some("2026-07-28"), Some("tools/list"), Some("t"));
+        assert_eq!(code(check_modern(&listing, "tools/list", &params("2026-07-28"))), "-32020", "a name on a list");
+    }
+}

@@ -1,0 +1,536 @@
+//! The `/mcp` endpoint: the merged catalog served to MCP clients over the
+//! streamable HTTP transport, in both eras of MCP side by side.
+//!
+//! - **2026-07-28** (modern, [`envelope`]): no handshake. Every request
+//!   carries its version and the client's capabilities in `_meta`, and
+//!   `MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers that must
+//!   match the body. `server/discover`; `tools/list` with caching hints;
+//!   `tools/call`; `subscriptions/listen` ([`listen`]); empty prompt and
+//!   resource lists. Every result says `resultType` and names the server.
+//! - **2025-11-25** (legacy, and 2025-06-18, 2025-03-26): `initialize`
+//!   issues an `Mcp-Session-Id`; `ping`, `tools/list`, `tools/call`; `GET`
+//!   opens the stream of list changes. The front keeps no session state: the
+//!   id itself carries the one thing later requests need (whether the client
+//!   takes URL-mode elicitations), so any replica serves any session.
+//!
+//! A request is modern when its `_meta` names a protocol version or its
+//! `MCP-Protocol-Version` header names a modern one; otherwise legacy.
+//!
+//! Both eras list the same tools ([`tools`]) and run `tools/call` through
+//! [`crate::call::execute_call`] like `POST /tools/call`. An unknown (or
+//! denied) tool and malformed params are JSON-RPC error -32602; everything
+//! that goes wrong once the tool is known is a tool result with `isError:
+//! true`, as MCP asks for errors a model may act on, except an authorization
+//! the caller must give first: that is asked for as a URL-mode elicitation
+//! when the client takes them (an `input_required` result in 2026-07-28,
+//! error -32042 in 2025-11-25), else a tool error carrying the link.
+//! Errors become responses in one place ([`error`]).
+
+mod envelope;
+mod error;
+mod listen;
+mod tools;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::HeaderMap;
+use serde_json::{json, Map, Value};
+
+pub use listen::{keep_alive, Listen, KEEP_ALIVE_EVERY};
+
+use self::envelope::{check_legacy, check_modern, era_of, Envelope, Era};
+use self::error::RpcError;
+use self::listen::StreamCounts;
+use self::tools::{error_result, invalid_arguments, list_page, tool_result, NameCache};
+use crate::auth::Caller;
+use crate::call::{execute_call, ParsedCall};
+use crate::error::{AuthorizationChallenge, RequestError};
+use crate::gateway::Gateway;
+use crate::mcp::jsonrpc::{params_object, Message, OutgoingResponse};
+use crate::mcp::modern::{META_SERVER_INFO, METHOD_HEADER, MODERN_PROTOCOL_VERSIONS, NAME_HEADER};
+use crate::mcp::{
+    is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS, PROTOCOL_VERSION_HEADER, SESSION_HEADER,
+};
+use crate::reply::Reply;
+use crate::wire::CallContext;
+
+/// The notification a list change is announced with.
+const NOTIFICATION_TOOLS_CHANGED: &str = "notifications/tools/list_changed";
+
+/// What a legacy session id ends with when its client took URL-mode
+/// elicitations at `initialize`.
+const URL_ELICITATION_SESSION: &str = ".url";
+
+/// What the gateway tells MCP clients about itself.
+const INSTRUCTIONS: &str = "Tools of the OTC gateway's merged catalog, each at its latest version. \
+    tools/call also accepts an OTC tool id such as Toolkit.Name@1.0.0 for other versions.";
+
+/// Every protocol version the endpoint speaks, modern first.
+fn supported_versions() -> Vec<&'static str> {
+    MODERN_PROTOCOL_VERSIONS.iter().chain(PROTOCOL_VERSIONS.iter()).copied().collect()
+}
+
+/// The MCP endpoint's state: the tool name table, built once per catalog,
+/// and the count of open event streams.
+#[derive(Debug, Default)]
+pub struct McpEndpoint {
+    names: Arc<NameCache>,
+    streams: StreamCounts,
+}
+
+/// What the transport read of a request's head that `/mcp` needs.
+#[derive(Debug, Clone, Default)]
+pub struct McpHead<'a> {
+    /// `MCP-Protocol-Version`.
+    pub protocol_version: Option<&'a [u8]>,
+    /// `Mcp-Method`.
+    pub method: Option<&'a [u8]>,
+    /// `Mcp-Name`.
+    pub name: Option<&'a [u8]>,
+    /// `Mcp-Session-Id` (2025-11-25).
+    pub session: Option<&'a [u8]>,
+    /// Whether one of the three mirrored headers came more than once.
+    pub duplicated: bool,
+    /// The client's W3C `traceparent`, continued upstream.
+    pub traceparent: Option<String>,
+}
+
+impl<'a> McpHead<'a> {
+    /// The head's fields from a parsed header map.
+    pub fn from_headers(headers: &'a HeaderMap) -> McpHead<'a> {
+        let one = |name: &str| headers.get(name).map(|v| v.as_bytes());
+        let duplicated = [PROTOCOL_VERSION_HEADER, METHOD_HEADER, NAME_HEADER]
+            .iter()
+            .any(|name| headers.get_all(*name).iter().nth(1).is_some());
+        McpHead {
+            protocol_version: one(PROTOCOL_VERSION_HEADER),
+            method: one(METHOD_HEADER),
+            name: one(NAME_HEADER),
+            session: one(SESSION_HEADER),
+            duplicated,
+            traceparent: headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned),
+        }
+    }
+}
+
+/// The answer to a request: a reply, or an event stream to keep open.
+#[derive(Debug)]
+pub enum McpAnswer {
+    /// One response (or 202 with no body).
+    Reply(Reply),
+    /// An event stream (`text/event-stream`) the transport writes until
+    /// the client goes or the gateway stops.
+    Stream(Listen),
+}
+
+/// A request read from the body.
+struct Request {
+    id: Value,
+    method: String,
+    params: Value,
+}
+
+impl McpEndpoint {
+    /// Answers one POST to `/mcp` (the body read whole, the caller
+    /// authenticated).
+    pub async fn handle_post(
+        &self,
+        gateway: &Arc<Gateway>,
+        caller: &Caller,
+        head: &McpHead<'_>,
+        body: &[u8],
+    ) -> McpAnswer {
+        let max_depth = gateway.runtime().config.server.max_json_depth;
+        let request = match read_request(body, max_depth) {
+            Ok(Some(request)) => request,
+            // Notifications and responses need no answer.
+            Ok(None) => return McpAnswer::Reply(Reply::json(202, Bytes::new())),
+            Err(e) => return McpAnswer::Reply(e.reply(Value::Null, era_of(head, &Value::Null))),
+        };
+        match era_of(head, &request.params) {
+            Era::Modern => self.modern(gateway, caller, head, request).await,
+            Era::Legacy => McpAnswer::Reply(self.legacy(gateway, caller, head, request).await),
+        }
+    }
+
+    /// `GET /mcp`: a 2025-11-25 client's stream of list changes.
+    pub fn handle_get(&self, gateway: &Arc<Gateway>, caller: &Caller, head: &McpHead<'_>) -> McpAnswer {
+        if let Err(e) = check_legacy(head) {
+            return McpAnswer::Reply(e.reply(Value::Null, Era::Legacy));
+        }
+        match self.stream_slot(gateway, caller) {
+            Ok(slot) => {
+                McpAnswer::Stream(Listen::open(self.names.clone(), gateway.clone(), caller.clone(), None, slot))
+            }
+            Err(e) => McpAnswer::Reply(e.reply(Value::Null, Era::Legacy)),
+        }
+    }
+
+    fn stream_slot(&self, gateway: &Gateway, caller: &Caller) -> Result<listen::StreamSlot, RpcError> {
+        let mcp = &gateway.runtime().config.mcp;
+        self.streams.take(caller, mcp.max_streams, mcp.max_streams_per_caller)
+    }
+
+    /// A 2026-07-28 request: its envelope checked, then its method.
+    async fn modern(&self, gateway: &Arc<Gateway>, caller: &Caller, head: &McpHead<'_>, request: Request) -> McpAnswer {
+        let Request { id, method, params } = request;
+        let outcome = match check_modern(head, &method, &params) {
+            Err(e) => Err(e),
+            Ok(envelope) => match method.as_str() {
+                "server/discover" => Ok(discover(gateway)),
+                "tools/list" => self.list(gateway, caller, &params).map(|mut page| {
+                    page.extend(cache_hints(gateway));
+                    page
+                }),
+                "tools/call" => self.call(gateway, caller, &params, head, Some(envelope)).await,
+                // The gateway bridges tools only: it declares prompts and
+                // resources (2026-07-28 clients cache these lists) with none.
+                "prompts/list" => Ok(empty_list("prompts", gateway)),
+                "resources/list" => Ok(empty_list("resources", gateway)),
+                "resources/templates/list" => Ok(empty_list("resourceTemplates", gateway)),
+                "prompts/get" => Err(RpcError::InvalidParams("Unknown prompt: the gateway serves no prompts".into())),
+                "resources/read" => {
+                    Err(RpcError::InvalidParams("Resource not found: the gateway serves no resources".into()))
+                }
+                "subscriptions/listen" => {
+                    return match self.listen(gateway, caller, id.clone(), &params) {
+                        Ok(listen) => McpAnswer::Stream(listen),
+                        Err(e) => McpAnswer::Reply(e.reply(id, Era::Modern)),
+                    }
+                }
+                // `initialize`, `ping`, `logging/setLevel` and
+                // `resources/subscribe` are gone in 2026-07-28.
+                other => Err(RpcError::MethodNotFound(other.to_owned())),
+            },
+        };
+        McpAnswer::Reply(match outcome {
+            Ok(result) => reply(id, complete_or_interim(result)),
+            Err(e) => e.reply(id, Era::Modern),
+        })
+    }
+
+    /// A request of 2025-11-25 and before.
+    async fn legacy(&self, gateway: &Arc<Gateway>, caller: &Caller, head: &McpHead<'_>, request: Request) -> Reply {
+        let Request { id, method, params } = request;
+        if let Err(e) = check_legacy(head) {
+            return e.reply(id, Era::Legacy);
+        }
+        let outcome = match method.as_str() {
+            "initialize" => {
+                let (result, session) = initialize(&params);
+                let mut answer = reply(id, result);
+                answer.headers.push((SESSION_HEADER, session));
+                return answer;
+            }
+            "ping" => Ok(Map::new()),
+            "tools/list" => self.list(gateway, caller, &params),
+            "tools/call" => self.call(gateway, caller, &params, head, None).await,
+            other => Err(RpcError::MethodNotFound(other.to_owned())),
+        };
+        match outcome {
+            Ok(result) => reply(id, result),
+            Err(e) => e.reply(id, Era::Legacy),
+        }
+    }
+
+    /// `tools/list`: the caller's tools, a page at a time.
+    fn list(&self, gateway: &Gateway, caller: &Caller, params: &Value) -> Result<Map<String, Value>, RpcError> {
+        let params = params_object(params).ok_or_else(|| RpcError::InvalidParams("params must be an object".into()))?;
+        let names = self.names.of(&gateway.catalog.load());
+        let runtime = gateway.runtime();
+        list_page(&names, &runtime.access, runtime.access.matching(caller), params)
+    }
+
+    /// `subscriptions/listen`: a stream of the changes the client asked for.
+    fn listen(&self, gateway: &Arc<Gateway>, caller: &Caller, id: Value, params: &Value) -> Result<Listen, RpcError> {
+        let filter = params.get("notifications").and_then(Value::as_object);
+        let tools = filter.and_then(|f| f.get("toolsListChanged")).and_then(Value::as_bool).unwrap_or(false);
+        let slot = self.stream_slot(gateway, caller)?;
+        Ok(Listen::open(self.names.clone(), gateway.clone(), caller.clone(), Some((id, tools)), slot))
+    }
+
+    /// `tools/call`: the tool's result, or why the request itself is wrong.
+    /// `envelope` is a modern request's; a legacy one's client capabilities
+    /// come from its session id.
+    async fn call(
+        &self,
+        gateway: &Gateway,
+        caller: &Caller,
+        params: &Value,
+        head: &McpHead<'_>,
+        envelope: Option<Envelope<'_>>,
+    ) -> Result<Map<String, Value>, RpcError> {
+        let params = params_object(params).ok_or_else(|| RpcError::InvalidParams("params must be an object".into()))?;
+        let Some(Value::String(name)) = params.get("name") else {
+            return Err(RpcError::InvalidParams("tools/call needs a string `name`".into()));
+        };
+        let input = match params.get("arguments") {
+            None | Some(Value::Null) => Value::Object(Map::new()),
+            Some(arguments @ Value::Object(_)) => arguments.clone(),
+            Some(_) => return Err(RpcError::InvalidParams("`arguments` must be an object".into())),
+        };
+        let unknown = || RpcError::InvalidParams(format!("Unknown tool: {name}"));
+        let tool_id = match self.names.of(&gateway.catalog.load()).key(name) {
+            Some(key) => key.to_owned(),
+            // Older versions, and tools of a newer catalog than the table.
+            None if name.contains('.') => name.clone(),
+            None => return Err(unknown()),
+        };
+        let call = ParsedCall {
+            tool_id,
+            call_id: uuid::Uuid::new_v4().to_string(),
+            client_call_id: false,
+            trace_id: None,
+            input,
+            context: CallContext::default(),
+            traceparent: head.traceparent.clone(),
+        };
+        match execute_call(gateway, gateway.runtime_owned(), caller, call).await {
+            Ok(completed) => Ok(tool_result(&completed.result)),
+            Err(RequestError::Lookup(_) | RequestError::Denied(_) | RequestError::InvalidToolId(_)) => Err(unknown()),
+            Err(RequestError::InvalidInput(errors)) => Ok(invalid_arguments(&errors)),
+            Err(RequestError::MissingRequirements(missing)) if only_links(&missing.authorization, &missing) => {
+                let error = RequestError::MissingRequirements(missing);
+                match envelope {
+                    Some(envelope) if envelope.url_elicitation() => {
+                        Ok(input_required(&error, declined(params)).unwrap_or_else(|| error_result(&error)))
+                    }
+                    None if head.session.is_some_and(|s| s.ends_with(URL_ELICITATION_SESSION.as_bytes())) => {
+                        Err(url_elicitation_required(&error))
+                    }
+                    _ => Ok(error_result(&error)),
+                }
+            }
+            Err(e) => Ok(error_result(&e)),
+        }
+    }
+}
+
+/// Whether all a call misses is authorizations the caller can give at a link.
+fn only_links(authorization: &[AuthorizationChallenge], missing: &crate::error::MissingRequirements) -> bool {
+    !authorization.is_empty()
+        && missing.secrets.is_empty()
+        && !missing.user_id
+        && authorization.iter().all(|a| a.url.is_some())
+}
+
+/// Whether a retried call says the user declined or cancelled what was
+/// asked: then the call ends as a tool error instead of asking again.
+fn declined(params: &Map<String, Value>) -> bool {
+    params.get("inputResponses").and_then(Value::as_object).is_some_and(|responses| {
+        responses.values().any(|r| matches!(r.get("action").and_then(Value::as_str), Some("decline" | "cancel")))
+    })
+}
+
+/// The authorization challenges of a call's missing requirements, each as
+/// a URL-mode elicitation's params (`mode`, `message`, `url`).
+fn elicitations(error: &RequestError) -> Vec<(String, Value)> {
+    let RequestError::MissingRequirements(missing) = error else { return Vec::new() };
+    missing
+        .authorization
+        .iter()
+        .filter_map(|challenge| {
+            let url = challenge.url.as_ref()?;
+            let message = format!(
+                "Connect your {} account so the gateway can call the tool for you; then the call goes on.",
+                challenge.id
+            );
+            Some((challenge.id.clone(), json!({"mode": "url", "message": message, "url": url})))
+        })
+        .collect()
+}
+
+/// 2026-07-28: the call needs the user at a link first. The client opens
+/// each and retries the call; the gateway keeps no state between the two
+/// (the retry simply finds the grant, or asks again).
+fn input_required(error: &RequestError, declined: bool) -> Option<Map<String, Value>> {
+    if declined {
+        return None;
+    }
+    let requests: Map<String, Value> = elicitations(error)
+        .into_iter()
+        .map(|(provider, params)| (provider, json!({"method": "elicitation/create", "params": params})))
+        .collect();
+    let mut result = Map::new();
+    result.insert("resultType".into(), json!("input_required"));
+    result.insert("inputRequests".into(), Value::Object(requests));
+    Some(result)
+}
+
+/// 2025-11-25: error -32042 naming each link as a URL-mode elicitation.
+fn url_elicitation_required(error: &RequestError) -> RpcError {
+    let mut message = "The tool needs your authorization first".to_owned();
+    let elicitations = elicitations(error)
+        .into_iter()
+        .map(|(_, mut params)| {
+            if let Some(text) = params.get("message").and_then(Value::as_str) {
+                text.clone_into(&mut message);
+            }
+            params["elicitationId"] = json!(uuid::Uuid::new_v4().to_string());
+            params
+        })
+        .collect();
+    RpcError::UrlElicitationRequired { message, elicitations }
+}
+
+/// A request (or `None` for a notification or response) from the body.
+fn read_request(body: &[u8], max_depth: usize) -> Result<Option<Request>, RpcError> {
+    if !crate::wire::nesting_within(body, max_depth) {
+        return Err(RpcError::Parse(format!("JSON nested deeper than {max_depth} levels")));
+    }
+    let value: Value = serde_json::from_slice(body).map_err(|e| RpcError::Parse(e.to_string()))?;
+    match Message::from_value(value) {
+        Ok(Message::Request { id, method, params }) => Ok(Some(Request { id, method, params })),
+        Ok(_) => Ok(None),
+        Err(e) => Err(RpcError::InvalidRequest(e.to_string())),
+    }
+}
+
+/// A 2026-07-28 result: `resultType` (unless the method set it: an interim
+/// `input_required`) and the server's identity in `_meta`.
+fn complete_or_interim(mut result: Map<String, Value>) -> Map<String, Value> {
+    if !result.contains_key("resultType") {
+        result = complete(result);
+    } else {
+        add_server_info(&mut result);
+    }
+    result
+}
+
+/// A final 2026-07-28 result.
+fn complete(mut result: Map<String, Value>) -> Map<String, Value> {
+    result.insert("resultType".into(), json!("complete"));
+    add_server_info(&mut result);
+    result
+}
+
+fn add_server_info(result: &mut Map<String, Value>) {
+    let meta = result.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(meta) = meta {
+        meta.insert(META_SERVER_INFO.into(), server_info());
+    }
+}
+
+fn server_info() -> Value {
+    json!({"name": "otc-gateway", "title": "OTC gateway", "version": env!("CARGO_PKG_VERSION")})
+}
+
+/// What the gateway serves, for both eras.
+fn capabilities(modern: bool) -> Value {
+    if modern {
+        json!({"tools": {"listChanged": true}, "prompts": {}, "resources": {}})
+    } else {
+        json!({"tools": {"listChanged": true}})
+    }
+}
+
+/// How long a client may cache a list, and who may share the cache: each
+/// caller its own when `[[policy]]` makes the list depend on the caller.
+/// Fresh for one catalog poll: a list can change no sooner, and list
+/// changes are also pushed to streams.
+fn cache_hints(gateway: &Gateway) -> Map<String, Value> {
+    let runtime = gateway.runtime();
+    let scope = if runtime.access.is_active() { "private" } else { "public" };
+    let ttl = u64::try_from(runtime.poll.interval.as_millis()).unwrap_or(u64::MAX);
+    let mut hints = Map::new();
+    hints.insert("ttlMs".into(), json!(ttl));
+    hints.insert("cacheScope".into(), json!(scope));
+    hints
+}
+
+/// `server/discover`: versions, capabilities, instructions.
+fn discover(gateway: &Gateway) -> Map<String, Value> {
+    let mut result = Map::new();
+    result.insert("supportedVersions".into(), json!(supported_versions()));
+    result.insert("capabilities".into(), capabilities(true));
+    result.insert("instructions".into(), json!(INSTRUCTIONS));
+    let ttl = u64::try_from(gateway.runtime().poll.interval.as_millis()).unwrap_or(u64::MAX);
+    result.insert("ttlMs".into(), json!(ttl));
+    result.insert("cacheScope".into(), json!("public"));
+    result
+}
+
+/// An empty list of prompts or resources, with its caching hints.
+fn empty_list(field: &str, gateway: &Gateway) -> Map<String, Value> {
+    let mut result = Map::new();
+    result.insert(field.into(), json!([]));
+    let ttl = u64::try_from(gateway.runtime().poll.interval.as_millis()).unwrap_or(u64::MAX);
+    result.insert("ttlMs".into(), json!(ttl));
+    result.insert("cacheScope".into(), json!("public"));
+    result
+}
+
+/// `initialize`: the client's version when supported, else the newest; and
+/// the session id, which carries whether the client takes URL-mode
+/// elicitations.
+fn initialize(params: &Value) -> (Map<String, Value>, String) {
+    let asked = params.get("protocolVersion").and_then(Value::as_str).unwrap_or_default();
+    let version = if is_supported_version(asked) { asked } else { LATEST_PROTOCOL_VERSION };
+    let url_elicitation = params.pointer("/capabilities/elicitation/url").is_some_and(Value::is_object)
+        && version == LATEST_PROTOCOL_VERSION;
+    let mut session = uuid::Uuid::new_v4().simple().to_string();
+    if url_elicitation {
+        session.push_str(URL_ELICITATION_SESSION);
+    }
+    let mut result = Map::new();
+    result.insert("protocolVersion".into(), json!(version));
+    result.insert("capabilities".into(), capabilities(false));
+    result.insert("serverInfo".into(), server_info());
+    result.insert("instructions".into(), json!(INSTRUCTIONS));
+    (result, session)
+}
+
+fn reply(id: Value, result: Map<String, Value>) -> Reply {
+    Reply::json(200, OutgoingResponse::result(id, Value::Object(result)).to_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::mcp::modern::MODERN_PROTOCOL_VERSION;
+
+    #[test]
+    fn versions_are_negotiated() {
+        let version = |params: Value| initialize(&params).0["protocolVersion"].clone();
+        assert_eq!(version(json!({"protocolVersion": "2025-06-18"})), "2025-06-18");
+        assert_eq!(version(json!({"protocolVersion": "2024-11-05"})), "2025-11-25");
+        assert_eq!(version(Value::Null), "2025-11-25");
+        assert_eq!(supported_versions()[0], MODERN_PROTOCOL_VERSION);
+    }
+
+    #[test]
+    fn a_session_id_says_whether_its_client_takes_url_elicitations() {
+        let session =
+            |capabilities: Value| initialize(&json!({"protocolVersion": "2025-11-25", "capabilities": capabilities})).1;
+        assert!(session(json!({"elicitation": {"url": {}}})).ends_with(URL_ELICITATION_SESSION));
+        assert!(!session(json!({"elicitation": {}})).ends_with(URL_ELICITATION_SESSION), "form mode only");
+        assert!(!session(json!({})).ends_with(URL_ELICITATION_SESSION));
+    }
+
+    #[test]
+    fn challenges_become_elicitations() {
+        let error = RequestError::MissingRequirements(crate::error::MissingRequirements {
+            authorization: vec![AuthorizationChallenge {
+                id: "google".into(),
+                url: Some("http://gw/oauth/google/start/x".into()),
+                check_url: None,
+            }],
+            ..Default::default()
+        });
+        let interim = input_required(&error, false).expect("asked");
+        assert_eq!(interim["resultType"], "input_required");
+        assert_eq!(interim["inputRequests"]["google"]["params"]["url"], "http://gw/oauth/google/start/x");
+        assert_eq!(interim["inputRequests"]["google"]["params"]["mode"], "url");
+        assert!(input_required(&error, true).is_none(), "a declined retry is not asked again");
+        let RpcError::UrlElicitationRequired { elicitations, .. } = url_elicitation_required(&error) else {
+            panic!("-32042")
+        };
+        assert_eq!(elicitations[0]["url"], "http://gw/oauth/google/start/x");
+        assert!(elicitations[0]["elicitationId"].is_string());
+        let declined_params = json!({"inputResponses": {"google": {"action": "decline"}}});
+        assert!(declined(declined_params.as_object().expect("object")));
+        let accepted = json!({"inputResponses": {"google": {"action": "accept"}}});
+        assert!(!declined(accepted.as_object().expect("object")));
+    }
+}

@@ -1,0 +1,275 @@
+//! The catalog as MCP tools: the name table built once per catalog, pages
+//! of `tools/list`, and a call's outcome as a `CallToolResult`.
+//!
+//! Every tool of the catalog is listed at its latest version, named
+//! `Toolkit_Name`. If two keys give the same name (`A_B.C` and `A.B_C`),
+//! the later in sort order keeps its dotted OTC key (`A.B_C`) as its name.
+//! The list is sorted by name, so its order is the same on every request
+//! while the catalog does not change.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Map, Value};
+
+use super::error::RpcError;
+use crate::catalog::{Catalog, CatalogTool};
+use crate::error::RequestError;
+use crate::policy::{AccessPolicy, Matching};
+use crate::resolve::{ToolRef, VersionRequest};
+use crate::wire::CallResult;
+
+/// The most tools in one `tools/list` page.
+const PAGE_SIZE: usize = 500;
+
+/// The `_meta` prefix of what the gateway adds.
+pub(crate) const META: &str = "otc-gateway";
+
+/// One tool as `tools/list` shows it.
+#[derive(Debug)]
+pub(crate) struct ListedTool {
+    /// Its `Toolkit.Name`.
+    pub key: String,
+    /// The MCP `Tool` object.
+    pub tool: Value,
+    /// A digest of `tool`: a caller's visible list changed when the digests
+    /// of its tools did.
+    digest: u64,
+}
+
+/// The MCP view of one catalog.
+#[derive(Debug)]
+pub(crate) struct ToolNames {
+    generation: u64,
+    /// MCP name to `Toolkit.Name`.
+    keys: HashMap<String, String>,
+    /// Sorted by MCP name.
+    tools: Vec<ListedTool>,
+}
+
+/// The name table of the latest catalog seen, rebuilt when it changes.
+#[derive(Debug, Default)]
+pub(crate) struct NameCache {
+    names: Mutex<Option<Arc<ToolNames>>>,
+}
+
+impl NameCache {
+    /// The name table of `catalog`.
+    pub(crate) fn of(&self, catalog: &Catalog) -> Arc<ToolNames> {
+        let mut cached = self.names.lock().unwrap_or_else(|p| p.into_inner());
+        match cached.as_ref() {
+            Some(names) if names.generation == catalog.generation() => names.clone(),
+            _ => {
+                let names = Arc::new(ToolNames::build(catalog));
+                *cached = Some(names.clone());
+                names
+            }
+        }
+    }
+}
+
+impl ToolNames {
+    fn build(catalog: &Catalog) -> ToolNames {
+        let mut keys: Vec<&str> = catalog.keys();
+        keys.sort_unstable();
+        let mut by_name: BTreeMap<String, (String, Value)> = BTreeMap::new();
+        for key in keys {
+            let Ok(route) = catalog.lookup(&ToolRef { key, version: VersionRequest::Latest }) else { continue };
+            let underscored = key.replace('.', "_");
+            // The dotted key cannot collide: keys are unique.
+            let name = if by_name.contains_key(&underscored) { key.to_owned() } else { underscored };
+            let tool = mcp_tool(&name, &route.tool);
+            by_name.insert(name, (key.to_owned(), tool));
+        }
+        let keys = by_name.iter().map(|(name, (key, _))| (name.clone(), key.clone())).collect();
+        let tools = by_name
+            .into_values()
+            .map(|(key, tool)| {
+                let mut hasher = DefaultHasher::new();
+                tool.to_string().hash(&mut hasher);
+                ListedTool { key, tool, digest: hasher.finish() }
+            })
+            .collect();
+        ToolNames { generation: catalog.generation(), keys, tools }
+    }
+
+    /// The `Toolkit.Name` an MCP name stands for.
+    pub(crate) fn key(&self, name: &str) -> Option<&str> {
+        self.keys.get(name).map(String::as_str)
+    }
+
+    /// The tools a caller with these matching policies may see, in order.
+    pub(crate) fn visible<'a>(
+        &'a self,
+        access: &'a AccessPolicy,
+        matching: Matching,
+    ) -> impl Iterator<Item = &'a ListedTool> + 'a {
+        self.tools.iter().filter(move |listed| access.allows(matching, &listed.key))
+    }
+
+    /// A digest of what a caller sees: equal while its list is unchanged.
+    pub(crate) fn visible_digest(&self, access: &AccessPolicy, matching: Matching) -> u64 {
+        let mut hasher = DefaultHasher::new();
+        for listed in self.visible(access, matching) {
+            listed.digest.hash(&mut hasher);
+        }
+        hasher.finish()
+    }
+}
+
+/// One page of the tools a caller may see, from `params.cursor`: `tools`
+/// and, when more follow, `nextCursor`.
+pub(crate) fn list_page(
+    names: &ToolNames,
+    access: &AccessPolicy,
+    matching: Matching,
+    params: &Map<String, Value>,
+) -> Result<Map<String, Value>, RpcError> {
+    let start = match params.get("cursor") {
+        None | Some(Value::Null) => 0,
+        Some(Value::String(cursor)) => {
+            cursor.parse::<usize>().map_err(|_| RpcError::InvalidParams(format!("Invalid cursor {cursor:?}")))?
+        }
+        Some(_) => return Err(RpcError::InvalidParams("cursor must be a string".into())),
+    };
+    let mut visible = names.visible(access, matching).skip(start);
+    let page: Vec<&Value> = visible.by_ref().take(PAGE_SIZE).map(|listed| &listed.tool).collect();
+    let mut result = Map::new();
+    result.insert("tools".into(), json!(page));
+    if visible.next().is_some() {
+        result.insert("nextCursor".into(), Value::String((start + PAGE_SIZE).to_string()));
+    }
+    Ok(result)
+}
+
+/// A catalog tool as an MCP `Tool`.
+fn mcp_tool(name: &str, tool: &CatalogTool) -> Value {
+    let definition = &tool.definition;
+    let description =
+        if definition.description.trim().is_empty() { definition.id.clone() } else { definition.description.clone() };
+    let mut mcp = json!({
+        "name": name,
+        "title": tool.key,
+        "description": description,
+        "inputSchema": object_schema(&definition.input_schema.to_value()),
+        "_meta": {format!("{META}/id"): definition.id, format!("{META}/version"): definition.version},
+    });
+    // Before 2026-07-28, output schemas described `structuredContent` as an
+    // object: clients of both eras read the same list.
+    let output_schema = definition.output_schema.to_value();
+    if output_schema.get("type").and_then(Value::as_str) == Some("object") {
+        mcp["outputSchema"] = output_schema;
+    }
+    mcp
+}
+
+/// MCP requires `"type": "object"` at the top of an input schema.
+fn object_schema(schema: &Value) -> Value {
+    match schema {
+        Value::Object(obj) if obj.get("type").and_then(Value::as_str) == Some("object") => schema.clone(),
+        Value::Object(obj) if !obj.contains_key("type") => {
+            let mut obj = obj.clone();
+            obj.insert("type".into(), Value::String("object".into()));
+            Value::Object(obj)
+        }
+        other => json!({"type": "object", "allOf": [other]}),
+    }
+}
+
+/// A finished call as a `CallToolResult`.
+pub(crate) fn tool_result(result: &CallResult) -> Map<String, Value> {
+    if result.success {
+        let value = result.value.as_ref().map_or(Value::Null, crate::wire::RawJson::to_value);
+        let text = match &value {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        let mut answer = Map::new();
+        answer.insert("content".into(), json!([{"type": "text", "text": text}]));
+        answer.insert("isError".into(), Value::Bool(false));
+        answer.insert("_meta".into(), json!({format!("{META}/call_id"): result.call_id}));
+        if value.is_object() {
+            answer.insert("structuredContent".into(), value);
+        }
+        return answer;
+    }
+    let error = result.error.clone().unwrap_or(Value::Null);
+    let message = error.get("message").and_then(Value::as_str).unwrap_or("The tool failed");
+    let mut content = vec![json!({"type": "text", "text": message})];
+    // OTC's extra words for the model.
+    if let Some(Value::String(more)) = error.get("additional_prompt_content") {
+        content.push(json!({"type": "text", "text": more}));
+    }
+    let mut answer = Map::new();
+    answer.insert("content".into(), Value::Array(content));
+    answer.insert("isError".into(), Value::Bool(true));
+    answer.insert("_meta".into(), json!({format!("{META}/call_id"): result.call_id, format!("{META}/error"): error}));
+    answer
+}
+
+/// The 422 of the OTC front as a tool error naming each bad parameter.
+pub(crate) fn invalid_arguments(errors: &BTreeMap<String, String>) -> Map<String, Value> {
+    let detail: Vec<String> = errors.iter().map(|(param, what)| format!("{param}: {what}")).collect();
+    let mut answer = Map::new();
+    answer.insert(
+        "content".into(),
+        json!([{"type": "text", "text": format!("Invalid arguments. {}", detail.join("; "))}]),
+    );
+    answer.insert("isError".into(), Value::Bool(true));
+    answer.insert("_meta".into(), json!({format!("{META}/parameter_errors"): errors}));
+    answer
+}
+
+/// Any other error of the call as a tool error, with the OTC front's body
+/// (rendered in the one place errors are) in `_meta`.
+pub(crate) fn error_result(error: &RequestError) -> Map<String, Value> {
+    let body: Value = serde_json::from_slice(&error.to_reply().body).unwrap_or(Value::Null);
+    let message = body.get("message").and_then(Value::as_str).unwrap_or("The call failed").to_owned();
+    let mut answer = Map::new();
+    answer.insert("content".into(), json!([{"type": "text", "text": message}]));
+    answer.insert("isError".into(), Value::Bool(true));
+    answer.insert("_meta".into(), json!({format!("{META}/error"): body}));
+    answer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_schemas_are_objects() {
+        assert_eq!(object_schema(&json!({"properties": {}})), json!({"type": "object", "properties": {}}));
+        assert_eq!(object_schema(&json!({"type": "object"})), json!({"type": "object"}));
+        assert_eq!(object_schema(&json!(true)), json!({"type": "object", "allOf": [true]}));
+    }
+
+    #[test]
+    fn results_become_tool_results() {
+        let ok = CallResult {
+            call_id: "c".into(),
+            duration: 1.0,
+            success: true,
+            value: Some(json!({"t": 1}).into()),
+            error: None,
+        };
+        let r = tool_result(&ok);
+        assert_eq!(r["structuredContent"], json!({"t": 1}));
+        assert_eq!(r["content"][0]["text"], "{\"t\":1}");
+        assert_eq!(r["isError"], false);
+        let failed = CallResult {
+            call_id: "c".into(),
+            duration: 1.0,
+            success: false,
+            value: None,
+            error: Some(json!({"message": "boom", "additional_prompt_content": "try again"})),
+        };
+        let r = tool_result(&failed);
+        assert_eq!(r["isError"], true);
+        assert_eq!(r["content"][0]["text"], "boom");
+        assert_eq!(r["content"][1]["text"], "try again");
+        let invalid = invalid_arguments(&BTreeMap::from([("a".to_owned(), "is required".to_owned())]));
+        assert!(invalid["content"][0]["text"].as_str().is_some_and(|t| t.contains("a: is required")));
+    }
+}

@@ -1,0 +1,87 @@
+"""The official MCP Python SDK's client against the gateway's /mcp in either
+era, for tests/mcp_front.rs.
+
+Usage: mcp_front_client.py URL MODE SCENARIO_JSON
+
+MODE is the SDK's connect mode: "legacy" (initialize, 2025-11-25), "auto"
+(server/discover, falling back to initialize) or "2026-07-28".
+
+SCENARIO_JSON is an object:
+  "headers":    extra HTTP headers on every request (credentials);
+  "calls":      a list of {"name": ..., "arguments": {...}};
+  "elicitation": when set, the client takes URL-mode elicitations: each one
+                 is recorded, and {"write": PATH, "text": TOKEN} is written
+                 first (the user finishing the flow at the link), then the
+                 elicitation is answered with "action";
+  "listen":     when set (2026-07-28 only), the client subscribes to tool
+                list changes, touches {"ready": PATH} once the gateway has
+                acknowledged, and waits up to "timeout" seconds for one
+                change, then lists the tools again.
+
+Prints one JSON object: the negotiated protocol version, the server's name,
+every listed tool (wire form), each call's {"result"} / {"error": {code,
+message}} / {"exception"}, the elicitations seen, and what listening saw.
+"""
+
+import asyncio
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import anyio
+import mcp_types as types
+from mcp import Client, MCPError
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+
+
+def wire(model):
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+async def main(url, mode, scenario):
+    out = {"elicitations": []}
+    elicitation = scenario.get("elicitation")
+
+    async def on_elicitation(_context, params):
+        out["elicitations"].append(wire(params))
+        if elicitation.get("write"):
+            Path(elicitation["write"]).write_text(elicitation.get("text", ""))
+        return types.ElicitResult(action=elicitation.get("action", "accept"))
+
+    http = create_mcp_http_client(headers=scenario.get("headers") or {})
+    transport = streamable_http_client(url, http_client=http)
+    client = Client(transport, mode=mode, elicitation_callback=on_elicitation if elicitation else None)
+    async with client:
+        out["protocol_version"] = client.protocol_version
+        out["server"] = client.server_info.name if client.server_info else None
+        listed = await client.list_tools()
+        out["tools"] = [wire(tool) for tool in listed.tools]
+        out["calls"] = []
+        for call in scenario.get("calls", []):
+            try:
+                result = await client.call_tool(call["name"], call.get("arguments"))
+                out["calls"].append({"result": wire(result)})
+            except MCPError as e:
+                out["calls"].append({"error": {"code": e.code, "message": str(e)}})
+            except Exception as e:  # noqa: BLE001 - reported to the test as text
+                out["calls"].append({"exception": f"{type(e).__name__}: {e}"})
+        listen = scenario.get("listen")
+        if listen:
+            out["listen"] = {"events": []}
+            async with client.listen(tools_list_changed=True) as subscription:
+                out["listen"]["honored"] = wire(subscription.honored)
+                Path(listen["ready"]).write_text("ready")
+                with anyio.move_on_after(listen.get("timeout", 20)):
+                    async for event in subscription:
+                        out["listen"]["events"].append(type(event).__name__)
+                        break
+            relisted = await client.list_tools(cache_mode="bypass")
+            out["listen"]["tools_after"] = [tool.name for tool in relisted.tools]
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    warnings.simplefilter("ignore")
+    asyncio.run(main(sys.argv[1], sys.argv[2], json.loads(sys.argv[3])))
