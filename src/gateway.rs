@@ -511,6 +511,9 @@ const WATCH_IDLE: Duration = Duration::from_secs(300);
 /// an upstream that makes no announcements. Calls never wait on it: the
 /// stream has a connection of its own.
 async fn watch_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
+    if !upstream.may_announce_changes() {
+        return;
+    }
     let mut pause = FIRST_RETRY;
     let mut refresh_on_open = true;
     loop {

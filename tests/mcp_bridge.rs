@@ -472,6 +472,9 @@ async fn bearer_tokens_and_per_user_tokens_go_upstream_and_mcp_needs_credentials
         );
     let gw = config
         .start_with_env(&[
+            // Everything logged: the probe, the calls and the change stream
+            // carry the tokens, and none may show.
+            ("RUST_LOG", "trace"),
             ("MB_UPSTREAM_TOKEN", "upstream-secret"),
             ("MB_GOOGLE_alice", "alice-google-token"),
             ("MB_JWT_SECRET", "a-jwt-secret-that-is-long-enough-0123456789"),
@@ -505,6 +508,11 @@ async fn bearer_tokens_and_per_user_tokens_go_upstream_and_mcp_needs_credentials
     )
     .await;
     assert_eq!(listed.json()["result"]["content"][0]["text"], "Bearer alice-google-token", "{}", listed.text());
+    gw.wait_for_log(&["listening for tool list changes"]).await;
+    let output = gw.output();
+    for secret in ["upstream-secret", "alice-google-token"] {
+        assert!(!output.contains(secret), "{secret} is in the gateway's output");
+    }
 }
 
 // ---------------------------------------------------------------------------

@@ -264,6 +264,12 @@ impl Upstream {
         }
     }
 
+    /// Whether the upstream may announce tool list changes (MCP), so that
+    /// [`Upstream::watch_tool_list`] is worth running.
+    pub fn may_announce_changes(&self) -> bool {
+        matches!(self.protocol, Protocol::Mcp(_))
+    }
+
     /// Watches the upstream's announcements that its tool list changed until
     /// the stream ends, asking for a catalog fetch ([`Upstream::refresh_soon`])
     /// at each, and when the stream opens if `refresh_on_open` (changes may
