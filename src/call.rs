@@ -16,6 +16,7 @@ use crate::circuit::Admission;
 use crate::error::{AuthorizationChallenge, MissingRequirements, RequestError};
 use crate::gateway::{upstream_bearer, Gateway, Runtime};
 use crate::idempotency::{CallerScope, Decision, Fingerprint, Pending, StoredCall};
+use crate::mcp::modern::Passthrough;
 use crate::metrics::CallOutcome;
 use crate::oauth::TokenError;
 use crate::resolve::parse_tool_id;
@@ -43,6 +44,9 @@ pub struct ParsedCall {
     pub context: CallContext,
     /// The client's W3C `traceparent` header, continued upstream.
     pub traceparent: Option<String>,
+    /// What a 2026-07-28 MCP client sends on to a 2026-07-28 MCP server
+    /// (its capabilities, input responses); `None` for every other front.
+    pub passthrough: Option<Passthrough>,
 }
 
 /// A finished call: its canonical result and what to record about it.
@@ -119,7 +123,15 @@ async fn run_resolved_call(
     let trace = OutgoingTrace { trace_id: call.trace_id.as_deref(), traceparent: call.traceparent.as_deref() };
     let scoped_id = scope.map(|scope| scope.forwarded_call_id(&call.call_id));
     let upstream_call_id = scoped_id.as_deref().unwrap_or(&call.call_id);
-    let forwarded = forward_call(runtime, route, upstream_call_id, trace, &call.input, &context, max_response).await;
+    let request = UpstreamCall {
+        tool: "",
+        call_id: upstream_call_id,
+        trace,
+        input: &call.input,
+        context: &context,
+        passthrough: call.passthrough.as_ref(),
+    };
+    let forwarded = forward_call(runtime, route, request, max_response).await;
     let mut finished = forwarded.and_then(|(target, forwarded)| {
         let took = started.elapsed();
         let result = rewrap_response(forwarded, target, call.call_id.clone(), took)?;
@@ -214,6 +226,9 @@ fn record_call(
         Err(RequestError::Denied(_)) => (first_upstream, CallOutcome::Denied, started.elapsed()),
         // Counted by status (429) in otc_gateway_http_requests_total.
         Err(RequestError::RateLimited { .. }) => return,
+        // Not an outcome yet: the client answers and calls again, and that
+        // call is counted.
+        Err(RequestError::ClientAsk(_)) => return,
         Err(_) => (first_upstream, CallOutcome::ServerError, started.elapsed()),
     };
     let tool = route.tool.definition.id.as_str();
@@ -261,6 +276,7 @@ pub fn parse_call(body: &[u8]) -> Result<ParsedCall, RequestError> {
         input: Value::Object(input),
         context: request.context.unwrap_or_default(),
         traceparent: None,
+        passthrough: None,
     })
 }
 
@@ -430,16 +446,14 @@ fn challenge(provider: &str, authorize_url: Option<&str>, user: Option<&str>) ->
     }
 }
 
-/// Forward: sends the call to the first target that accepts a connection.
-/// Only a connection that could not be made moves on to the next replica: a
-/// request that was sent is never sent again.
+/// Forward: sends the call (`request`, its `tool` set per target) to the
+/// first target that accepts a connection. Only a connection that could not
+/// be made moves on to the next replica: a request that was sent is never
+/// sent again.
 pub async fn forward_call<'r>(
     runtime: &Runtime,
     route: &'r Route,
-    call_id: &str,
-    trace: OutgoingTrace<'_>,
-    input: &Value,
-    context: &CallContext,
+    request: UpstreamCall<'_>,
     max_response: usize,
 ) -> Result<(&'r Target, Result<UpstreamReply, ForwardError>), RequestError> {
     let mut unreachable = Vec::new();
@@ -456,7 +470,7 @@ pub async fn forward_call<'r>(
                 source,
             }
         })?;
-        let call = UpstreamCall { tool: &target.upstream_id, call_id, trace, input, context };
+        let call = UpstreamCall { tool: &target.upstream_id, ..request };
         let forwarded = target.upstream.call(call, authorization, max_response).await;
         match forwarded {
             Err(e @ ForwardError::Connect { .. }) => {
@@ -496,6 +510,7 @@ pub fn rewrap_response(
     let reply = match forwarded {
         Ok(UpstreamReply::Http(reply)) => reply,
         Ok(UpstreamReply::Result(result)) => return Ok(finished(result)),
+        Ok(UpstreamReply::Ask(ask)) => return Err(RequestError::ClientAsk(ask)),
         Err(e @ ForwardError::Timeout { .. }) => {
             return Ok(failed("The tool did not answer in time", e.to_string(), true));
         }

@@ -12,6 +12,7 @@ use serde_json::Value;
 use crate::auth::AuthError;
 use crate::browser::BrowserRefusal;
 use crate::catalog::LookupError;
+use crate::mcp::modern::ClientAsk;
 use crate::oauth::{FlowError, OAuthError};
 use crate::reply::Reply;
 use crate::resolve::ToolIdError;
@@ -169,6 +170,11 @@ pub enum RequestError {
     /// The first call with this `call_id` is still running.
     #[error("a call with this call_id is still running")]
     CallInProgress,
+    /// A 2026-07-28 MCP server asked the client for something before it
+    /// answers (input, or a capability): only an MCP client that sent its
+    /// capabilities on is asked, and `/mcp` hands the question back to it.
+    #[error("the tool server asks the client for more first")]
+    ClientAsk(ClientAsk),
     /// The upstream itself refused the call before running the tool (its 400
     /// or 422), passed on with its status.
     #[error("tool server refused the call with HTTP {status}")]
@@ -211,6 +217,7 @@ impl RequestError {
             RequestError::RateLimited { .. } => 429,
             RequestError::Denied(_) => 400,
             RequestError::MissingRequirements(_) | RequestError::RequirementUnavailable { .. } => 400,
+            RequestError::ClientAsk(_) => 400,
             RequestError::AuthorizationUnavailable { .. } => 503,
             RequestError::OAuthFlow(e) => match e {
                 FlowError::UnknownProvider(_) => 404,
@@ -275,6 +282,7 @@ impl RequestError {
                 format!("The gateway needs valid credentials: {}", error.public_message())
             }
             RequestError::MissingRequirements(missing) => missing.describe(),
+            RequestError::ClientAsk(_) => "The tool server needs more from the client before it can answer".into(),
             RequestError::RequirementUnavailable { requirement, .. } => {
                 format!("The tool's {requirement} is temporarily unavailable")
             }

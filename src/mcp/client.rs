@@ -55,7 +55,7 @@ use tokio::time::Instant;
 
 use super::jsonrpc::{ErrorObject, Message, OutgoingRequest, OutgoingResponse, METHOD_NOT_FOUND};
 use super::modern::{
-    encode_header_value, is_modern_version, HEADER_MISMATCH, META_CLIENT_CAPABILITIES, META_CLIENT_INFO,
+    encode_header_value, is_modern_version, Passthrough, HEADER_MISMATCH, META_CLIENT_CAPABILITIES, META_CLIENT_INFO,
     META_PROTOCOL_VERSION, META_SERVER_INFO, METHOD_HEADER, MISSING_REQUIRED_CLIENT_CAPABILITY,
     MODERN_PROTOCOL_VERSION, NAME_HEADER, UNSUPPORTED_PROTOCOL_VERSION,
 };
@@ -141,6 +141,9 @@ pub struct Exchange<'a> {
     pub authorization: Option<&'a HeaderValue>,
     /// Told of connection failures and successes.
     pub circuit: Option<&'a Circuit>,
+    /// A 2026-07-28 client's capabilities and input responses, for a
+    /// 2026-07-28 server (a 2025-11-25 session never sees them).
+    pub passthrough: Option<&'a Passthrough>,
 }
 
 /// How the gateway talks to the server: what the probe found.
@@ -421,7 +424,7 @@ impl McpClient {
                 }
             }
         }
-        let params = with_meta(params, &modern.version);
+        let params = with_meta(params, &modern.version, exchange.passthrough);
         let body = serialise(&OutgoingRequest::request(id, method, Some(&params)));
         let posted = match self.post(&headers, None, body, Some(id), exchange, deadline).await {
             Ok(posted) => posted,
@@ -486,7 +489,7 @@ impl McpClient {
     async fn discover(&self, exchange: Exchange<'_>, deadline: Instant) -> Result<Discovered, McpError> {
         let version = HeaderValue::from_static(MODERN_PROTOCOL_VERSION);
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let params = with_meta(&json!({}), &version);
+        let params = with_meta(&json!({}), &version, None);
         let body = serialise(&OutgoingRequest::request(id, "server/discover", Some(&params)));
         let headers = modern_headers(&version, "server/discover");
         let legacy = |why: String| Ok(Discovered::Legacy { version: PROTOCOL_VERSIONS[0], why });
@@ -752,11 +755,19 @@ fn modern_headers(version: &HeaderValue, method: &str) -> HeaderMap {
 
 /// `params` with the per-request `_meta` of 2026-07-28 added (keys already
 /// in `params._meta` are kept, the protocol's own overwritten).
-fn with_meta(params: &Value, version: &HeaderValue) -> Value {
+fn with_meta(params: &Value, version: &HeaderValue, passthrough: Option<&Passthrough>) -> Value {
     let mut params = match params {
         Value::Object(params) => params.clone(),
         _ => Map::new(),
     };
+    if let Some(passthrough) = passthrough {
+        if let Some(responses) = &passthrough.input_responses {
+            params.insert("inputResponses".into(), responses.clone());
+        }
+        if let Some(state) = &passthrough.request_state {
+            params.insert("requestState".into(), state.clone());
+        }
+    }
     let meta = params.entry("_meta").or_insert_with(|| Value::Object(Map::new()));
     if !meta.is_object() {
         *meta = Value::Object(Map::new());
@@ -764,8 +775,10 @@ fn with_meta(params: &Value, version: &HeaderValue) -> Value {
     if let Value::Object(meta) = meta {
         let version = version.to_str().unwrap_or(MODERN_PROTOCOL_VERSION);
         meta.insert(META_PROTOCOL_VERSION.into(), Value::String(version.to_owned()));
-        // The gateway answers no server requests: no capabilities.
-        meta.insert(META_CLIENT_CAPABILITIES.into(), json!({}));
+        // The gateway answers no server requests for itself: no
+        // capabilities but those of a 2026-07-28 client it calls for.
+        let capabilities = passthrough.map_or_else(|| json!({}), |p| p.capabilities.clone());
+        meta.insert(META_CLIENT_CAPABILITIES.into(), capabilities);
         meta.insert(META_CLIENT_INFO.into(), client_info());
     }
     Value::Object(params)
@@ -875,14 +888,14 @@ mod tests {
     #[test]
     fn modern_requests_carry_the_meta_and_keep_their_own() {
         let version = HeaderValue::from_static(MODERN_PROTOCOL_VERSION);
-        let params = with_meta(&json!({"name": "x", "_meta": {"progressToken": 7}}), &version);
+        let params = with_meta(&json!({"name": "x", "_meta": {"progressToken": 7}}), &version, None);
         let meta = &params["_meta"];
         assert_eq!(meta[META_PROTOCOL_VERSION], MODERN_PROTOCOL_VERSION);
         assert_eq!(meta[META_CLIENT_CAPABILITIES], json!({}));
         assert_eq!(meta[META_CLIENT_INFO]["name"], "otc-gateway");
         assert_eq!(meta["progressToken"], 7);
         assert_eq!(params["name"], "x");
-        assert!(with_meta(&Value::Null, &version)["_meta"].is_object());
+        assert!(with_meta(&Value::Null, &version, None)["_meta"].is_object());
         let headers = modern_headers(&version, "tools/list");
         assert_eq!(headers.get("mcp-protocol-version").map(|v| v.as_bytes()), Some(&b"2026-07-28"[..]));
         assert_eq!(headers.get("mcp-method").map(|v| v.as_bytes()), Some(&b"tools/list"[..]));

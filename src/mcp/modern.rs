@@ -3,6 +3,7 @@
 //! defines, and the request headers that mirror body fields.
 
 use base64::Engine;
+use serde_json::Value;
 
 /// The modern revisions the gateway speaks, newest first.
 pub const MODERN_PROTOCOL_VERSIONS: [&str; 1] = ["2026-07-28"];
@@ -35,6 +36,31 @@ pub const MISSING_REQUIRED_CLIENT_CAPABILITY: i64 = -32021;
 pub const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 /// 2025-11-25 only: a URL-mode elicitation must be completed first.
 pub const URL_ELICITATION_REQUIRED: i64 = -32042;
+
+/// What a 2026-07-28 client's `tools/call` carries that is meant for the
+/// tool's server, which the gateway passes on to a 2026-07-28 upstream: the
+/// client's capabilities (the server may need one, such as sampling or
+/// elicitation) and, on a retry, its answers to the server's input requests.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Passthrough {
+    /// `io.modelcontextprotocol/clientCapabilities`.
+    pub capabilities: Value,
+    /// `inputResponses` of a retry.
+    pub input_responses: Option<Value>,
+    /// `requestState` of a retry, opaque to the gateway.
+    pub request_state: Option<Value>,
+}
+
+/// What a 2026-07-28 server asked of the client instead of answering: only
+/// a client that sent a [`Passthrough`] is asked.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ClientAsk {
+    /// An `InputRequiredResult` (elicitation, sampling, roots), whole: the
+    /// client answers it and retries the call.
+    Input(Value),
+    /// Error -32021: the `requiredCapabilities` the client did not declare.
+    Capabilities(Value),
+}
 
 /// Whether `version` is a modern revision the gateway speaks.
 pub fn is_modern_version(version: &str) -> bool {

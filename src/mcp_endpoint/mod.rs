@@ -48,7 +48,8 @@ use crate::call::{execute_call, ParsedCall};
 use crate::error::{AuthorizationChallenge, RequestError};
 use crate::gateway::Gateway;
 use crate::mcp::jsonrpc::{params_object, Message, OutgoingResponse};
-use crate::mcp::modern::{META_SERVER_INFO, METHOD_HEADER, MODERN_PROTOCOL_VERSIONS, NAME_HEADER};
+use crate::mcp::modern::{
+    ClientAsk, Passthrough,META_SERVER_INFO, METHOD_HEADER, MODERN_PROTOCOL_VERSIONS, NAME_HEADER};
 use crate::mcp::{
     is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS, PROTOCOL_VERSION_HEADER, SESSION_HEADER,
 };
@@ -61,6 +62,11 @@ const NOTIFICATION_TOOLS_CHANGED: &str = "notifications/tools/list_changed";
 /// What a legacy session id ends with when its client took URL-mode
 /// elicitations at `initialize`.
 const URL_ELICITATION_SESSION: &str = ".url";
+
+/// The `requestState` of the gateway's own `input_required` (asking for an
+/// authorization): a retry carrying it answers the gateway, not the tool's
+/// server. The gateway keeps no state: the retry simply runs the call again.
+const GATEWAY_STATE: &str = "otc-gateway/authorize";
 
 /// What the gateway tells MCP clients about itself.
 const INSTRUCTIONS: &str = "Tools of the OTC gateway's merged catalog, each at its latest version. \
@@ -277,6 +283,14 @@ impl McpEndpoint {
             None if name.contains('.') => name.clone(),
             None => return Err(unknown()),
         };
+        // A retry of the gateway's own question (an authorization) is the
+        // gateway's; any other input responses are for the tool's server.
+        let own_retry = params.get("requestState").and_then(Value::as_str) == Some(GATEWAY_STATE);
+        let passthrough = envelope.map(|envelope| Passthrough {
+            capabilities: Value::Object(envelope.capabilities.clone()),
+            input_responses: params.get("inputResponses").filter(|_| !own_retry).cloned(),
+            request_state: params.get("requestState").filter(|_| !own_retry).cloned(),
+        });
         let call = ParsedCall {
             tool_id,
             call_id: uuid::Uuid::new_v4().to_string(),
@@ -285,16 +299,25 @@ impl McpEndpoint {
             input,
             context: CallContext::default(),
             traceparent: head.traceparent.clone(),
+            passthrough,
         };
         match execute_call(gateway, gateway.runtime_owned(), caller, call).await {
             Ok(completed) => Ok(tool_result(&completed.result)),
             Err(RequestError::Lookup(_) | RequestError::Denied(_) | RequestError::InvalidToolId(_)) => Err(unknown()),
             Err(RequestError::InvalidInput(errors)) => Ok(invalid_arguments(&errors)),
+            // The tool's server asks the client (which sent its capabilities
+            // on) for input, or for a capability: the question goes back as
+            // the server put it.
+            Err(RequestError::ClientAsk(ClientAsk::Input(Value::Object(interim)))) => Ok(interim),
+            Err(RequestError::ClientAsk(ClientAsk::Capabilities(required))) => {
+                Err(RpcError::MissingCapability { required })
+            }
             Err(RequestError::MissingRequirements(missing)) if only_links(&missing.authorization, &missing) => {
                 let error = RequestError::MissingRequirements(missing);
                 match envelope {
                     Some(envelope) if envelope.url_elicitation() => {
-                        Ok(input_required(&error, declined(params)).unwrap_or_else(|| error_result(&error)))
+                        let declined = own_retry && declined(params);
+                        Ok(input_required(&error, declined).unwrap_or_else(|| error_result(&error)))
                     }
                     None if head.session.is_some_and(|s| s.ends_with(URL_ELICITATION_SESSION.as_bytes())) => {
                         Err(url_elicitation_required(&error))
@@ -355,6 +378,7 @@ fn input_required(error: &RequestError, declined: bool) -> Option<Map<String, Va
     let mut result = Map::new();
     result.insert("resultType".into(), json!("input_required"));
     result.insert("inputRequests".into(), Value::Object(requests));
+    result.insert("requestState".into(), json!(GATEWAY_STATE));
     Some(result)
 }
 

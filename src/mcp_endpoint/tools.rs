@@ -162,6 +162,11 @@ fn mcp_tool(name: &str, tool: &CatalogTool) -> Value {
     if output_schema.get("type").and_then(Value::as_str) == Some("object") {
         mcp["outputSchema"] = output_schema;
     }
+    // An MCP upstream's hints (`readOnlyHint`, `destructiveHint`, ...), as it
+    // listed them.
+    if let Some(annotations) = &tool.annotations {
+        mcp["annotations"] = annotations.clone();
+    }
     mcp
 }
 

@@ -10,8 +10,10 @@
 //! - a JSON-RPC error or an unreadable answer: 200 `success: false`, the
 //!   detail in `developer_message`; an HTTP error status is passed on as
 //!   that status, for the re-wrap step to judge like an OTC upstream's;
-//! - a 2026-07-28 `input_required` result (the server asks for user input):
-//!   200 `success: false`, because the gateway cannot ask its caller.
+//! - a 2026-07-28 `input_required` result (the server asks for user input)
+//!   or error -32021 (a client capability it needs): passed back as a
+//!   [`ClientAsk`] to a 2026-07-28 MCP client, which can answer; for anyone
+//!   else 200 `success: false`, because the gateway cannot ask its caller.
 //!
 //! The client finds the server's era (2026-07-28, or a 2025-11-25 session)
 //! itself; the watch of tool list announcements is here too.
@@ -28,8 +30,9 @@ use super::{
 };
 use crate::config::UpstreamConfig;
 use crate::dialect::{CatalogShapeError, CatalogTool, Skipped};
-use crate::mcp::client::{Exchange, McpClient, McpError, ToolListEvent, WatchSettings};
+use crate::mcp::client::{result_type, Exchange, McpClient, McpError, ToolListEvent, WatchSettings};
 use crate::mcp::mapping::{self, MappingSettings};
+use crate::mcp::modern::{ClientAsk, MISSING_REQUIRED_CLIENT_CAPABILITY};
 use crate::wire::{self, CallContext, UpstreamResult};
 
 /// An MCP upstream's client, and whose token it is sent.
@@ -60,7 +63,13 @@ impl McpUpstream {
         max_bytes: usize,
     ) -> Result<Fetched, FetchError> {
         let exchange =
-            Exchange { timeout, max_bytes, authorization: authorization.as_ref(), circuit: Some(&upstream.circuit) };
+            Exchange {
+                timeout,
+                max_bytes,
+                authorization: authorization.as_ref(),
+                circuit: Some(&upstream.circuit),
+                passthrough: None,
+            };
         let tools = self.client.list_tools(exchange).await.map_err(|e| match e {
             McpError::Connect(detail) => FetchError::Unreachable(detail),
             McpError::Timeout(_) => FetchError::Timeout(timeout),
@@ -148,9 +157,19 @@ impl McpUpstream {
             max_bytes,
             authorization: authorization.as_ref(),
             circuit: Some(&upstream.circuit),
+            passthrough: call.passthrough,
         };
         match self.client.call_tool(call.tool, call.input, exchange).await {
+            // A 2026-07-28 client that sent its capabilities can answer what
+            // the server asks of it; anyone else gets a tool failure.
+            Ok(result) if call.passthrough.is_some() && result_type(&result) == Some("input_required") => {
+                Ok(UpstreamReply::Ask(ClientAsk::Input(result)))
+            }
             Ok(result) => Ok(UpstreamReply::Result(mapping::call_result(&result))),
+            Err(McpError::Rpc(error)) if call.passthrough.is_some() && error.code == MISSING_REQUIRED_CLIENT_CAPABILITY => {
+                let required = error.data.as_ref().and_then(|d| d.get("requiredCapabilities")).cloned();
+                Ok(UpstreamReply::Ask(ClientAsk::Capabilities(required.unwrap_or_else(|| json!({})))))
+            }
             Err(McpError::Rpc(error)) => {
                 Ok(UpstreamReply::Result(mapping::rpc_error(error.code, &error.message, error.data.as_ref())))
             }

@@ -24,6 +24,7 @@ use serde_json::Value;
 use crate::circuit::Circuit;
 use crate::config::{self, SecretRef, UpstreamConfig};
 use crate::dialect::{CatalogShapeError, CatalogTool, Skipped};
+use crate::mcp::modern::{ClientAsk, Passthrough};
 use crate::trace::OutgoingTrace;
 use crate::wire::{CallContext, UpstreamResult};
 
@@ -165,6 +166,9 @@ pub enum UpstreamReply {
     /// An outcome the upstream's protocol already decided (an MCP
     /// `CallToolResult` or JSON-RPC error, mapped to OTC's shape).
     Result(UpstreamResult),
+    /// An MCP server asked the client for something first; only for a call
+    /// with a [`Passthrough`].
+    Ask(ClientAsk),
 }
 
 /// The bounds of one watch of an upstream's tool list announcements.
@@ -200,6 +204,9 @@ pub struct UpstreamCall<'a> {
     pub input: &'a Value,
     /// The context after injection.
     pub context: &'a CallContext,
+    /// What a 2026-07-28 MCP client sends on for a 2026-07-28 MCP server
+    /// (capabilities, input responses); `None` for every other caller.
+    pub passthrough: Option<&'a Passthrough>,
 }
 
 impl Upstream {

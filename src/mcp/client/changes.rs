@@ -97,6 +97,7 @@ impl McpClient {
         for attempt in 0..2 {
             let deadline = Instant::now() + settings.open_timeout;
             let exchange = Exchange {
+                passthrough: None,
                 timeout: settings.open_timeout,
                 max_bytes: settings.max_event_bytes,
                 authorization: settings.authorization,
@@ -215,7 +216,7 @@ impl McpClient {
         on_event: &(dyn Fn(ToolListEvent) + Send + Sync),
     ) -> Stream {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let params = with_meta(&json!({"notifications": {"toolsListChanged": true}}), &modern.version);
+        let params = with_meta(&json!({"notifications": {"toolsListChanged": true}}), &modern.version, None);
         let body = serialise(&OutgoingRequest::request(id, "subscriptions/listen", Some(&params)));
         let request =
             match self.build(&modern_headers(&modern.version, "subscriptions/listen"), body, settings.authorization) {
