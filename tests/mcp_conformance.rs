@@ -1,8 +1,11 @@
 //! MCP's own conformance suite (npm `@modelcontextprotocol/conformance`)
-//! against this build: `scripts/conformance.sh` runs the server scenarios
-//! server-initialize, ping, tools-list and dns-rebinding-protection against
-//! `/mcp`, and the client scenarios against the gateway as an MCP client:
-//! tools_call at MCP 2026-07-28, initialize and tools_call at 2025-11-25.
+//! against this build, in both eras of MCP: `scripts/conformance.sh` runs
+//! the server scenarios against `/mcp` (server-stateless, tools-list,
+//! http-header-validation, caching and dns-rebinding-protection at MCP
+//! 2026-07-28; server-initialize, server-session-lifecycle, ping, tools-list,
+//! server-sse-multiple-streams and dns-rebinding-protection at 2025-11-25),
+//! and the client scenarios against the gateway as an MCP client (tools_call
+//! at 2026-07-28, initialize and tools_call at 2025-11-25).
 //! The script installs the suite and Node 22 into `.conformance/` when they
 //! are missing (scripts/test.sh does it first).
 
@@ -21,5 +24,5 @@ fn the_mcp_conformance_suite_passes() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "scripts/conformance.sh failed ({}):\n{stdout}\n{stderr}", output.status);
-    assert!(stdout.contains("MCP conformance: all 7 scenarios passed"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("MCP conformance: all 14 scenarios passed"), "{stdout}\n{stderr}");
 }

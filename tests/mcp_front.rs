@@ -361,7 +361,9 @@ async fn modern_requests_carry_meta_and_headers_that_match_the_body() {
     let mut other_version = good_meta.clone();
     other_version["io.modelcontextprotocol/protocolVersion"] = json!("2099-01-01");
     let right = [("mcp-protocol-version", MODERN), ("mcp-method", "tools/list")];
-    let cases: Vec<(Value, Vec<(&str, &str)>, u16, i64, &str)> = vec![
+    // (body, headers, status, code, why)
+    type Case<'a> = (Value, Vec<(&'a str, &'a str)>, u16, i64, &'a str);
+    let cases: Vec<Case> = vec![
         (
             json!({"jsonrpc": "2.0", "id": 9, "method": "tools/list", "params": {}}),
             right.to_vec(),

@@ -102,7 +102,7 @@ pub fn encode_header_value(value: &str) -> String {
         && value.bytes().all(|b| b == b' ' || b.is_ascii_graphic())
         && !value.starts_with(' ')
         && !value.ends_with(' ')
-        && !(value.starts_with(SENTINEL.0) && value.ends_with(SENTINEL.1));
+        && (!value.starts_with(SENTINEL.0) || !value.ends_with(SENTINEL.1));
     if plain {
         return value.to_owned();
     }

@@ -49,7 +49,8 @@ use crate::error::{AuthorizationChallenge, RequestError};
 use crate::gateway::Gateway;
 use crate::mcp::jsonrpc::{params_object, Message, OutgoingResponse};
 use crate::mcp::modern::{
-    ClientAsk, Passthrough,META_SERVER_INFO, METHOD_HEADER, MODERN_PROTOCOL_VERSIONS, NAME_HEADER};
+    ClientAsk, Passthrough, META_SERVER_INFO, METHOD_HEADER, MODERN_PROTOCOL_VERSIONS, NAME_HEADER,
+};
 use crate::mcp::{
     is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS, PROTOCOL_VERSION_HEADER, SESSION_HEADER,
 };

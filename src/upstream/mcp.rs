@@ -62,14 +62,13 @@ impl McpUpstream {
         timeout: Duration,
         max_bytes: usize,
     ) -> Result<Fetched, FetchError> {
-        let exchange =
-            Exchange {
-                timeout,
-                max_bytes,
-                authorization: authorization.as_ref(),
-                circuit: Some(&upstream.circuit),
-                passthrough: None,
-            };
+        let exchange = Exchange {
+            timeout,
+            max_bytes,
+            authorization: authorization.as_ref(),
+            circuit: Some(&upstream.circuit),
+            passthrough: None,
+        };
         let tools = self.client.list_tools(exchange).await.map_err(|e| match e {
             McpError::Connect(detail) => FetchError::Unreachable(detail),
             McpError::Timeout(_) => FetchError::Timeout(timeout),
@@ -166,7 +165,9 @@ impl McpUpstream {
                 Ok(UpstreamReply::Ask(ClientAsk::Input(result)))
             }
             Ok(result) => Ok(UpstreamReply::Result(mapping::call_result(&result))),
-            Err(McpError::Rpc(error)) if call.passthrough.is_some() && error.code == MISSING_REQUIRED_CLIENT_CAPABILITY => {
+            Err(McpError::Rpc(error))
+                if call.passthrough.is_some() && error.code == MISSING_REQUIRED_CLIENT_CAPABILITY =>
+            {
                 let required = error.data.as_ref().and_then(|d| d.get("requiredCapabilities")).cloned();
                 Ok(UpstreamReply::Ask(ClientAsk::Capabilities(required.unwrap_or_else(|| json!({})))))
             }
