@@ -674,6 +674,77 @@ async fn an_authorization_to_give_is_asked_for_as_a_url_elicitation() {
     assert_eq!(calc.call_count(), 1, "only alice's authorized call reached the tool");
 }
 
+// ---------------------------------------------------------------------------
+// A 2026-07-28 client and a 2026-07-28 server, through the gateway
+// ---------------------------------------------------------------------------
+
+/// tests/peers/conformance_server.py (the SDK server with tools that ask the
+/// client for things) on a loopback port, killed on drop.
+struct AskingServer {
+    child: std::process::Child,
+    url: String,
+}
+
+impl AskingServer {
+    fn start() -> AskingServer {
+        let addr = common::free_addr();
+        let child = Command::new(python())
+            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/conformance_server.py"))
+            .arg(addr.port().to_string())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("start conformance_server.py");
+        AskingServer { child, url: format!("http://{addr}/mcp") }
+    }
+}
+
+impl Drop for AskingServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_modern_client_answers_what_a_modern_upstream_asks() {
+    let server = AskingServer::start();
+    let gw = GatewayConfig::new()
+        .raw(&format!(
+            "[[upstreams]]\nname = \"asking\"\nurl = \"{}\"\nprotocol = \"mcp\"\ntoolkit = \"test\"\nversion = \"1.0.0\"\n",
+            server.url
+        ))
+        .start()
+        .await;
+    gw.wait_for_tool("test.ask_name@1.0.0").await;
+
+    // 2026-07-28 on both sides: the server's form elicitation reaches the
+    // client, whose answer reaches the server on the retry.
+    let report = sdk_client(
+        &gw,
+        MODERN,
+        &json!({"calls": [{"name": "test_ask_name"}, {"name": "test_missing_capability"}],
+                "elicitation": {"action": "accept", "content": {"name": "Ada"}}}),
+    )
+    .await;
+    assert_eq!(report["elicitations"][0]["message"], "What is your name?", "{report}");
+    assert_eq!(report["calls"][0]["result"]["content"][0]["text"], "Hello, Ada", "{report}");
+    assert_eq!(report["calls"][0]["result"]["isError"], false, "{report}");
+    // The client declared no sampling: the server's -32021 comes back as it is.
+    assert_eq!(report["calls"][1]["error"]["code"], -32021, "{report}");
+
+    // A 2025-11-25 client, or an OTC caller, cannot be asked: a tool failure.
+    let legacy = sdk_client(&gw, "legacy", &json!({"calls": [{"name": "test_ask_name"}], "elicitation": {}})).await;
+    let result = &legacy["calls"][0]["result"];
+    assert_eq!(result["isError"], true, "{legacy}");
+    // (The gateway declared no capabilities for it: the server said it needs
+    // form elicitation.)
+    assert!(result["content"][0]["text"].as_str().is_some_and(|t| t.contains("elicitation")), "{legacy}");
+    assert!(legacy["elicitations"].as_array().is_some_and(Vec::is_empty), "{legacy}");
+    let otc = gw.call("test.ask_name", json!({})).await;
+    otc.expect_status(200);
+    assert_eq!(otc.result()["success"], false, "{}", otc.text());
+}
+
 /// A fresh directory under the system temp dir.
 fn tempfile_dir() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("otc-mcp-front-{}", uuid_like()));

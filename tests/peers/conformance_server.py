@@ -16,13 +16,17 @@ serves them under the toolkit `test` as:
   answers are one JSON response, never a stream with server requests or
   unasked log messages);
 - `trigger_tool_change`: adds a tool and announces the change, which the
-  gateway picks up at once and announces to its own listeners.
+  gateway picks up at once and announces to its own listeners;
+- `ask_name` (for tests/mcp_front.rs): asks the user's name by form
+  elicitation (in 2026-07-28, an `input_required` result the gateway hands
+  back to its client, whose retry it passes on).
 """
 
 import asyncio
 import itertools
 import sys
 from pathlib import Path
+from typing import Annotated
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -30,6 +34,8 @@ import mcp_server as peer  # noqa: E402 - the SDK server, its era gate and its c
 import uvicorn  # noqa: E402
 from mcp import MCPError  # noqa: E402
 from mcp.server.mcpserver import Context  # noqa: E402
+from mcp.server.mcpserver.resolve import Elicit, Resolve  # noqa: E402
+from pydantic import BaseModel  # noqa: E402
 from mcp.shared.subscriptions import ToolsListChanged  # noqa: E402
 from mcp_types import MISSING_REQUIRED_CLIENT_CAPABILITY  # noqa: E402
 
@@ -69,6 +75,19 @@ async def trigger_tool_change() -> str:
     server.add_tool(tool, name=name, description=f"Added by trigger_tool_change: {name}.", structured_output=False)
     await server._subscriptions.publish(ToolsListChanged())
     return "Mutation triggered"
+
+
+class Name(BaseModel):
+    name: str
+
+
+def ask(ctx: Context) -> Elicit[Name]:
+    return Elicit("What is your name?", Name)
+
+
+@server.tool(name="ask_name", description="Greets the user, asking their name first.", structured_output=False)
+def ask_name(name: Annotated[Name, Resolve(ask)]) -> str:
+    return f"Hello, {name.name}"
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ SCENARIO_JSON is an object:
   "elicitation": when set, the client takes URL-mode elicitations: each one
                  is recorded, and {"write": PATH, "text": TOKEN} is written
                  first (the user finishing the flow at the link), then the
-                 elicitation is answered with "action";
+                 elicitation is answered with "action" (and "content", for
+                 a form);
   "listen":     when set (2026-07-28 only), the client subscribes to tool
                 list changes, touches {"ready": PATH} once the gateway has
                 acknowledged, and waits up to "timeout" seconds for one
@@ -48,7 +49,7 @@ async def main(url, mode, scenario):
         out["elicitations"].append(wire(params))
         if elicitation.get("write"):
             Path(elicitation["write"]).write_text(elicitation.get("text", ""))
-        return types.ElicitResult(action=elicitation.get("action", "accept"))
+        return types.ElicitResult(action=elicitation.get("action", "accept"), content=elicitation.get("content"))
 
     http = create_mcp_http_client(headers=scenario.get("headers") or {})
     transport = streamable_http_client(url, http_client=http)
