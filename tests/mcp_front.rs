@@ -278,18 +278,23 @@ async fn the_python_sdk_client_lists_and_calls_tools_in_both_eras() {
 
 #[tokio::test]
 async fn a_list_change_upstream_reaches_a_subscribed_client() {
-    let calc = ToolServer::start(calculator_catalog(&[])).await;
-    let gw = GatewayConfig::new().upstream("calc", &calc.url()).start().await;
-    gw.wait_for_tool("Calculator.Add@2.0.0").await;
+    // The SDK's MCP server behind the gateway, and a catalog polled hourly:
+    // a new tool can only arrive through the server's announcement.
+    let server = AskingServer::start();
+    let gw = Gateway::start(&format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\n[catalog]\npoll_interval = \"1h\"\n\n\
+         [[upstreams]]\nname = \"sdk\"\nurl = \"{}\"\nprotocol = \"mcp\"\ntoolkit = \"test\"\nversion = \"1.0.0\"\n",
+        server.url
+    ))
+    .await;
+    gw.wait_for_tool("test.ask_name@1.0.0").await;
     let ready = common::temp_file("listen-ready", "txt", "");
     std::fs::remove_file(&ready).expect("the client makes it");
     let scenario = json!({"listen": {"ready": ready, "timeout": 30}});
-    let (mut gw_url, mode) = (gw.url(), MODERN.to_owned());
-    gw_url.push_str("/mcp");
     let child = Command::new(python())
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/mcp_front_client.py"))
-        .arg(gw_url)
-        .arg(mode)
+        .arg(format!("{}/mcp", gw.url()))
+        .arg(MODERN)
         .arg(scenario.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -302,13 +307,26 @@ async fn a_list_change_upstream_reaches_a_subscribed_client() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(ready.exists(), "the client never got its subscription acknowledged");
-    calc.set_catalog(calculator_catalog(&["Weather.Now"]));
+    // The upstream adds a tool and announces it.
+    let base = server.url.trim_end_matches("/mcp");
+    let addr = base.trim_start_matches("http://").parse().expect("the upstream's address");
+    let added = send_with_headers(
+        addr,
+        "POST",
+        "/test/add-tool",
+        Bytes::from(json!({"name": "fresh"}).to_string()),
+        &[("content-type", "application/json")],
+    )
+    .await;
+    assert_eq!(added.status, 200, "{}", added.text());
     let output = tokio::task::spawn_blocking(move || child.wait_with_output()).await.expect("join").expect("output");
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
     assert_eq!(report["listen"]["honored"]["toolsListChanged"], true, "{report}");
     assert_eq!(report["listen"]["events"], json!(["ToolsListChanged"]), "{report}");
-    assert_eq!(report["listen"]["tools_after"], json!(["Calculator_Add", "Weather_Now"]), "{report}");
+    let after: Vec<&str> =
+        report["listen"]["tools_after"].as_array().expect("tools").iter().filter_map(Value::as_str).collect();
+    assert!(after.contains(&"test_fresh"), "the new tool is listed at once: {report}");
     let _ = std::fs::remove_file(&ready);
 }
 
