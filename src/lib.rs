@@ -33,6 +33,7 @@ pub(crate) mod reply;
 pub mod resolve;
 pub(crate) mod secret;
 pub mod server;
+pub(crate) mod tool_search;
 pub(crate) mod trace;
 pub(crate) mod upstream;
 pub mod validate;

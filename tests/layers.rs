@@ -39,7 +39,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "oauth",
         ],
     ),
-    ("call pipeline", &["gateway", "reply", "error", "call"]),
+    ("call pipeline", &["gateway", "tool_search", "reply", "error", "call"]),
     ("fronts", &["mcp_endpoint", "oauth_endpoint", "proxy", "admin", "server", "demo"]),
 ];
 
