@@ -36,6 +36,7 @@ use crate::mcp::jsonrpc::{
     params_object, Message, OutgoingResponse, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
 };
 use crate::mcp::{is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
+use crate::mcp_search;
 use crate::reply::Reply;
 use crate::resolve::{ToolRef, VersionRequest};
 use crate::wire::{CallContext, CallResult, ToolDefinition};
@@ -60,6 +61,18 @@ struct ToolNames {
     keys: HashMap<String, String>,
     /// `(Toolkit.Name, MCP Tool)` sorted by MCP name.
     tools: Vec<(String, Value)>,
+    /// `Toolkit.Name` to its place in `tools`.
+    places: HashMap<String, usize>,
+}
+
+impl mcp_search::McpNames for ToolNames {
+    fn key_of(&self, name: &str) -> Option<&str> {
+        self.keys.get(name).map(String::as_str)
+    }
+
+    fn tool_of(&self, key: &str) -> Option<&Value> {
+        self.places.get(key).map(|&place| &self.tools[place].1)
+    }
 }
 
 impl McpEndpoint {
@@ -99,11 +112,22 @@ impl McpEndpoint {
         let mut extra = Vec::new();
         let response = match method.as_str() {
             "initialize" => {
-                let result = initialize(&params);
+                let mut result = initialize(&params);
+                if mcp_search::enabled(gateway) {
+                    result["instructions"] = mcp_search::INSTRUCTIONS.into();
+                }
                 extra.push((SESSION_HEADER, uuid::Uuid::new_v4().to_string()));
                 OutgoingResponse::result(id, result)
             }
             "ping" => OutgoingResponse::result(id, json!({})),
+            "tools/list" if mcp_search::enabled(gateway) => OutgoingResponse::result(id, mcp_search::list()),
+            "tools/call" if mcp_search::enabled(gateway) && mcp_search::is_meta_call(&params) => {
+                let catalog = gateway.catalog.load();
+                match mcp_search::call(gateway, &catalog, caller, &params, &*self.names(&catalog)) {
+                    Ok(result) => OutgoingResponse::result(id, result),
+                    Err(message) => OutgoingResponse::error(id, INVALID_PARAMS, message),
+                }
+            }
             "tools/list" => match self.list(gateway, caller, &params) {
                 Ok(result) => OutgoingResponse::result(id, result),
                 Err(message) => OutgoingResponse::error(id, INVALID_PARAMS, message),
@@ -209,7 +233,9 @@ impl ToolNames {
             by_name.insert(name, (key.to_owned(), tool));
         }
         let keys = by_name.iter().map(|(name, (key, _))| (name.clone(), key.clone())).collect();
-        ToolNames { generation: catalog.generation(), keys, tools: by_name.into_values().collect() }
+        let tools: Vec<(String, Value)> = by_name.into_values().collect();
+        let places = tools.iter().enumerate().map(|(place, (key, _))| (key.clone(), place)).collect();
+        ToolNames { generation: catalog.generation(), keys, tools, places }
     }
 }
 

@@ -67,8 +67,7 @@ pub const DURATION_BUCKETS: [f64; 15] =
 
 /// Bucket upper bounds of `otc_gateway_tool_search_duration_seconds`, in
 /// seconds: 50 µs to 100 ms.
-pub const SEARCH_BUCKETS: [f64; 11] =
-    [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1];
+pub const SEARCH_BUCKETS: [f64; 11] = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1];
 
 /// The lowest and highest statuses that have a cached counter.
 const STATUS_MIN: u16 = 100;
@@ -597,7 +596,10 @@ mod tests {
         }
         assert_eq!(CONTENT_TYPE, "text/plain; version=0.0.4");
         assert_eq!(sample(&text, r#"otc_gateway_tool_search_results_total{front="otc"}"#), Some(3.0));
-        assert_eq!(sample(&text, r#"otc_gateway_tool_search_duration_seconds_bucket{front="otc",le="0.00025"}"#), Some(1.0));
+        assert_eq!(
+            sample(&text, r#"otc_gateway_tool_search_duration_seconds_bucket{front="otc",le="0.00025"}"#),
+            Some(1.0)
+        );
     }
 
     #[test]
