@@ -393,7 +393,7 @@ async fn the_python_sdk_client_searches_then_calls() {
     command
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/mcp_search_client.py"))
         .arg(format!("{}/mcp", gw.url()))
-        .arg("text a phone number")
+        .arg("text a phone number, or refund a charge")
         .arg(json!({"to": "+15551234567", "body": "running late"}).to_string())
         .arg("Billing_Refund");
     let output = tokio::task::spawn_blocking(move || command.output()).await.expect("join").expect("run the client");
