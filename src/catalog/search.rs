@@ -719,8 +719,11 @@ mod tests {
         assert_eq!(index.stats().documents, 3);
     }
 
+    /// Tools (toolkit, name, description words), which are visible, and a query's words.
+    type Case = (Vec<(String, String, Vec<usize>)>, Vec<bool>, Vec<usize>);
+
     /// Catalogs of a few words, each tool visible or not.
-    fn catalog_and_visibility() -> impl Strategy<Value = (Vec<(String, String, Vec<usize>)>, Vec<bool>, Vec<usize>)> {
+    fn catalog_and_visibility() -> impl Strategy<Value = Case> {
         let tool = (0usize..4, 0usize..6, proptest::collection::vec(0usize..VOCABULARY.len(), 0..8));
         (
             proptest::collection::vec(tool, 1..12),
@@ -734,7 +737,7 @@ mod tests {
                     .filter(|(kit, name, _)| seen.insert((*kit, *name)))
                     .map(|(kit, name, words)| {
                         (
-                            format!("{}", ["Mail", "Chat", "Sms", "Files"][kit]),
+                            ["Mail", "Chat", "Sms", "Files"][kit].to_owned(),
                             format!("{}{}", VOCABULARY[name].to_uppercase(), name),
                             words,
                         )
