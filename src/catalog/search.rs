@@ -345,9 +345,11 @@ impl SearchIndex {
             return Vec::new();
         }
         let mut scores = vec![0f32; self.docs.len()];
+        // Which of the query's words each document matched (bit i: word i).
+        let mut matched = vec![0u32; self.docs.len()];
         let mut touched: Vec<u32> = Vec::new();
         let total = scope.count as f32;
-        for (term, weight) in weighted_terms(text) {
+        for (term, weight, word) in weighted_terms(text) {
             let Some(&id) = self.terms.get(term.as_str()) else { continue };
             let list = &self.postings[self.offsets[id as usize] as usize..self.offsets[id as usize + 1] as usize];
             let holding = list.iter().filter(|p| scope.contains(p.doc)).count() as f32;
@@ -372,7 +374,13 @@ impl SearchIndex {
                     touched.push(posting.doc);
                 }
                 *score += idf * frequency * (K1 + 1.0) / (K1 + frequency);
+                matched[posting.doc as usize] |= 1 << (word % 32);
             }
+        }
+        // A tool that matches more of the query's words beats one that
+        // matches one of them strongly.
+        for &doc in &touched {
+            scores[doc as usize] *= (matched[doc as usize].count_ones() as f32).sqrt();
         }
         // Best score first; equal scores in document (key) order.
         let order = |a: &u32, b: &u32| scores[*b as usize].total_cmp(&scores[*a as usize]).then(a.cmp(b));
@@ -456,16 +464,18 @@ fn query_terms(text: &str) -> Vec<String> {
     seen
 }
 
-/// A query's terms with their weights: its own at 1, and the words people
-/// use for the same thing ([`RELATED`]) at [`RELATED_WEIGHT`].
-fn weighted_terms(text: &str) -> Vec<(String, f32)> {
+/// A query's terms with their weights and the query word each stands for:
+/// its own words at 1, and the words people use for the same thing
+/// ([`RELATED`]) at [`RELATED_WEIGHT`].
+fn weighted_terms(text: &str) -> Vec<(String, f32, usize)> {
     let own = query_terms(text);
     let related = related_terms();
-    let mut weighted: Vec<(String, f32)> = own.iter().map(|term| (term.clone(), 1.0)).collect();
-    for term in &own {
+    let mut weighted: Vec<(String, f32, usize)> =
+        own.iter().enumerate().map(|(word, term)| (term.clone(), 1.0, word)).collect();
+    for (word, term) in own.iter().enumerate() {
         for other in related.get(term.as_str()).into_iter().flatten() {
-            if !weighted.iter().any(|(seen, _)| seen == other) {
-                weighted.push((other.clone(), RELATED_WEIGHT));
+            if !weighted.iter().any(|(seen, _, _)| seen == other) {
+                weighted.push((other.clone(), RELATED_WEIGHT, word));
             }
         }
     }
@@ -529,12 +539,13 @@ const RELATED: &[&str] = &[
     "flight fly plane airline",
     "order purchase",
     "shipped shipping fulfill delivery tracking",
-    "stock inventory quantity available",
+    "stock inventory quantity available units",
     "discount coupon promo",
     "contact person people",
     "lead prospect",
     "deal opportunity",
     "translate translation language",
+    "language english spanish french german italian portuguese dutch russian chinese japanese korean arabic hindi",
     "weather forecast temperature",
     "rain precipitation umbrella",
     "hot cold warm temperature",
