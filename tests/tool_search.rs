@@ -153,7 +153,7 @@ async fn limits_versions_and_bad_queries() {
     assert_eq!(ids_for(&gw, "q=calc&version=9.9.9", &[]).await, Vec::<String>::new());
 
     let huge = format!("q={}", "word+".repeat(400));
-    let odd = "q=%F0%9F%A6%80+%E2%80%AE%00%FF+caf%C3%A9+%E6%97%A5%E6%9C%AC";
+    let odd = "q=%F0%9F%A6%80+%E2%80%AE%00+caf%C3%A9+%E6%97%A5%E6%9C%AC+%CC%81%CC%81";
     for (query, words) in [
         ("", "query is empty"),
         ("q=", "query is empty"),
@@ -166,6 +166,7 @@ async fn limits_versions_and_bad_queries() {
         ("q=polish&version=latest", "version must be x.y.z"),
         ("q=a&q=b", "q is given more than once"),
         (huge.as_str(), "longer than 1024 bytes"),
+        ("q=%FF%FE+polish", "not UTF-8"),
     ] {
         let body = search_with(&gw, query, &[]).await.server_error(400);
         let message = body["message"].as_str().unwrap_or_default();

@@ -80,6 +80,9 @@ pub enum SearchError {
     /// A parameter given twice.
     #[error("{0} is given more than once")]
     Repeated(&'static str),
+    /// Percent-escapes that do not decode to UTF-8 (`%FF`).
+    #[error("the query string is not UTF-8 once decoded")]
+    NotUtf8,
 }
 
 /// One validated search: the words, how many results, which version.
@@ -117,6 +120,11 @@ impl SearchRequest {
     /// Reads `q`, `limit` and `version` from a URL query string
     /// (`q=send+sms&limit=5`); other parameters are ignored.
     pub fn from_query_string(query: Option<&str>) -> Result<SearchRequest, SearchError> {
+        // form_urlencoded decodes invalid UTF-8 to U+FFFD; such a query is refused instead.
+        let decodes = |part: &str| percent_encoding::percent_decode_str(part).decode_utf8().is_ok();
+        if !query.unwrap_or_default().split(['&', '=']).all(decodes) {
+            return Err(SearchError::NotUtf8);
+        }
         let (mut text, mut limit, mut version) = (None, None, None);
         for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
             let (slot, name) = match name.as_ref() {
@@ -859,8 +867,10 @@ mod tests {
         let many: Vec<String> = (0..=MAX_QUERY_WORDS).map(|i| format!("word{i}x")).collect();
         let many = format!("q={}", many.join("+"));
         assert_eq!(SearchRequest::from_query_string(Some(&many)), Err(SearchError::TooManyWords));
-        // Invalid UTF-8 and odd characters are read, never a crash.
-        assert!(SearchRequest::from_query_string(Some("q=%FF%FE%00abc%F0%9F%A6%80")).is_ok());
+        // Odd characters are words like any other; escapes that are not UTF-8 are refused.
+        assert!(SearchRequest::from_query_string(Some("q=%00abc%F0%9F%A6%80%E2%80%AE+caf%C3%A9")).is_ok());
+        assert_eq!(SearchRequest::from_query_string(Some("q=%FF%FEabc")), Err(SearchError::NotUtf8));
+        assert_eq!(SearchRequest::from_query_string(Some("q=ok&x%C3=1")), Err(SearchError::NotUtf8));
         let huge_limit = SearchRequest::from_query_string(Some("q=a&limit=99999999999999999999999"));
         assert!(matches!(huge_limit, Err(SearchError::BadLimit(_))));
     }
