@@ -40,7 +40,7 @@ const PARAMETERS: usize = 3;
 
 /// How much a word counts in each field: name, toolkit, description,
 /// parameters. The name says what the tool does in two or three words.
-const WEIGHTS: [f32; FIELDS] = [3.0, 1.5, 1.0, 0.5];
+const WEIGHTS: [f32; FIELDS] = [3.0, 1.5, 1.0, 1.0];
 /// BM25's length normalisation per field (0: none, 1: full). Names and
 /// toolkits are a few words each, so their length says little.
 const LENGTH_NORMALISATION: [f32; FIELDS] = [0.3, 0.3, 0.75, 0.75];
