@@ -1,7 +1,7 @@
 """Tool search at 10,000 tools: recall, latency, index memory, publish time.
 
 The catalog is the scale benchmark's (50 upstreams of 200 tools) plus one
-upstream serving benches/search/toolkits.json: 196 tools with realistic
+upstream serving benches/search/toolkits.json: 293 tools with realistic
 names and descriptions across 20 toolkits (mail, chat, calendar, files,
 issues, payments, CRM, SMS, weather, translation, ...). Each query of
 benches/search/queries.json, written the way people ask, names the tool a
