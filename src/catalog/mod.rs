@@ -7,7 +7,7 @@
 
 pub mod merge;
 pub mod poll;
-pub mod search;
+pub(crate) mod search;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -102,7 +102,7 @@ impl Catalog {
     }
 
     /// The tool search index, built with this catalog.
-    pub fn search_index(&self) -> &search::SearchIndex {
+    pub(crate) fn search_index(&self) -> &search::SearchIndex {
         &self.search
     }
 
