@@ -367,14 +367,25 @@ async fn mcp_search_mode_lists_meta_tools_and_keeps_each_callers_tools_apart() {
 }
 
 #[tokio::test]
-async fn tools_list_is_the_catalog_by_default() {
-    let (_server, gw) = office_gateway("").await;
+async fn tools_list_is_the_catalog_by_default_and_a_reload_turns_search_mode_on() {
+    let server = ToolServer::start(common::catalog(office())).await;
+    let config = GatewayConfig::new().upstream("office", &server.url());
+    let gw = config.start().await;
     gw.wait_for_tool("Calc.Add@2.0.0").await;
     let listed = mcp(&gw, "tools/list", json!({}), &[]).await;
     assert_eq!(listed["result"]["tools"].as_array().unwrap().len(), 8, "{listed}");
     // Without search mode, a tool named like a meta-tool is not one.
     let answer = mcp(&gw, "tools/call", json!({"name": "search_tools", "arguments": {"query": "sms"}}), &[]).await;
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
+
+    gw.rewrite_config(&config.raw("[mcp]\ntool_listing = \"search\"\n").toml());
+    let deadline = Instant::now() + common::WAIT_TIMEOUT;
+    while mcp(&gw, "tools/list", json!({}), &[]).await["result"]["tools"].as_array().map(Vec::len) != Some(2) {
+        assert!(Instant::now() < deadline, "search mode never applied:\n{}", gw.logs());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let found = mcp(&gw, "tools/call", json!({"name": "search_tools", "arguments": {"query": "refund"}}), &[]).await;
+    assert_eq!(found_names(&found)[0], "Billing_Refund", "{found}");
 }
 
 fn python() -> PathBuf {
