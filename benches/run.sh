@@ -6,7 +6,8 @@
 #   scale  10,000 tools from 50 upstreams        (benches/load/scale.py)
 #   micro  criterion, the hot path's pieces      (benches/hot_path.rs)
 #   instructions  instructions per call under callgrind, gateway and nginx (not in `all`)
-# Usage: benches/run.sh [--plain] [load|scale|micro|instructions|all] [extra args for the python script]
+#   search  tool search at 10,000 tools: recall, latency, index size (benches/load/search.py; not in `all`)
+# Usage: benches/run.sh [--plain] [load|scale|micro|instructions|shared-limits|search|all] [extra args for the python script]
 #   --plain  measure `cargo build --release`'s binary instead (no profile-guided step)
 #   OTC_BENCH_GATEWAY=path  measure that binary, building nothing (e.g. target/pgo/otc-gateway again)
 # Results and how to read them: benches/README.md. criterion (micro) builds
@@ -35,10 +36,11 @@ case "$what" in
   micro) cargo bench --locked --bench hot_path ;;
   instructions) apt_install valgrind; python3 benches/load/instructions.py "$@" ;;
   shared-limits) apt_install redis-server; python3 benches/load/shared_limits.py "$@" ;;
+  search) python3 benches/load/search.py "$@" ;;
   all)
     python3 benches/load/proxy_vs_nginx.py
     python3 benches/load/scale.py
     cargo bench --locked --bench hot_path
     ;;
-  *) echo "usage: benches/run.sh [--plain] [load|scale|micro|instructions|shared-limits|all]" >&2; exit 2 ;;
+  *) echo "usage: benches/run.sh [--plain] [load|scale|micro|instructions|shared-limits|search|all]" >&2; exit 2 ;;
 esac

@@ -16,6 +16,7 @@ use serde::Serialize;
 use tokio::net::TcpListener;
 
 use crate::catalog::poll::UpstreamStatus;
+use crate::catalog::search::IndexStats;
 use crate::catalog::Conflict;
 use crate::gateway::Gateway;
 
@@ -83,6 +84,11 @@ struct Status {
     conflicts: Vec<Conflict>,
     /// Policy patterns that match no tool in the catalog (likely typos).
     policy_warnings: Vec<String>,
+    /// How long building the current catalog took (merge, listing and
+    /// search index), in milliseconds.
+    catalog_build_ms: f64,
+    /// The current catalog's search index.
+    search_index: IndexStats,
 }
 
 #[derive(Serialize)]
@@ -108,6 +114,8 @@ fn status(gateway: &Gateway) -> Status {
         tools: catalog.len(),
         conflicts: catalog.conflicts().to_vec(),
         policy_warnings: gateway.runtime().access.unmatched_patterns(&catalog),
+        catalog_build_ms: catalog.build_time().as_secs_f64() * 1000.0,
+        search_index: catalog.search_index().stats(),
     }
 }
 

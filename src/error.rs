@@ -11,6 +11,7 @@ use serde_json::Value;
 
 use crate::auth::AuthError;
 use crate::browser::BrowserRefusal;
+use crate::catalog::search::SearchError;
 use crate::catalog::LookupError;
 use crate::mcp::modern::ClientAsk;
 use crate::oauth::{FlowError, OAuthError};
@@ -175,6 +176,9 @@ pub enum RequestError {
     /// capabilities on is asked, and `/mcp` hands the question back to it.
     #[error("the tool server asks the client for more first")]
     ClientAsk(ClientAsk),
+    /// A tool search whose query, limit or version is unusable.
+    #[error("bad search: {0}")]
+    Search(#[from] SearchError),
     /// The upstream itself refused the call before running the tool (its 400
     /// or 422), passed on with its status.
     #[error("tool server refused the call with HTTP {status}")]
@@ -233,7 +237,8 @@ impl RequestError {
             | RequestError::Lookup(_)
             | RequestError::Unavailable { .. }
             | RequestError::CallIdReused
-            | RequestError::CallInProgress => 400,
+            | RequestError::CallInProgress
+            | RequestError::Search(_) => 400,
         }
     }
 
@@ -278,6 +283,7 @@ impl RequestError {
                 "This call_id was already used for a different call; use a new call_id".into()
             }
             RequestError::CallInProgress => "A call with this call_id is still running; retry later".into(),
+            RequestError::Search(e) => capitalised(&e.to_string()),
             RequestError::Unauthenticated { error, .. } => {
                 format!("The gateway needs valid credentials: {}", error.public_message())
             }
@@ -309,7 +315,7 @@ impl RequestError {
     fn developer_message(&self) -> Option<String> {
         match self {
             RequestError::NotFound(path) => {
-                Some(format!("{path} is not served; the gateway serves GET /health, GET /tools, POST /tools/call, POST /call and POST /mcp"))
+                Some(format!("{path} is not served; the gateway serves GET /health, GET /tools, GET /tools/search, POST /tools/call, POST /call and POST /mcp"))
             }
             RequestError::MethodNotAllowed { allow } => Some(format!("send this path with {allow}; see the Allow header")),
             RequestError::InvalidInput(_) | RequestError::UpstreamRefused { .. } => None,
@@ -330,6 +336,7 @@ impl RequestError {
                 Some("supported: otc://1.0, urn:oxp:1.0, the 1.0 spec URLs, or no $schema".into())
             }
             RequestError::MissingToolId => Some("send {\"request\": {\"tool_id\": \"Toolkit.Name@1.0.0\", ...}}".into()),
+            RequestError::Search(_) => Some("send GET /tools/search?q=<words>[&limit=<1-100>][&version=<x.y.z>]".into()),
             other => Some(other.to_string()),
         }
     }

@@ -21,6 +21,9 @@
 //! | `otc_gateway_oauth_challenges_total` | counter | `provider`, `event` |
 //! | `otc_gateway_oauth_refreshes_total` | counter | `provider`, `outcome` |
 //! | `otc_gateway_rate_limit_store_unavailable_total` | counter | `decision` |
+//! | `otc_gateway_tool_searches_total` | counter | `front` |
+//! | `otc_gateway_tool_search_results_total` | counter | `front` |
+//! | `otc_gateway_tool_search_duration_seconds` | histogram | `front` |
 //!
 //! Label values must come only from the config and the catalog (route names,
 //! upstream names, resolved tool ids, backend kinds), never from a request,
@@ -55,13 +58,25 @@ pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
 
 /// The routes whose `otc_gateway_http_requests_total` counters are cached:
 /// the data plane's route labels. Others are counted too, more slowly.
-pub const ROUTES: [&str; 7] =
-    ["/health", "/tools", "/tools/call", "/mcp", "/oauth", "/.well-known/oauth-protected-resource", "other"];
+pub const ROUTES: [&str; 8] = [
+    "/health",
+    "/tools",
+    "/tools/search",
+    "/tools/call",
+    "/mcp",
+    "/oauth",
+    "/.well-known/oauth-protected-resource",
+    "other",
+];
 
 /// Bucket upper bounds of `otc_gateway_tool_call_duration_seconds`, in
 /// seconds: 0.5 ms to 30 s, roughly 1-2.5-5 per decade.
 pub const DURATION_BUCKETS: [f64; 15] =
     [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+/// Bucket upper bounds of `otc_gateway_tool_search_duration_seconds`, in
+/// seconds: 50 µs to 100 ms.
+pub const SEARCH_BUCKETS: [f64; 11] = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1];
 
 /// The lowest and highest statuses that have a cached counter.
 const STATUS_MIN: u16 = 100;
@@ -154,6 +169,9 @@ pub struct Metrics {
     rate_limit_store: IntCounterVec,
     /// The shared rate-limit failure totals last synced: (served, refused).
     rate_limit_store_last: std::sync::Mutex<(u64, u64)>,
+    searches: IntCounterVec,
+    search_results: IntCounterVec,
+    search_duration: HistogramVec,
 }
 
 impl Default for Metrics {
@@ -279,6 +297,30 @@ impl Metrics {
              in_progress, stored, or store_unavailable (the call ran without deduplication).",
             &["result"],
         );
+        let searches = counter_vec(
+            &registry,
+            "otc_gateway_tool_searches_total",
+            "Tool searches answered, by front: otc (GET /tools/search) or mcp (the search_tools tool).",
+            &["front"],
+        );
+        let search_results = counter_vec(
+            &registry,
+            "otc_gateway_tool_search_results_total",
+            "Tools returned by tool searches, by front.",
+            &["front"],
+        );
+        let search_duration = register(
+            &registry,
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "otc_gateway_tool_search_duration_seconds",
+                    "Time to rank the catalog for one tool search, in seconds.",
+                )
+                .buckets(SEARCH_BUCKETS.to_vec()),
+                &["front"],
+            )
+            .expect("fixed metric definition is valid"),
+        );
         let http_cache = ROUTES.iter().map(|_| (0..STATUS_SLOTS).map(|_| OnceLock::new()).collect()).collect();
         let reload_success = config_reloads.with_label_values(&["success"]);
         let reload_error = config_reloads.with_label_values(&["error"]);
@@ -303,6 +345,9 @@ impl Metrics {
             oauth_refreshes,
             rate_limit_store,
             rate_limit_store_last: std::sync::Mutex::new((0, 0)),
+            searches,
+            search_results,
+            search_duration,
         }
     }
 
@@ -474,6 +519,16 @@ impl Metrics {
         }
     }
 
+    /// Counts one tool search on `front` (`otc` or `mcp`), the tools it
+    /// returned and the time it took.
+    pub fn record_search(&self, front: &'static str, results: usize, seconds: f64) {
+        self.searches.with_label_values(&[front]).inc();
+        self.search_results.with_label_values(&[front]).inc_by(results as u64);
+        if seconds.is_finite() && seconds >= 0.0 {
+            self.search_duration.with_label_values(&[front]).observe(seconds);
+        }
+    }
+
     /// Counts a secret served from a stale cache entry because its backend
     /// failed.
     pub fn record_vault_stale(&self, backend: &str) {
@@ -528,6 +583,7 @@ mod tests {
         m.record_vault("kv2", "success");
         m.record_vault_stale("kv2");
         m.sync_idempotency_totals(&[("replayed", 1)]);
+        m.record_search("otc", 3, 0.0002);
         let text = m.render();
         for (name, kind) in [
             ("otc_gateway_http_requests_total", "counter"),
@@ -540,11 +596,19 @@ mod tests {
             ("otc_gateway_vault_requests_total", "counter"),
             ("otc_gateway_vault_stale_served_total", "counter"),
             ("otc_gateway_idempotency_total", "counter"),
+            ("otc_gateway_tool_searches_total", "counter"),
+            ("otc_gateway_tool_search_results_total", "counter"),
+            ("otc_gateway_tool_search_duration_seconds", "histogram"),
         ] {
             assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name} {kind} missing in:\n{text}");
             assert!(text.contains(&format!("# HELP {name} ")), "{name} help missing");
         }
         assert_eq!(CONTENT_TYPE, "text/plain; version=0.0.4");
+        assert_eq!(sample(&text, r#"otc_gateway_tool_search_results_total{front="otc"}"#), Some(3.0));
+        assert_eq!(
+            sample(&text, r#"otc_gateway_tool_search_duration_seconds_bucket{front="otc",le="0.00025"}"#),
+            Some(1.0)
+        );
     }
 
     #[test]

@@ -7,12 +7,14 @@
 //! answered exactly like calling an unknown tool.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use semver::Version;
 use serde_json::Value;
 
 use crate::auth::{Caller, CallerKind};
+use crate::catalog::search::{Scope, SearchIndex};
 use crate::catalog::Catalog;
 use crate::config::{PolicyConfig, When, MAX_POLICIES};
 
@@ -23,6 +25,18 @@ pub struct AccessPolicy {
     /// Serialised GET /tools bodies by (catalog generation, matching set):
     /// built once per catalog change for each distinct set of policies.
     listings: Mutex<HashMap<(u64, u128), Bytes>>,
+    /// The tools each set of policies may see, as search scopes, by
+    /// (catalog generation, matching set): built once per catalog change.
+    search_scopes: Mutex<HashMap<(u64, u128), Arc<Visible>>>,
+}
+
+/// The tool versions a set of policies lets a caller see, as search scopes.
+#[derive(Debug)]
+struct Visible {
+    /// Every visible version.
+    all: Scope,
+    /// Every visible tool at its latest version.
+    latest: Arc<Scope>,
 }
 
 /// Which policies match a caller (bit i = policy i).
@@ -32,7 +46,7 @@ pub struct Matching(u128);
 impl AccessPolicy {
     /// Compiles the `[[policy]]` sections.
     pub fn new(policies: Vec<PolicyConfig>) -> AccessPolicy {
-        AccessPolicy { policies, listings: Mutex::new(HashMap::new()) }
+        AccessPolicy { policies, listings: Mutex::default(), search_scopes: Mutex::default() }
     }
 
     /// Whether any policy is configured (without one, everything is allowed).
@@ -79,6 +93,40 @@ impl AccessPolicy {
         let body = catalog.listing_where(|tool_key| self.allows(matching, tool_key));
         cache.insert(key, body.clone());
         body
+    }
+
+    /// What a caller with these matching policies may search in `catalog`:
+    /// each tool it may see at its latest version, or at exactly `version`.
+    /// Nothing outside it is ranked or counted (`catalog/search.rs`).
+    pub fn search_scope(&self, catalog: &Catalog, matching: Matching, version: Option<&Version>) -> Arc<Scope> {
+        let index = catalog.search_index();
+        if !self.is_active() {
+            return match version {
+                None => index.latest(),
+                Some(wanted) => Arc::new(index.scope(|_, doc| doc.version() == wanted)),
+            };
+        }
+        let visible = {
+            let key = (catalog.generation(), matching.0);
+            let mut cache = self.search_scopes.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(visible) = cache.get(&key) {
+                visible.clone()
+            } else {
+                // Scopes of older catalogs will not be asked for again.
+                cache.retain(|(generation, _), _| *generation == key.0);
+                let all = index.scope(|_, doc| self.allows(matching, doc.key()));
+                let latest = Arc::new(index.scope(|i, doc| doc.is_latest() && SearchIndex::in_scope(&all, i)));
+                let visible = Arc::new(Visible { all, latest });
+                cache.insert(key, visible.clone());
+                visible
+            }
+        };
+        match version {
+            None => visible.latest.clone(),
+            Some(wanted) => {
+                Arc::new(index.scope(|i, doc| SearchIndex::in_scope(&visible.all, i) && doc.version() == wanted))
+            }
+        }
     }
 
     /// Patterns that match no tool in `catalog` (likely typos), as

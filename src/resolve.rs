@@ -60,7 +60,7 @@ pub fn is_id_part(part: &str) -> bool {
 }
 
 /// `x.y.z` or the shorthand `x`; nothing else (`1.2`, `latest`, `1.0.0-rc1`).
-fn parse_requested_version(text: &str) -> Option<Version> {
+pub fn parse_requested_version(text: &str) -> Option<Version> {
     match number(text.as_bytes()) {
         Some(major) => Some(Version::new(major, 0, 0)),
         None => parse_tool_version(text),

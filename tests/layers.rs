@@ -39,8 +39,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "oauth",
         ],
     ),
-    ("call pipeline", &["gateway", "reply", "error", "call"]),
-    ("fronts", &["mcp_endpoint", "oauth_endpoint", "proxy", "admin", "server", "demo"]),
+    ("call pipeline", &["gateway", "tool_search", "reply", "error", "call"]),
+    ("fronts", &["mcp_search", "mcp_endpoint", "oauth_endpoint", "proxy", "admin", "server", "demo"]),
 ];
 
 /// Every module's position: (layer, place in the layer).

@@ -16,6 +16,7 @@ pub type UpstreamTools = (Arc<Upstream>, Arc<Vec<Arc<CatalogTool>>>);
 
 /// Builds the merged catalog. `upstreams` must be in config order.
 pub fn merge(upstreams: &[UpstreamTools]) -> Catalog {
+    let started = std::time::Instant::now();
     // Candidates per canonical id, in config order.
     type Candidate<'a> = (&'a Arc<Upstream>, &'a Arc<CatalogTool>);
     let mut candidates: HashMap<&str, Vec<Candidate<'_>>> = HashMap::new();
@@ -58,5 +59,7 @@ pub fn merge(upstreams: &[UpstreamTools]) -> Catalog {
             .insert(winner_tool.version.clone(), Arc::new(Route::new(winner_tool.clone(), targets)));
     }
     conflicts.sort_by(|a, b| a.tool.cmp(&b.tool).then(a.loser.cmp(&b.loser)));
-    Catalog::new(routes, conflicts)
+    let mut catalog = Catalog::new(routes, conflicts);
+    catalog.build_time = started.elapsed();
+    catalog
 }

@@ -7,6 +7,7 @@
 
 pub mod merge;
 pub mod poll;
+pub(crate) mod search;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -34,6 +35,10 @@ pub struct Catalog {
     listing: Bytes,
     count: usize,
     conflicts: Vec<Conflict>,
+    /// The tool search index of this catalog.
+    search: search::SearchIndex,
+    /// How long merging took, the listing and the search index included.
+    build_time: std::time::Duration,
 }
 
 /// Where one tool version is served: the winning definition and the
@@ -92,7 +97,19 @@ impl Catalog {
         let count = tools.values().map(BTreeMap::len).sum();
         let listing = render_listing(&tools, |_| true);
         let generation = GENERATIONS.fetch_add(1, Ordering::Relaxed);
-        Catalog { tools, generation, listing, count, conflicts }
+        let search = search::SearchIndex::build(&tools);
+        Catalog { tools, generation, listing, count, conflicts, search, build_time: Default::default() }
+    }
+
+    /// The tool search index, built with this catalog.
+    pub(crate) fn search_index(&self) -> &search::SearchIndex {
+        &self.search
+    }
+
+    /// How long building this catalog took: merging, the GET /tools body
+    /// and the search index.
+    pub fn build_time(&self) -> std::time::Duration {
+        self.build_time
     }
 
     /// This catalog's generation: distinct for every catalog published.

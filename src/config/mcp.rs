@@ -16,10 +16,30 @@ pub struct McpConfig {
     pub max_streams: usize,
     /// The most event streams one authenticated caller may hold open.
     pub max_streams_per_caller: usize,
+    /// What `tools/list` gives MCP clients.
+    pub tool_listing: ToolListing,
 }
 
 impl Default for McpConfig {
     fn default() -> Self {
-        McpConfig { allowed_origins: None, max_streams: 1000, max_streams_per_caller: 8 }
+        McpConfig {
+            allowed_origins: None,
+            max_streams: 1000,
+            max_streams_per_caller: 8,
+            tool_listing: ToolListing::All,
+        }
     }
+}
+
+/// `[mcp] tool_listing`: what `tools/list` on `/mcp` gives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolListing {
+    /// Every tool the caller may see (`"all"`).
+    #[default]
+    All,
+    /// A few fixed meta-tools (`search_tools`, `describe_tool`) in place of
+    /// the catalog; `tools/call` still takes every tool the caller may see
+    /// (`"search"`).
+    Search,
 }

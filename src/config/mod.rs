@@ -27,7 +27,7 @@ mod vault;
 pub use auth::{ApiKeyConfig, AuthConfig, AuthMode, HttpUrl, ScopeToken};
 pub use duration::{deserialize_duration, Dur};
 pub use idempotency::{redact, IdempotencyConfig};
-pub use mcp::McpConfig;
+pub use mcp::{McpConfig, ToolListing};
 pub use oauth::{scope_ok, AuthorizationProvider, EndpointUrl, GrantStoreRef, StateConfig};
 pub use policy::{FailMode, Per, PolicyConfig, Rate, RateLimitConfig, ToolPattern, When, MAX_POLICIES};
 pub use secret_ref::{SecretRef, SecretRefError, USER_ID_TEMPLATE};

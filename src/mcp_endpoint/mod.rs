@@ -54,6 +54,7 @@ use crate::mcp::modern::{
 use crate::mcp::{
     is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS, PROTOCOL_VERSION_HEADER, SESSION_HEADER,
 };
+use crate::mcp_search;
 use crate::reply::Reply;
 use crate::wire::CallContext;
 
@@ -190,6 +191,9 @@ impl McpEndpoint {
                     page.extend(cache_hints(gateway));
                     page
                 }),
+                "tools/call" if mcp_search::enabled(gateway) && mcp_search::is_meta_call(&params) => {
+                    self.meta_call(gateway, caller, &params)
+                }
                 "tools/call" => self.call(gateway, caller, &params, head, Some(envelope)).await,
                 // The gateway bridges tools only: it declares prompts and
                 // resources (2026-07-28 clients cache these lists) with none.
@@ -225,13 +229,16 @@ impl McpEndpoint {
         }
         let outcome = match method.as_str() {
             "initialize" => {
-                let (result, session) = initialize(&params);
+                let (result, session) = initialize(&params, instructions(gateway));
                 let mut answer = reply(id, result);
                 answer.headers.push((SESSION_HEADER, session));
                 return answer;
             }
             "ping" => Ok(Map::new()),
             "tools/list" => self.list(gateway, caller, &params),
+            "tools/call" if mcp_search::enabled(gateway) && mcp_search::is_meta_call(&params) => {
+                self.meta_call(gateway, caller, &params)
+            }
             "tools/call" => self.call(gateway, caller, &params, head, None).await,
             other => Err(RpcError::MethodNotFound(other.to_owned())),
         };
@@ -241,12 +248,27 @@ impl McpEndpoint {
         }
     }
 
-    /// `tools/list`: the caller's tools, a page at a time.
+    /// `tools/list`: the caller's tools, a page at a time; in search mode
+    /// (`[mcp] tool_listing = "search"`) the fixed meta-tools instead.
     fn list(&self, gateway: &Gateway, caller: &Caller, params: &Value) -> Result<Map<String, Value>, RpcError> {
         let params = params_object(params).ok_or_else(|| RpcError::InvalidParams("params must be an object".into()))?;
+        if mcp_search::enabled(gateway) {
+            let Value::Object(meta_tools) = mcp_search::list() else { return Ok(Map::new()) };
+            return Ok(meta_tools);
+        }
         let names = self.names.of(&gateway.catalog.load());
         let runtime = gateway.runtime();
         list_page(&names, &runtime.access, runtime.access.matching(caller), params)
+    }
+
+    /// A call of a search-mode meta-tool (`search_tools`, `describe_tool`).
+    fn meta_call(&self, gateway: &Gateway, caller: &Caller, params: &Value) -> Result<Map<String, Value>, RpcError> {
+        let catalog = gateway.catalog.load();
+        match mcp_search::call(gateway, &catalog, caller, params, &*self.names.of(&catalog)) {
+            Ok(Value::Object(result)) => Ok(result),
+            Ok(_) => Ok(Map::new()),
+            Err(message) => Err(RpcError::InvalidParams(message)),
+        }
     }
 
     /// `subscriptions/listen`: a stream of the changes the client asked for.
@@ -464,12 +486,22 @@ fn cache_hints(gateway: &Gateway) -> Map<String, Value> {
     hints
 }
 
+/// What the gateway tells a model about using it: in search mode, to
+/// search first.
+fn instructions(gateway: &Gateway) -> &'static str {
+    if mcp_search::enabled(gateway) {
+        mcp_search::INSTRUCTIONS
+    } else {
+        INSTRUCTIONS
+    }
+}
+
 /// `server/discover`: versions, capabilities, instructions.
 fn discover(gateway: &Gateway) -> Map<String, Value> {
     let mut result = Map::new();
     result.insert("supportedVersions".into(), json!(supported_versions()));
     result.insert("capabilities".into(), capabilities(true));
-    result.insert("instructions".into(), json!(INSTRUCTIONS));
+    result.insert("instructions".into(), json!(instructions(gateway)));
     let ttl = u64::try_from(gateway.runtime().poll.interval.as_millis()).unwrap_or(u64::MAX);
     result.insert("ttlMs".into(), json!(ttl));
     result.insert("cacheScope".into(), json!("public"));
@@ -489,7 +521,7 @@ fn empty_list(field: &str, gateway: &Gateway) -> Map<String, Value> {
 /// `initialize`: the client's version when supported, else the newest; and
 /// the session id, which carries whether the client takes URL-mode
 /// elicitations.
-fn initialize(params: &Value) -> (Map<String, Value>, String) {
+fn initialize(params: &Value, instructions: &str) -> (Map<String, Value>, String) {
     let asked = params.get("protocolVersion").and_then(Value::as_str).unwrap_or_default();
     let version = if is_supported_version(asked) { asked } else { LATEST_PROTOCOL_VERSION };
     let url_elicitation = params.pointer("/capabilities/elicitation/url").is_some_and(Value::is_object)
@@ -502,7 +534,7 @@ fn initialize(params: &Value) -> (Map<String, Value>, String) {
     result.insert("protocolVersion".into(), json!(version));
     result.insert("capabilities".into(), capabilities(false));
     result.insert("serverInfo".into(), server_info());
-    result.insert("instructions".into(), json!(INSTRUCTIONS));
+    result.insert("instructions".into(), json!(instructions));
     (result, session)
 }
 
@@ -517,7 +549,7 @@ mod tests {
 
     #[test]
     fn versions_are_negotiated() {
-        let version = |params: Value| initialize(&params).0["protocolVersion"].clone();
+        let version = |params: Value| initialize(&params, INSTRUCTIONS).0["protocolVersion"].clone();
         assert_eq!(version(json!({"protocolVersion": "2025-06-18"})), "2025-06-18");
         assert_eq!(version(json!({"protocolVersion": "2024-11-05"})), "2025-11-25");
         assert_eq!(version(Value::Null), "2025-11-25");

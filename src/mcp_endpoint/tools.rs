@@ -17,6 +17,7 @@ use serde_json::{json, Map, Value};
 use super::error::RpcError;
 use crate::catalog::{Catalog, CatalogTool};
 use crate::error::RequestError;
+use crate::mcp_search::McpNames;
 use crate::policy::{AccessPolicy, Matching};
 use crate::resolve::{ToolRef, VersionRequest};
 use crate::wire::CallResult;
@@ -47,6 +48,8 @@ pub(crate) struct ToolNames {
     keys: HashMap<String, String>,
     /// Sorted by MCP name.
     tools: Vec<ListedTool>,
+    /// `Toolkit.Name` to its place in `tools` (for search mode).
+    places: HashMap<String, usize>,
 }
 
 /// The name table of the latest catalog seen, rebuilt when it changes.
@@ -84,7 +87,7 @@ impl ToolNames {
             by_name.insert(name, (key.to_owned(), tool));
         }
         let keys = by_name.iter().map(|(name, (key, _))| (name.clone(), key.clone())).collect();
-        let tools = by_name
+        let tools: Vec<ListedTool> = by_name
             .into_values()
             .map(|(key, tool)| {
                 let mut hasher = DefaultHasher::new();
@@ -92,7 +95,8 @@ impl ToolNames {
                 ListedTool { key, tool, digest: hasher.finish() }
             })
             .collect();
-        ToolNames { generation: catalog.generation(), keys, tools }
+        let places = tools.iter().enumerate().map(|(place, listed)| (listed.key.clone(), place)).collect();
+        ToolNames { generation: catalog.generation(), keys, tools, places }
     }
 
     /// The `Toolkit.Name` an MCP name stands for.
@@ -116,6 +120,16 @@ impl ToolNames {
             listed.digest.hash(&mut hasher);
         }
         hasher.finish()
+    }
+}
+
+impl McpNames for ToolNames {
+    fn key_of(&self, name: &str) -> Option<&str> {
+        self.key(name)
+    }
+
+    fn tool_of(&self, key: &str) -> Option<&Value> {
+        self.places.get(key).map(|&place| &self.tools[place].tool)
     }
 }
 

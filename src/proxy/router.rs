@@ -1,6 +1,6 @@
 //! [`Router`]: answers one request that pingora's HTTP session has read, by
-//! its path and method (`/health`, `/tools`, `/tools/call`, `/mcp`), and
-//! writes the reply. The connection reader (`connection.rs`) hands it every
+//! its path and method (`/health`, `/tools`, `/tools/search`, `/tools/call`,
+//! `/mcp`), and writes the reply. The connection reader (`connection.rs`) hands it every
 //! request it does not serve itself.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -21,12 +21,14 @@ use super::head::{self, Expect};
 use super::send;
 use crate::auth::{resource, Caller, Target};
 use crate::call::call_tool;
+use crate::catalog::search::SearchRequest;
 use crate::error::RequestError;
 use crate::gateway::{Gateway, Runtime};
 use crate::http1::header_line_size;
 use crate::mcp_endpoint::{Listen, McpAnswer, McpEndpoint, McpHead};
 use crate::oauth_endpoint::{self, OAuthRequest};
 use crate::reply::Reply;
+use crate::tool_search::{self, Front};
 
 /// The data plane's routes, as a pingora HTTP application.
 pub struct Router {
@@ -69,6 +71,7 @@ fn route_of(path: &str) -> &'static str {
     match path {
         "/health" => "/health",
         "/tools" => "/tools",
+        "/tools/search" => "/tools/search",
         "/tools/call" | "/call" => "/tools/call",
         "/mcp" => "/mcp",
         _ if path.starts_with("/oauth/") => "/oauth",
@@ -105,6 +108,10 @@ impl Router {
                         )
                     })
                 }),
+                _ => Err(RequestError::MethodNotAllowed { allow: "GET, HEAD" }),
+            },
+            "/tools/search" => match method {
+                http::Method::GET | http::Method::HEAD => self.admit().and_then(|_in_flight| self.search(session)),
                 _ => Err(RequestError::MethodNotAllowed { allow: "GET, HEAD" }),
             },
             "/tools/call" => match method {
@@ -147,6 +154,17 @@ impl Router {
     fn health(&self) -> Reply {
         let tools = self.gateway.catalog.load().len();
         Reply::ok(Bytes::from(format!(r#"{{"$schema":"otc://1.0","status":"ok","tools":{tools}}}"#)))
+    }
+
+    /// `GET /tools/search`: credentials first, then the query, then the
+    /// caller's tools that match it (`tool_search.rs`).
+    fn search(&self, session: &Session) -> Result<Reply, RequestError> {
+        let runtime = self.gateway.runtime();
+        let caller = authenticate(&self.gateway, &runtime, session, Target::Otc)?;
+        let request = SearchRequest::from_query_string(session.req_header().uri.query())?;
+        let catalog = self.gateway.catalog.load();
+        let found = tool_search::search_tools(&self.gateway, &runtime, &catalog, &caller, &request, Front::Otc);
+        Ok(Reply::ok(tool_search::otc_body(&found)))
     }
 
     /// The MCP endpoint (`mcp_endpoint/`): credentials (its `Origin` and

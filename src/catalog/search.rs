@@ -1,0 +1,879 @@
+//! Tool search: a lexical index of the catalog, built with each catalog
+//! (off the hot path, on publish) and swapped with it, so a search takes no
+//! lock and never waits for a rebuild.
+//!
+//! Ranking is BM25F over four fields of each tool version: its name split
+//! into words (`SendSms`, `send_sms` and `send-sms` are all "send sms"), its
+//! toolkit (split the same way), its description, and its parameters' names
+//! and descriptions; a word in the name counts most. Words are lower-cased,
+//! stemmed (Snowball English: "texting" finds "text") and stripped of
+//! common English words. A query word also finds, at a lower weight, the
+//! words people use for the same thing ([`RELATED`]), and a tool matching
+//! more of the query's words beats one matching a single word strongly.
+//!
+//! Every statistic a score uses (how many tools there are, how many hold a
+//! word, their average field lengths) is taken over the [`Scope`] searched:
+//! the tools a caller may see, at the versions asked for. A caller's results
+//! are therefore exactly those of a catalog holding only its tools; tools it
+//! may not see change neither which tools it finds nor their order.
+//!
+//! Written here rather than on a crate: the `bm25` crate, measured on the
+//! same queries (benches/README.md, "Tool search"), ranks like BM25F alone
+//! and has no fields, no weighted query words and no statistics over a
+//! subset chosen per search; tantivy has none of the last either.
+
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use semver::Version;
+use serde_json::Value;
+
+use super::{Route, ToolMap};
+
+/// The fields of a tool that are searched, in the order of [`WEIGHTS`].
+const FIELDS: usize = 4;
+const NAME: usize = 0;
+const TOOLKIT: usize = 1;
+const DESCRIPTION: usize = 2;
+const PARAMETERS: usize = 3;
+
+/// How much a word counts in each field: name, toolkit, description,
+/// parameters. The name says what the tool does in two or three words.
+const WEIGHTS: [f32; FIELDS] = [3.0, 1.5, 1.0, 1.0];
+/// BM25's length normalisation per field (0: none, 1: full). Names and
+/// toolkits are a few words each, so their length says little.
+const LENGTH_NORMALISATION: [f32; FIELDS] = [0.3, 0.3, 0.75, 0.75];
+/// BM25's term frequency saturation.
+const K1: f32 = 1.2;
+
+/// The most results one search returns.
+pub const MAX_LIMIT: usize = 100;
+/// Results when the request names no limit.
+pub const DEFAULT_LIMIT: usize = 10;
+/// The longest query accepted, in bytes.
+pub const MAX_QUERY_BYTES: usize = 1024;
+/// The most distinct words a query may have after common words are dropped.
+pub const MAX_QUERY_WORDS: usize = 32;
+/// Longer words are not indexed or searched (base64, hashes, URLs).
+const MAX_WORD_BYTES: usize = 64;
+
+/// Why a search request was refused (a 400 on `GET /tools/search`, a tool
+/// error on `/mcp`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SearchError {
+    /// No `q`, or only spaces.
+    #[error("the query is empty: send the words to search for in q")]
+    EmptyQuery,
+    /// A `q` over [`MAX_QUERY_BYTES`].
+    #[error("the query is longer than {MAX_QUERY_BYTES} bytes")]
+    QueryTooLong,
+    /// More than [`MAX_QUERY_WORDS`] distinct words.
+    #[error("the query has more than {MAX_QUERY_WORDS} distinct words")]
+    TooManyWords,
+    /// A `limit` that is not a whole number from 1 to [`MAX_LIMIT`].
+    #[error("limit must be a whole number from 1 to {MAX_LIMIT}, not {0}")]
+    BadLimit(String),
+    /// A `version` that is not `x.y.z` or `x`.
+    #[error("version must be x.y.z (or x, meaning x.0.0), not {0}")]
+    BadVersion(String),
+    /// A parameter given twice.
+    #[error("{0} is given more than once")]
+    Repeated(&'static str),
+    /// Percent-escapes that do not decode to UTF-8 (`%FF`).
+    #[error("the query string is not UTF-8 once decoded")]
+    NotUtf8,
+}
+
+/// One validated search: the words, how many results, which version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SearchRequest {
+    /// The query as sent (validated: not empty, not too long, not too many words).
+    pub text: String,
+    /// How many results at most, 1 to [`MAX_LIMIT`].
+    pub limit: usize,
+    /// Tools at exactly this version; `None`: each at its latest.
+    pub version: Option<Version>,
+}
+
+impl SearchRequest {
+    /// Checks a query's text and limit (`None`: [`DEFAULT_LIMIT`]).
+    pub fn new(text: &str, limit: Option<usize>, version: Option<Version>) -> Result<SearchRequest, SearchError> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err(SearchError::EmptyQuery);
+        }
+        if text.len() > MAX_QUERY_BYTES {
+            return Err(SearchError::QueryTooLong);
+        }
+        if query_terms(text).len() > MAX_QUERY_WORDS {
+            return Err(SearchError::TooManyWords);
+        }
+        let limit = match limit {
+            None => DEFAULT_LIMIT,
+            Some(n @ 1..=MAX_LIMIT) => n,
+            Some(n) => return Err(SearchError::BadLimit(n.to_string())),
+        };
+        Ok(SearchRequest { text: text.to_owned(), limit, version })
+    }
+
+    /// Reads `q`, `limit` and `version` from a URL query string
+    /// (`q=send+sms&limit=5`); other parameters are ignored.
+    pub fn from_query_string(query: Option<&str>) -> Result<SearchRequest, SearchError> {
+        // form_urlencoded decodes invalid UTF-8 to U+FFFD; such a query is refused instead.
+        let decodes = |part: &str| percent_encoding::percent_decode_str(part).decode_utf8().is_ok();
+        if !query.unwrap_or_default().split(['&', '=']).all(decodes) {
+            return Err(SearchError::NotUtf8);
+        }
+        let (mut text, mut limit, mut version) = (None, None, None);
+        for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+            let (slot, name) = match name.as_ref() {
+                "q" => (&mut text, "q"),
+                "limit" => (&mut limit, "limit"),
+                "version" => (&mut version, "version"),
+                _ => continue,
+            };
+            if slot.replace(value).is_some() {
+                return Err(SearchError::Repeated(name));
+            }
+        }
+        let limit = match limit {
+            None => None,
+            Some(given) => Some(given.trim().parse::<usize>().map_err(|_| SearchError::BadLimit(quoted(&given)))?),
+        };
+        let version = match version {
+            None => None,
+            Some(given) => {
+                let bare = given.trim().trim_start_matches('@');
+                Some(
+                    crate::resolve::parse_requested_version(bare)
+                        .ok_or_else(|| SearchError::BadVersion(quoted(&given)))?,
+                )
+            }
+        };
+        SearchRequest::new(text.as_deref().unwrap_or_default(), limit, version)
+    }
+}
+
+/// A client's text, quoted and cut short for an error message.
+fn quoted(text: &str) -> String {
+    let short: String = text.chars().take(40).collect();
+    if short.len() < text.len() {
+        format!("{short:?}…")
+    } else {
+        format!("{short:?}")
+    }
+}
+
+/// The search index of one catalog.
+#[derive(Debug, Default)]
+pub struct SearchIndex {
+    /// One per tool version, sorted by key then version.
+    docs: Vec<Doc>,
+    /// Each word's id: its postings are `postings[offsets[id]..offsets[id + 1]]`.
+    terms: HashMap<Box<str>, u32, foldhash::fast::RandomState>,
+    offsets: Vec<u32>,
+    /// The tool versions holding each word, by word id then document.
+    postings: Vec<Posting>,
+    /// Every tool at its latest version: the scope when no policy applies.
+    latest: Arc<Scope>,
+    build_time: Duration,
+    heap_bytes: usize,
+}
+
+/// One tool version in the index.
+#[derive(Debug)]
+pub struct Doc {
+    /// The route that serves it (its definition is `route.tool.definition`).
+    pub route: Arc<Route>,
+    /// Words in each field.
+    lengths: [u16; FIELDS],
+    /// Whether it is its tool's highest version.
+    latest: bool,
+}
+
+impl Doc {
+    /// `Toolkit.Name`.
+    pub fn key(&self) -> &str {
+        &self.route.tool.key
+    }
+
+    /// Its version.
+    pub fn version(&self) -> &Version {
+        &self.route.tool.version
+    }
+
+    /// Whether it is its tool's highest version.
+    pub fn is_latest(&self) -> bool {
+        self.latest
+    }
+}
+
+/// One document holding a word, and how often in each field.
+#[derive(Debug, Clone, Copy)]
+struct Posting {
+    doc: u32,
+    counts: [u8; FIELDS],
+}
+
+/// The tool versions one search may rank, with the statistics BM25 takes
+/// over them.
+#[derive(Debug, Default, Clone)]
+pub struct Scope {
+    /// One bit per document of the index.
+    members: Vec<u64>,
+    count: u32,
+    average_lengths: [f32; FIELDS],
+}
+
+impl Scope {
+    /// Whether document `doc` is in the scope.
+    fn contains(&self, doc: u32) -> bool {
+        self.members.get(doc as usize / 64).is_some_and(|word| word & (1 << (doc % 64)) != 0)
+    }
+
+    /// How many tool versions it holds.
+    pub fn len(&self) -> usize {
+        self.count as usize
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+}
+
+/// One search result.
+#[derive(Debug, Clone, Copy)]
+pub struct Hit<'a> {
+    /// The tool version found.
+    pub doc: &'a Doc,
+    /// Its BM25F score (higher is better). Compared by the tests; never
+    /// sent to a client.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub score: f32,
+}
+
+/// Figures about an index, for `/status`.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct IndexStats {
+    /// Tool versions indexed.
+    pub documents: usize,
+    /// Distinct words.
+    pub terms: usize,
+    /// Heap memory the index holds, in bytes (the definitions it points to
+    /// belong to the catalog and are not counted).
+    pub bytes: usize,
+    /// How long building it took, in milliseconds.
+    pub build_ms: f64,
+}
+
+impl SearchIndex {
+    /// Indexes every version of every tool in `tools`.
+    pub(crate) fn build(tools: &ToolMap) -> SearchIndex {
+        let started = Instant::now();
+        let mut keys: Vec<&String> = tools.keys().collect();
+        keys.sort_unstable();
+        let mut ids: HashMap<String, u32, foldhash::fast::RandomState> = HashMap::default();
+        let mut by_term: Vec<Vec<Posting>> = Vec::new();
+        let mut docs = Vec::new();
+        let mut counts: HashMap<u32, [u8; FIELDS], foldhash::fast::RandomState> = HashMap::default();
+        let mut words = Vec::new();
+        for key in keys {
+            let versions = &tools[key];
+            for (n, route) in versions.values().enumerate() {
+                let doc = docs.len() as u32;
+                counts.clear();
+                let mut lengths = [0u16; FIELDS];
+                for (field, text) in field_texts(key, route) {
+                    words.clear();
+                    terms(&text, &mut words);
+                    lengths[field] = lengths[field].saturating_add(words.len().min(u16::MAX as usize) as u16);
+                    for word in words.drain(..) {
+                        let next = ids.len() as u32;
+                        let id = *ids.entry(word).or_insert(next);
+                        if id == next {
+                            by_term.push(Vec::new());
+                        }
+                        let count = &mut counts.entry(id).or_default()[field];
+                        *count = count.saturating_add(1);
+                    }
+                }
+                for (&id, &counts) in &counts {
+                    by_term[id as usize].push(Posting { doc, counts });
+                }
+                docs.push(Doc { route: route.clone(), lengths, latest: n + 1 == versions.len() });
+            }
+        }
+        let mut offsets = Vec::with_capacity(by_term.len() + 1);
+        let mut postings = Vec::with_capacity(by_term.iter().map(Vec::len).sum());
+        offsets.push(0);
+        for list in by_term {
+            postings.extend_from_slice(&list);
+            offsets.push(postings.len() as u32);
+        }
+        let terms: HashMap<Box<str>, u32, foldhash::fast::RandomState> =
+            ids.into_iter().map(|(word, id)| (word.into_boxed_str(), id)).collect();
+        let mut index = SearchIndex { docs, terms, offsets, postings, ..SearchIndex::default() };
+        index.latest = Arc::new(index.scope(|_, doc| doc.latest));
+        index.heap_bytes = index.measure_heap();
+        index.build_time = started.elapsed();
+        index
+    }
+
+    /// The scope of every tool at its latest version.
+    pub fn latest(&self) -> Arc<Scope> {
+        self.latest.clone()
+    }
+
+    /// The scope of the documents `keep` accepts (given each one's number
+    /// and the document).
+    pub fn scope(&self, mut keep: impl FnMut(usize, &Doc) -> bool) -> Scope {
+        let mut members = vec![0u64; self.docs.len().div_ceil(64)];
+        let mut count = 0u32;
+        let mut totals = [0f64; FIELDS];
+        for (i, doc) in self.docs.iter().enumerate() {
+            if keep(i, doc) {
+                members[i / 64] |= 1 << (i % 64);
+                count += 1;
+                for (total, &length) in totals.iter_mut().zip(&doc.lengths) {
+                    *total += f64::from(length);
+                }
+            }
+        }
+        let average_lengths = totals.map(|total| if count == 0 { 0.0 } else { (total / f64::from(count)) as f32 });
+        Scope { members, count, average_lengths }
+    }
+
+    /// Whether document number `doc` is in `scope` (for narrowing a scope).
+    pub fn in_scope(scope: &Scope, doc: usize) -> bool {
+        u32::try_from(doc).is_ok_and(|doc| scope.contains(doc))
+    }
+
+    /// The best `limit` documents of `scope` for `text`, best first (ties
+    /// in key order). Words of the query no tool holds are ignored.
+    pub fn search(&self, scope: &Scope, text: &str, limit: usize) -> Vec<Hit<'_>> {
+        if scope.is_empty() || limit == 0 {
+            return Vec::new();
+        }
+        let mut scores = vec![0f32; self.docs.len()];
+        // Which of the query's words each document matched (bit i: word i).
+        let mut matched = vec![0u32; self.docs.len()];
+        let mut touched: Vec<u32> = Vec::new();
+        let total = scope.count as f32;
+        for (term, weight, word) in weighted_terms(text) {
+            let Some(&id) = self.terms.get(term.as_str()) else { continue };
+            let list = &self.postings[self.offsets[id as usize] as usize..self.offsets[id as usize + 1] as usize];
+            let holding = list.iter().filter(|p| scope.contains(p.doc)).count() as f32;
+            if holding == 0.0 {
+                continue;
+            }
+            let idf = weight * (1.0 + (total - holding + 0.5) / (holding + 0.5)).ln();
+            for posting in list.iter().filter(|p| scope.contains(p.doc)) {
+                let lengths = &self.docs[posting.doc as usize].lengths;
+                let mut frequency = 0f32;
+                for field in 0..FIELDS {
+                    if posting.counts[field] == 0 {
+                        continue;
+                    }
+                    let average = scope.average_lengths[field];
+                    let relative = if average > 0.0 { f32::from(lengths[field]) / average } else { 1.0 };
+                    let b = LENGTH_NORMALISATION[field];
+                    frequency += WEIGHTS[field] * f32::from(posting.counts[field]) / (1.0 - b + b * relative);
+                }
+                let score = &mut scores[posting.doc as usize];
+                if *score == 0.0 {
+                    touched.push(posting.doc);
+                }
+                *score += idf * frequency * (K1 + 1.0) / (K1 + frequency);
+                matched[posting.doc as usize] |= 1 << (word % 32);
+            }
+        }
+        // A tool that matches more of the query's words beats one that
+        // matches one of them strongly.
+        for &doc in &touched {
+            scores[doc as usize] *= (matched[doc as usize].count_ones() as f32).sqrt();
+        }
+        // Best score first; equal scores in document (key) order.
+        let order = |a: &u32, b: &u32| scores[*b as usize].total_cmp(&scores[*a as usize]).then(a.cmp(b));
+        if touched.len() > limit {
+            touched.select_nth_unstable_by(limit - 1, order);
+            touched.truncate(limit);
+        }
+        touched.sort_unstable_by(order);
+        touched.into_iter().map(|doc| Hit { doc: &self.docs[doc as usize], score: scores[doc as usize] }).collect()
+    }
+
+    /// Its size and build time.
+    pub fn stats(&self) -> IndexStats {
+        IndexStats {
+            documents: self.docs.len(),
+            terms: self.terms.len(),
+            bytes: self.heap_bytes,
+            build_ms: self.build_time.as_secs_f64() * 1000.0,
+        }
+    }
+
+    /// The heap memory the index holds: its vectors and its word table at
+    /// their capacities (each map entry's control byte included).
+    fn measure_heap(&self) -> usize {
+        use std::mem::size_of;
+        self.docs.capacity() * size_of::<Doc>()
+            + self.terms.capacity() * (size_of::<(Box<str>, u32)>() + 1)
+            + self.terms.keys().map(|word| word.len()).sum::<usize>()
+            + self.offsets.capacity() * size_of::<u32>()
+            + self.postings.capacity() * size_of::<Posting>()
+            + self.latest.members.capacity() * size_of::<u64>()
+    }
+}
+
+/// The text of each field of one tool version.
+fn field_texts(key: &str, route: &Route) -> [(usize, String); FIELDS] {
+    let definition = &route.tool.definition;
+    let toolkit = key.split_once('.').map_or(key, |(toolkit, _)| toolkit);
+    let mut parameters = String::new();
+    parameter_text(&definition.input_schema.to_value(), 0, &mut parameters);
+    [
+        (NAME, definition.name.clone()),
+        (TOOLKIT, toolkit.to_owned()),
+        (DESCRIPTION, definition.description.clone()),
+        (PARAMETERS, parameters),
+    ]
+}
+
+/// The names and descriptions of a schema's properties, two levels deep
+/// (an object parameter's own fields, an array's items).
+fn parameter_text(schema: &Value, depth: usize, out: &mut String) {
+    if depth > 2 {
+        return;
+    }
+    if let Some(Value::Object(properties)) = schema.get("properties") {
+        for (name, property) in properties {
+            out.push_str(name);
+            out.push(' ');
+            if let Some(Value::String(description)) = property.get("description") {
+                out.push_str(description);
+                out.push(' ');
+            }
+            parameter_text(property, depth + 1, out);
+        }
+    }
+    if let Some(items) = schema.get("items") {
+        parameter_text(items, depth + 1, out);
+    }
+}
+
+/// A query's distinct search terms, in the order they first appear.
+fn query_terms(text: &str) -> Vec<String> {
+    let mut all = Vec::new();
+    terms(text, &mut all);
+    let mut seen = Vec::with_capacity(all.len());
+    for term in all {
+        if !seen.contains(&term) {
+            seen.push(term);
+        }
+    }
+    seen
+}
+
+/// A query's terms with their weights and the query word each stands for:
+/// its own words at 1, and the words people use for the same thing
+/// ([`RELATED`]) at [`RELATED_WEIGHT`].
+fn weighted_terms(text: &str) -> Vec<(String, f32, usize)> {
+    let own = query_terms(text);
+    let related = related_terms();
+    let mut weighted: Vec<(String, f32, usize)> =
+        own.iter().enumerate().map(|(word, term)| (term.clone(), 1.0, word)).collect();
+    for (word, term) in own.iter().enumerate() {
+        for other in related.get(term.as_str()).into_iter().flatten() {
+            if !weighted.iter().any(|(seen, _, _)| seen == other) {
+                weighted.push((other.clone(), RELATED_WEIGHT, word));
+            }
+        }
+    }
+    weighted
+}
+
+/// How much a related word counts against a word of the query itself.
+const RELATED_WEIGHT: f32 = 0.4;
+
+/// Each word of [`RELATED`], stemmed, with the other words of its groups.
+fn related_terms() -> &'static HashMap<String, Vec<String>> {
+    static RELATED_TERMS: OnceLock<HashMap<String, Vec<String>>> = OnceLock::new();
+    RELATED_TERMS.get_or_init(|| {
+        let mut map: HashMap<String, Vec<String>> = HashMap::new();
+        for group in RELATED {
+            let mut stems = Vec::new();
+            for word in group.split_whitespace() {
+                terms(word, &mut stems);
+            }
+            for stem in &stems {
+                let others = map.entry(stem.clone()).or_default();
+                for other in &stems {
+                    if other != stem && !others.contains(other) {
+                        others.push(other.clone());
+                    }
+                }
+            }
+        }
+        map
+    })
+}
+
+/// Words people use for the same thing when they ask for a tool, and the
+/// words tool descriptions use for it: a query word finds tools described
+/// with the others of its group, counting [`RELATED_WEIGHT`] as much.
+/// General vocabulary of messaging, scheduling, files, payments and the
+/// like, not of any one catalog (benches/README.md, "Tool search", has the
+/// recall with and without it, on queries written before it).
+const RELATED: &[&str] = &[
+    "text sms texting mms",
+    "email mail inbox gmail",
+    "dm direct private",
+    "bug issue defect ticket crash",
+    "meeting event appointment",
+    "schedule book calendar",
+    "remind reminder task todo",
+    "bill invoice",
+    "charge payment pay",
+    "refund reimburse",
+    "note notes page wiki",
+    "document doc file pdf",
+    "spreadsheet sheet excel",
+    "row rows record",
+    "folder directory",
+    "tweet post twitter",
+    "song track music tune",
+    "play playback listen",
+    "skip next",
+    "video zoom conference",
+    "recording recorded",
+    "flight fly plane airline",
+    "order purchase",
+    "shipped shipping fulfill delivery tracking",
+    "stock inventory quantity available units",
+    "discount coupon promo",
+    "contact person people",
+    "lead prospect",
+    "deal opportunity",
+    "translate translation language",
+    "language english spanish french german italian portuguese dutch russian chinese japanese korean arabic hindi",
+    "weather forecast temperature",
+    "rain precipitation umbrella",
+    "hot cold warm temperature",
+    "storm warning alert severe",
+    "coordinates latitude longitude geocode",
+    "near nearby place places",
+    "directions route travel commute",
+    "repo repository",
+    "pr pull",
+    "close closed resolve fix fixed",
+    "done complete completed finish",
+    "find search look lookup",
+    "share permission access",
+    "delete remove trash",
+    "create new add make open",
+    "list show",
+    "update change edit modify move reschedule",
+    "free available availability busy",
+    "reply respond answer",
+    "balance funds money",
+    "subscription membership recurring",
+    "customer client",
+    "channel room",
+    "log record",
+    "status delivered delivery",
+];
+
+/// The search terms of `text`: its [`words`] without common English words
+/// and single letters, stemmed.
+pub fn terms(text: &str, out: &mut Vec<String>) {
+    static STEMMER: OnceLock<rust_stemmers::Stemmer> = OnceLock::new();
+    let stemmer = STEMMER.get_or_init(|| rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English));
+    for word in words(text) {
+        let single_letter = word.chars().count() == 1 && word.chars().all(char::is_alphabetic);
+        if single_letter || word.len() > MAX_WORD_BYTES || STOP_WORDS.binary_search(&word.as_str()).is_ok() {
+            continue;
+        }
+        out.push(stemmer.stem(&word).into_owned());
+    }
+}
+
+/// Words that say nothing about which tool is meant, sorted for
+/// `binary_search`.
+const STOP_WORDS: [&str; 71] = [
+    "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be", "been", "but", "by", "can",
+    "could", "did", "do", "does", "for", "from", "had", "has", "have", "he", "her", "him", "his", "how", "if", "im",
+    "in", "into", "is", "it", "its", "just", "me", "my", "of", "on", "or", "our", "please", "she", "should", "so",
+    "some", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "to", "us", "was", "we",
+    "were", "what", "which", "who", "will", "with", "would", "you",
+];
+
+/// Splits text into lower-case words: runs of letters and digits, cut
+/// where a lower-case letter meets an upper-case one (`SendSms`), before
+/// the last capital of a run of capitals followed by a lower-case letter
+/// (`HTTPServer`: "http", "server"), between letters and digits (`Tool007`),
+/// and at anything else (`snake_case`, `kebab-case`, spaces, punctuation).
+pub fn words(text: &str) -> Vec<String> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Kind {
+        Upper,
+        Lower,
+        Digit,
+        Other,
+    }
+    let kind = |c: char| {
+        if c.is_uppercase() {
+            Kind::Upper
+        } else if c.is_alphabetic() {
+            Kind::Lower
+        } else if c.is_numeric() {
+            Kind::Digit
+        } else {
+            Kind::Other
+        }
+    };
+    let chars: Vec<(char, Kind)> = text.chars().map(|c| (c, kind(c))).collect();
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for (i, &(c, k)) in chars.iter().enumerate() {
+        let previous = i.checked_sub(1).map(|p| chars[p].1);
+        let next = chars.get(i + 1).map(|n| n.1);
+        let boundary = match (previous, k) {
+            (_, Kind::Other) => true,
+            (Some(Kind::Lower), Kind::Upper) => true,
+            (Some(Kind::Upper), Kind::Upper) => next == Some(Kind::Lower),
+            (Some(Kind::Digit), Kind::Upper | Kind::Lower) | (Some(Kind::Upper | Kind::Lower), Kind::Digit) => true,
+            _ => false,
+        };
+        if boundary && !current.is_empty() {
+            out.push(std::mem::take(&mut current));
+        }
+        if k != Kind::Other {
+            current.extend(c.to_lowercase());
+        }
+    }
+    if !current.is_empty() {
+        out.push(current);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dialect::{normalise_catalog, DialectDefaults};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    /// An index of these definitions (`(id, name, description, parameters)`).
+    fn index_of(tools: &[(&str, &str, &str, Value)]) -> SearchIndex {
+        let items: Vec<Value> = tools
+            .iter()
+            .map(|(id, name, description, parameters)| {
+                let version = id.split_once('@').map_or("1.0.0", |(_, v)| v);
+                json!({"id": id, "name": name, "description": description, "version": version,
+                       "input_schema": {"type": "object", "properties": parameters}})
+            })
+            .collect();
+        let body = serde_json::to_vec(&json!({"items": items})).unwrap();
+        let (tools, skipped) = normalise_catalog(&body, DialectDefaults::default()).unwrap();
+        assert!(skipped.is_empty(), "{skipped:?}");
+        let mut map = ToolMap::default();
+        for tool in tools {
+            let key = tool.key.clone();
+            let version = tool.version.clone();
+            map.entry(key).or_default().insert(version, Arc::new(Route::new(Arc::new(tool), Vec::new())));
+        }
+        SearchIndex::build(&map)
+    }
+
+    fn found(index: &SearchIndex, scope: &Scope, text: &str, limit: usize) -> Vec<String> {
+        index.search(scope, text, limit).iter().map(|hit| hit.doc.route.tool.definition.id.clone()).collect()
+    }
+
+    #[test]
+    fn the_name_counts_more_than_the_description() {
+        let index = index_of(&[
+            ("Billing.Refund@1.0.0", "Refund", "Give a customer their money back for a charge.", json!({})),
+            (
+                "Billing.ListCharges@1.0.0",
+                "ListCharges",
+                "List charges, refunds and disputes of an account.",
+                json!({}),
+            ),
+            ("Chat.Post@1.0.0", "Post", "Post a message to a channel.", json!({})),
+        ]);
+        assert_eq!(found(&index, &index.latest(), "refund", 10), ["Billing.Refund@1.0.0", "Billing.ListCharges@1.0.0"]);
+        assert_eq!(found(&index, &index.latest(), "refunding", 1), ["Billing.Refund@1.0.0"], "stemmed");
+        assert_eq!(found(&index, &index.latest(), "list charges", 10)[0], "Billing.ListCharges@1.0.0");
+        assert!(found(&index, &index.latest(), "the of and", 10).is_empty(), "only common words: nothing");
+        assert!(found(&index, &index.latest(), "zebra", 10).is_empty());
+    }
+
+    #[test]
+    fn parameters_and_toolkits_are_searched() {
+        let index = index_of(&[
+            ("Sms.Send@1.0.0", "Send", "Send a message.", json!({"phone_number": {"type": "string"}})),
+            (
+                "Mail.Send@1.0.0",
+                "Send",
+                "Send a message.",
+                json!({"to": {"description": "The recipient's email address"}}),
+            ),
+        ]);
+        assert_eq!(found(&index, &index.latest(), "phone", 10), ["Sms.Send@1.0.0"]);
+        assert_eq!(found(&index, &index.latest(), "email address", 10), ["Mail.Send@1.0.0"]);
+        assert_eq!(found(&index, &index.latest(), "sms", 10), ["Sms.Send@1.0.0"]);
+    }
+
+    #[test]
+    fn each_tool_at_its_latest_version_unless_a_version_is_asked_for() {
+        let index = index_of(&[
+            ("Calc.Add@1.0.0", "Add", "Adds two numbers.", json!({})),
+            ("Calc.Add@2.0.0", "Add", "Adds numbers.", json!({})),
+            ("Calc.Sub@1.0.0", "Sub", "Subtracts two numbers.", json!({})),
+        ]);
+        assert_eq!(found(&index, &index.latest(), "add numbers", 10), ["Calc.Add@2.0.0", "Calc.Sub@1.0.0"]);
+        let v1 = Version::new(1, 0, 0);
+        let at_v1 = index.scope(|_, doc| *doc.version() == v1);
+        assert_eq!(found(&index, &at_v1, "add numbers", 10), ["Calc.Add@1.0.0", "Calc.Sub@1.0.0"]);
+        assert_eq!(found(&index, &at_v1, "add numbers", 1), ["Calc.Add@1.0.0"], "limit");
+        assert_eq!(index.stats().documents, 3);
+    }
+
+    /// Tools (toolkit, name, description words), which are visible, and a query's words.
+    type Case = (Vec<(String, String, Vec<usize>)>, Vec<bool>, Vec<usize>);
+
+    /// Catalogs of a few words, each tool visible or not.
+    fn catalog_and_visibility() -> impl Strategy<Value = Case> {
+        let tool = (0usize..4, 0usize..6, proptest::collection::vec(0usize..VOCABULARY.len(), 0..8));
+        (
+            proptest::collection::vec(tool, 1..12),
+            proptest::collection::vec(any::<bool>(), 12),
+            proptest::collection::vec(0usize..VOCABULARY.len(), 1..4),
+        )
+            .prop_map(|(tools, visible, query)| {
+                let mut seen = std::collections::BTreeSet::new();
+                let tools = tools
+                    .into_iter()
+                    .filter(|(kit, name, _)| seen.insert((*kit, *name)))
+                    .map(|(kit, name, words)| {
+                        (
+                            ["Mail", "Chat", "Sms", "Files"][kit].to_owned(),
+                            format!("{}{}", VOCABULARY[name].to_uppercase(), name),
+                            words,
+                        )
+                    })
+                    .collect();
+                (tools, visible, query)
+            })
+    }
+
+    const VOCABULARY: [&str; 10] =
+        ["send", "read", "message", "file", "upload", "event", "invoice", "text", "phone", "delete"];
+
+    proptest! {
+        /// What a caller finds, and the scores, are those of a catalog
+        /// holding only the tools it may see.
+        #[test]
+        fn tools_out_of_scope_change_nothing((tools, visible, query) in catalog_and_visibility()) {
+            let definitions: Vec<(String, String, String)> = tools
+                .iter()
+                .map(|(kit, name, words)| {
+                    let description: Vec<&str> = words.iter().map(|w| VOCABULARY[*w]).collect();
+                    (format!("{kit}.{name}@1.0.0"), name.clone(), description.join(" "))
+                })
+                .collect();
+            let as_rows = |keep: &dyn Fn(usize) -> bool| -> Vec<(&str, &str, &str, Value)> {
+                definitions.iter().enumerate().filter(|(i, _)| keep(*i))
+                    .map(|(_, (id, name, description))| (id.as_str(), name.as_str(), description.as_str(), json!({})))
+                    .collect()
+            };
+            let full = index_of(&as_rows(&|_| true));
+            let shown: std::collections::BTreeSet<String> =
+                definitions.iter().enumerate().filter(|(i, _)| visible[*i]).map(|(_, d)| d.0.clone()).collect();
+            let partial_rows = as_rows(&|i| visible[i]);
+            let query: Vec<&str> = query.iter().map(|w| VOCABULARY[*w]).collect();
+            let query = query.join(" ");
+            let scope = full.scope(|_, doc| shown.contains(&doc.route.tool.definition.id));
+            let in_full: Vec<(String, f32)> = full.search(&scope, &query, 100).iter()
+                .map(|hit| (hit.doc.route.tool.definition.id.clone(), hit.score)).collect();
+            let expected: Vec<(String, f32)> = if partial_rows.is_empty() {
+                Vec::new()
+            } else {
+                let partial = index_of(&partial_rows);
+                partial.search(&partial.latest(), &query, 100).iter()
+                    .map(|hit| (hit.doc.route.tool.definition.id.clone(), hit.score)).collect()
+            };
+            prop_assert_eq!(in_full, expected);
+        }
+    }
+
+    #[test]
+    fn names_split_into_words() {
+        assert_eq!(words("SendSms"), ["send", "sms"]);
+        assert_eq!(words("send_sms"), ["send", "sms"]);
+        assert_eq!(words("get-weather"), ["get", "weather"]);
+        assert_eq!(words("GoogleCalendar"), ["google", "calendar"]);
+        assert_eq!(words("HTTPServer"), ["http", "server"]);
+        assert_eq!(words("getHTTPResponseCode"), ["get", "http", "response", "code"]);
+        assert_eq!(words("Tool007"), ["tool", "007"]);
+        assert_eq!(words("Kit03.Tool117@1.0.0"), ["kit", "03", "tool", "117", "1", "0", "0"]);
+        assert_eq!(words("SMS"), ["sms"]);
+        assert_eq!(words("  Text my landlord: I'm late! "), ["text", "my", "landlord", "i", "m", "late"]);
+        assert_eq!(words("Straße ÜBER naïve"), ["straße", "über", "naïve"]);
+        assert!(words("").is_empty() && words("_-. !").is_empty());
+    }
+
+    #[test]
+    fn terms_drop_common_words_and_stem() {
+        let mut out = Vec::new();
+        terms("Text my landlord that I'm texting about the late messages", &mut out);
+        assert_eq!(out, ["text", "landlord", "text", "late", "messag"]);
+        let mut out = Vec::new();
+        terms("SendSms send_sms", &mut out);
+        assert_eq!(out, ["send", "sms", "send", "sms"]);
+    }
+
+    #[test]
+    fn stop_words_are_sorted_for_binary_search() {
+        assert!(STOP_WORDS.windows(2).all(|w| w[0] < w[1]), "STOP_WORDS must be sorted and distinct");
+    }
+
+    #[test]
+    fn requests_are_checked() {
+        let ok = SearchRequest::from_query_string(Some("q=send+sms&limit=5&version=%401.0.0&other=x")).unwrap();
+        assert_eq!((ok.text.as_str(), ok.limit, ok.version), ("send sms", 5, Some(Version::new(1, 0, 0))));
+        assert_eq!(SearchRequest::from_query_string(Some("q=a")).unwrap().limit, DEFAULT_LIMIT);
+        assert_eq!(
+            SearchRequest::from_query_string(Some("q=x&version=2")).unwrap().version,
+            Some(Version::new(2, 0, 0))
+        );
+        for (query, error) in [
+            (None, SearchError::EmptyQuery),
+            (Some(""), SearchError::EmptyQuery),
+            (Some("q=+++"), SearchError::EmptyQuery),
+            (Some("limit=3"), SearchError::EmptyQuery),
+            (Some("q=a&limit=abc"), SearchError::BadLimit("\"abc\"".into())),
+            (Some("q=a&limit=0"), SearchError::BadLimit("0".into())),
+            (Some("q=a&limit=101"), SearchError::BadLimit("101".into())),
+            (Some("q=a&limit=-1"), SearchError::BadLimit("\"-1\"".into())),
+            (Some("q=a&version=latest"), SearchError::BadVersion("\"latest\"".into())),
+            (Some("q=a&q=b"), SearchError::Repeated("q")),
+        ] {
+            assert_eq!(SearchRequest::from_query_string(query), Err(error), "{query:?}");
+        }
+        let long = format!("q={}", "a".repeat(MAX_QUERY_BYTES + 1));
+        assert_eq!(SearchRequest::from_query_string(Some(&long)), Err(SearchError::QueryTooLong));
+        let many: Vec<String> = (0..=MAX_QUERY_WORDS).map(|i| format!("word{i}x")).collect();
+        let many = format!("q={}", many.join("+"));
+        assert_eq!(SearchRequest::from_query_string(Some(&many)), Err(SearchError::TooManyWords));
+        // Odd characters are words like any other; escapes that are not UTF-8 are refused.
+        assert!(SearchRequest::from_query_string(Some("q=%00abc%F0%9F%A6%80%E2%80%AE+caf%C3%A9")).is_ok());
+        assert_eq!(SearchRequest::from_query_string(Some("q=%FF%FEabc")), Err(SearchError::NotUtf8));
+        assert_eq!(SearchRequest::from_query_string(Some("q=ok&x%C3=1")), Err(SearchError::NotUtf8));
+        let huge_limit = SearchRequest::from_query_string(Some("q=a&limit=99999999999999999999999"));
+        assert!(matches!(huge_limit, Err(SearchError::BadLimit(_))));
+    }
+}
