@@ -558,8 +558,9 @@ mod tests {
 
     #[test]
     fn a_session_id_says_whether_its_client_takes_url_elicitations() {
-        let session =
-            |capabilities: Value| initialize(&json!({"protocolVersion": "2025-11-25", "capabilities": capabilities})).1;
+        let session = |capabilities: Value| {
+            initialize(&json!({"protocolVersion": "2025-11-25", "capabilities": capabilities}), INSTRUCTIONS).1
+        };
         assert!(session(json!({"elicitation": {"url": {}}})).ends_with(URL_ELICITATION_SESSION));
         assert!(!session(json!({"elicitation": {}})).ends_with(URL_ELICITATION_SESSION), "form mode only");
         assert!(!session(json!({})).ends_with(URL_ELICITATION_SESSION));
