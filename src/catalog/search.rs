@@ -466,7 +466,7 @@ fn parameter_text(schema: &Value, depth: usize, out: &mut String) {
 /// A query's distinct search terms, in the order they first appear.
 fn query_terms(text: &str) -> Vec<String> {
     let mut all = Vec::new();
-    terms(text, &mut all);
+    terms(&joined_phrases(text), &mut all);
     let mut seen = Vec::with_capacity(all.len());
     for term in all {
         if !seen.contains(&term) {
@@ -474,6 +474,21 @@ fn query_terms(text: &str) -> Vec<String> {
         }
     }
     seen
+}
+
+/// Two-word verbs that mean something neither word does alone (`set up`
+/// a meeting is not its settings), as one word for [`RELATED`].
+const PHRASES: &[(&str, &str)] = &[("set up", "setup"), ("sign up", "signup"), ("look up", "lookup")];
+
+/// `text` with each of [`PHRASES`] written as one word.
+fn joined_phrases(text: &str) -> String {
+    let mut lower = text.to_lowercase();
+    for (phrase, word) in PHRASES {
+        if lower.contains(phrase) {
+            lower = lower.split(phrase).collect::<Vec<_>>().join(word);
+        }
+    }
+    lower
 }
 
 /// A query's terms with their weights and the query word each stands for:
@@ -572,7 +587,7 @@ const RELATED: &[&str] = &[
     "find search look lookup",
     "share permission access",
     "delete remove trash",
-    "create new add make open",
+    "create new add make open setup signup",
     "list show",
     "update change edit modify move reschedule",
     "free available availability busy",
@@ -661,6 +676,15 @@ pub fn words(text: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn two_word_verbs_are_one_word() {
+        assert_eq!(joined_phrases("Set up a Zoom call"), "setup a zoom call");
+        assert!(query_terms("set up a call").iter().all(|t| t != "set"), "not the word of `settings`");
+        let weighted = weighted_terms("set up a call");
+        assert!(weighted.iter().any(|(term, weight, _)| term == "creat" && *weight == RELATED_WEIGHT), "{weighted:?}");
+        assert_eq!(joined_phrases("set the volume"), "set the volume");
+    }
     use super::*;
     use crate::dialect::{normalise_catalog, DialectDefaults};
     use proptest::prelude::*;
