@@ -466,7 +466,7 @@ fn parameter_text(schema: &Value, depth: usize, out: &mut String) {
 /// A query's distinct search terms, in the order they first appear.
 fn query_terms(text: &str) -> Vec<String> {
     let mut all = Vec::new();
-    terms(&joined_phrases(text), &mut all);
+    push_terms(joined_phrases(words(text)), &mut all);
     let mut seen = Vec::with_capacity(all.len());
     for term in all {
         if !seen.contains(&term) {
@@ -478,17 +478,24 @@ fn query_terms(text: &str) -> Vec<String> {
 
 /// Two-word verbs that mean something neither word does alone (`set up`
 /// a meeting is not its settings), as one word for [`RELATED`].
-const PHRASES: &[(&str, &str)] = &[("set up", "setup"), ("sign up", "signup"), ("look up", "lookup")];
+const PHRASES: &[(&str, &str, &str)] = &[("set", "up", "setup"), ("sign", "up", "signup"), ("look", "up", "lookup")];
 
-/// `text` with each of [`PHRASES`] written as one word.
-fn joined_phrases(text: &str) -> String {
-    let mut lower = text.to_lowercase();
-    for (phrase, word) in PHRASES {
-        if lower.contains(phrase) {
-            lower = lower.split(phrase).collect::<Vec<_>>().join(word);
+/// `words` with each pair of [`PHRASES`] as one word.
+fn joined_phrases(words: Vec<String>) -> Vec<String> {
+    let mut joined = Vec::with_capacity(words.len());
+    let mut words = words.into_iter().peekable();
+    while let Some(word) = words.next() {
+        let phrase =
+            PHRASES.iter().find(|(first, second, _)| word == *first && words.peek().is_some_and(|w| w == second));
+        match phrase {
+            Some((_, _, one)) => {
+                words.next();
+                joined.push((*one).to_owned());
+            }
+            None => joined.push(word),
         }
     }
-    lower
+    joined
 }
 
 /// A query's terms with their weights and the query word each stands for:
@@ -603,9 +610,14 @@ const RELATED: &[&str] = &[
 /// The search terms of `text`: its [`words`] without common English words
 /// and single letters, stemmed.
 pub fn terms(text: &str, out: &mut Vec<String>) {
+    push_terms(words(text), out);
+}
+
+/// The search terms of these words (see [`terms`]).
+fn push_terms(words: Vec<String>, out: &mut Vec<String>) {
     static STEMMER: OnceLock<rust_stemmers::Stemmer> = OnceLock::new();
     let stemmer = STEMMER.get_or_init(|| rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English));
-    for word in words(text) {
+    for word in words {
         let single_letter = word.chars().count() == 1 && word.chars().all(char::is_alphabetic);
         if single_letter || word.len() > MAX_WORD_BYTES || STOP_WORDS.binary_search(&word.as_str()).is_ok() {
             continue;
@@ -679,11 +691,12 @@ mod tests {
 
     #[test]
     fn two_word_verbs_are_one_word() {
-        assert_eq!(joined_phrases("Set up a Zoom call"), "setup a zoom call");
+        assert_eq!(joined_phrases(words("Set up a Zoom call")), ["setup", "a", "zoom", "call"]);
         assert!(query_terms("set up a call").iter().all(|t| t != "set"), "not the word of `settings`");
         let weighted = weighted_terms("set up a call");
         assert!(weighted.iter().any(|(term, weight, _)| term == "creat" && *weight == RELATED_WEIGHT), "{weighted:?}");
-        assert_eq!(joined_phrases("set the volume"), "set the volume");
+        assert_eq!(joined_phrases(words("set the volume up")), ["set", "the", "volume", "up"]);
+        assert_eq!(query_terms("SendSms"), ["send", "sms"], "words still split where the case changes");
     }
     use super::*;
     use crate::dialect::{normalise_catalog, DialectDefaults};
