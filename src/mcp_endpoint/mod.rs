@@ -488,6 +488,7 @@ fn reply(id: Value, result: Map<String, Value>) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mcp::modern::MODERN_PROTOCOL_VERSION;
 
     #[test]
     fn versions_are_negotiated() {
