@@ -390,7 +390,7 @@ async fn the_mcp_front_follows_the_streamable_http_rules() {
     let body = resp.json();
     assert_eq!(body["id"], "init-1");
     assert_eq!(body["result"]["protocolVersion"], "2025-03-26");
-    assert_eq!(body["result"]["capabilities"]["tools"], json!({"listChanged": false}));
+    assert_eq!(body["result"]["capabilities"]["tools"], json!({"listChanged": true}));
     assert_eq!(mcp_post(&gw, &init("2099-01-01"), &[]).await.json()["result"]["protocolVersion"], "2025-11-25");
 
     // Notifications and responses: 202, no body.
@@ -423,12 +423,16 @@ async fn the_mcp_front_follows_the_streamable_http_rules() {
             .await;
     assert_eq!(resp.status, 400, "an unsupported MCP-Protocol-Version: {}", resp.text());
 
-    // No server-initiated stream, no session state to end.
-    for method in ["GET", "DELETE"] {
-        let resp = send_with_headers(gw.addr, method, "/mcp", Bytes::new(), &[("accept", "text/event-stream")]).await;
-        assert_eq!(resp.status, 405, "{method}");
-        assert_eq!(resp.header("allow").as_deref(), Some("POST"));
-    }
+    // GET opens the stream of list changes; there is no session state to end.
+    let mut stream = tokio::net::TcpStream::connect(gw.addr).await.expect("connect");
+    let get = format!("GET /mcp HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n", gw.addr);
+    tokio::io::AsyncWriteExt::write_all(&mut stream, get.as_bytes()).await.expect("write");
+    let (head, closed) = common::read_until_closed(&mut stream, Duration::from_millis(500)).await;
+    assert!(!closed && head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-type: text/event-stream"), "{head}");
+    let resp = send_with_headers(gw.addr, "DELETE", "/mcp", Bytes::new(), &[]).await;
+    assert_eq!(resp.status, 405);
+    assert_eq!(resp.header("allow").as_deref(), Some("GET, POST"));
 
     // DNS rebinding protection: only localhost origins by default.
     let ping = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
