@@ -40,14 +40,13 @@ impl Envelope<'_> {
 }
 
 /// The request's `params._meta`, when there is one.
-fn meta(params: &Value) -> Option<&Value> {
+pub(crate) fn meta(params: &Value) -> Option<&Value> {
     params.get("_meta")
 }
 
-/// The era of a request with these headers and params.
-pub(crate) fn era_of(head: &McpHead<'_>, params: &Value) -> Era {
-    let declares_version =
-        meta(params).and_then(Value::as_object).is_some_and(|m| m.contains_key(META_PROTOCOL_VERSION));
+/// The era of a request with these headers and `params._meta`.
+pub(crate) fn era_of(head: &McpHead<'_>, meta: Option<&Value>) -> Era {
+    let declares_version = meta.and_then(Value::as_object).is_some_and(|m| m.contains_key(META_PROTOCOL_VERSION));
     let modern_header =
         head.protocol_version.and_then(|v| std::str::from_utf8(v.trim_ascii()).ok()).is_some_and(is_modern_version);
     if declares_version || modern_header {
@@ -72,9 +71,16 @@ pub(crate) fn check_legacy(head: &McpHead<'_>) -> Result<(), RpcError> {
 /// Checks a modern request in the order the spec's errors need: a
 /// malformed `_meta` is -32602 whatever the headers say, a header that
 /// disagrees with the body is -32020, and only a version both agree on can
-/// be unsupported (-32022).
-pub(crate) fn check_modern<'p>(head: &McpHead<'_>, method: &str, params: &'p Value) -> Result<Envelope<'p>, RpcError> {
-    let Some(meta) = meta(params).and_then(Value::as_object) else {
+/// be unsupported (-32022). `meta` is the request's `params._meta`, `name`
+/// the body's value of the field `Mcp-Name` mirrors ([`name_field`]), when
+/// it is a string.
+pub(crate) fn check_modern<'m>(
+    head: &McpHead<'_>,
+    method: &str,
+    meta: Option<&'m Value>,
+    name: Option<&str>,
+) -> Result<Envelope<'m>, RpcError> {
+    let Some(meta) = meta.and_then(Value::as_object) else {
         return Err(RpcError::InvalidEnvelope("a 2026-07-28 request must carry `_meta` in its params".into()));
     };
     let Some(version) = meta.get(META_PROTOCOL_VERSION).and_then(Value::as_str) else {
@@ -112,14 +118,19 @@ pub(crate) fn check_modern<'p>(head: &McpHead<'_>, method: &str, params: &'p Val
         }
         Some(_) => {}
     }
-    check_name(head, method, params)?;
+    check_name(head, method, name)?;
     Ok(Envelope { capabilities })
+}
+
+/// The body's value of the field `Mcp-Name` mirrors for `method`, when it
+/// is a string.
+pub(crate) fn body_name<'p>(method: &str, params: &'p Value) -> Option<&'p str> {
+    name_field(method).and_then(|field| params.get(field)).and_then(Value::as_str)
 }
 
 /// `Mcp-Name` against `params.name` (or `params.uri`): present exactly when
 /// the body has the value, and the same once decoded.
-fn check_name(head: &McpHead<'_>, method: &str, params: &Value) -> Result<(), RpcError> {
-    let body = name_field(method).and_then(|field| params.get(field)).and_then(Value::as_str);
+fn check_name(head: &McpHead<'_>, method: &str, body: Option<&str>) -> Result<(), RpcError> {
     match (head.name, body) {
         (None, None) => Ok(()),
         (None, Some(_)) => Err(RpcError::HeaderMismatch("no Mcp-Name header".into())),
@@ -153,6 +164,11 @@ mod tests {
         json!({"name": "t", "_meta": {META_PROTOCOL_VERSION: version, META_CLIENT_CAPABILITIES: {}}})
     }
 
+    /// `check_modern` on a request with these params.
+    fn check<'p>(head: &McpHead<'_>, method: &str, params: &'p Value) -> Result<Envelope<'p>, RpcError> {
+        check_modern(head, method, meta(params), body_name(method, params))
+    }
+
     fn code(result: Result<Envelope<'_>, RpcError>) -> &'static str {
         match result {
             Ok(_) => "ok",
@@ -165,22 +181,22 @@ mod tests {
 
     #[test]
     fn the_era_follows_meta_or_a_modern_header() {
-        assert_eq!(era_of(&head(None, None, None), &json!({})), Era::Legacy);
-        assert_eq!(era_of(&head(Some("2025-11-25"), None, None), &json!({})), Era::Legacy);
-        assert_eq!(era_of(&head(Some("2026-07-28"), None, None), &json!({})), Era::Modern);
-        assert_eq!(era_of(&head(None, None, None), &params("v9")), Era::Modern);
+        assert_eq!(era_of(&head(None, None, None), None), Era::Legacy);
+        assert_eq!(era_of(&head(Some("2025-11-25"), None, None), None), Era::Legacy);
+        assert_eq!(era_of(&head(Some("2026-07-28"), None, None), None), Era::Modern);
+        assert_eq!(era_of(&head(None, None, None), meta(&params("v9"))), Era::Modern);
     }
 
     #[test]
     fn modern_requests_are_checked_in_order() {
         let ok = head(Some("2026-07-28"), Some("tools/call"), Some(" t "));
-        assert_eq!(code(check_modern(&ok, "tools/call", &params("2026-07-28"))), "ok");
-        assert_eq!(code(check_modern(&ok, "tools/call", &json!({"name": "t"}))), "-32602");
+        assert_eq!(code(check(&ok, "tools/call", &params("2026-07-28"))), "ok");
+        assert_eq!(code(check(&ok, "tools/call", &json!({"name": "t"}))), "-32602");
         let no_caps = json!({"name": "t", "_meta": {META_PROTOCOL_VERSION: "2026-07-28"}});
-        assert_eq!(code(check_modern(&ok, "tools/call", &no_caps)), "-32602");
+        assert_eq!(code(check(&ok, "tools/call", &no_caps)), "-32602");
         let v9 = head(Some("v9"), Some("tools/call"), Some("t"));
-        assert_eq!(code(check_modern(&v9, "tools/call", &params("v9"))), "-32022");
-        assert_eq!(code(check_modern(&ok, "tools/call", &params("v9"))), "-32020", "header and body disagree");
+        assert_eq!(code(check(&v9, "tools/call", &params("v9"))), "-32022");
+        assert_eq!(code(check(&ok, "tools/call", &params("v9"))), "-32020", "header and body disagree");
         let cases = [
             (head(None, Some("tools/call"), Some("t")), "no version header"),
             (head(Some("2026-07-28"), None, Some("t")), "no method header"),
@@ -189,11 +205,11 @@ mod tests {
             (head(Some("2026-07-28"), Some("tools/call"), Some("u")), "another name"),
         ];
         for (head, why) in cases {
-            assert_eq!(code(check_modern(&head, "tools/call", &params("2026-07-28"))), "-32020", "{why}");
+            assert_eq!(code(check(&head, "tools/call", &params("2026-07-28"))), "-32020", "{why}");
         }
         let encoded = head(Some("2026-07-28"), Some("tools/call"), Some("=?base64?dA==?="));
-        assert_eq!(code(check_modern(&encoded, "tools/call", &params("2026-07-28"))), "ok");
+        assert_eq!(code(check(&encoded, "tools/call", &params("2026-07-28"))), "ok");
         let listing = head(Some("2026-07-28"), Some("tools/list"), Some("t"));
-        assert_eq!(code(check_modern(&listing, "tools/list", &params("2026-07-28"))), "-32020", "a name on a list");
+        assert_eq!(code(check(&listing, "tools/list", &params("2026-07-28"))), "-32020", "a name on a list");
     }
 }

@@ -29,7 +29,9 @@
 mod envelope;
 mod error;
 mod listen;
+mod read;
 mod tools;
+mod write;
 
 use std::sync::Arc;
 
@@ -39,21 +41,22 @@ use serde_json::{json, Map, Value};
 
 pub use listen::{keep_alive, Listen, KEEP_ALIVE_EVERY};
 
-use self::envelope::{check_legacy, check_modern, era_of, Envelope, Era};
+use self::envelope::{body_name, check_legacy, check_modern, era_of, meta, Envelope, Era};
 use self::error::RpcError;
 use self::listen::StreamCounts;
-use self::tools::{error_result, invalid_arguments, list_page, tool_result, NameCache};
+use self::read::{read_tools_call, ToolsCall};
+use self::tools::{error_result, invalid_arguments, list_page, NameCache};
 use crate::auth::Caller;
 use crate::call::{execute_call, ParsedCall};
 use crate::error::{AuthorizationChallenge, RequestError};
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, Runtime};
 use crate::mcp::jsonrpc::{params_object, Message, OutgoingResponse};
 use crate::mcp::modern::{META_SERVER_INFO, METHOD_HEADER, MODERN_PROTOCOL_VERSIONS, NAME_HEADER};
 use crate::mcp::{
     is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS, PROTOCOL_VERSION_HEADER, SESSION_HEADER,
 };
 use crate::reply::Reply;
-use crate::wire::CallContext;
+use crate::wire::{CallContext, CallResult};
 
 /// The notification a list change is announced with.
 const NOTIFICATION_TOOLS_CHANGED: &str = "notifications/tools/list_changed";
@@ -124,6 +127,17 @@ pub enum McpAnswer {
     Stream(Listen),
 }
 
+impl McpAnswer {
+    /// The reply, on a connection that cannot carry an event stream: a
+    /// stream is refused with a JSON-RPC error (and its slot given back).
+    pub fn into_reply(self) -> Reply {
+        match self {
+            McpAnswer::Reply(reply) => reply,
+            McpAnswer::Stream(_) => RpcError::StreamUnavailable.reply(Value::Null, Era::Modern),
+        }
+    }
+}
+
 /// A request read from the body.
 struct Request {
     id: Value,
@@ -133,22 +147,37 @@ struct Request {
 
 impl McpEndpoint {
     /// Answers one POST to `/mcp` (the body read whole, the caller
-    /// authenticated).
+    /// authenticated), under `runtime`.
     pub async fn handle_post(
         &self,
         gateway: &Arc<Gateway>,
+        runtime: Arc<Runtime>,
         caller: &Caller,
         head: &McpHead<'_>,
         body: &[u8],
     ) -> McpAnswer {
-        let max_depth = gateway.runtime().config.server.max_json_depth;
-        let request = match read_request(body, max_depth) {
+        let max_depth = runtime.config.server.max_json_depth;
+        if !crate::wire::nesting_within(body, max_depth) {
+            let error = RpcError::Parse(format!("JSON nested deeper than {max_depth} levels"));
+            return McpAnswer::Reply(error.reply(Value::Null, era_of(head, None)));
+        }
+        // The call, the request agents send most, without a `Value` tree
+        // for its envelope.
+        if let Some(call) = read_tools_call(body) {
+            return McpAnswer::Reply(self.tools_call(gateway, runtime, caller, head, call).await);
+        }
+        let request = match read_request(body) {
             Ok(Some(request)) => request,
             // Notifications and responses need no answer.
             Ok(None) => return McpAnswer::Reply(Reply::json(202, Bytes::new())),
-            Err(e) => return McpAnswer::Reply(e.reply(Value::Null, era_of(head, &Value::Null))),
+            Err(e) => return McpAnswer::Reply(e.reply(Value::Null, era_of(head, None))),
         };
-        match era_of(head, &request.params) {
+        if request.method == "tools/call" {
+            // (One the fast reader left: an odd spelling, a key sent twice, an error to answer.)
+            let call = ToolsCall::from_value(&request.id, request.params);
+            return McpAnswer::Reply(self.tools_call(gateway, runtime, caller, head, call).await);
+        }
+        match era_of(head, meta(&request.params)) {
             Era::Modern => self.modern(gateway, caller, head, request).await,
             Era::Legacy => McpAnswer::Reply(self.legacy(gateway, caller, head, request).await),
         }
@@ -172,18 +201,18 @@ impl McpEndpoint {
         self.streams.take(caller, mcp.max_streams, mcp.max_streams_per_caller)
     }
 
-    /// A 2026-07-28 request: its envelope checked, then its method.
+    /// A 2026-07-28 request other than `tools/call`: its envelope checked,
+    /// then its method.
     async fn modern(&self, gateway: &Arc<Gateway>, caller: &Caller, head: &McpHead<'_>, request: Request) -> McpAnswer {
         let Request { id, method, params } = request;
-        let outcome = match check_modern(head, &method, &params) {
+        let outcome = match check_modern(head, &method, meta(&params), body_name(&method, &params)) {
             Err(e) => Err(e),
-            Ok(envelope) => match method.as_str() {
+            Ok(_) => match method.as_str() {
                 "server/discover" => Ok(discover(gateway)),
                 "tools/list" => self.list(gateway, caller, &params).map(|mut page| {
                     page.extend(cache_hints(gateway));
                     page
                 }),
-                "tools/call" => self.call(gateway, caller, &params, head, Some(envelope)).await,
                 // The gateway bridges tools only: it declares prompts and
                 // resources (2026-07-28 clients cache these lists) with none.
                 "prompts/list" => Ok(empty_list("prompts", gateway)),
@@ -210,7 +239,7 @@ impl McpEndpoint {
         })
     }
 
-    /// A request of 2025-11-25 and before.
+    /// A request of 2025-11-25 and before, other than `tools/call`.
     async fn legacy(&self, gateway: &Arc<Gateway>, caller: &Caller, head: &McpHead<'_>, request: Request) -> Reply {
         let Request { id, method, params } = request;
         if let Err(e) = check_legacy(head) {
@@ -225,7 +254,6 @@ impl McpEndpoint {
             }
             "ping" => Ok(Map::new()),
             "tools/list" => self.list(gateway, caller, &params),
-            "tools/call" => self.call(gateway, caller, &params, head, None).await,
             other => Err(RpcError::MethodNotFound(other.to_owned())),
         };
         match outcome {
@@ -250,61 +278,123 @@ impl McpEndpoint {
         Ok(Listen::open(self.names.clone(), gateway.clone(), caller.clone(), Some((id, tools)), slot))
     }
 
+    /// `tools/call`, in either era: its envelope checked, the call run, and
+    /// the response written. A call whose tool ran is written straight from
+    /// its result ([`write::call_response`]).
+    async fn tools_call(
+        &self,
+        gateway: &Gateway,
+        runtime: Arc<Runtime>,
+        caller: &Caller,
+        head: &McpHead<'_>,
+        call: ToolsCall<'_>,
+    ) -> Reply {
+        let ToolsCall { id, params_object, meta, name, input, declined } = call;
+        let era = era_of(head, meta.as_ref());
+        let checked = match era {
+            Era::Modern => check_modern(head, "tools/call", meta.as_ref(), name.as_deref()).map(Some),
+            Era::Legacy => check_legacy(head).map(|()| None),
+        };
+        let outcome = match checked {
+            Ok(envelope) => {
+                let request = CallRequest { params_object, name: name.as_deref(), input, declined };
+                self.call(gateway, runtime, caller, head, request, envelope).await
+            }
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(CallAnswer::Finished(result)) => Reply::json(200, Bytes::from(write::call_response(&id, &result, era))),
+            Ok(CallAnswer::Made(result)) => {
+                let result = if era == Era::Modern { complete_or_interim(result) } else { result };
+                reply(id_value(&id), result)
+            }
+            Err(e) => e.reply(id_value(&id), era),
+        }
+    }
+
     /// `tools/call`: the tool's result, or why the request itself is wrong.
     /// `envelope` is a modern request's; a legacy one's client capabilities
     /// come from its session id.
     async fn call(
         &self,
         gateway: &Gateway,
+        runtime: Arc<Runtime>,
         caller: &Caller,
-        params: &Value,
         head: &McpHead<'_>,
+        request: CallRequest<'_>,
         envelope: Option<Envelope<'_>>,
-    ) -> Result<Map<String, Value>, RpcError> {
-        let params = params_object(params).ok_or_else(|| RpcError::InvalidParams("params must be an object".into()))?;
-        let Some(Value::String(name)) = params.get("name") else {
+    ) -> Result<CallAnswer, RpcError> {
+        if !request.params_object {
+            return Err(RpcError::InvalidParams("params must be an object".into()));
+        }
+        let Some(name) = request.name else {
             return Err(RpcError::InvalidParams("tools/call needs a string `name`".into()));
         };
-        let input = match params.get("arguments") {
-            None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(arguments @ Value::Object(_)) => arguments.clone(),
-            Some(_) => return Err(RpcError::InvalidParams("`arguments` must be an object".into())),
+        let Some(input) = request.input else {
+            return Err(RpcError::InvalidParams("`arguments` must be an object".into()));
         };
         let unknown = || RpcError::InvalidParams(format!("Unknown tool: {name}"));
         let tool_id = match self.names.of(&gateway.catalog.load()).key(name) {
             Some(key) => key.to_owned(),
             // Older versions, and tools of a newer catalog than the table.
-            None if name.contains('.') => name.clone(),
+            None if name.contains('.') => name.to_owned(),
             None => return Err(unknown()),
         };
         let call = ParsedCall {
             tool_id,
-            call_id: uuid::Uuid::new_v4().to_string(),
+            // Written without `core::fmt`, as `call::parse_call` does.
+            call_id: uuid::Uuid::new_v4().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()).to_owned(),
             client_call_id: false,
             trace_id: None,
             input,
             context: CallContext::default(),
             traceparent: head.traceparent.clone(),
         };
-        match execute_call(gateway, gateway.runtime_owned(), caller, call).await {
-            Ok(completed) => Ok(tool_result(&completed.result)),
+        match execute_call(gateway, runtime, caller, call).await {
+            Ok(completed) => Ok(CallAnswer::Finished(completed.result)),
             Err(RequestError::Lookup(_) | RequestError::Denied(_) | RequestError::InvalidToolId(_)) => Err(unknown()),
-            Err(RequestError::InvalidInput(errors)) => Ok(invalid_arguments(&errors)),
+            Err(RequestError::InvalidInput(errors)) => Ok(CallAnswer::Made(invalid_arguments(&errors))),
             Err(RequestError::MissingRequirements(missing)) if only_links(&missing.authorization, &missing) => {
                 let error = RequestError::MissingRequirements(missing);
                 match envelope {
-                    Some(envelope) if envelope.url_elicitation() => {
-                        Ok(input_required(&error, declined(params)).unwrap_or_else(|| error_result(&error)))
-                    }
+                    Some(envelope) if envelope.url_elicitation() => Ok(CallAnswer::Made(
+                        input_required(&error, request.declined).unwrap_or_else(|| error_result(&error)),
+                    )),
                     None if head.session.is_some_and(|s| s.ends_with(URL_ELICITATION_SESSION.as_bytes())) => {
                         Err(url_elicitation_required(&error))
                     }
-                    _ => Ok(error_result(&error)),
+                    _ => Ok(CallAnswer::Made(error_result(&error))),
                 }
             }
-            Err(e) => Ok(error_result(&e)),
+            Err(e) => Ok(CallAnswer::Made(error_result(&e))),
         }
     }
+}
+
+/// What `tools/call` runs, from either reader.
+struct CallRequest<'r> {
+    /// Whether `params` was an object.
+    params_object: bool,
+    /// `params.name`, when a string.
+    name: Option<&'r str>,
+    /// The input, `None` when `arguments` is not an object.
+    input: Option<Value>,
+    /// Whether a retried call says the user declined what was asked.
+    declined: bool,
+}
+
+/// How a `tools/call` ended, short of a JSON-RPC error.
+enum CallAnswer {
+    /// The tool ran, and succeeded or failed.
+    Finished(CallResult),
+    /// A result the gateway made: a tool error for a call that did not run,
+    /// or a 2026-07-28 interim result asking for input.
+    Made(Map<String, Value>),
+}
+
+/// A request id's JSON text as a `Value` (the text was read as JSON).
+fn id_value(id: &str) -> Value {
+    serde_json::from_str(id).unwrap_or(Value::Null)
 }
 
 /// Whether all a call misses is authorizations the caller can give at a link.
@@ -313,14 +403,6 @@ fn only_links(authorization: &[AuthorizationChallenge], missing: &crate::error::
         && missing.secrets.is_empty()
         && !missing.user_id
         && authorization.iter().all(|a| a.url.is_some())
-}
-
-/// Whether a retried call says the user declined or cancelled what was
-/// asked: then the call ends as a tool error instead of asking again.
-fn declined(params: &Map<String, Value>) -> bool {
-    params.get("inputResponses").and_then(Value::as_object).is_some_and(|responses| {
-        responses.values().any(|r| matches!(r.get("action").and_then(Value::as_str), Some("decline" | "cancel")))
-    })
 }
 
 /// The authorization challenges of a call's missing requirements, each as
@@ -374,11 +456,9 @@ fn url_elicitation_required(error: &RequestError) -> RpcError {
     RpcError::UrlElicitationRequired { message, elicitations }
 }
 
-/// A request (or `None` for a notification or response) from the body.
-fn read_request(body: &[u8], max_depth: usize) -> Result<Option<Request>, RpcError> {
-    if !crate::wire::nesting_within(body, max_depth) {
-        return Err(RpcError::Parse(format!("JSON nested deeper than {max_depth} levels")));
-    }
+/// A request (or `None` for a notification or response) from the body,
+/// read as a `Value`.
+fn read_request(body: &[u8]) -> Result<Option<Request>, RpcError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| RpcError::Parse(e.to_string()))?;
     match Message::from_value(value) {
         Ok(Message::Request { id, method, params }) => Ok(Some(Request { id, method, params })),
@@ -528,9 +608,7 @@ mod tests {
         };
         assert_eq!(elicitations[0]["url"], "http://gw/oauth/google/start/x");
         assert!(elicitations[0]["elicitationId"].is_string());
-        let declined_params = json!({"inputResponses": {"google": {"action": "decline"}}});
-        assert!(declined(declined_params.as_object().expect("object")));
-        let accepted = json!({"inputResponses": {"google": {"action": "accept"}}});
-        assert!(!declined(accepted.as_object().expect("object")));
+        assert!(read::declined(Some(&json!({"google": {"action": "decline"}}))));
+        assert!(!read::declined(Some(&json!({"google": {"action": "accept"}}))));
     }
 }

@@ -1,16 +1,18 @@
-//! One client connection: plain tool calls read by the gateway's own
-//! HTTP/1.1 reader, everything else handed to pingora's session.
+//! One client connection: plain tool calls (OTC and MCP) read by the
+//! gateway's own HTTP/1.1 reader, everything else handed to pingora's
+//! session.
 //!
 //! pingora's session spends a large share of a call's instructions reading
 //! a request head (a `RequestHeader` with a case-preserving copy of every
-//! header name) (benches/HISTORY.md, "Figures behind the code"). The call a client makes
-//! most has a narrow shape: `POST /tools/call` over HTTP/1.1 with a
-//! Content-Length body and valid credentials. Such a request is parsed here
-//! with httparse into only what the call needs.
+//! header name) (benches/HISTORY.md, "Figures behind the code"). The calls
+//! clients make most have a narrow shape: `POST /tools/call` or `POST /mcp`
+//! over HTTP/1.1 with a Content-Length body and valid credentials. Such a
+//! request is parsed here with httparse into only what the call needs.
 //!
 //! Anything else (other routes and methods, chunked bodies, `Expect`,
 //! `Connection: close`, HTTP/1.0, credentials that fail, a head httparse
-//! refuses) is handed to pingora untouched, one request at a time: the bytes
+//! refuses, an MCP `subscriptions/listen`, whose answer is an event stream
+//! written through pingora's session) is handed to pingora untouched, one request at a time: the bytes
 //! read so far become its session's first bytes, pingora answers that one
 //! request (`Router::serve_one`), and the connection comes back here with
 //! whatever the client sent past it. So every head on a connection waits
@@ -52,6 +54,9 @@ use crate::auth::{Credentials, API_KEY_HEADER};
 use crate::error::RequestError;
 use crate::gateway::Runtime;
 use crate::http1::{self, decimal, header_line_size};
+use crate::mcp::modern::{METHOD_HEADER, NAME_HEADER};
+use crate::mcp::{PROTOCOL_VERSION_HEADER, SESSION_HEADER};
+use crate::mcp_endpoint::McpHead;
 use crate::reply::Reply;
 
 /// How long an idle connection waits for its next request, at least: here up
@@ -234,9 +239,45 @@ fn take_socket(stream: &Stream) -> std::io::Result<TcpStream> {
     TcpStream::from_std(socket)
 }
 
+/// The routes the gateway's own reader serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeanRoute {
+    /// `POST /tools/call` (or `/call`).
+    Call,
+    /// `POST /mcp`.
+    Mcp,
+}
+
+impl LeanRoute {
+    /// The route as the metrics label it.
+    fn label(self) -> &'static str {
+        match self {
+            LeanRoute::Call => "/tools/call",
+            LeanRoute::Mcp => "/mcp",
+        }
+    }
+}
+
+/// Where the headers `/mcp` reads are in a head (the first of each).
+#[derive(Debug, Default)]
+struct McpPositions {
+    /// `MCP-Protocol-Version`.
+    protocol_version: Option<Range<usize>>,
+    /// `Mcp-Method`.
+    method: Option<Range<usize>>,
+    /// `Mcp-Name`.
+    name: Option<Range<usize>>,
+    /// `Mcp-Session-Id`.
+    session: Option<Range<usize>>,
+    /// Whether one of the three headers mirroring the body came twice.
+    duplicated: bool,
+}
+
 /// A plain call's head, parsed: what serving it needs, as positions in the
 /// connection's buffer (the head stays there until the call is admitted).
 struct CallHead {
+    /// Which route it is for.
+    route: LeanRoute,
     /// The head's length in the buffer, blank line included.
     len: usize,
     /// The body's declared length.
@@ -251,6 +292,8 @@ struct CallHead {
     host: Range<usize>,
     /// Where the `Origin` value is, when a browser sent one.
     origin: Option<Range<usize>>,
+    /// `/mcp`: where its own headers are.
+    mcp: McpPositions,
 }
 
 impl CallHead {
@@ -267,6 +310,20 @@ impl CallHead {
     fn traceparent(&self, buf: &[u8]) -> Option<String> {
         let value = &buf[self.traceparent.clone()?];
         std::str::from_utf8(value).ok().filter(|v| v.is_ascii()).map(str::to_owned)
+    }
+
+    /// What `/mcp` reads of the head, from the head's bytes, with the
+    /// client's `traceparent`.
+    fn mcp_head<'b>(&self, head: &'b [u8], traceparent: Option<String>) -> McpHead<'b> {
+        let at = |range: &Option<Range<usize>>| range.clone().map(|range| &head[range]);
+        McpHead {
+            protocol_version: at(&self.mcp.protocol_version),
+            method: at(&self.mcp.method),
+            name: at(&self.mcp.name),
+            session: at(&self.mcp.session),
+            duplicated: self.mcp.duplicated,
+            traceparent,
+        }
     }
 }
 
@@ -316,14 +373,22 @@ impl DataPlane {
         let runtime = gateway.runtime_owned();
         if let Err(refused) = check_browser(conn, &head, &runtime) {
             let reply = refused.to_reply();
-            gateway.metrics.record_http("/tools/call", reply.status);
+            gateway.metrics.record_http(head.route.label(), reply.status);
             return write_reply(conn, &reply, false).await;
         }
         let Ok(caller) = runtime.authenticator.authenticate_credentials(head.credentials(&conn.buf)) else {
             return Next::HandOver;
         };
         let traceparent = head.traceparent(&conn.buf);
-        conn.buf.advance(head.len);
+        // `/mcp` reads more of its head once the body is in: the head is
+        // kept aside (no copy), where a call's is dropped.
+        let mcp_head = match head.route {
+            LeanRoute::Call => {
+                conn.buf.advance(head.len);
+                None
+            }
+            LeanRoute::Mcp => Some(conn.buf.split_to(head.len)),
+        };
         let (reply, keep_alive) = match read_body_within(conn, head.body_len, body_timeout).await {
             Ok(Some(body)) => {
                 // In flight from here: a request counts once it has arrived.
@@ -332,7 +397,19 @@ impl DataPlane {
                     Err(RequestError::Overloaded(max_in_flight))
                 } else {
                     conn.set_busy(true);
-                    self.router.run_call(runtime, &caller, &body, traceparent).await
+                    match &mcp_head {
+                        None => self.router.run_call(runtime, &caller, &body, traceparent).await,
+                        Some(bytes) => {
+                            let mcp_head = head.mcp_head(bytes, traceparent);
+                            // A stream is answered only to a request whose
+                            // `Mcp-Method` header says `subscriptions/listen`
+                            // (the front checks the header against the body
+                            // before it dispatches), and such heads are
+                            // pingora's (`parse_call_head`): none comes here.
+                            // Were one to, it would get an error, not a hang.
+                            Ok(self.router.run_mcp(runtime, &caller, &mcp_head, &body).await.into_reply())
+                        }
+                    }
                 };
                 drop(in_flight);
                 conn.set_busy(false);
@@ -345,7 +422,7 @@ impl DataPlane {
             Ok(None) => return Next::Close,
             Err(_) => (RequestError::BodyTimeout(body_timeout).to_reply(), false),
         };
-        gateway.metrics.record_http("/tools/call", reply.status);
+        gateway.metrics.record_http(head.route.label(), reply.status);
         drop(serving);
         write_reply(conn, &reply, keep_alive).await
     }
@@ -362,7 +439,8 @@ fn check_browser(conn: &mut Connection, head: &CallHead, runtime: &Arc<Runtime>)
         runtime.browser.check_host(Some(host))?;
         conn.accepted_host = Some((Arc::downgrade(runtime), host.to_vec()));
     }
-    Ok(runtime.browser.check_origin(head.origin.clone().map(|at| &conn.buf[at]), false)?)
+    let mcp = head.route == LeanRoute::Mcp;
+    Ok(runtime.browser.check_origin(head.origin.clone().map(|at| &conn.buf[at]), mcp)?)
 }
 
 /// Why no plain call's head came.
@@ -440,9 +518,11 @@ async fn read_call_head(
 }
 
 /// Parses the head at the start of `buf` if it is a plain call's: `POST
-/// /tools/call` (or `/call`), HTTP/1.1, one Content-Length within
-/// `max_body`, no Transfer-Encoding, Expect, Upgrade or `Connection` other
-/// than keep-alive, headers within `max_header_bytes`.
+/// /tools/call` (or `/call`) or `POST /mcp`, HTTP/1.1, one Content-Length
+/// within `max_body`, no Transfer-Encoding, Expect, Upgrade or `Connection`
+/// other than keep-alive, headers within `max_header_bytes`; for `/mcp`, no
+/// `Mcp-Method: subscriptions/listen` (its answer is an event stream,
+/// written through pingora's session).
 fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Parsed {
     if buf.is_empty() {
         return Parsed::Partial;
@@ -454,14 +534,25 @@ fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Pars
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,
     };
-    if request.method != Some("POST")
-        || !matches!(request.path, Some("/tools/call" | "/call"))
-        || request.version != Some(1)
-    {
+    let route = match request.path {
+        Some("/tools/call" | "/call") => LeanRoute::Call,
+        Some("/mcp") => LeanRoute::Mcp,
+        _ => return Parsed::Other,
+    };
+    if request.method != Some("POST") || request.version != Some(1) {
         return Parsed::Other;
     }
-    let mut head =
-        CallHead { len, body_len: 0, api_key: None, authorization: None, traceparent: None, host: 0..0, origin: None };
+    let mut head = CallHead {
+        route,
+        len,
+        body_len: 0,
+        api_key: None,
+        authorization: None,
+        traceparent: None,
+        host: 0..0,
+        origin: None,
+        mcp: McpPositions::default(),
+    };
     let mut body_len = None;
     let mut hosts = 0;
     let mut size = 0;
@@ -502,6 +593,31 @@ fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Pars
             continue;
         } else if name.eq_ignore_ascii_case("origin") {
             &mut head.origin
+        } else if route == LeanRoute::Mcp && name.as_bytes().get(..4).is_some_and(|p| p.eq_ignore_ascii_case(b"mcp-")) {
+            let mcp = &mut head.mcp;
+            let mirrored = if name.eq_ignore_ascii_case(PROTOCOL_VERSION_HEADER) {
+                &mut mcp.protocol_version
+            } else if name.eq_ignore_ascii_case(METHOD_HEADER) {
+                // Any line naming it, whatever else the head says.
+                if value.trim_ascii().eq_ignore_ascii_case(b"subscriptions/listen") {
+                    return Parsed::Other;
+                }
+                &mut mcp.method
+            } else if name.eq_ignore_ascii_case(NAME_HEADER) {
+                &mut mcp.name
+            } else {
+                if name.eq_ignore_ascii_case(SESSION_HEADER) {
+                    mcp.session.get_or_insert_with(|| at(value));
+                }
+                continue;
+            };
+            // The first counts, as pingora's `HeaderMap::get` has it; a
+            // second is the front's to refuse.
+            match mirrored {
+                Some(_) => mcp.duplicated = true,
+                None => *mirrored = Some(at(value)),
+            }
+            continue;
         } else {
             continue;
         };
