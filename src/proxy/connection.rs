@@ -891,6 +891,106 @@ mod tests {
         assert!(matches!(parse(&crowded), Parsed::Other), "more header lines than the slots");
     }
 
+    /// The `/mcp` headers a head read here carries, as the front sees them.
+    fn mcp_fields(buf: &str) -> Option<(Option<String>, Option<String>, Option<String>, Option<String>, bool)> {
+        let Parsed::Call(head) = parse_call_head(buf.as_bytes(), 8192, 1024) else { return None };
+        assert_eq!(head.route, LeanRoute::Mcp, "{buf:?}");
+        let mcp = head.mcp_head(&buf.as_bytes()[..head.len], None);
+        let text = |v: Option<&[u8]>| v.map(|v| String::from_utf8_lossy(v).into_owned());
+        Some((text(mcp.protocol_version), text(mcp.method), text(mcp.name), text(mcp.session), mcp.duplicated))
+    }
+
+    #[test]
+    fn an_mcp_head_is_read_with_the_headers_the_front_needs() {
+        let head = "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+                    Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+                    Mcp-Method: tools/call\r\nmcp-name: =?base64?dA==?=\r\nMcp-Session-Id: s-1.url\r\n\
+                    Authorization: Bearer k\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n\
+                    Content-Length: 12\r\n\r\n";
+        let buf = format!("{head}{{\"body\":\"x\"}}");
+        let Parsed::Call(call) = parse_call_head(buf.as_bytes(), 8192, 1024) else { panic!("a plain MCP request") };
+        assert_eq!((call.route, call.len, call.body_len), (LeanRoute::Mcp, head.len(), 12));
+        assert_eq!(call.credentials(buf.as_bytes()).authorization, Some(&b"Bearer k"[..]));
+        let traceparent = call.traceparent(buf.as_bytes());
+        let mcp = call.mcp_head(&buf.as_bytes()[..call.len], traceparent);
+        assert_eq!(mcp.protocol_version, Some(&b"2026-07-28"[..]));
+        assert_eq!(mcp.method, Some(&b"tools/call"[..]));
+        assert_eq!(mcp.name, Some(&b"=?base64?dA==?="[..]));
+        assert_eq!(mcp.session, Some(&b"s-1.url"[..]));
+        assert!(!mcp.duplicated);
+        assert_eq!(mcp.traceparent.as_deref(), Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
+
+        // A call's head carries no MCP headers, whatever it sent.
+        let call = with_host("POST /tools/call HTTP/1.1\r\nMcp-Method: tools/call\r\nContent-Length: 0\r\n\r\n");
+        let Parsed::Call(call) = parse_call_head(call.as_bytes(), 8192, 1024) else { panic!("a plain call") };
+        assert_eq!(call.route, LeanRoute::Call);
+        assert!(call.mcp.method.is_none());
+
+        // A mirrored header sent twice: the first is read, and the front is
+        // told (it refuses the request); a second session id is not.
+        let twice = |lines: &str| {
+            mcp_fields(&with_host(&format!("POST /mcp HTTP/1.1\r\n{lines}Content-Length: 0\r\n\r\n")))
+                .expect("read here")
+        };
+        for lines in [
+            "MCP-Protocol-Version: 2026-07-28\r\nmcp-protocol-version: 2025-11-25\r\n",
+            "Mcp-Method: tools/call\r\nMCP-METHOD: tools/list\r\n",
+            "Mcp-Name: a\r\nMcp-Name: a\r\n",
+        ] {
+            let (version, method, name, _, duplicated) = twice(lines);
+            assert!(duplicated, "{lines:?}");
+            assert!([version, method, name].contains(&Some(
+                lines
+                    .split("\r\n")
+                    .next()
+                    .and_then(|l| l.split_once(": "))
+                    .map(|(_, v)| v.to_owned())
+                    .expect("a value")
+            )));
+        }
+        let (.., session, duplicated) = twice("Mcp-Session-Id: first\r\nMcp-Session-Id: second\r\n");
+        assert_eq!((session.as_deref(), duplicated), (Some("first"), false));
+        let (.., duplicated) = twice("Mcp-Other: x\r\nMcp-Other: y\r\nMcp-Name: a\r\n");
+        assert!(!duplicated, "other Mcp- headers are not mirrored ones");
+    }
+
+    #[test]
+    fn every_other_mcp_request_is_pingoras() {
+        for head in [
+            "GET /mcp HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n",
+            "DELETE /mcp HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            "PUT /mcp HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /mcp/ HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /mcp?session=1 HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /MCP HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /mcp HTTP/1.0\r\nContent-Length: 2\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2048\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nAuthorization: a\r\nAuthorization: b\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nOrigin: a\r\nOrigin: b\r\n\r\n",
+            // Its answer is an event stream, written through pingora's session.
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nMcp-Method: subscriptions/listen\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nmcp-method:  Subscriptions/Listen \t\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nMcp-Method: tools/call\r\nMcp-Method: subscriptions/listen\r\n\r\n",
+        ] {
+            assert!(matches!(parse(head), Parsed::Other), "{head:?}");
+        }
+        assert!(matches!(
+            parse_call_head(b"POST /mcp HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 8192, 1024),
+            Parsed::Other
+        ));
+        // The method is the header's whole value: anything else is read here
+        // (and refused by the front when it does not match the body).
+        for value in ["subscriptions/listen2", "subscriptions", "tools/call subscriptions/listen"] {
+            let head = format!("POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nMcp-Method: {value}\r\n\r\n");
+            assert!(is_call(&parse(&head)), "{value}");
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, ..Default::default() })]
 
@@ -902,6 +1002,56 @@ mod tests {
                 proptest::prop_assert!(call.len <= bytes.len());
                 let _ = (call.credentials(&bytes), call.traceparent(&bytes));
             }
+        }
+
+        /// No bytes after an `/mcp` request line make the reader panic; what
+        /// it takes is an `/mcp` request whose head ends inside the buffer,
+        /// and never one naming `subscriptions/listen`.
+        #[test]
+        fn any_mcp_head_is_read_without_a_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            let mut buf = b"POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n".to_vec();
+            buf.extend_from_slice(&bytes);
+            if let Parsed::Call(call) = parse_call_head(&buf, 8192, 1024) {
+                proptest::prop_assert!(call.len <= buf.len());
+                proptest::prop_assert_eq!(call.route, LeanRoute::Mcp);
+                let mcp = call.mcp_head(&buf[..call.len], call.traceparent(&buf));
+                let listen = mcp.method.is_some_and(|m| m.trim_ascii().eq_ignore_ascii_case(b"subscriptions/listen"));
+                proptest::prop_assert!(!listen);
+            }
+        }
+
+        /// Among other headers in any order and case, the `/mcp` headers
+        /// found are the first of each sent; `duplicated` says whether a
+        /// mirrored one came twice; a `subscriptions/listen` is never read here.
+        #[test]
+        fn the_mcp_headers_found_are_the_ones_sent(
+            lines in proptest::collection::vec((0usize..6, "[!-~]([ -~]{0,20}[!-~])?", proptest::bool::ANY), 0..10),
+        ) {
+            const NAMES: [&str; 6] = ["MCP-Protocol-Version", "Mcp-Method", "Mcp-Name", "Mcp-Session-Id", "X-Other", "Mcp-Other"];
+            let mut text = String::from("POST /mcp HTTP/1.1\r\nHost: localhost\r\n");
+            let mut firsts: [Option<String>; 6] = Default::default();
+            let mut counts = [0usize; 6];
+            let mut listen = false;
+            for (which, value, upper) in &lines {
+                // Sometimes the value that must go to pingora.
+                let value = if value.len() % 7 == 0 && *which == 1 { "subscriptions/listen".to_owned() } else { value.clone() };
+                let name = if *upper { NAMES[*which].to_ascii_uppercase() } else { NAMES[*which].to_ascii_lowercase() };
+                text.push_str(&format!("{name}: {value}\r\n"));
+                firsts[*which].get_or_insert(value.clone());
+                counts[*which] += 1;
+                listen |= *which == 1 && value.eq_ignore_ascii_case("subscriptions/listen");
+            }
+            text.push_str("Content-Length: 2\r\n\r\n{}");
+            let found = mcp_fields(&text);
+            if listen {
+                proptest::prop_assert!(found.is_none(), "a listen read here: {:?}", text);
+                return Ok(());
+            }
+            let Some((version, method, name, session, duplicated)) = found else {
+                return Err(proptest::test_runner::TestCaseError::fail(format!("not read here: {text:?}")));
+            };
+            proptest::prop_assert_eq!([version, method, name, session], [firsts[0].clone(), firsts[1].clone(), firsts[2].clone(), firsts[3].clone()]);
+            proptest::prop_assert_eq!(duplicated, counts[..3].iter().any(|&n| n > 1));
         }
 
         /// Among other headers in any order and case, the credentials and
