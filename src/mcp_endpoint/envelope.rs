@@ -6,6 +6,8 @@
 //! `MCP-Protocol-Version` header names a modern one; anything else is served
 //! as before 2026-07-28 (`initialize`, sessions).
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use super::error::RpcError;
@@ -27,16 +29,61 @@ pub(crate) enum Era {
 
 /// What a modern request's `_meta` declares.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Envelope<'a> {
-    /// The client's capabilities for this request.
-    pub capabilities: &'a Map<String, Value>,
+pub(crate) struct Envelope {
+    /// Whether the client's capabilities for this request take URL-mode
+    /// elicitations.
+    url_elicitation: bool,
 }
 
-impl Envelope<'_> {
+impl Envelope {
     /// Whether the client declared URL-mode elicitation.
     pub(crate) fn url_elicitation(&self) -> bool {
-        self.capabilities.get("elicitation").and_then(|e| e.get("url")).is_some_and(Value::is_object)
+        self.url_elicitation
     }
+}
+
+/// What the era and the checks read of a request's `params._meta`: made
+/// from a `Value` ([`Meta::of_value`]), or by the call reader without one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Meta<'m> {
+    /// Whether `_meta` is an object.
+    pub object: bool,
+    /// Whether it has a protocol version member, of whatever type.
+    pub declares_version: bool,
+    /// That member, when it is a string.
+    pub version: Option<Cow<'m, str>>,
+    /// When it has the client's capabilities as an object: whether they
+    /// declare URL-mode elicitation.
+    pub capabilities: Option<bool>,
+}
+
+impl<'m> Meta<'m> {
+    /// What a `_meta` value (`None`: absent) holds.
+    pub(crate) fn of_value(meta: Option<&'m Value>) -> Meta<'m> {
+        let Some(meta) = meta.and_then(Value::as_object) else { return Meta::default() };
+        let version = meta.get(META_PROTOCOL_VERSION);
+        Meta {
+            object: true,
+            declares_version: version.is_some(),
+            version: version.and_then(Value::as_str).map(Cow::Borrowed),
+            capabilities: meta.get(META_CLIENT_CAPABILITIES).and_then(Value::as_object).map(url_elicitation),
+        }
+    }
+
+    /// The same, owning its text.
+    pub(crate) fn into_owned(self) -> Meta<'static> {
+        Meta { version: self.version.map(|v| Cow::Owned(v.into_owned())), ..self }
+    }
+}
+
+/// Whether client capabilities declare URL-mode elicitation.
+pub(crate) fn url_elicitation(capabilities: &Map<String, Value>) -> bool {
+    capabilities.get("elicitation").is_some_and(elicitation_by_url)
+}
+
+/// Whether a client's `elicitation` capability takes URL mode.
+pub(crate) fn elicitation_by_url(elicitation: &Value) -> bool {
+    elicitation.get("url").is_some_and(Value::is_object)
 }
 
 /// The request's `params._meta`, when there is one.
@@ -45,8 +92,8 @@ pub(crate) fn meta(params: &Value) -> Option<&Value> {
 }
 
 /// The era of a request with these headers and `params._meta`.
-pub(crate) fn era_of(head: &McpHead<'_>, meta: Option<&Value>) -> Era {
-    let declares_version = meta.and_then(Value::as_object).is_some_and(|m| m.contains_key(META_PROTOCOL_VERSION));
+pub(crate) fn era_of(head: &McpHead<'_>, meta: &Meta<'_>) -> Era {
+    let declares_version = meta.declares_version;
     let modern_header =
         head.protocol_version.and_then(|v| std::str::from_utf8(v.trim_ascii()).ok()).is_some_and(is_modern_version);
     if declares_version || modern_header {
@@ -74,19 +121,19 @@ pub(crate) fn check_legacy(head: &McpHead<'_>) -> Result<(), RpcError> {
 /// be unsupported (-32022). `meta` is the request's `params._meta`, `name`
 /// the body's value of the field `Mcp-Name` mirrors ([`name_field`]), when
 /// it is a string.
-pub(crate) fn check_modern<'m>(
+pub(crate) fn check_modern(
     head: &McpHead<'_>,
     method: &str,
-    meta: Option<&'m Value>,
+    meta: &Meta<'_>,
     name: Option<&str>,
-) -> Result<Envelope<'m>, RpcError> {
-    let Some(meta) = meta.and_then(Value::as_object) else {
+) -> Result<Envelope, RpcError> {
+    if !meta.object {
         return Err(RpcError::InvalidEnvelope("a 2026-07-28 request must carry `_meta` in its params".into()));
-    };
-    let Some(version) = meta.get(META_PROTOCOL_VERSION).and_then(Value::as_str) else {
+    }
+    let Some(version) = meta.version.as_deref() else {
         return Err(RpcError::InvalidEnvelope(format!("`_meta` must name `{META_PROTOCOL_VERSION}` as a string")));
     };
-    let Some(capabilities) = meta.get(META_CLIENT_CAPABILITIES).and_then(Value::as_object) else {
+    let Some(url_elicitation) = meta.capabilities else {
         return Err(RpcError::InvalidEnvelope(format!("`_meta` must carry `{META_CLIENT_CAPABILITIES}` as an object")));
     };
     if head.duplicated {
@@ -119,7 +166,7 @@ pub(crate) fn check_modern<'m>(
         Some(_) => {}
     }
     check_name(head, method, name)?;
-    Ok(Envelope { capabilities })
+    Ok(Envelope { url_elicitation })
 }
 
 /// The body's value of the field `Mcp-Name` mirrors for `method`, when it
@@ -135,6 +182,10 @@ fn check_name(head: &McpHead<'_>, method: &str, body: Option<&str>) -> Result<()
         (None, None) => Ok(()),
         (None, Some(_)) => Err(RpcError::HeaderMismatch("no Mcp-Name header".into())),
         (Some(_), None) => Err(RpcError::HeaderMismatch(format!("Mcp-Name header with no name in a {method} body"))),
+        // The name as it is, as clients mostly send it: nothing to decode.
+        (Some(header), Some(body)) if header.trim_ascii() == body.as_bytes() && !body.starts_with("=?base64?") => {
+            Ok(())
+        }
         (Some(header), Some(body)) => match decode_header_value(header) {
             Some(decoded) if decoded == body => Ok(()),
             Some(decoded) => {
@@ -165,11 +216,11 @@ mod tests {
     }
 
     /// `check_modern` on a request with these params.
-    fn check<'p>(head: &McpHead<'_>, method: &str, params: &'p Value) -> Result<Envelope<'p>, RpcError> {
-        check_modern(head, method, meta(params), body_name(method, params))
+    fn check(head: &McpHead<'_>, method: &str, params: &Value) -> Result<Envelope, RpcError> {
+        check_modern(head, method, &Meta::of_value(meta(params)), body_name(method, params))
     }
 
-    fn code(result: Result<Envelope<'_>, RpcError>) -> &'static str {
+    fn code(result: Result<Envelope, RpcError>) -> &'static str {
         match result {
             Ok(_) => "ok",
             Err(RpcError::InvalidEnvelope(_)) => "-32602",
@@ -181,10 +232,13 @@ mod tests {
 
     #[test]
     fn the_era_follows_meta_or_a_modern_header() {
-        assert_eq!(era_of(&head(None, None, None), None), Era::Legacy);
-        assert_eq!(era_of(&head(Some("2025-11-25"), None, None), None), Era::Legacy);
-        assert_eq!(era_of(&head(Some("2026-07-28"), None, None), None), Era::Modern);
-        assert_eq!(era_of(&head(None, None, None), meta(&params("v9"))), Era::Modern);
+        let none = Meta::default();
+        assert_eq!(era_of(&head(None, None, None), &none), Era::Legacy);
+        assert_eq!(era_of(&head(Some("2025-11-25"), None, None), &none), Era::Legacy);
+        assert_eq!(era_of(&head(Some("2026-07-28"), None, None), &none), Era::Modern);
+        assert_eq!(era_of(&head(None, None, None), &Meta::of_value(meta(&params("v9")))), Era::Modern);
+        let null_version = json!({"_meta": {META_PROTOCOL_VERSION: null}});
+        assert_eq!(era_of(&head(None, None, None), &Meta::of_value(meta(&null_version))), Era::Modern);
     }
 
     #[test]

@@ -41,7 +41,7 @@ use serde_json::{json, Map, Value};
 
 pub use listen::{keep_alive, Listen, KEEP_ALIVE_EVERY};
 
-use self::envelope::{body_name, check_legacy, check_modern, era_of, meta, Envelope, Era};
+use self::envelope::{body_name, check_legacy, check_modern, era_of, meta, Envelope, Era, Meta};
 use self::error::RpcError;
 use self::listen::StreamCounts;
 use self::read::{read_tools_call, ToolsCall};
@@ -159,7 +159,7 @@ impl McpEndpoint {
         let max_depth = runtime.config.server.max_json_depth;
         if !crate::wire::nesting_within(body, max_depth) {
             let error = RpcError::Parse(format!("JSON nested deeper than {max_depth} levels"));
-            return McpAnswer::Reply(error.reply(Value::Null, era_of(head, None)));
+            return McpAnswer::Reply(error.reply(Value::Null, era_of(head, &Meta::default())));
         }
         // The call, the request agents send most, without a `Value` tree
         // for its envelope.
@@ -170,14 +170,14 @@ impl McpEndpoint {
             Ok(Some(request)) => request,
             // Notifications and responses need no answer.
             Ok(None) => return McpAnswer::Reply(Reply::json(202, Bytes::new())),
-            Err(e) => return McpAnswer::Reply(e.reply(Value::Null, era_of(head, None))),
+            Err(e) => return McpAnswer::Reply(e.reply(Value::Null, era_of(head, &Meta::default()))),
         };
         if request.method == "tools/call" {
             // (One the fast reader left: an odd spelling, a key sent twice, an error to answer.)
             let call = ToolsCall::from_value(&request.id, request.params);
             return McpAnswer::Reply(self.tools_call(gateway, runtime, caller, head, call).await);
         }
-        match era_of(head, meta(&request.params)) {
+        match era_of(head, &Meta::of_value(meta(&request.params))) {
             Era::Modern => self.modern(gateway, caller, head, request).await,
             Era::Legacy => McpAnswer::Reply(self.legacy(gateway, caller, head, request).await),
         }
@@ -205,7 +205,7 @@ impl McpEndpoint {
     /// then its method.
     async fn modern(&self, gateway: &Arc<Gateway>, caller: &Caller, head: &McpHead<'_>, request: Request) -> McpAnswer {
         let Request { id, method, params } = request;
-        let outcome = match check_modern(head, &method, meta(&params), body_name(&method, &params)) {
+        let outcome = match check_modern(head, &method, &Meta::of_value(meta(&params)), body_name(&method, &params)) {
             Err(e) => Err(e),
             Ok(_) => match method.as_str() {
                 "server/discover" => Ok(discover(gateway)),
@@ -290,9 +290,9 @@ impl McpEndpoint {
         call: ToolsCall<'_>,
     ) -> Reply {
         let ToolsCall { id, params_object, meta, name, input, declined } = call;
-        let era = era_of(head, meta.as_ref());
+        let era = era_of(head, &meta);
         let checked = match era {
-            Era::Modern => check_modern(head, "tools/call", meta.as_ref(), name.as_deref()).map(Some),
+            Era::Modern => check_modern(head, "tools/call", &meta, name.as_deref()).map(Some),
             Era::Legacy => check_legacy(head).map(|()| None),
         };
         let outcome = match checked {
@@ -322,7 +322,7 @@ impl McpEndpoint {
         caller: &Caller,
         head: &McpHead<'_>,
         request: CallRequest<'_>,
-        envelope: Option<Envelope<'_>>,
+        envelope: Option<Envelope>,
     ) -> Result<CallAnswer, RpcError> {
         if !request.params_object {
             return Err(RpcError::InvalidParams("params must be an object".into()));

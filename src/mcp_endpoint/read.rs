@@ -23,7 +23,9 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::envelope::{elicitation_by_url, Meta};
 use crate::mcp::jsonrpc::VERSION;
+use crate::mcp::modern::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
 
 /// A `tools/call` request, whichever reader read it.
 #[derive(Debug)]
@@ -33,8 +35,8 @@ pub(crate) struct ToolsCall<'b> {
     pub id: Cow<'b, str>,
     /// Whether `params` was an object (or absent, or `null`).
     pub params_object: bool,
-    /// `params._meta`.
-    pub meta: Option<Value>,
+    /// What `params._meta` holds.
+    pub meta: Meta<'b>,
     /// `params.name`, when it is a string.
     pub name: Option<Cow<'b, str>>,
     /// `params.arguments` as the tool's input (absent or `null` is `{}`);
@@ -53,7 +55,16 @@ impl ToolsCall<'static> {
         let mut params = match params {
             Value::Object(params) => params,
             Value::Null => Map::new(),
-            _ => return ToolsCall { id, params_object: false, meta: None, name: None, input: None, declined: false },
+            _ => {
+                return ToolsCall {
+                    id,
+                    params_object: false,
+                    meta: Meta::default(),
+                    name: None,
+                    input: None,
+                    declined: false,
+                }
+            }
         };
         let name = match params.remove("name") {
             Some(Value::String(name)) => Some(Cow::Owned(name)),
@@ -62,7 +73,7 @@ impl ToolsCall<'static> {
         ToolsCall {
             id,
             params_object: true,
-            meta: params.remove("_meta"),
+            meta: Meta::of_value(params.get("_meta")).into_owned(),
             name,
             input: arguments_input(params.remove("arguments")),
             declined: declined(params.get("inputResponses")),
@@ -108,7 +119,7 @@ pub(crate) fn read_tools_call(body: &[u8]) -> Option<ToolsCall<'_>> {
     Some(ToolsCall {
         id: Cow::Borrowed(id),
         params_object: true,
-        meta: params.meta,
+        meta: params.meta.unwrap_or_default(),
         name: params.name.map(|name| name.0),
         input: arguments_input(params.arguments),
         declined: declined(params.input_responses.as_ref()),
@@ -130,7 +141,7 @@ struct Envelope<'b> {
 struct Params<'b> {
     name: Option<Text<'b>>,
     arguments: Option<Value>,
-    meta: Option<Value>,
+    meta: Option<Meta<'b>>,
     input_responses: Option<Value>,
 }
 
@@ -162,6 +173,28 @@ enum ParamsMember {
     Meta,
     #[serde(rename = "inputResponses")]
     InputResponses,
+    #[serde(other)]
+    Other,
+}
+
+/// The members of `_meta` the checks read, by name.
+#[derive(Deserialize)]
+#[serde(field_identifier)]
+enum MetaMember {
+    #[serde(rename = "io.modelcontextprotocol/protocolVersion")]
+    ProtocolVersion,
+    #[serde(rename = "io.modelcontextprotocol/clientCapabilities")]
+    ClientCapabilities,
+    #[serde(other)]
+    Other,
+}
+
+/// The members of the client's capabilities the gateway reads, by name.
+#[derive(Deserialize)]
+#[serde(field_identifier)]
+enum CapabilitiesMember {
+    #[serde(rename = "elicitation")]
+    Elicitation,
     #[serde(other)]
     Other,
 }
@@ -239,5 +272,270 @@ impl<'de> Deserialize<'de> for Params<'de> {
             }
         }
         deserializer.deserialize_map(Object)
+    }
+}
+
+/// `_meta` as a [`Meta`], without a `Value` tree: its version borrowed (an
+/// escaped one leaves the body to `read_request`), its capabilities read
+/// for the one thing the gateway asks of them.
+impl<'de> Deserialize<'de> for Meta<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Object;
+        impl<'de> Visitor<'de> for Object {
+            type Value = Meta<'de>;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a `_meta` object")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Meta<'de>, A::Error> {
+                let (mut version, mut capabilities) = (None::<&RawValue>, None::<&RawValue>);
+                while let Some(member) = map.next_key::<MetaMember>()? {
+                    match member {
+                        MetaMember::ProtocolVersion => only(&mut version, Some(map.next_value()?))?,
+                        MetaMember::ClientCapabilities => only(&mut capabilities, Some(map.next_value()?))?,
+                        MetaMember::Other => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                // The version when it is a string (one with escapes is left
+                // to `read_request`).
+                let text = match version.map(RawValue::get) {
+                    Some(text) if text.starts_with('"') => Some(
+                        serde_json::from_str::<&str>(text)
+                            .map_err(|_| de::Error::custom(format_args!("an escaped {META_PROTOCOL_VERSION}")))?,
+                    ),
+                    _ => None,
+                };
+                let capabilities = match capabilities.map(RawValue::get) {
+                    Some(text) if text.starts_with('{') => Some(
+                        serde_json::from_str::<Capabilities>(text)
+                            .map_err(|_| de::Error::custom(format_args!("unusual {META_CLIENT_CAPABILITIES}")))?
+                            .0,
+                    ),
+                    _ => None,
+                };
+                Ok(Meta {
+                    object: true,
+                    declares_version: version.is_some(),
+                    version: text.map(Cow::Borrowed),
+                    capabilities,
+                })
+            }
+        }
+        deserializer.deserialize_map(Object)
+    }
+}
+
+/// Whether client capabilities declare URL-mode elicitation, read without a
+/// `Value` tree but for `elicitation` itself.
+struct Capabilities(bool);
+
+impl<'de> Deserialize<'de> for Capabilities {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Object;
+        impl<'de> Visitor<'de> for Object {
+            type Value = Capabilities;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of client capabilities")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Capabilities, A::Error> {
+                let mut elicitation: Option<Value> = None;
+                while let Some(member) = map.next_key::<CapabilitiesMember>()? {
+                    match member {
+                        CapabilitiesMember::Elicitation => only(&mut elicitation, Some(map.next_value()?))?,
+                        CapabilitiesMember::Other => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(Capabilities(elicitation.as_ref().is_some_and(elicitation_by_url)))
+            }
+        }
+        deserializer.deserialize_map(Object)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::mcp::jsonrpc::Message;
+
+    /// A call as `read_request` reads it, through a `Value`.
+    fn through_value(body: &str) -> Option<ToolsCall<'static>> {
+        match Message::from_slice(body.as_bytes()) {
+            Ok(Message::Request { id, method, params }) if method == "tools/call" => {
+                Some(ToolsCall::from_value(&id, params))
+            }
+            _ => None,
+        }
+    }
+
+    /// The parts the front reads, the id as the value it stands for.
+    fn parts(call: &ToolsCall<'_>) -> (Value, bool, Meta<'static>, Option<String>, Option<Value>, bool) {
+        let id = serde_json::from_str(&call.id).expect("the id is JSON");
+        (
+            id,
+            call.params_object,
+            call.meta.clone().into_owned(),
+            call.name.as_deref().map(str::to_owned),
+            call.input.clone(),
+            call.declined,
+        )
+    }
+
+    /// Whatever the call reader takes, it reads as `read_request` does.
+    fn agrees(body: &str) -> bool {
+        let Some(fast) = read_tools_call(body.as_bytes()) else { return false };
+        let slow = through_value(body).unwrap_or_else(|| panic!("read as a call, not one by `Value`: {body}"));
+        assert_eq!(parts(&fast), parts(&slow), "{body}");
+        true
+    }
+
+    const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
+    const CAPABILITIES_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
+
+    #[test]
+    fn plain_calls_are_read_as_the_value_reader_reads_them() {
+        let modern = |capabilities: Value| json!({VERSION_KEY: "2026-07-28", CAPABILITIES_KEY: capabilities});
+        for params in [
+            json!({"name": "Calc_Add", "arguments": {"a": 10, "b": 123456789012345678901234567890u128}}),
+            json!({"name": "Calc_Add", "arguments": null}),
+            json!({"name": "Calc_Add"}),
+            json!({"arguments": {"a": 1}}),
+            json!({"name": "caf\u{e9} \"q\"", "arguments": {}}),
+            json!({"name": "Calc_Add", "arguments": [1, 2]}),
+            json!({"name": "Calc_Add", "arguments": "text"}),
+            json!({"name": null, "arguments": {"x": {"y": [true, null]}}}),
+            json!({"name": "Calc_Add", "_meta": modern(json!({}))}),
+            json!({"name": "Calc_Add", "_meta": modern(json!({"elicitation": {"url": {}}, "sampling": {}}))}),
+            json!({"name": "Calc_Add", "_meta": modern(json!({"elicitation": {"form": {}}}))}),
+            json!({"name": "Calc_Add", "_meta": modern(json!({"elicitation": true}))}),
+            json!({"name": "Calc_Add", "_meta": modern(json!("not an object"))}),
+            json!({"name": "Calc_Add", "_meta": {VERSION_KEY: 5, CAPABILITIES_KEY: {}}}),
+            json!({"name": "Calc_Add", "_meta": {VERSION_KEY: null}}),
+            json!({"name": "Calc_Add", "_meta": {"progressToken": 1}}),
+            json!({"name": "Calc_Add", "_meta": {}}),
+            json!({"name": "Calc_Add", "_meta": null}),
+            json!({"name": "Calc_Add", "inputResponses": {"google": {"action": "decline"}}}),
+            json!({"name": "Calc_Add", "inputResponses": {"google": {"action": "accept"}}, "other": [1, {"2": 3}]}),
+        ] {
+            for id in ["7", "\"a\"", "12345678901234567890123", "-1.5e3", "\"\\u0041\""] {
+                let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{params}}}"#);
+                assert!(agrees(&body), "not read as a call: {body}");
+            }
+        }
+        for body in [
+            r#"{"method":"tools/call","jsonrpc":"2.0","id":1}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":null}"#,
+            r#" { "jsonrpc" : "2.0" , "id" : 1 , "method" : "tools/call" , "params" : { "name" : "x" } } "#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":null,"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","params":null,"params":{"name":"x"},"id":1,"method":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","result":5,"error":{}}"#,
+        ] {
+            assert!(agrees(body), "not read as a call: {body}");
+        }
+    }
+
+    #[test]
+    fn anything_unusual_is_left_to_the_value_reader() {
+        for body in [
+            // Not a call, or not a request.
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+            r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"x"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call"}]"#,
+            r#"["2.0",1,"tools/call",{"name":"x"}]"#,
+            // An id, version or method the reader does not take.
+            r#"{"jsonrpc":"2.0","id":null,"method":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":{},"method":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":true,"method":"tools/call"}"#,
+            r#"{"jsonrpc":"1.0","id":1,"method":"tools/call"}"#,
+            r#"{"jsonrpc":"2\u002e0","id":1,"method":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools\/call"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":5}"#,
+            // A member sent twice.
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"tools/call"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","name":"y"}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"arguments":{},"arguments":null}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"a","io.modelcontextprotocol/protocolVersion":"b"}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/clientCapabilities":{"elicitation":{},"elicitation":{"url":{}}}}}}"#,
+            // Params, or parts of them, of another type.
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":["x",{}]}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":5}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":[1]}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026\u002d07-28"}}}"#,
+            // Not JSON, or not all of it.
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call""#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"} {}"#,
+            "",
+        ] {
+            assert!(read_tools_call(body.as_bytes()).is_none(), "{body}");
+        }
+        assert!(read_tools_call(
+            b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"\xff\"}}"
+        )
+        .is_none());
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 2048, ..Default::default() })]
+
+        /// Bodies made of a call's members and others, in any order, some
+        /// twice, some of other types: whatever the call reader takes, it
+        /// reads as `read_request` does.
+        #[test]
+        fn any_call_body_is_read_as_the_value_reader_reads_it(
+            core in (0usize..4, 0usize..6, 0usize..4),
+            extras in proptest::collection::vec((0usize..8, 0usize..6), 0..3),
+            params in proptest::collection::vec((0usize..6, 0usize..6), 0..6),
+            meta in proptest::collection::vec((0usize..4, 0usize..6), 0..4),
+            order in proptest::collection::vec(proptest::num::u8::ANY, 8),
+        ) {
+            const VALUES: [&str; 6] = ["null", "7", "\"tools/call\"", "{}", "[1]", "\"2.0\""];
+            let member = |key: &str, value: &str| format!("{key:?}:{value}");
+            let meta: Vec<String> = meta.iter().map(|&(k, v)| {
+                let key = ["io.modelcontextprotocol/protocolVersion", "io.modelcontextprotocol/clientCapabilities", "x", "elicitation"][k];
+                member(key, if k == 1 && v == 3 { r#"{"elicitation":{"url":{}}}"# } else { VALUES[v] })
+            }).collect();
+            let meta = format!("{{{}}}", meta.join(","));
+            let params: Vec<String> = params.iter().map(|&(k, v)| {
+                let key = ["name", "arguments", "_meta", "inputResponses", "other", "name"][k];
+                member(key, match (k, v) {
+                    (2, 2..=5) => meta.as_str(),
+                    (1, 3) => r#"{"a":1.50,"b":"x"}"#,
+                    (3, 3) => r#"{"p":{"action":"cancel"}}"#,
+                    _ => VALUES[v],
+                })
+            }).collect();
+            let params = format!("{{{}}}", params.join(","));
+            // The members a call has (mostly as a call has them), then others.
+            let (version, id, method) = core;
+            let mut members = vec![
+                member("jsonrpc", if version < 3 { "\"2.0\"" } else { "\"1.0\"" }),
+                member("id", VALUES[id]),
+                member("method", if method < 3 { "\"tools/call\"" } else { "\"tools/list\"" }),
+                member("params", &params),
+            ];
+            for &(k, v) in &extras {
+                let key = ["jsonrpc", "id", "method", "params", "result", "error", "extra", "params"][k];
+                members.push(member(key, if k == 3 { params.as_str() } else { VALUES[v] }));
+            }
+            let mut ordered: Vec<(u8, String)> = order.iter().copied().zip(members).collect();
+            ordered.sort_by_key(|(weight, _)| *weight);
+            let body = format!("{{{}}}", ordered.into_iter().map(|(_, m)| m).collect::<Vec<_>>().join(","));
+            if let Some(fast) = read_tools_call(body.as_bytes()) {
+                let slow = through_value(&body);
+                proptest::prop_assert!(slow.is_some(), "read as a call, not one by `Value`: {}", body);
+                proptest::prop_assert_eq!(parts(&fast), parts(&slow.expect("a call")), "{}", body);
+            }
+        }
     }
 }
