@@ -25,7 +25,6 @@ use serde_json::{Map, Value};
 
 use super::envelope::{elicitation_by_url, Meta};
 use crate::mcp::jsonrpc::VERSION;
-use crate::mcp::modern::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
 
 /// A `tools/call` request, whichever reader read it.
 #[derive(Debug)]
@@ -275,9 +274,10 @@ impl<'de> Deserialize<'de> for Params<'de> {
     }
 }
 
-/// `_meta` as a [`Meta`], without a `Value` tree: its version borrowed (an
-/// escaped one leaves the body to `read_request`), its capabilities read
-/// for the one thing the gateway asks of them.
+/// `_meta` as a [`Meta`], without a `Value` tree: its version borrowed, its
+/// capabilities read for the one thing the gateway asks of them. A version
+/// that is not a plain string, or capabilities that are not an object, are
+/// errors the checks answer: such a body is left to `read_request`.
 impl<'de> Deserialize<'de> for Meta<'de> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Object;
@@ -289,7 +289,7 @@ impl<'de> Deserialize<'de> for Meta<'de> {
             }
 
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Meta<'de>, A::Error> {
-                let (mut version, mut capabilities) = (None::<&RawValue>, None::<&RawValue>);
+                let (mut version, mut capabilities) = (None::<&str>, None::<Capabilities>);
                 while let Some(member) = map.next_key::<MetaMember>()? {
                     match member {
                         MetaMember::ProtocolVersion => only(&mut version, Some(map.next_value()?))?,
@@ -299,28 +299,11 @@ impl<'de> Deserialize<'de> for Meta<'de> {
                         }
                     }
                 }
-                // The version when it is a string (one with escapes is left
-                // to `read_request`).
-                let text = match version.map(RawValue::get) {
-                    Some(text) if text.starts_with('"') => Some(
-                        serde_json::from_str::<&str>(text)
-                            .map_err(|_| de::Error::custom(format_args!("an escaped {META_PROTOCOL_VERSION}")))?,
-                    ),
-                    _ => None,
-                };
-                let capabilities = match capabilities.map(RawValue::get) {
-                    Some(text) if text.starts_with('{') => Some(
-                        serde_json::from_str::<Capabilities>(text)
-                            .map_err(|_| de::Error::custom(format_args!("unusual {META_CLIENT_CAPABILITIES}")))?
-                            .0,
-                    ),
-                    _ => None,
-                };
                 Ok(Meta {
                     object: true,
                     declares_version: version.is_some(),
-                    version: text.map(Cow::Borrowed),
-                    capabilities,
+                    version: version.map(Cow::Borrowed),
+                    capabilities: capabilities.map(|c| c.0),
                 })
             }
         }
@@ -416,9 +399,6 @@ mod tests {
             json!({"name": "Calc_Add", "_meta": modern(json!({"elicitation": {"url": {}}, "sampling": {}}))}),
             json!({"name": "Calc_Add", "_meta": modern(json!({"elicitation": {"form": {}}}))}),
             json!({"name": "Calc_Add", "_meta": modern(json!({"elicitation": true}))}),
-            json!({"name": "Calc_Add", "_meta": modern(json!("not an object"))}),
-            json!({"name": "Calc_Add", "_meta": {VERSION_KEY: 5, CAPABILITIES_KEY: {}}}),
-            json!({"name": "Calc_Add", "_meta": {VERSION_KEY: null}}),
             json!({"name": "Calc_Add", "_meta": {"progressToken": 1}}),
             json!({"name": "Calc_Add", "_meta": {}}),
             json!({"name": "Calc_Add", "_meta": null}),
@@ -472,6 +452,11 @@ mod tests {
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":5}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x","_meta":[1]}}"#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026\u002d07-28"}}}"#,
+            // A `_meta` the checks refuse.
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":5}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/protocolVersion":null}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/clientCapabilities":"x"}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"io.modelcontextprotocol/clientCapabilities":null}}}"#,
             // Not JSON, or not all of it.
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call""#,
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call"} {}"#,
