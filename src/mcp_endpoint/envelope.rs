@@ -14,8 +14,9 @@ use super::error::RpcError;
 use super::McpHead;
 use crate::mcp::modern::{
     decode_header_value, is_modern_version, name_field, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION,
+    MODERN_PROTOCOL_VERSIONS,
 };
-use crate::mcp::{is_supported_version, PROTOCOL_VERSION_HEADER};
+use crate::mcp::{PROTOCOL_VERSIONS, PROTOCOL_VERSION_HEADER};
 
 /// The two ways of speaking MCP the endpoint serves side by side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,8 +95,7 @@ pub(crate) fn meta(params: &Value) -> Option<&Value> {
 /// The era of a request with these headers and `params._meta`.
 pub(crate) fn era_of(head: &McpHead<'_>, meta: &Meta<'_>) -> Era {
     let declares_version = meta.declares_version;
-    let modern_header =
-        head.protocol_version.and_then(|v| std::str::from_utf8(v.trim_ascii()).ok()).is_some_and(is_modern_version);
+    let modern_header = head.protocol_version.is_some_and(|v| is_one_of(v, &MODERN_PROTOCOL_VERSIONS));
     if declares_version || modern_header {
         Era::Modern
     } else {
@@ -108,11 +108,16 @@ pub(crate) fn era_of(head: &McpHead<'_>, meta: &Meta<'_>) -> Era {
 pub(crate) fn check_legacy(head: &McpHead<'_>) -> Result<(), RpcError> {
     match head.protocol_version {
         None => Ok(()),
-        Some(raw) => match std::str::from_utf8(raw.trim_ascii()) {
-            Ok(version) if is_supported_version(version) => Ok(()),
-            _ => Err(RpcError::UnsupportedVersion { requested: String::from_utf8_lossy(raw).trim().to_owned() }),
-        },
+        Some(raw) if is_one_of(raw, &PROTOCOL_VERSIONS) => Ok(()),
+        Some(raw) => Err(RpcError::UnsupportedVersion { requested: String::from_utf8_lossy(raw).trim().to_owned() }),
     }
+}
+
+/// Whether a header value, whitespace around it aside, is one of `versions`
+/// (compared as bytes: a value that is not UTF-8 is none of them).
+fn is_one_of(value: &[u8], versions: &[&str]) -> bool {
+    let value = value.trim_ascii();
+    versions.iter().any(|version| version.as_bytes() == value)
 }
 
 /// Checks a modern request in the order the spec's errors need: a
@@ -239,6 +244,18 @@ mod tests {
         assert_eq!(era_of(&head(None, None, None), &Meta::of_value(meta(&params("v9")))), Era::Modern);
         let null_version = json!({"_meta": {META_PROTOCOL_VERSION: null}});
         assert_eq!(era_of(&head(None, None, None), &Meta::of_value(meta(&null_version))), Era::Modern);
+    }
+
+    #[test]
+    fn header_versions_are_compared_whitespace_aside() {
+        let legacy_ok = |v: &[u8]| check_legacy(&McpHead { protocol_version: Some(v), ..McpHead::default() }).is_ok();
+        assert!(legacy_ok(b"2025-11-25") && legacy_ok(b" 2025-06-18\t") && legacy_ok(b"2025-03-26"));
+        for refused in [&b"2026-07-28"[..], b"2025-11-2", b"2025-11-25x", b"\xff2025-11-25", b""] {
+            assert!(!legacy_ok(refused), "{refused:?}");
+        }
+        let era = |v: &'static str| era_of(&head(Some(v), None, None), &Meta::default());
+        assert_eq!(era(" 2026-07-28 "), Era::Modern);
+        assert_eq!(era("2026-07-28x"), Era::Legacy);
     }
 
     #[test]

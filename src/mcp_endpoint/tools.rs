@@ -43,8 +43,9 @@ pub(crate) struct ListedTool {
 #[derive(Debug)]
 pub(crate) struct ToolNames {
     generation: u64,
-    /// MCP name to `Toolkit.Name`.
-    keys: HashMap<String, String>,
+    /// MCP name to `Toolkit.Name`. foldhash, not SipHash: a call looks its
+    /// tool up here.
+    keys: HashMap<String, String, foldhash::fast::RandomState>,
     /// Sorted by MCP name.
     tools: Vec<ListedTool>,
 }
