@@ -8,6 +8,7 @@ use base64::Engine;
 pub const MODERN_PROTOCOL_VERSIONS: [&str; 1] = ["2026-07-28"];
 
 /// The modern revision the gateway asks for.
+#[allow(dead_code)] // (For the MCP client; the front reads the list.)
 pub const MODERN_PROTOCOL_VERSION: &str = MODERN_PROTOCOL_VERSIONS[0];
 
 /// `_meta` key: the revision a request is in (required).
@@ -15,6 +16,7 @@ pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion
 /// `_meta` key: the client's capabilities for this request (required).
 pub const META_CLIENT_CAPABILITIES: &str = "io.modelcontextprotocol/clientCapabilities";
 /// `_meta` key: the client's name and version (optional).
+#[allow(dead_code)] // (For the MCP client; the front does not read it.)
 pub const META_CLIENT_INFO: &str = "io.modelcontextprotocol/clientInfo";
 /// `_meta` key of a result: the server's name and version.
 pub const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
@@ -71,12 +73,14 @@ pub fn decode_header_value(raw: &[u8]) -> Option<String> {
 /// A value as a header value: as it is when it is plain visible ASCII
 /// (spaces inside allowed) that does not look like the sentinel, else in
 /// the Base64 sentinel form.
+#[allow(dead_code)] // (For the MCP client: the front only decodes.)
 pub fn encode_header_value(value: &str) -> String {
+    let sentinel = value.starts_with(SENTINEL.0) && value.ends_with(SENTINEL.1);
     let plain = !value.is_empty()
         && value.bytes().all(|b| b == b' ' || b.is_ascii_graphic())
         && !value.starts_with(' ')
         && !value.ends_with(' ')
-        && !(value.starts_with(SENTINEL.0) && value.ends_with(SENTINEL.1));
+        && !sentinel;
     if plain {
         return value.to_owned();
     }

@@ -143,14 +143,17 @@ impl Listen {
 #[derive(Debug, Default)]
 pub(crate) struct StreamCounts {
     total: Arc<AtomicUsize>,
-    per_caller: Arc<Mutex<HashMap<String, usize>>>,
+    per_caller: PerCaller,
 }
+
+/// Open streams by caller.
+type PerCaller = Arc<Mutex<HashMap<String, usize>>>;
 
 /// A place among the open streams, given back when dropped.
 #[derive(Debug)]
 pub(crate) struct StreamSlot {
     total: Arc<AtomicUsize>,
-    caller: Option<(Arc<Mutex<HashMap<String, usize>>>, String)>,
+    caller: Option<(PerCaller, String)>,
 }
 
 impl StreamCounts {

@@ -328,6 +328,9 @@ impl CallHead {
 }
 
 /// What the buffer holds.
+// (Returned and matched at once: boxing the head would be an allocation
+// per request.)
+#[allow(clippy::large_enum_variant)]
 enum Parsed {
     /// A complete head of a plain call.
     Call(CallHead),
@@ -891,8 +894,12 @@ mod tests {
         assert!(matches!(parse(&crowded), Parsed::Other), "more header lines than the slots");
     }
 
+    /// `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Session-Id`
+    /// and whether a mirrored one came twice.
+    type McpFields = (Option<String>, Option<String>, Option<String>, Option<String>, bool);
+
     /// The `/mcp` headers a head read here carries, as the front sees them.
-    fn mcp_fields(buf: &str) -> Option<(Option<String>, Option<String>, Option<String>, Option<String>, bool)> {
+    fn mcp_fields(buf: &str) -> Option<McpFields> {
         let Parsed::Call(head) = parse_call_head(buf.as_bytes(), 8192, 1024) else { return None };
         assert_eq!(head.route, LeanRoute::Mcp, "{buf:?}");
         let mcp = head.mcp_head(&buf.as_bytes()[..head.len], None);
