@@ -173,7 +173,8 @@ impl McpEndpoint {
             Err(e) => return McpAnswer::Reply(e.reply(Value::Null, era_of(head, &Meta::default()))),
         };
         if request.method == "tools/call" {
-            // (One the fast reader left: an odd spelling, a key sent twice, an error to answer.)
+            // One the call reader left (a member sent twice, an escape, an
+            // error to answer): served by the same code.
             let call = ToolsCall::from_value(&request.id, request.params);
             return McpAnswer::Reply(self.tools_call(gateway, runtime, caller, head, call).await);
         }
