@@ -91,14 +91,20 @@ class Pinned:
     def cpu_seconds(self):
         """User + system CPU time of the process and its children (nginx's
         workers), all threads included."""
-        total = 0
+        return sum(self.cpu_split())
+
+    def cpu_split(self):
+        """User and system CPU time (seconds) of the process and its
+        children, all threads included."""
+        user = system = 0
         for pid in [self.pid, *children(self.pid)]:
             try:
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        return total / CLK_TCK
+            user += int(fields[11])  # utime
+            system += int(fields[12])  # stime
+        return user / CLK_TCK, system / CLK_TCK
 
     def rss_mb(self):
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
@@ -200,10 +206,13 @@ def wrk(url, seconds, connections, body=None, delay_ms=0, cpu=LOAD_CPU, headers=
 
 def measured(proc, url, seconds, connections, body=None, delay_ms=0, headers=None):
     """A wrk run with the CPU time `proc` spent serving it."""
-    before = proc.cpu_seconds()
+    before = proc.cpu_split()
     r = wrk(url, seconds, connections, body, delay_ms, headers=headers)
-    spent = proc.cpu_seconds() - before
+    user, system = (after - was for after, was in zip(proc.cpu_split(), before))
+    spent = user + system
     r["cpu_us_per_req"] = spent * 1e6 / max(r["requests"], 1)
+    r["user_us_per_req"] = user * 1e6 / max(r["requests"], 1)
+    r["sys_us_per_req"] = system * 1e6 / max(r["requests"], 1)
     r["cpu_busy"] = spent / r["seconds"]
     return r
 
@@ -224,7 +233,8 @@ def side_by_side(targets, rounds, seconds, connections, body):
     for _, url, own_body, headers in requests.values():  # warm-up: connection pools, caches, page faults
         wrk(url, 2, connections, own_body, headers=headers)
     runs = {name: [] for name in targets}
-    say(f"{'round':>5} {'target':<10} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'cpu us/req':>10} {'cpu busy':>8}")
+    say(f"{'round':>5} {'target':<10} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'cpu us/req':>10} {'user':>5} "
+        f"{'sys':>5} {'cpu busy':>8}")
     for i in range(rounds):
         for name in (list(targets) if i % 2 == 0 else list(targets)[::-1]):
             proc, url, own_body, headers = requests[name]
@@ -233,7 +243,8 @@ def side_by_side(targets, rounds, seconds, connections, body):
                 fail(f"{name}: {r['errors']} failed requests")
             runs[name].append(r)
             say(f"{i + 1:>5} {name:<10} {r['rps']:>9.0f} {r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} "
-                f"{r['cpu_us_per_req']:>10.1f} {r['cpu_busy'] * 100:>7.0f}%")
+                f"{r['cpu_us_per_req']:>10.1f} {r['user_us_per_req']:>5.1f} {r['sys_us_per_req']:>5.1f} "
+                f"{r['cpu_busy'] * 100:>7.0f}%")
     cand, base = list(targets)[:2]
     rps_ratio, cpu_ratio = ratios(runs, cand, base)
     return runs, rps_ratio, cpu_ratio

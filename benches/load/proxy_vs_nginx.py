@@ -133,12 +133,13 @@ BENCH_API_KEY = "env:BENCH_API_KEY"
         if args.skip_mcp:
             targets = {name: targets[name] for name in ("gateway", "nginx")}
         runs, rps_ratio, cpu_ratio = b.side_by_side(targets, args.rounds, args.seconds, args.connections, BODY)
-        med = {name: {k: b.median([r[k] for r in rs]) for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")}
-               for name, rs in runs.items()}
+        keys = ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "user_us_per_req", "sys_us_per_req")
+        med = {name: {k: b.median([r[k] for r in rs]) for k in keys} for name, rs in runs.items()}
         b.say("")
         for name, m in med.items():
             b.say(f"median {name:<8} {m['rps']:>9.0f} req/s  p50 {m['p50_ms']:.3f} ms  p99 {m['p99_ms']:.3f} ms  "
-                  f"{m['cpu_us_per_req']:.1f} cpu us/req")
+                  f"{m['cpu_us_per_req']:.1f} cpu us/req ({m['user_us_per_req']:.1f} user, "
+                  f"{m['sys_us_per_req']:.1f} system)")
         b.say(f"median ratio gateway/nginx, requests per second:        {rps_ratio:.3f}")
         b.say(f"median ratio gateway/nginx, requests per CPU second:     {cpu_ratio:.3f}")
         for cand, base in [("mcp", "nginx"), ("mcp-2026", "nginx"), ("mcp", "gateway"), ("mcp-2026", "gateway")]:
