@@ -4,8 +4,8 @@
 Starts a tool server (this script's own, on loopback) and the gateway binary
 given, then drives the traffic a gateway mostly sees: tool calls in every body
 shape and version form, with a secret injected, from a few keep-alive
-connections; now and then the catalog, a call the gateway refuses, and MCP's
-tools/list and tools/call. Every answer is checked, so a drift in the API
+connections; now and then the catalog and a call the gateway refuses; and
+MCP's tools/list and tools/call, from a 2025-11-25 and a 2026-07-28 client. Every answer is checked, so a drift in the API
 fails the training (tests/release_build.rs runs it against the debug build).
 The gateway is stopped with SIGTERM, as in production: an instrumented build
 writes its profile when it exits.
@@ -161,6 +161,33 @@ def mcp(port, count):
             raise TrainingFailed(f"MCP tools/call: {answer}")
 
 
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+               "io.modelcontextprotocol/clientCapabilities": {}}
+
+
+def mcp_modern(port, count):
+    """A 2026-07-28 client: no handshake, `_meta` and the mirrored headers
+    on every request."""
+    client = Client(port)
+    headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28"}
+    listed, _ = client.expect(200, "POST", "/mcp", {"jsonrpc": "2.0", "id": "l", "method": "tools/list",
+                                                    "params": {"_meta": MODERN_META}},
+                              {**headers, "mcp-method": "tools/list"})
+    if "Train_Add" not in [t["name"] for t in listed["result"]["tools"]]:
+        raise TrainingFailed(f"MCP tools/list has no Train_Add: {listed}")
+    call_headers = {**headers, "mcp-method": "tools/call", "mcp-name": "Train_Add"}
+    for i in range(count):
+        call = {"jsonrpc": "2.0", "id": f"m-{i}", "method": "tools/call",
+                "params": {"name": "Train_Add", "arguments": {"numbers": [i, 2]}, "_meta": MODERN_META}}
+        answer, _ = client.expect(200, "POST", "/mcp", call, call_headers)
+        result = answer.get("result", {})
+        if result.get("isError") or result.get("resultType") != "complete" or str(i + 2) not in json.dumps(result):
+            raise TrainingFailed(f"MCP tools/call (2026-07-28): {answer}")
+        if i % 100 == 7:
+            # A header that does not match the body.
+            client.expect(400, "POST", "/mcp", call, {**call_headers, "mcp-name": "Train_Other"})
+
+
 def run(work, errors):
     """Runs one worker, keeping what it raised."""
     try:
@@ -209,7 +236,9 @@ TRAIN_API_KEY = "env:TRAIN_API_KEY"
                 raise TrainingFailed("the gateway did not list the training tools within 60 s")
             time.sleep(0.1)
         errors = []
-        jobs = [lambda: calls(port, args.calls // 4)] * 4 + [lambda: mcp(port, max(args.calls // 100, 5))]
+        # MCP is what most agents speak: an eighth of the calls in each era.
+        jobs = [lambda: calls(port, args.calls // 4)] * 4 + [lambda: mcp(port, max(args.calls // 8, 5)),
+                                                              lambda: mcp_modern(port, max(args.calls // 8, 5))]
         workers = [threading.Thread(target=run, args=(job, errors)) for job in jobs]
         for w in workers:
             w.start()

@@ -50,12 +50,8 @@ pub(crate) fn enabled(gateway: &Gateway) -> bool {
     gateway.runtime().config.mcp.tool_listing == ToolListing::Search
 }
 
-/// Whether a `tools/call`'s params name a meta-tool.
-pub(crate) fn is_meta_call(params: &Value) -> bool {
-    params.get("name").and_then(Value::as_str).is_some_and(is_meta_tool)
-}
-
-fn is_meta_tool(name: &str) -> bool {
+/// Whether `name` is one of the meta-tools.
+pub(crate) fn is_meta_tool(name: &str) -> bool {
     name == SEARCH_TOOLS || name == DESCRIBE_TOOL
 }
 

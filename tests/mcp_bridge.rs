@@ -630,7 +630,13 @@ async fn the_mcp_front_follows_the_streamable_http_rules() {
     assert_eq!(resp.json()["error"]["code"], -32022, "the supported versions are named");
     assert_eq!(resp.json()["id"], 1);
 
-    // No session state to end (GET opens the stream: tests/mcp_front.rs).
+    // GET opens the stream of list changes; there is no session state to end.
+    let mut stream = tokio::net::TcpStream::connect(gw.addr).await.expect("connect");
+    let get = format!("GET /mcp HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n", gw.addr);
+    tokio::io::AsyncWriteExt::write_all(&mut stream, get.as_bytes()).await.expect("write");
+    let (head, closed) = common::read_until_closed(&mut stream, Duration::from_millis(500)).await;
+    assert!(!closed && head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(head.to_ascii_lowercase().contains("content-type: text/event-stream"), "{head}");
     let resp = send_with_headers(gw.addr, "DELETE", "/mcp", Bytes::new(), &[]).await;
     assert_eq!(resp.status, 405);
     assert_eq!(resp.header("allow").as_deref(), Some("GET, POST"));

@@ -60,10 +60,19 @@ def get_json(url):
         return json.loads(r.read())
 
 
-def post_json(url, body):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"content-type": "application/json"})
+def post_json(url, body, headers=None):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json", **(headers or {})})
     with urllib.request.urlopen(req, timeout=10) as r:
         return json.loads(r.read())
+
+
+def post_json_with_headers(url, body, headers=None):
+    """A POST's JSON answer and its response headers."""
+    req = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json", **(headers or {})})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read()), r.headers
 
 
 class Pinned:
@@ -82,14 +91,20 @@ class Pinned:
     def cpu_seconds(self):
         """User + system CPU time of the process and its children (nginx's
         workers), all threads included."""
-        total = 0
+        return sum(self.cpu_split())
+
+    def cpu_split(self):
+        """User and system CPU time (seconds) of the process and its
+        children, all threads included."""
+        user = system = 0
         for pid in [self.pid, *children(self.pid)]:
             try:
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        return total / CLK_TCK
+            user += int(fields[11])  # utime
+            system += int(fields[12])  # stime
+        return user / CLK_TCK, system / CLK_TCK
 
     def rss_mb(self):
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
@@ -167,9 +182,11 @@ def start_gateway(name, config_text, cpu, work, env=None):
     return Pinned(name, [str(GATEWAY), "--config", str(config)], cpu, work, env)
 
 
-def wrk(url, seconds, connections, body=None, delay_ms=0, cpu=LOAD_CPU):
-    """One wrk run: requests per second and latency percentiles (ms)."""
-    env = dict(os.environ, BENCH_BODY=body or "", BENCH_DELAY_MS=str(delay_ms))
+def wrk(url, seconds, connections, body=None, delay_ms=0, cpu=LOAD_CPU, headers=None):
+    """One wrk run: requests per second and latency percentiles (ms).
+    `headers` ({name: value}) are sent besides Content-Type."""
+    lines = "\n".join(f"{name}: {value}" for name, value in (headers or {}).items())
+    env = dict(os.environ, BENCH_BODY=body or "", BENCH_DELAY_MS=str(delay_ms), BENCH_HEADERS=lines)
     cmd = ["taskset", "-c", cpu, "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "5s",
            "-s", str(WRK_SCRIPT), url]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stdout
@@ -187,42 +204,58 @@ def wrk(url, seconds, connections, body=None, delay_ms=0, cpu=LOAD_CPU):
     }
 
 
-def measured(proc, url, seconds, connections, body=None, delay_ms=0):
+def measured(proc, url, seconds, connections, body=None, delay_ms=0, headers=None):
     """A wrk run with the CPU time `proc` spent serving it."""
-    before = proc.cpu_seconds()
-    r = wrk(url, seconds, connections, body, delay_ms)
-    spent = proc.cpu_seconds() - before
+    before = proc.cpu_split()
+    r = wrk(url, seconds, connections, body, delay_ms, headers=headers)
+    user, system = (after - was for after, was in zip(proc.cpu_split(), before))
+    spent = user + system
     r["cpu_us_per_req"] = spent * 1e6 / max(r["requests"], 1)
+    r["user_us_per_req"] = user * 1e6 / max(r["requests"], 1)
+    r["sys_us_per_req"] = system * 1e6 / max(r["requests"], 1)
     r["cpu_busy"] = spent / r["seconds"]
     return r
 
 
 def side_by_side(targets, rounds, seconds, connections, body):
-    """Saturating runs of two targets, alternating (the order flips every
-    round, so drift on a shared machine hits both), after a warm-up of each.
+    """Saturating runs of the targets, alternating (the order flips every
+    round, so drift on a shared machine hits all alike), after a warm-up of
+    each.
 
-    `targets` is {name: (Pinned process, url)} with the candidate first and
-    the baseline second. Prints a line per run; returns the runs per name and
-    the median per-round ratios candidate/baseline of requests per second and
-    of requests per CPU second."""
-    (cand, _), (base, _) = list(targets.items())
-    for _, url in targets.values():  # warm-up: connection pools, caches, page faults
-        wrk(url, 2, connections, body)
+    `targets` is {name: (Pinned process, url)} or {name: (Pinned process,
+    url, body, headers)} (a target's own request; `body` is the others'),
+    the candidate first and the baseline second. Prints a line per run;
+    returns the runs per name and the median per-round ratios
+    candidate/baseline of requests per second and of requests per CPU
+    second (`ratios` gives any other pair's)."""
+    requests = {name: (t[0], t[1], t[2] if len(t) > 2 else body, t[3] if len(t) > 3 else None)
+                for name, t in targets.items()}
+    for _, url, own_body, headers in requests.values():  # warm-up: connection pools, caches, page faults
+        wrk(url, 2, connections, own_body, headers=headers)
     runs = {name: [] for name in targets}
-    say(f"{'round':>5} {'target':<10} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'cpu us/req':>10} {'cpu busy':>8}")
+    say(f"{'round':>5} {'target':<10} {'req/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'cpu us/req':>10} {'user':>5} "
+        f"{'sys':>5} {'cpu busy':>8}")
     for i in range(rounds):
         for name in (list(targets) if i % 2 == 0 else list(targets)[::-1]):
-            proc, url = targets[name]
-            r = measured(proc, url, seconds, connections, body)
+            proc, url, own_body, headers = requests[name]
+            r = measured(proc, url, seconds, connections, own_body, headers=headers)
             if r["errors"]:
                 fail(f"{name}: {r['errors']} failed requests")
             runs[name].append(r)
             say(f"{i + 1:>5} {name:<10} {r['rps']:>9.0f} {r['p50_ms']:>7.3f} {r['p99_ms']:>7.3f} "
-                f"{r['cpu_us_per_req']:>10.1f} {r['cpu_busy'] * 100:>7.0f}%")
-    pairs = list(zip(runs[cand], runs[base]))
-    rps_ratio = median([c["rps"] / b["rps"] for c, b in pairs])
-    cpu_ratio = median([b["cpu_us_per_req"] / c["cpu_us_per_req"] for c, b in pairs])
+                f"{r['cpu_us_per_req']:>10.1f} {r['user_us_per_req']:>5.1f} {r['sys_us_per_req']:>5.1f} "
+                f"{r['cpu_busy'] * 100:>7.0f}%")
+    cand, base = list(targets)[:2]
+    rps_ratio, cpu_ratio = ratios(runs, cand, base)
     return runs, rps_ratio, cpu_ratio
+
+
+def ratios(runs, cand, base):
+    """The median per-round ratios cand/base: of requests per second, and of
+    requests per CPU second."""
+    pairs = list(zip(runs[cand], runs[base]))
+    return (median([c["rps"] / b["rps"] for c, b in pairs]),
+            median([b["cpu_us_per_req"] / c["cpu_us_per_req"] for c, b in pairs]))
 
 
 def median(values):

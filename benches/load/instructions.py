@@ -5,7 +5,9 @@ gateway's instructions go (callgrind_annotate on the files it leaves).
 
 Each proxy runs under callgrind in front of the same nginx upstream; wrk sends
 the benchmark's call for 10 s; the counters are dumped right before and right
-after, so start-up is not counted.
+after, so start-up is not counted. The gateway is counted three times in one
+run, a 10 s wrk run and a dump each: the OTC call, and the same call through
+`/mcp` as a 2025-11-25 and as a 2026-07-28 client sends it.
 
 Usage: python3 benches/load/instructions.py [--extra-tools N]   (needs valgrind)
 --extra-tools N adds N tools to the upstream's catalog: the same call among
@@ -23,7 +25,7 @@ import time
 from pathlib import Path
 
 import benchlib as b
-from proxy_vs_nginx import BODY, TOOL
+from proxy_vs_nginx import BODY, MCP_2026_BODY, MCP_2026_HEADERS, MCP_BODY, TOOL, mcp_session
 
 
 def instructions(dump):
@@ -42,11 +44,14 @@ def instructions(dump):
 VECTOR_MEMCPY = {"GLIBC_TUNABLES": "glibc.cpu.x86_rep_movsb_threshold=0x10000000"}
 
 
-def measure(name, cmd, url, ready_url, work, env=None, tools=None):
+def measure(name, cmd, phases, ready_url, work, env=None, tools=None):
+    """Instructions per call of the process `cmd` starts, for each phase
+    `phases()` gives once it is ready: (label, url, body, headers)."""
     out = work / f"callgrind.{name}"
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
                             env=dict(os.environ, **VECTOR_MEMCPY, **(env or {})), stdout=subprocess.DEVNULL,
                             stderr=open(work / f"{name}.valgrind.log", "w"))
+    counted = []
     try:
         b.wait_http(ready_url, 120)
         # /health answers before the catalog is in; under callgrind a large
@@ -57,15 +62,21 @@ def measure(name, cmd, url, ready_url, work, env=None, tools=None):
                 b.fail(f"the gateway did not list {tools} tools within 300s")
             time.sleep(0.5)
         time.sleep(2)
-        b.wrk(url, 3, 10, BODY)  # warm-up, not counted
+        runs = phases()
+        for _, url, body, headers in runs:
+            b.wrk(url, 3, 10, body, headers=headers)  # warm-up, not counted
         subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True)
-        r = b.wrk(url, 10, 10, BODY)
-        subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True)
+        for label, url, body, headers in runs:
+            r = b.wrk(url, 10, 10, body, headers=headers)
+            if r["errors"]:
+                b.fail(f"{name} {label}: {r['errors']} failed requests")
+            subprocess.run(["callgrind_control", "-d", str(proc.pid)], capture_output=True, check=True)
+            counted.append((label, r["requests"]))
     finally:
         proc.send_signal(signal.SIGTERM if name == "gateway" else signal.SIGQUIT)
         proc.wait(60)
-    dumps = sorted(work.glob(f"callgrind.{name}.*"), key=lambda p: int(p.suffix[1:]))
-    return instructions(dumps[-1]) / max(r["requests"], 1), dumps[-1]
+    dumps = sorted(work.glob(f"callgrind.{name}.*"), key=lambda p: int(p.suffix[1:]))[-len(counted):]
+    return {label: (instructions(dump) / max(requests, 1), dump) for (label, requests), dump in zip(counted, dumps)}
 
 
 def filler(n):
@@ -99,8 +110,12 @@ url = "http://127.0.0.1:{up}"
 [secrets]
 BENCH_API_KEY = "env:BENCH_API_KEY"
 """)
-        gateway, gateway_dump = measure(
-            "gateway", [str(b.GATEWAY), "--config", str(config)], f"http://127.0.0.1:{gw}/tools/call",
+        mcp_url = f"http://127.0.0.1:{gw}/mcp"
+        gateway = measure(
+            "gateway", [str(b.GATEWAY), "--config", str(config)],
+            lambda: [("otc", f"http://127.0.0.1:{gw}/tools/call", BODY, None),
+                     ("mcp", mcp_url, MCP_BODY, mcp_session(mcp_url)),
+                     ("mcp-2026", mcp_url, MCP_2026_BODY, MCP_2026_HEADERS)],
             f"http://127.0.0.1:{gw}/health", work, {"BENCH_API_KEY": "bench-secret-value", "RUST_LOG": "warn"},
             len(tools))
         conf = work / "nginx-proxy.conf"
@@ -117,15 +132,21 @@ http {{
   server {{ listen 127.0.0.1:{ngx};
     location / {{ proxy_pass http://tools; proxy_http_version 1.1; proxy_set_header Connection ""; }} }}
 }}""")
-        nginx, _ = measure("nginx", ["nginx", "-p", str(work), "-c", str(conf), "-e", f"{work}/nginx-proxy.err"],
-                           f"http://127.0.0.1:{ngx}/tools/call", f"http://127.0.0.1:{ngx}/tools", work)
+        nginx = measure("nginx", ["nginx", "-p", str(work), "-c", str(conf), "-e", f"{work}/nginx-proxy.err"],
+                        lambda: [("otc", f"http://127.0.0.1:{ngx}/tools/call", BODY, None)],
+                        f"http://127.0.0.1:{ngx}/tools", work)["otc"][0]
     finally:
         upstream.stop()
     b.say(f"# user-space instructions per call (callgrind), 10 connections, {len(tools)} tools in the catalog")
-    b.say(f"nginx proxy_pass  {nginx:>9.0f}")
-    b.say(f"gateway           {gateway:>9.0f}")
-    b.say(f"ratio nginx/gateway: {nginx / gateway:.3f}")
-    b.say(f"profile: callgrind_annotate --inclusive=yes {gateway_dump}")
+    b.say(f"nginx proxy_pass          {nginx:>9.0f}")
+    for label, title in [("otc", "gateway"), ("mcp", "gateway MCP 2025-11-25"), ("mcp-2026", "gateway MCP 2026-07-28")]:
+        b.say(f"{title:<25} {gateway[label][0]:>9.0f}")
+    b.say(f"ratio nginx/gateway: {nginx / gateway['otc'][0]:.3f}")
+    for label in ("mcp", "mcp-2026"):
+        b.say(f"ratio nginx/{label}: {nginx / gateway[label][0]:.3f}, "
+              f"{label}/gateway (OTC/MCP instructions): {gateway['otc'][0] / gateway[label][0]:.3f}")
+    for label, (_, dump) in gateway.items():
+        b.say(f"profile {label}: callgrind_annotate --inclusive=yes {dump}")
 
 
 if __name__ == "__main__":

@@ -4,10 +4,16 @@ One upstream at nginx speed (nginx serving a static catalog and a fixed
 answer), nginx proxy_pass in front of it, and the gateway in front of it with
 a tool that requires one secret: the gateway does its whole job on every call
 (parse, resolve, validate, inject the secret, forward, re-wrap) while nginx
-only relays bytes. Each proxy is pinned to CPU 0; wrk and the upstream share
-CPU 1. Runs alternate nginx and gateway so drift on a shared machine hits both.
+only relays bytes. The gateway is called three ways: `POST /tools/call`
+(OTC), and the same tool and input as an MCP `tools/call` to `/mcp`, once as
+a 2025-11-25 client sends it (after `initialize`: its session id and version
+headers) and once as a 2026-07-28 client does (`_meta` in the body, the
+`MCP-Protocol-Version`, `Mcp-Method` and `Mcp-Name` headers). Each proxy is
+pinned to CPU 0; wrk and the upstream share CPU 1. Runs alternate the targets,
+the order flipping every round, so drift on a shared machine hits all.
 
-Usage: python3 benches/load/proxy_vs_nginx.py [--rounds 5] [--seconds 10] [--connections 50]
+Usage: python3 benches/load/proxy_vs_nginx.py [--rounds 5] [--seconds 10] [--connections 50] [--skip-paced]
+       [--skip-mcp]
 """
 
 import argparse
@@ -32,6 +38,33 @@ TOOL = {
     "requirements": {"secrets": [{"id": "BENCH_API_KEY"}]},
 }
 BODY = json.dumps({"$schema": "otc://1.0", "request": {"tool_id": "Bench.Add@1.0.0", "input": {"a": 10, "b": 5}}})
+# The same call through /mcp: 2025-11-25 (the headers after `initialize`
+# are added per run, with the session id it gave) and 2026-07-28.
+MCP_ACCEPT = {"Accept": "application/json, text/event-stream"}
+MCP_BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                       "params": {"name": "Bench_Add", "arguments": {"a": 10, "b": 5}}})
+MCP_2026_BODY = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                            "params": {"name": "Bench_Add", "arguments": {"a": 10, "b": 5},
+                                       "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                                                 "io.modelcontextprotocol/clientCapabilities": {}}}})
+MCP_2026_HEADERS = {**MCP_ACCEPT, "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call",
+                    "Mcp-Name": "Bench_Add"}
+
+
+def mcp_session(url):
+    """The headers a 2025-11-25 client sends after `initialize`."""
+    init = {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "bench", "version": "1"}}}
+    _, headers = b.post_json_with_headers(url, init, MCP_ACCEPT)
+    return {**MCP_ACCEPT, "Mcp-Session-Id": headers["mcp-session-id"], "MCP-Protocol-Version": "2025-11-25"}
+
+
+def check_mcp_answer(url, body, headers):
+    answer = b.post_json(url, json.loads(body), headers)
+    result = answer.get("result", {})
+    if result.get("isError") is not False or result.get("content", [{}])[0].get("text") != "15":
+        b.fail(f"the gateway did not answer the MCP call: {answer}")
 
 
 def main():
@@ -40,6 +73,7 @@ def main():
     ap.add_argument("--seconds", type=int, default=10)
     ap.add_argument("--connections", type=int, default=50)
     ap.add_argument("--skip-paced", action="store_true", help="only the saturating runs")
+    ap.add_argument("--skip-mcp", action="store_true", help="only the OTC call and nginx, as before MCP was measured")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="otc-bench-"))
@@ -85,19 +119,36 @@ BENCH_API_KEY = "env:BENCH_API_KEY"
         answer = b.post_json(via["gateway"], json.loads(BODY))
         if answer.get("result", {}).get("value") != 15:
             b.fail(f"the gateway did not answer the call: {answer}")
+        mcp_url = f"http://127.0.0.1:{gw_port}/mcp"
+        mcp_headers = mcp_session(mcp_url)
+        check_mcp_answer(mcp_url, MCP_BODY, mcp_headers)
+        check_mcp_answer(mcp_url, MCP_2026_BODY, MCP_2026_HEADERS)
 
-        b.say(f"# gateway vs nginx proxy_pass: {args.rounds} rounds x {args.seconds}s, "
-              f"{args.connections} connections, proxy on CPU {b.PROXY_CPU}, wrk + upstream on CPU {b.LOAD_CPU}")
-        targets = {"gateway": (gateway, via["gateway"]), "nginx": (nginx, via["nginx"])}
+        b.say(f"# gateway (OTC, MCP 2025-11-25, MCP 2026-07-28) vs nginx proxy_pass: {args.rounds} rounds x "
+              f"{args.seconds}s, {args.connections} connections, proxy on CPU {b.PROXY_CPU}, "
+              f"wrk + upstream on CPU {b.LOAD_CPU}")
+        targets = {"gateway": (gateway, via["gateway"]), "nginx": (nginx, via["nginx"]),
+                   "mcp": (gateway, mcp_url, MCP_BODY, mcp_headers),
+                   "mcp-2026": (gateway, mcp_url, MCP_2026_BODY, MCP_2026_HEADERS)}
+        if args.skip_mcp:
+            targets = {name: targets[name] for name in ("gateway", "nginx")}
         runs, rps_ratio, cpu_ratio = b.side_by_side(targets, args.rounds, args.seconds, args.connections, BODY)
-        med = {name: {k: b.median([r[k] for r in rs]) for k in ("rps", "p50_ms", "p99_ms", "cpu_us_per_req")}
-               for name, rs in runs.items()}
+        keys = ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "user_us_per_req", "sys_us_per_req")
+        med = {name: {k: b.median([r[k] for r in rs]) for k in keys} for name, rs in runs.items()}
         b.say("")
         for name, m in med.items():
             b.say(f"median {name:<8} {m['rps']:>9.0f} req/s  p50 {m['p50_ms']:.3f} ms  p99 {m['p99_ms']:.3f} ms  "
-                  f"{m['cpu_us_per_req']:.1f} cpu us/req")
+                  f"{m['cpu_us_per_req']:.1f} cpu us/req ({m['user_us_per_req']:.1f} user, "
+                  f"{m['sys_us_per_req']:.1f} system)")
         b.say(f"median ratio gateway/nginx, requests per second:        {rps_ratio:.3f}")
         b.say(f"median ratio gateway/nginx, requests per CPU second:     {cpu_ratio:.3f}")
+        for cand, base in [("mcp", "nginx"), ("mcp-2026", "nginx"), ("mcp", "gateway"), ("mcp-2026", "gateway")]:
+            if cand in runs:
+                rps, cpu = b.ratios(runs, cand, base)
+                rounds = ", ".join(f"{r['cpu_us_per_req'] / c['cpu_us_per_req']:.2f}"
+                                   for c, r in zip(runs[cand], runs[base]))
+                b.say(f"median ratio {cand}/{base}: {rps:.3f} requests per second, {cpu:.3f} per CPU second "
+                      f"(per CPU second by round: {rounds})")
 
         if not args.skip_paced:
             paced_latency(args, direct, via, med["gateway"]["rps"] / 2)

@@ -1,11 +1,17 @@
--- wrk script for the load benchmarks: POSTs BENCH_BODY (or GETs when unset),
--- optionally paced (BENCH_DELAY_MS between a connection's requests, for a
--- load below saturation), and prints one machine-readable RESULT line.
+-- wrk script for the load benchmarks: POSTs BENCH_BODY (or GETs when unset)
+-- with BENCH_HEADERS, optionally paced (BENCH_DELAY_MS between a
+-- connection's requests, for a load below saturation), and prints one
+-- machine-readable RESULT line.
 local body = os.getenv("BENCH_BODY")
 if body and #body > 0 then
   wrk.method = "POST"
   wrk.body = body
   wrk.headers["Content-Type"] = "application/json"
+end
+
+-- BENCH_HEADERS: more request headers, one "Name: value" a line.
+for name, value in (os.getenv("BENCH_HEADERS") or ""):gmatch("([^:\n]+):%s*([^\n]*)") do
+  wrk.headers[name] = value
 end
 
 local pace = tonumber(os.getenv("BENCH_DELAY_MS") or "0")

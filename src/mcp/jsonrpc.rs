@@ -18,6 +18,8 @@ pub const INVALID_REQUEST: i64 = -32600;
 pub const METHOD_NOT_FOUND: i64 = -32601;
 /// Invalid method parameters (MCP: also an unknown tool).
 pub const INVALID_PARAMS: i64 = -32602;
+/// The server failed to answer a valid request.
+pub const INTERNAL_ERROR: i64 = -32603;
 
 /// A request or notification to send (a notification has no `id`).
 #[derive(Debug, Serialize)]

@@ -6,14 +6,17 @@
 //! `MCP-Protocol-Version` header names a modern one; anything else is served
 //! as before 2026-07-28 (`initialize`, sessions).
 
+use std::borrow::Cow;
+
 use serde_json::{Map, Value};
 
 use super::error::RpcError;
 use super::McpHead;
 use crate::mcp::modern::{
     decode_header_value, is_modern_version, name_field, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION,
+    MODERN_PROTOCOL_VERSIONS,
 };
-use crate::mcp::{is_supported_version, PROTOCOL_VERSION_HEADER};
+use crate::mcp::{PROTOCOL_VERSIONS, PROTOCOL_VERSION_HEADER};
 
 /// The two ways of speaking MCP the endpoint serves side by side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,29 +30,70 @@ pub(crate) enum Era {
 
 /// What a modern request's `_meta` declares.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Envelope<'a> {
-    /// The client's capabilities for this request.
-    pub capabilities: &'a Map<String, Value>,
+pub(crate) struct Envelope {
+    /// Whether the client's capabilities for this request take URL-mode
+    /// elicitations.
+    url_elicitation: bool,
 }
 
-impl Envelope<'_> {
+impl Envelope {
     /// Whether the client declared URL-mode elicitation.
     pub(crate) fn url_elicitation(&self) -> bool {
-        self.capabilities.get("elicitation").and_then(|e| e.get("url")).is_some_and(Value::is_object)
+        self.url_elicitation
     }
 }
 
+/// What the era and the checks read of a request's `params._meta`: made
+/// from a `Value` ([`Meta::of_value`]), or by the call reader without one.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Meta<'m> {
+    /// Whether `_meta` is an object.
+    pub object: bool,
+    /// Whether it has a protocol version member, of whatever type.
+    pub declares_version: bool,
+    /// That member, when it is a string.
+    pub version: Option<Cow<'m, str>>,
+    /// The client's capabilities, when an object.
+    pub capabilities: Option<Cow<'m, Map<String, Value>>>,
+}
+
+impl<'m> Meta<'m> {
+    /// What a `_meta` value (`None`: absent) holds.
+    pub(crate) fn of_value(meta: Option<&'m Value>) -> Meta<'m> {
+        let Some(meta) = meta.and_then(Value::as_object) else { return Meta::default() };
+        let version = meta.get(META_PROTOCOL_VERSION);
+        Meta {
+            object: true,
+            declares_version: version.is_some(),
+            version: version.and_then(Value::as_str).map(Cow::Borrowed),
+            capabilities: meta.get(META_CLIENT_CAPABILITIES).and_then(Value::as_object).map(Cow::Borrowed),
+        }
+    }
+
+    /// The same, owning its text.
+    pub(crate) fn into_owned(self) -> Meta<'static> {
+        Meta {
+            version: self.version.map(|v| Cow::Owned(v.into_owned())),
+            capabilities: self.capabilities.map(|c| Cow::Owned(c.into_owned())),
+            ..self
+        }
+    }
+}
+
+/// Whether client capabilities declare URL-mode elicitation.
+fn url_elicitation(capabilities: &Map<String, Value>) -> bool {
+    capabilities.get("elicitation").and_then(|e| e.get("url")).is_some_and(Value::is_object)
+}
+
 /// The request's `params._meta`, when there is one.
-fn meta(params: &Value) -> Option<&Value> {
+pub(crate) fn meta(params: &Value) -> Option<&Value> {
     params.get("_meta")
 }
 
-/// The era of a request with these headers and params.
-pub(crate) fn era_of(head: &McpHead<'_>, params: &Value) -> Era {
-    let declares_version =
-        meta(params).and_then(Value::as_object).is_some_and(|m| m.contains_key(META_PROTOCOL_VERSION));
-    let modern_header =
-        head.protocol_version.and_then(|v| std::str::from_utf8(v.trim_ascii()).ok()).is_some_and(is_modern_version);
+/// The era of a request with these headers and `params._meta`.
+pub(crate) fn era_of(head: &McpHead<'_>, meta: &Meta<'_>) -> Era {
+    let declares_version = meta.declares_version;
+    let modern_header = head.protocol_version.is_some_and(|v| is_one_of(v, &MODERN_PROTOCOL_VERSIONS));
     if declares_version || modern_header {
         Era::Modern
     } else {
@@ -62,25 +106,37 @@ pub(crate) fn era_of(head: &McpHead<'_>, params: &Value) -> Era {
 pub(crate) fn check_legacy(head: &McpHead<'_>) -> Result<(), RpcError> {
     match head.protocol_version {
         None => Ok(()),
-        Some(raw) => match std::str::from_utf8(raw.trim_ascii()) {
-            Ok(version) if is_supported_version(version) => Ok(()),
-            _ => Err(RpcError::UnsupportedVersion { requested: String::from_utf8_lossy(raw).trim().to_owned() }),
-        },
+        Some(raw) if is_one_of(raw, &PROTOCOL_VERSIONS) => Ok(()),
+        Some(raw) => Err(RpcError::UnsupportedVersion { requested: String::from_utf8_lossy(raw).trim().to_owned() }),
     }
+}
+
+/// Whether a header value, whitespace around it aside, is one of `versions`
+/// (compared as bytes: a value that is not UTF-8 is none of them).
+fn is_one_of(value: &[u8], versions: &[&str]) -> bool {
+    let value = value.trim_ascii();
+    versions.iter().any(|version| version.as_bytes() == value)
 }
 
 /// Checks a modern request in the order the spec's errors need: a
 /// malformed `_meta` is -32602 whatever the headers say, a header that
 /// disagrees with the body is -32020, and only a version both agree on can
-/// be unsupported (-32022).
-pub(crate) fn check_modern<'p>(head: &McpHead<'_>, method: &str, params: &'p Value) -> Result<Envelope<'p>, RpcError> {
-    let Some(meta) = meta(params).and_then(Value::as_object) else {
+/// be unsupported (-32022). `meta` is the request's `params._meta`, `name`
+/// the body's value of the field `Mcp-Name` mirrors ([`name_field`]), when
+/// it is a string.
+pub(crate) fn check_modern(
+    head: &McpHead<'_>,
+    method: &str,
+    meta: &Meta<'_>,
+    name: Option<&str>,
+) -> Result<Envelope, RpcError> {
+    if !meta.object {
         return Err(RpcError::InvalidEnvelope("a 2026-07-28 request must carry `_meta` in its params".into()));
-    };
-    let Some(version) = meta.get(META_PROTOCOL_VERSION).and_then(Value::as_str) else {
+    }
+    let Some(version) = meta.version.as_deref() else {
         return Err(RpcError::InvalidEnvelope(format!("`_meta` must name `{META_PROTOCOL_VERSION}` as a string")));
     };
-    let Some(capabilities) = meta.get(META_CLIENT_CAPABILITIES).and_then(Value::as_object) else {
+    let Some(capabilities) = meta.capabilities.as_deref() else {
         return Err(RpcError::InvalidEnvelope(format!("`_meta` must carry `{META_CLIENT_CAPABILITIES}` as an object")));
     };
     if head.duplicated {
@@ -112,18 +168,27 @@ pub(crate) fn check_modern<'p>(head: &McpHead<'_>, method: &str, params: &'p Val
         }
         Some(_) => {}
     }
-    check_name(head, method, params)?;
-    Ok(Envelope { capabilities })
+    check_name(head, method, name)?;
+    Ok(Envelope { url_elicitation: url_elicitation(capabilities) })
+}
+
+/// The body's value of the field `Mcp-Name` mirrors for `method`, when it
+/// is a string.
+pub(crate) fn body_name<'p>(method: &str, params: &'p Value) -> Option<&'p str> {
+    name_field(method).and_then(|field| params.get(field)).and_then(Value::as_str)
 }
 
 /// `Mcp-Name` against `params.name` (or `params.uri`): present exactly when
 /// the body has the value, and the same once decoded.
-fn check_name(head: &McpHead<'_>, method: &str, params: &Value) -> Result<(), RpcError> {
-    let body = name_field(method).and_then(|field| params.get(field)).and_then(Value::as_str);
+fn check_name(head: &McpHead<'_>, method: &str, body: Option<&str>) -> Result<(), RpcError> {
     match (head.name, body) {
         (None, None) => Ok(()),
         (None, Some(_)) => Err(RpcError::HeaderMismatch("no Mcp-Name header".into())),
         (Some(_), None) => Err(RpcError::HeaderMismatch(format!("Mcp-Name header with no name in a {method} body"))),
+        // The name as it is, as clients mostly send it: nothing to decode.
+        (Some(header), Some(body)) if header.trim_ascii() == body.as_bytes() && !body.starts_with("=?base64?") => {
+            Ok(())
+        }
         (Some(header), Some(body)) => match decode_header_value(header) {
             Some(decoded) if decoded == body => Ok(()),
             Some(decoded) => {
@@ -153,7 +218,12 @@ mod tests {
         json!({"name": "t", "_meta": {META_PROTOCOL_VERSION: version, META_CLIENT_CAPABILITIES: {}}})
     }
 
-    fn code(result: Result<Envelope<'_>, RpcError>) -> &'static str {
+    /// `check_modern` on a request with these params.
+    fn check(head: &McpHead<'_>, method: &str, params: &Value) -> Result<Envelope, RpcError> {
+        check_modern(head, method, &Meta::of_value(meta(params)), body_name(method, params))
+    }
+
+    fn code(result: Result<Envelope, RpcError>) -> &'static str {
         match result {
             Ok(_) => "ok",
             Err(RpcError::InvalidEnvelope(_)) => "-32602",
@@ -165,22 +235,37 @@ mod tests {
 
     #[test]
     fn the_era_follows_meta_or_a_modern_header() {
-        assert_eq!(era_of(&head(None, None, None), &json!({})), Era::Legacy);
-        assert_eq!(era_of(&head(Some("2025-11-25"), None, None), &json!({})), Era::Legacy);
-        assert_eq!(era_of(&head(Some("2026-07-28"), None, None), &json!({})), Era::Modern);
-        assert_eq!(era_of(&head(None, None, None), &params("v9")), Era::Modern);
+        let none = Meta::default();
+        assert_eq!(era_of(&head(None, None, None), &none), Era::Legacy);
+        assert_eq!(era_of(&head(Some("2025-11-25"), None, None), &none), Era::Legacy);
+        assert_eq!(era_of(&head(Some("2026-07-28"), None, None), &none), Era::Modern);
+        assert_eq!(era_of(&head(None, None, None), &Meta::of_value(meta(&params("v9")))), Era::Modern);
+        let null_version = json!({"_meta": {META_PROTOCOL_VERSION: null}});
+        assert_eq!(era_of(&head(None, None, None), &Meta::of_value(meta(&null_version))), Era::Modern);
+    }
+
+    #[test]
+    fn header_versions_are_compared_whitespace_aside() {
+        let legacy_ok = |v: &[u8]| check_legacy(&McpHead { protocol_version: Some(v), ..McpHead::default() }).is_ok();
+        assert!(legacy_ok(b"2025-11-25") && legacy_ok(b" 2025-06-18\t") && legacy_ok(b"2025-03-26"));
+        for refused in [&b"2026-07-28"[..], b"2025-11-2", b"2025-11-25x", b"\xff2025-11-25", b""] {
+            assert!(!legacy_ok(refused), "{refused:?}");
+        }
+        let era = |v: &'static str| era_of(&head(Some(v), None, None), &Meta::default());
+        assert_eq!(era(" 2026-07-28 "), Era::Modern);
+        assert_eq!(era("2026-07-28x"), Era::Legacy);
     }
 
     #[test]
     fn modern_requests_are_checked_in_order() {
         let ok = head(Some("2026-07-28"), Some("tools/call"), Some(" t "));
-        assert_eq!(code(check_modern(&ok, "tools/call", &params("2026-07-28"))), "ok");
-        assert_eq!(code(check_modern(&ok, "tools/call", &json!({"name": "t"}))), "-32602");
+        assert_eq!(code(check(&ok, "tools/call", &params("2026-07-28"))), "ok");
+        assert_eq!(code(check(&ok, "tools/call", &json!({"name": "t"}))), "-32602");
         let no_caps = json!({"name": "t", "_meta": {META_PROTOCOL_VERSION: "2026-07-28"}});
-        assert_eq!(code(check_modern(&ok, "tools/call", &no_caps)), "-32602");
+        assert_eq!(code(check(&ok, "tools/call", &no_caps)), "-32602");
         let v9 = head(Some("v9"), Some("tools/call"), Some("t"));
-        assert_eq!(code(check_modern(&v9, "tools/call", &params("v9"))), "-32022");
-        assert_eq!(code(check_modern(&ok, "tools/call", &params("v9"))), "-32020", "header and body disagree");
+        assert_eq!(code(check(&v9, "tools/call", &params("v9"))), "-32022");
+        assert_eq!(code(check(&ok, "tools/call", &params("v9"))), "-32020", "header and body disagree");
         let cases = [
             (head(None, Some("tools/call"), Some("t")), "no version header"),
             (head(Some("2026-07-28"), None, Some("t")), "no method header"),
@@ -189,11 +274,11 @@ mod tests {
             (head(Some("2026-07-28"), Some("tools/call"), Some("u")), "another name"),
         ];
         for (head, why) in cases {
-            assert_eq!(code(check_modern(&head, "tools/call", &params("2026-07-28"))), "-32020", "{why}");
+            assert_eq!(code(check(&head, "tools/call", &params("2026-07-28"))), "-32020", "{why}");
         }
         let encoded = head(Some("2026-07-28"), Some("tools/call"), Some("=?base64?dA==?="));
-        assert_eq!(code(check_modern(&encoded, "tools/call", &params("2026-07-28"))), "ok");
+        assert_eq!(code(check(&encoded, "tools/call", &params("2026-07-28"))), "ok");
         let listing = head(Some("2026-07-28"), Some("tools/list"), Some("t"));
-        assert_eq!(code(check_modern(&listing, "tools/list", &params("2026-07-28"))), "-32020", "a name on a list");
+        assert_eq!(code(check(&listing, "tools/list", &params("2026-07-28"))), "-32020", "a name on a list");
     }
 }

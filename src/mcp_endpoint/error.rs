@@ -5,7 +5,7 @@ use serde_json::{json, Value};
 
 use super::envelope::Era;
 use crate::mcp::jsonrpc::{
-    ErrorObject, OutgoingResponse, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
+    ErrorObject, OutgoingResponse, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
 };
 use crate::mcp::modern::{
     HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY, UNSUPPORTED_PROTOCOL_VERSION, URL_ELICITATION_REQUIRED,
@@ -66,6 +66,9 @@ pub(crate) enum RpcError {
         /// The limit reached.
         limit: usize,
     },
+    /// An event stream asked for on a connection that cannot carry one.
+    #[error("Internal error: no event stream can be served on this connection")]
+    StreamUnavailable,
 }
 
 impl RpcError {
@@ -93,6 +96,7 @@ impl RpcError {
                 (200, URL_ELICITATION_REQUIRED, Some(json!({"elicitations": elicitations})))
             }
             RpcError::TooManyStreams { .. } => (429, TOO_MANY_STREAMS, None),
+            RpcError::StreamUnavailable => (500, INTERNAL_ERROR, None),
         };
         let response = OutgoingResponse {
             error: Some(ErrorObject { code, message: self.to_string(), data }),

@@ -29,8 +29,11 @@
 mod envelope;
 mod error;
 mod listen;
+mod read;
 mod tools;
+mod write;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -39,14 +42,15 @@ use serde_json::{json, Map, Value};
 
 pub use listen::{keep_alive, Listen, KEEP_ALIVE_EVERY};
 
-use self::envelope::{check_legacy, check_modern, era_of, Envelope, Era};
+use self::envelope::{body_name, check_legacy, check_modern, era_of, meta, Envelope, Era, Meta};
 use self::error::RpcError;
 use self::listen::StreamCounts;
-use self::tools::{error_result, invalid_arguments, list_page, tool_result, NameCache};
+use self::read::{read_tools_call, ToolsCall};
+use self::tools::{error_result, invalid_arguments, list_page, NameCache};
 use crate::auth::Caller;
 use crate::call::{execute_call, ParsedCall};
 use crate::error::{AuthorizationChallenge, RequestError};
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, Runtime};
 use crate::mcp::jsonrpc::{params_object, Message, OutgoingResponse};
 use crate::mcp::modern::{
     ClientAsk, Passthrough, META_SERVER_INFO, METHOD_HEADER, MODERN_PROTOCOL_VERSIONS, NAME_HEADER,
@@ -56,7 +60,7 @@ use crate::mcp::{
 };
 use crate::mcp_search;
 use crate::reply::Reply;
-use crate::wire::CallContext;
+use crate::wire::{CallContext, CallResult};
 
 /// The notification a list change is announced with.
 const NOTIFICATION_TOOLS_CHANGED: &str = "notifications/tools/list_changed";
@@ -132,6 +136,17 @@ pub enum McpAnswer {
     Stream(Listen),
 }
 
+impl McpAnswer {
+    /// The reply, on a connection that cannot carry an event stream: a
+    /// stream is refused with a JSON-RPC error (and its slot given back).
+    pub fn into_reply(self) -> Reply {
+        match self {
+            McpAnswer::Reply(reply) => reply,
+            McpAnswer::Stream(_) => RpcError::StreamUnavailable.reply(Value::Null, Era::Modern),
+        }
+    }
+}
+
 /// A request read from the body.
 struct Request {
     id: Value,
@@ -141,22 +156,38 @@ struct Request {
 
 impl McpEndpoint {
     /// Answers one POST to `/mcp` (the body read whole, the caller
-    /// authenticated).
+    /// authenticated), under `runtime`.
     pub async fn handle_post(
         &self,
         gateway: &Arc<Gateway>,
+        runtime: Arc<Runtime>,
         caller: &Caller,
         head: &McpHead<'_>,
         body: &[u8],
     ) -> McpAnswer {
-        let max_depth = gateway.runtime().config.server.max_json_depth;
-        let request = match read_request(body, max_depth) {
+        let max_depth = runtime.config.server.max_json_depth;
+        if !crate::wire::nesting_within(body, max_depth) {
+            let error = RpcError::Parse(format!("JSON nested deeper than {max_depth} levels"));
+            return McpAnswer::Reply(error.reply(Value::Null, era_of(head, &Meta::default())));
+        }
+        // The call, the request agents send most, without a `Value` tree
+        // for its envelope.
+        if let Some(call) = read_tools_call(body) {
+            return McpAnswer::Reply(self.tools_call(gateway, runtime, caller, head, call).await);
+        }
+        let request = match read_request(body) {
             Ok(Some(request)) => request,
             // Notifications and responses need no answer.
             Ok(None) => return McpAnswer::Reply(Reply::json(202, Bytes::new())),
-            Err(e) => return McpAnswer::Reply(e.reply(Value::Null, era_of(head, &Value::Null))),
+            Err(e) => return McpAnswer::Reply(e.reply(Value::Null, era_of(head, &Meta::default()))),
         };
-        match era_of(head, &request.params) {
+        if request.method == "tools/call" {
+            // One the call reader left (a member sent twice, an escape, an
+            // error to answer): served by the same code.
+            let call = ToolsCall::from_value(&request.id, request.params);
+            return McpAnswer::Reply(self.tools_call(gateway, runtime, caller, head, call).await);
+        }
+        match era_of(head, &Meta::of_value(meta(&request.params))) {
             Era::Modern => self.modern(gateway, caller, head, request).await,
             Era::Legacy => McpAnswer::Reply(self.legacy(gateway, caller, head, request).await),
         }
@@ -180,21 +211,18 @@ impl McpEndpoint {
         self.streams.take(caller, mcp.max_streams, mcp.max_streams_per_caller)
     }
 
-    /// A 2026-07-28 request: its envelope checked, then its method.
+    /// A 2026-07-28 request other than `tools/call`: its envelope checked,
+    /// then its method.
     async fn modern(&self, gateway: &Arc<Gateway>, caller: &Caller, head: &McpHead<'_>, request: Request) -> McpAnswer {
         let Request { id, method, params } = request;
-        let outcome = match check_modern(head, &method, &params) {
+        let outcome = match check_modern(head, &method, &Meta::of_value(meta(&params)), body_name(&method, &params)) {
             Err(e) => Err(e),
-            Ok(envelope) => match method.as_str() {
+            Ok(_) => match method.as_str() {
                 "server/discover" => Ok(discover(gateway)),
                 "tools/list" => self.list(gateway, caller, &params).map(|mut page| {
                     page.extend(cache_hints(gateway));
                     page
                 }),
-                "tools/call" if mcp_search::enabled(gateway) && mcp_search::is_meta_call(&params) => {
-                    self.meta_call(gateway, caller, &params)
-                }
-                "tools/call" => self.call(gateway, caller, &params, head, Some(envelope)).await,
                 // The gateway bridges tools only: it declares prompts and
                 // resources (2026-07-28 clients cache these lists) with none.
                 "prompts/list" => Ok(empty_list("prompts", gateway)),
@@ -221,7 +249,7 @@ impl McpEndpoint {
         })
     }
 
-    /// A request of 2025-11-25 and before.
+    /// A request of 2025-11-25 and before, other than `tools/call`.
     async fn legacy(&self, gateway: &Arc<Gateway>, caller: &Caller, head: &McpHead<'_>, request: Request) -> Reply {
         let Request { id, method, params } = request;
         if let Err(e) = check_legacy(head) {
@@ -236,10 +264,6 @@ impl McpEndpoint {
             }
             "ping" => Ok(Map::new()),
             "tools/list" => self.list(gateway, caller, &params),
-            "tools/call" if mcp_search::enabled(gateway) && mcp_search::is_meta_call(&params) => {
-                self.meta_call(gateway, caller, &params)
-            }
-            "tools/call" => self.call(gateway, caller, &params, head, None).await,
             other => Err(RpcError::MethodNotFound(other.to_owned())),
         };
         match outcome {
@@ -279,44 +303,91 @@ impl McpEndpoint {
         Ok(Listen::open(self.names.clone(), gateway.clone(), caller.clone(), Some((id, tools)), slot))
     }
 
+    /// `tools/call`, in either era: its envelope checked, the call run, and
+    /// the response written. A call whose tool ran is written straight from
+    /// its result ([`write::call_response`]).
+    async fn tools_call(
+        &self,
+        gateway: &Gateway,
+        runtime: Arc<Runtime>,
+        caller: &Caller,
+        head: &McpHead<'_>,
+        call: ToolsCall<'_>,
+    ) -> Reply {
+        let ToolsCall { id, params_object, meta, name, input, input_responses, request_state } = call;
+        let era = era_of(head, &meta);
+        let checked = match era {
+            Era::Modern => check_modern(head, "tools/call", &meta, name.as_deref()).map(Some),
+            Era::Legacy => check_legacy(head).map(|()| None),
+        };
+        let outcome = match checked {
+            Ok(envelope) => {
+                let request = CallRequest {
+                    params_object,
+                    name: name.as_deref(),
+                    input,
+                    capabilities: meta.capabilities.map(Cow::into_owned).unwrap_or_default(),
+                    input_responses,
+                    request_state,
+                };
+                self.call(gateway, runtime, caller, head, request, envelope).await
+            }
+            Err(e) => Err(e),
+        };
+        match outcome {
+            Ok(CallAnswer::Finished(result)) => Reply::json(200, Bytes::from(write::call_response(&id, &result, era))),
+            Ok(CallAnswer::Made(result)) => {
+                let result = if era == Era::Modern { complete_or_interim(result) } else { result };
+                reply(id_value(&id), result)
+            }
+            Err(e) => e.reply(id_value(&id), era),
+        }
+    }
+
     /// `tools/call`: the tool's result, or why the request itself is wrong.
     /// `envelope` is a modern request's; a legacy one's client capabilities
     /// come from its session id.
     async fn call(
         &self,
         gateway: &Gateway,
+        runtime: Arc<Runtime>,
         caller: &Caller,
-        params: &Value,
         head: &McpHead<'_>,
-        envelope: Option<Envelope<'_>>,
-    ) -> Result<Map<String, Value>, RpcError> {
-        let params = params_object(params).ok_or_else(|| RpcError::InvalidParams("params must be an object".into()))?;
-        let Some(Value::String(name)) = params.get("name") else {
+        request: CallRequest<'_>,
+        envelope: Option<Envelope>,
+    ) -> Result<CallAnswer, RpcError> {
+        if !request.params_object {
+            return Err(RpcError::InvalidParams("params must be an object".into()));
+        }
+        let Some(name) = request.name else {
             return Err(RpcError::InvalidParams("tools/call needs a string `name`".into()));
         };
-        let input = match params.get("arguments") {
-            None | Some(Value::Null) => Value::Object(Map::new()),
-            Some(arguments @ Value::Object(_)) => arguments.clone(),
-            Some(_) => return Err(RpcError::InvalidParams("`arguments` must be an object".into())),
+        let Some(input) = request.input else {
+            return Err(RpcError::InvalidParams("`arguments` must be an object".into()));
         };
+        if mcp_search::enabled(gateway) && mcp_search::is_meta_tool(name) {
+            let params = json!({"name": name, "arguments": input});
+            return self.meta_call(gateway, caller, &params).map(CallAnswer::Made);
+        }
         let unknown = || RpcError::InvalidParams(format!("Unknown tool: {name}"));
         let tool_id = match self.names.of(&gateway.catalog.load()).key(name) {
             Some(key) => key.to_owned(),
             // Older versions, and tools of a newer catalog than the table.
-            None if name.contains('.') => name.clone(),
+            None if name.contains('.') => name.to_owned(),
             None => return Err(unknown()),
         };
         // A retry of the gateway's own question (an authorization) is the
         // gateway's; any other input responses are for the tool's server.
-        let own_retry = params.get("requestState").and_then(Value::as_str) == Some(GATEWAY_STATE);
-        let passthrough = envelope.map(|envelope| Passthrough {
-            capabilities: Value::Object(envelope.capabilities.clone()),
-            input_responses: params.get("inputResponses").filter(|_| !own_retry).cloned(),
-            request_state: params.get("requestState").filter(|_| !own_retry).cloned(),
+        let own_retry = request.request_state.as_ref().and_then(Value::as_str) == Some(GATEWAY_STATE);
+        let passthrough = envelope.map(|_| Passthrough {
+            capabilities: Value::Object(request.capabilities),
+            input_responses: request.input_responses.clone().filter(|_| !own_retry),
+            request_state: request.request_state.filter(|_| !own_retry),
         });
         let call = ParsedCall {
             tool_id,
-            call_id: uuid::Uuid::new_v4().to_string(),
+            // Written without `core::fmt`, as `call::parse_call` does.
+            call_id: uuid::Uuid::new_v4().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()).to_owned(),
             client_call_id: false,
             trace_id: None,
             input,
@@ -324,14 +395,14 @@ impl McpEndpoint {
             traceparent: head.traceparent.clone(),
             passthrough,
         };
-        match execute_call(gateway, gateway.runtime_owned(), caller, call).await {
-            Ok(completed) => Ok(tool_result(&completed.result)),
+        match execute_call(gateway, runtime, caller, call).await {
+            Ok(completed) => Ok(CallAnswer::Finished(completed.result)),
             Err(RequestError::Lookup(_) | RequestError::Denied(_) | RequestError::InvalidToolId(_)) => Err(unknown()),
-            Err(RequestError::InvalidInput(errors)) => Ok(invalid_arguments(&errors)),
+            Err(RequestError::InvalidInput(errors)) => Ok(CallAnswer::Made(invalid_arguments(&errors))),
             // The tool's server asks the client (which sent its capabilities
             // on) for input, or for a capability: the question goes back as
             // the server put it.
-            Err(RequestError::ClientAsk(ClientAsk::Input(Value::Object(interim)))) => Ok(interim),
+            Err(RequestError::ClientAsk(ClientAsk::Input(Value::Object(interim)))) => Ok(CallAnswer::Made(interim)),
             Err(RequestError::ClientAsk(ClientAsk::Capabilities(required))) => {
                 Err(RpcError::MissingCapability { required })
             }
@@ -339,18 +410,49 @@ impl McpEndpoint {
                 let error = RequestError::MissingRequirements(missing);
                 match envelope {
                     Some(envelope) if envelope.url_elicitation() => {
-                        let declined = own_retry && declined(params);
-                        Ok(input_required(&error, declined).unwrap_or_else(|| error_result(&error)))
+                        let declined = own_retry && read::declined(request.input_responses.as_ref());
+                        Ok(CallAnswer::Made(input_required(&error, declined).unwrap_or_else(|| error_result(&error))))
                     }
                     None if head.session.is_some_and(|s| s.ends_with(URL_ELICITATION_SESSION.as_bytes())) => {
                         Err(url_elicitation_required(&error))
                     }
-                    _ => Ok(error_result(&error)),
+                    _ => Ok(CallAnswer::Made(error_result(&error))),
                 }
             }
-            Err(e) => Ok(error_result(&e)),
+            Err(e) => Ok(CallAnswer::Made(error_result(&e))),
         }
     }
+}
+
+/// What `tools/call` runs, from either reader.
+struct CallRequest<'r> {
+    /// Whether `params` was an object.
+    params_object: bool,
+    /// `params.name`, when a string.
+    name: Option<&'r str>,
+    /// The input, `None` when `arguments` is not an object.
+    input: Option<Value>,
+    /// A 2026-07-28 client's capabilities for this request (empty in
+    /// 2025-11-25).
+    capabilities: Map<String, Value>,
+    /// A retried call's answers to what an earlier result asked.
+    input_responses: Option<Value>,
+    /// The state an earlier result asked to be sent back.
+    request_state: Option<Value>,
+}
+
+/// How a `tools/call` ended, short of a JSON-RPC error.
+enum CallAnswer {
+    /// The tool ran, and succeeded or failed.
+    Finished(CallResult),
+    /// A result the gateway made: a tool error for a call that did not run,
+    /// or a 2026-07-28 interim result asking for input.
+    Made(Map<String, Value>),
+}
+
+/// A request id's JSON text as a `Value` (the text was read as JSON).
+fn id_value(id: &str) -> Value {
+    serde_json::from_str(id).unwrap_or(Value::Null)
 }
 
 /// Whether all a call misses is authorizations the caller can give at a link.
@@ -359,14 +461,6 @@ fn only_links(authorization: &[AuthorizationChallenge], missing: &crate::error::
         && missing.secrets.is_empty()
         && !missing.user_id
         && authorization.iter().all(|a| a.url.is_some())
-}
-
-/// Whether a retried call says the user declined or cancelled what was
-/// asked: then the call ends as a tool error instead of asking again.
-fn declined(params: &Map<String, Value>) -> bool {
-    params.get("inputResponses").and_then(Value::as_object).is_some_and(|responses| {
-        responses.values().any(|r| matches!(r.get("action").and_then(Value::as_str), Some("decline" | "cancel")))
-    })
 }
 
 /// The authorization challenges of a call's missing requirements, each as
@@ -421,11 +515,9 @@ fn url_elicitation_required(error: &RequestError) -> RpcError {
     RpcError::UrlElicitationRequired { message, elicitations }
 }
 
-/// A request (or `None` for a notification or response) from the body.
-fn read_request(body: &[u8], max_depth: usize) -> Result<Option<Request>, RpcError> {
-    if !crate::wire::nesting_within(body, max_depth) {
-        return Err(RpcError::Parse(format!("JSON nested deeper than {max_depth} levels")));
-    }
+/// A request (or `None` for a notification or response) from the body,
+/// read as a `Value`.
+fn read_request(body: &[u8]) -> Result<Option<Request>, RpcError> {
     let value: Value = serde_json::from_slice(body).map_err(|e| RpcError::Parse(e.to_string()))?;
     match Message::from_value(value) {
         Ok(Message::Request { id, method, params }) => Ok(Some(Request { id, method, params })),
@@ -586,9 +678,7 @@ mod tests {
         };
         assert_eq!(elicitations[0]["url"], "http://gw/oauth/google/start/x");
         assert!(elicitations[0]["elicitationId"].is_string());
-        let declined_params = json!({"inputResponses": {"google": {"action": "decline"}}});
-        assert!(declined(declined_params.as_object().expect("object")));
-        let accepted = json!({"inputResponses": {"google": {"action": "accept"}}});
-        assert!(!declined(accepted.as_object().expect("object")));
+        assert!(read::declined(Some(&json!({"google": {"action": "decline"}}))));
+        assert!(!read::declined(Some(&json!({"google": {"action": "accept"}}))));
     }
 }

@@ -1,5 +1,6 @@
 //! The catalog as MCP tools: the name table built once per catalog, pages
-//! of `tools/list`, and a call's outcome as a `CallToolResult`.
+//! of `tools/list`, and the tool errors of calls that did not run (the
+//! result of one that ran is written by `write.rs`).
 //!
 //! Every tool of the catalog is listed at its latest version, named
 //! `Toolkit_Name`. If two keys give the same name (`A_B.C` and `A.B_C`),
@@ -20,7 +21,6 @@ use crate::error::RequestError;
 use crate::mcp_search::McpNames;
 use crate::policy::{AccessPolicy, Matching};
 use crate::resolve::{ToolRef, VersionRequest};
-use crate::wire::CallResult;
 
 /// The most tools in one `tools/list` page.
 const PAGE_SIZE: usize = 500;
@@ -44,8 +44,9 @@ pub(crate) struct ListedTool {
 #[derive(Debug)]
 pub(crate) struct ToolNames {
     generation: u64,
-    /// MCP name to `Toolkit.Name`.
-    keys: HashMap<String, String>,
+    /// MCP name to `Toolkit.Name`. foldhash, not SipHash: a call looks its
+    /// tool up here.
+    keys: HashMap<String, String, foldhash::fast::RandomState>,
     /// Sorted by MCP name.
     tools: Vec<ListedTool>,
     /// `Toolkit.Name` to its place in `tools` (for search mode).
@@ -197,37 +198,6 @@ fn object_schema(schema: &Value) -> Value {
     }
 }
 
-/// A finished call as a `CallToolResult`.
-pub(crate) fn tool_result(result: &CallResult) -> Map<String, Value> {
-    if result.success {
-        let value = result.value.as_ref().map_or(Value::Null, crate::wire::RawJson::to_value);
-        let text = match &value {
-            Value::String(text) => text.clone(),
-            other => other.to_string(),
-        };
-        let mut answer = Map::new();
-        answer.insert("content".into(), json!([{"type": "text", "text": text}]));
-        answer.insert("isError".into(), Value::Bool(false));
-        answer.insert("_meta".into(), json!({format!("{META}/call_id"): result.call_id}));
-        if value.is_object() {
-            answer.insert("structuredContent".into(), value);
-        }
-        return answer;
-    }
-    let error = result.error.clone().unwrap_or(Value::Null);
-    let message = error.get("message").and_then(Value::as_str).unwrap_or("The tool failed");
-    let mut content = vec![json!({"type": "text", "text": message})];
-    // OTC's extra words for the model.
-    if let Some(Value::String(more)) = error.get("additional_prompt_content") {
-        content.push(json!({"type": "text", "text": more}));
-    }
-    let mut answer = Map::new();
-    answer.insert("content".into(), Value::Array(content));
-    answer.insert("isError".into(), Value::Bool(true));
-    answer.insert("_meta".into(), json!({format!("{META}/call_id"): result.call_id, format!("{META}/error"): error}));
-    answer
-}
-
 /// The 422 of the OTC front as a tool error naming each bad parameter.
 pub(crate) fn invalid_arguments(errors: &BTreeMap<String, String>) -> Map<String, Value> {
     let detail: Vec<String> = errors.iter().map(|(param, what)| format!("{param}: {what}")).collect();
@@ -265,29 +235,7 @@ mod tests {
     }
 
     #[test]
-    fn results_become_tool_results() {
-        let ok = CallResult {
-            call_id: "c".into(),
-            duration: 1.0,
-            success: true,
-            value: Some(json!({"t": 1}).into()),
-            error: None,
-        };
-        let r = tool_result(&ok);
-        assert_eq!(r["structuredContent"], json!({"t": 1}));
-        assert_eq!(r["content"][0]["text"], "{\"t\":1}");
-        assert_eq!(r["isError"], false);
-        let failed = CallResult {
-            call_id: "c".into(),
-            duration: 1.0,
-            success: false,
-            value: None,
-            error: Some(json!({"message": "boom", "additional_prompt_content": "try again"})),
-        };
-        let r = tool_result(&failed);
-        assert_eq!(r["isError"], true);
-        assert_eq!(r["content"][0]["text"], "boom");
-        assert_eq!(r["content"][1]["text"], "try again");
+    fn invalid_arguments_name_each_parameter() {
         let invalid = invalid_arguments(&BTreeMap::from([("a".to_owned(), "is required".to_owned())]));
         assert!(invalid["content"][0]["text"].as_str().is_some_and(|t| t.contains("a: is required")));
     }

@@ -1,16 +1,18 @@
-//! One client connection: plain tool calls read by the gateway's own
-//! HTTP/1.1 reader, everything else handed to pingora's session.
+//! One client connection: plain tool calls (OTC and MCP) read by the
+//! gateway's own HTTP/1.1 reader, everything else handed to pingora's
+//! session.
 //!
 //! pingora's session spends a large share of a call's instructions reading
 //! a request head (a `RequestHeader` with a case-preserving copy of every
-//! header name) (benches/HISTORY.md, "Figures behind the code"). The call a client makes
-//! most has a narrow shape: `POST /tools/call` over HTTP/1.1 with a
-//! Content-Length body and valid credentials. Such a request is parsed here
-//! with httparse into only what the call needs.
+//! header name) (benches/HISTORY.md, "Figures behind the code"). The calls
+//! clients make most have a narrow shape: `POST /tools/call` or `POST /mcp`
+//! over HTTP/1.1 with a Content-Length body and valid credentials. Such a
+//! request is parsed here with httparse into only what the call needs.
 //!
 //! Anything else (other routes and methods, chunked bodies, `Expect`,
 //! `Connection: close`, HTTP/1.0, credentials that fail, a head httparse
-//! refuses) is handed to pingora untouched, one request at a time: the bytes
+//! refuses, an MCP `subscriptions/listen`, whose answer is an event stream
+//! written through pingora's session) is handed to pingora untouched, one request at a time: the bytes
 //! read so far become its session's first bytes, pingora answers that one
 //! request (`Router::serve_one`), and the connection comes back here with
 //! whatever the client sent past it. So every head on a connection waits
@@ -52,6 +54,9 @@ use crate::auth::{Credentials, Target, API_KEY_HEADER};
 use crate::error::RequestError;
 use crate::gateway::Runtime;
 use crate::http1::{self, decimal, header_line_size};
+use crate::mcp::modern::{METHOD_HEADER, NAME_HEADER};
+use crate::mcp::{PROTOCOL_VERSION_HEADER, SESSION_HEADER};
+use crate::mcp_endpoint::McpHead;
 use crate::reply::Reply;
 
 /// How long an idle connection waits for its next request, at least: here up
@@ -234,9 +239,45 @@ fn take_socket(stream: &Stream) -> std::io::Result<TcpStream> {
     TcpStream::from_std(socket)
 }
 
+/// The routes the gateway's own reader serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LeanRoute {
+    /// `POST /tools/call` (or `/call`).
+    Call,
+    /// `POST /mcp`.
+    Mcp,
+}
+
+impl LeanRoute {
+    /// The route as the metrics label it.
+    fn label(self) -> &'static str {
+        match self {
+            LeanRoute::Call => "/tools/call",
+            LeanRoute::Mcp => "/mcp",
+        }
+    }
+}
+
+/// Where the headers `/mcp` reads are in a head (the first of each).
+#[derive(Debug, Default)]
+struct McpPositions {
+    /// `MCP-Protocol-Version`.
+    protocol_version: Option<Range<usize>>,
+    /// `Mcp-Method`.
+    method: Option<Range<usize>>,
+    /// `Mcp-Name`.
+    name: Option<Range<usize>>,
+    /// `Mcp-Session-Id`.
+    session: Option<Range<usize>>,
+    /// Whether one of the three headers mirroring the body came twice.
+    duplicated: bool,
+}
+
 /// A plain call's head, parsed: what serving it needs, as positions in the
 /// connection's buffer (the head stays there until the call is admitted).
 struct CallHead {
+    /// Which route it is for.
+    route: LeanRoute,
     /// The head's length in the buffer, blank line included.
     len: usize,
     /// The body's declared length.
@@ -251,6 +292,8 @@ struct CallHead {
     host: Range<usize>,
     /// Where the `Origin` value is, when a browser sent one.
     origin: Option<Range<usize>>,
+    /// `/mcp`: where its own headers are.
+    mcp: McpPositions,
 }
 
 impl CallHead {
@@ -268,9 +311,26 @@ impl CallHead {
         let value = &buf[self.traceparent.clone()?];
         std::str::from_utf8(value).ok().filter(|v| v.is_ascii()).map(str::to_owned)
     }
+
+    /// What `/mcp` reads of the head, from the head's bytes, with the
+    /// client's `traceparent`.
+    fn mcp_head<'b>(&self, head: &'b [u8], traceparent: Option<String>) -> McpHead<'b> {
+        let at = |range: &Option<Range<usize>>| range.clone().map(|range| &head[range]);
+        McpHead {
+            protocol_version: at(&self.mcp.protocol_version),
+            method: at(&self.mcp.method),
+            name: at(&self.mcp.name),
+            session: at(&self.mcp.session),
+            duplicated: self.mcp.duplicated,
+            traceparent,
+        }
+    }
 }
 
 /// What the buffer holds.
+// (Returned and matched at once: boxing the head would be an allocation
+// per request.)
+#[allow(clippy::large_enum_variant)]
 enum Parsed {
     /// A complete head of a plain call.
     Call(CallHead),
@@ -316,17 +376,29 @@ impl DataPlane {
         let runtime = gateway.runtime_owned();
         if let Err(refused) = check_browser(conn, &head, &runtime) {
             let reply = refused.to_reply();
-            gateway.metrics.record_http("/tools/call", reply.status);
+            gateway.metrics.record_http(head.route.label(), reply.status);
             return write_reply(conn, &reply, false).await;
         }
         let public_url = || gateway.public_url(&runtime);
+        let target = match head.route {
+            LeanRoute::Call => Target::Otc,
+            LeanRoute::Mcp => Target::Mcp,
+        };
         let Ok(caller) =
-            runtime.authenticator.authenticate_credentials(head.credentials(&conn.buf), Target::Otc, public_url)
+            runtime.authenticator.authenticate_credentials(head.credentials(&conn.buf), target, public_url)
         else {
             return Next::HandOver;
         };
         let traceparent = head.traceparent(&conn.buf);
-        conn.buf.advance(head.len);
+        // `/mcp` reads more of its head once the body is in: the head is
+        // kept aside (no copy), where a call's is dropped.
+        let mcp_head = match head.route {
+            LeanRoute::Call => {
+                conn.buf.advance(head.len);
+                None
+            }
+            LeanRoute::Mcp => Some(conn.buf.split_to(head.len)),
+        };
         let (reply, keep_alive) = match read_body_within(conn, head.body_len, body_timeout).await {
             Ok(Some(body)) => {
                 // In flight from here: a request counts once it has arrived.
@@ -335,7 +407,19 @@ impl DataPlane {
                     Err(RequestError::Overloaded(max_in_flight))
                 } else {
                     conn.set_busy(true);
-                    self.router.run_call(runtime, &caller, &body, traceparent).await
+                    match &mcp_head {
+                        None => self.router.run_call(runtime, &caller, &body, traceparent).await,
+                        Some(bytes) => {
+                            let mcp_head = head.mcp_head(bytes, traceparent);
+                            // A stream is answered only to a request whose
+                            // `Mcp-Method` header says `subscriptions/listen`
+                            // (the front checks the header against the body
+                            // before it dispatches), and such heads are
+                            // pingora's (`parse_call_head`): none comes here.
+                            // Were one to, it would get an error, not a hang.
+                            Ok(self.router.run_mcp(runtime, &caller, &mcp_head, &body).await.into_reply())
+                        }
+                    }
                 };
                 drop(in_flight);
                 conn.set_busy(false);
@@ -348,7 +432,7 @@ impl DataPlane {
             Ok(None) => return Next::Close,
             Err(_) => (RequestError::BodyTimeout(body_timeout).to_reply(), false),
         };
-        gateway.metrics.record_http("/tools/call", reply.status);
+        gateway.metrics.record_http(head.route.label(), reply.status);
         drop(serving);
         write_reply(conn, &reply, keep_alive).await
     }
@@ -365,7 +449,8 @@ fn check_browser(conn: &mut Connection, head: &CallHead, runtime: &Arc<Runtime>)
         runtime.browser.check_host(Some(host))?;
         conn.accepted_host = Some((Arc::downgrade(runtime), host.to_vec()));
     }
-    Ok(runtime.browser.check_origin(head.origin.clone().map(|at| &conn.buf[at]), false)?)
+    let mcp = head.route == LeanRoute::Mcp;
+    Ok(runtime.browser.check_origin(head.origin.clone().map(|at| &conn.buf[at]), mcp)?)
 }
 
 /// Why no plain call's head came.
@@ -443,9 +528,11 @@ async fn read_call_head(
 }
 
 /// Parses the head at the start of `buf` if it is a plain call's: `POST
-/// /tools/call` (or `/call`), HTTP/1.1, one Content-Length within
-/// `max_body`, no Transfer-Encoding, Expect, Upgrade or `Connection` other
-/// than keep-alive, headers within `max_header_bytes`.
+/// /tools/call` (or `/call`) or `POST /mcp`, HTTP/1.1, one Content-Length
+/// within `max_body`, no Transfer-Encoding, Expect, Upgrade or `Connection`
+/// other than keep-alive, headers within `max_header_bytes`; for `/mcp`, no
+/// `Mcp-Method: subscriptions/listen` (its answer is an event stream,
+/// written through pingora's session).
 fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Parsed {
     if buf.is_empty() {
         return Parsed::Partial;
@@ -457,14 +544,25 @@ fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Pars
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,
     };
-    if request.method != Some("POST")
-        || !matches!(request.path, Some("/tools/call" | "/call"))
-        || request.version != Some(1)
-    {
+    let route = match request.path {
+        Some("/tools/call" | "/call") => LeanRoute::Call,
+        Some("/mcp") => LeanRoute::Mcp,
+        _ => return Parsed::Other,
+    };
+    if request.method != Some("POST") || request.version != Some(1) {
         return Parsed::Other;
     }
-    let mut head =
-        CallHead { len, body_len: 0, api_key: None, authorization: None, traceparent: None, host: 0..0, origin: None };
+    let mut head = CallHead {
+        route,
+        len,
+        body_len: 0,
+        api_key: None,
+        authorization: None,
+        traceparent: None,
+        host: 0..0,
+        origin: None,
+        mcp: McpPositions::default(),
+    };
     let mut body_len = None;
     let mut hosts = 0;
     let mut size = 0;
@@ -505,6 +603,31 @@ fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Pars
             continue;
         } else if name.eq_ignore_ascii_case("origin") {
             &mut head.origin
+        } else if route == LeanRoute::Mcp && name.as_bytes().get(..4).is_some_and(|p| p.eq_ignore_ascii_case(b"mcp-")) {
+            let mcp = &mut head.mcp;
+            let mirrored = if name.eq_ignore_ascii_case(PROTOCOL_VERSION_HEADER) {
+                &mut mcp.protocol_version
+            } else if name.eq_ignore_ascii_case(METHOD_HEADER) {
+                // Any line naming it, whatever else the head says.
+                if value.trim_ascii().eq_ignore_ascii_case(b"subscriptions/listen") {
+                    return Parsed::Other;
+                }
+                &mut mcp.method
+            } else if name.eq_ignore_ascii_case(NAME_HEADER) {
+                &mut mcp.name
+            } else {
+                if name.eq_ignore_ascii_case(SESSION_HEADER) {
+                    mcp.session.get_or_insert_with(|| at(value));
+                }
+                continue;
+            };
+            // The first counts, as pingora's `HeaderMap::get` has it; a
+            // second is the front's to refuse.
+            match mirrored {
+                Some(_) => mcp.duplicated = true,
+                None => *mirrored = Some(at(value)),
+            }
+            continue;
         } else {
             continue;
         };
@@ -778,6 +901,110 @@ mod tests {
         assert!(matches!(parse(&crowded), Parsed::Other), "more header lines than the slots");
     }
 
+    /// `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Session-Id`
+    /// and whether a mirrored one came twice.
+    type McpFields = (Option<String>, Option<String>, Option<String>, Option<String>, bool);
+
+    /// The `/mcp` headers a head read here carries, as the front sees them.
+    fn mcp_fields(buf: &str) -> Option<McpFields> {
+        let Parsed::Call(head) = parse_call_head(buf.as_bytes(), 8192, 1024) else { return None };
+        assert_eq!(head.route, LeanRoute::Mcp, "{buf:?}");
+        let mcp = head.mcp_head(&buf.as_bytes()[..head.len], None);
+        let text = |v: Option<&[u8]>| v.map(|v| String::from_utf8_lossy(v).into_owned());
+        Some((text(mcp.protocol_version), text(mcp.method), text(mcp.name), text(mcp.session), mcp.duplicated))
+    }
+
+    #[test]
+    fn an_mcp_head_is_read_with_the_headers_the_front_needs() {
+        let head = "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+                    Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+                    Mcp-Method: tools/call\r\nmcp-name: =?base64?dA==?=\r\nMcp-Session-Id: s-1.url\r\n\
+                    Authorization: Bearer k\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n\
+                    Content-Length: 12\r\n\r\n";
+        let buf = format!("{head}{{\"body\":\"x\"}}");
+        let Parsed::Call(call) = parse_call_head(buf.as_bytes(), 8192, 1024) else { panic!("a plain MCP request") };
+        assert_eq!((call.route, call.len, call.body_len), (LeanRoute::Mcp, head.len(), 12));
+        assert_eq!(call.credentials(buf.as_bytes()).authorization, Some(&b"Bearer k"[..]));
+        let traceparent = call.traceparent(buf.as_bytes());
+        let mcp = call.mcp_head(&buf.as_bytes()[..call.len], traceparent);
+        assert_eq!(mcp.protocol_version, Some(&b"2026-07-28"[..]));
+        assert_eq!(mcp.method, Some(&b"tools/call"[..]));
+        assert_eq!(mcp.name, Some(&b"=?base64?dA==?="[..]));
+        assert_eq!(mcp.session, Some(&b"s-1.url"[..]));
+        assert!(!mcp.duplicated);
+        assert_eq!(mcp.traceparent.as_deref(), Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
+
+        // A call's head carries no MCP headers, whatever it sent.
+        let call = with_host("POST /tools/call HTTP/1.1\r\nMcp-Method: tools/call\r\nContent-Length: 0\r\n\r\n");
+        let Parsed::Call(call) = parse_call_head(call.as_bytes(), 8192, 1024) else { panic!("a plain call") };
+        assert_eq!(call.route, LeanRoute::Call);
+        assert!(call.mcp.method.is_none());
+
+        // A mirrored header sent twice: the first is read, and the front is
+        // told (it refuses the request); a second session id is not.
+        let twice = |lines: &str| {
+            mcp_fields(&with_host(&format!("POST /mcp HTTP/1.1\r\n{lines}Content-Length: 0\r\n\r\n")))
+                .expect("read here")
+        };
+        for lines in [
+            "MCP-Protocol-Version: 2026-07-28\r\nmcp-protocol-version: 2025-11-25\r\n",
+            "Mcp-Method: tools/call\r\nMCP-METHOD: tools/list\r\n",
+            "Mcp-Name: a\r\nMcp-Name: a\r\n",
+        ] {
+            let (version, method, name, _, duplicated) = twice(lines);
+            assert!(duplicated, "{lines:?}");
+            assert!([version, method, name].contains(&Some(
+                lines
+                    .split("\r\n")
+                    .next()
+                    .and_then(|l| l.split_once(": "))
+                    .map(|(_, v)| v.to_owned())
+                    .expect("a value")
+            )));
+        }
+        let (.., session, duplicated) = twice("Mcp-Session-Id: first\r\nMcp-Session-Id: second\r\n");
+        assert_eq!((session.as_deref(), duplicated), (Some("first"), false));
+        let (.., duplicated) = twice("Mcp-Other: x\r\nMcp-Other: y\r\nMcp-Name: a\r\n");
+        assert!(!duplicated, "other Mcp- headers are not mirrored ones");
+    }
+
+    #[test]
+    fn every_other_mcp_request_is_pingoras() {
+        for head in [
+            "GET /mcp HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n",
+            "DELETE /mcp HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            "PUT /mcp HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /mcp/ HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /mcp?session=1 HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /MCP HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /mcp HTTP/1.0\r\nContent-Length: 2\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2048\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nAuthorization: a\r\nAuthorization: b\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nOrigin: a\r\nOrigin: b\r\n\r\n",
+            // Its answer is an event stream, written through pingora's session.
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nMcp-Method: subscriptions/listen\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nmcp-method:  Subscriptions/Listen \t\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nMcp-Method: tools/call\r\nMcp-Method: subscriptions/listen\r\n\r\n",
+        ] {
+            assert!(matches!(parse(head), Parsed::Other), "{head:?}");
+        }
+        assert!(matches!(
+            parse_call_head(b"POST /mcp HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 8192, 1024),
+            Parsed::Other
+        ));
+        // The method is the header's whole value: anything else is read here
+        // (and refused by the front when it does not match the body).
+        for value in ["subscriptions/listen2", "subscriptions", "tools/call subscriptions/listen"] {
+            let head = format!("POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nMcp-Method: {value}\r\n\r\n");
+            assert!(is_call(&parse(&head)), "{value}");
+        }
+    }
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, ..Default::default() })]
 
@@ -789,6 +1016,56 @@ mod tests {
                 proptest::prop_assert!(call.len <= bytes.len());
                 let _ = (call.credentials(&bytes), call.traceparent(&bytes));
             }
+        }
+
+        /// No bytes after an `/mcp` request line make the reader panic; what
+        /// it takes is an `/mcp` request whose head ends inside the buffer,
+        /// and never one naming `subscriptions/listen`.
+        #[test]
+        fn any_mcp_head_is_read_without_a_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            let mut buf = b"POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n".to_vec();
+            buf.extend_from_slice(&bytes);
+            if let Parsed::Call(call) = parse_call_head(&buf, 8192, 1024) {
+                proptest::prop_assert!(call.len <= buf.len());
+                proptest::prop_assert_eq!(call.route, LeanRoute::Mcp);
+                let mcp = call.mcp_head(&buf[..call.len], call.traceparent(&buf));
+                let listen = mcp.method.is_some_and(|m| m.trim_ascii().eq_ignore_ascii_case(b"subscriptions/listen"));
+                proptest::prop_assert!(!listen);
+            }
+        }
+
+        /// Among other headers in any order and case, the `/mcp` headers
+        /// found are the first of each sent; `duplicated` says whether a
+        /// mirrored one came twice; a `subscriptions/listen` is never read here.
+        #[test]
+        fn the_mcp_headers_found_are_the_ones_sent(
+            lines in proptest::collection::vec((0usize..6, "[!-~]([ -~]{0,20}[!-~])?", proptest::bool::ANY), 0..10),
+        ) {
+            const NAMES: [&str; 6] = ["MCP-Protocol-Version", "Mcp-Method", "Mcp-Name", "Mcp-Session-Id", "X-Other", "Mcp-Other"];
+            let mut text = String::from("POST /mcp HTTP/1.1\r\nHost: localhost\r\n");
+            let mut firsts: [Option<String>; 6] = Default::default();
+            let mut counts = [0usize; 6];
+            let mut listen = false;
+            for (which, value, upper) in &lines {
+                // Sometimes the value that must go to pingora.
+                let value = if value.len() % 7 == 0 && *which == 1 { "subscriptions/listen".to_owned() } else { value.clone() };
+                let name = if *upper { NAMES[*which].to_ascii_uppercase() } else { NAMES[*which].to_ascii_lowercase() };
+                text.push_str(&format!("{name}: {value}\r\n"));
+                firsts[*which].get_or_insert(value.clone());
+                counts[*which] += 1;
+                listen |= *which == 1 && value.eq_ignore_ascii_case("subscriptions/listen");
+            }
+            text.push_str("Content-Length: 2\r\n\r\n{}");
+            let found = mcp_fields(&text);
+            if listen {
+                proptest::prop_assert!(found.is_none(), "a listen read here: {:?}", text);
+                return Ok(());
+            }
+            let Some((version, method, name, session, duplicated)) = found else {
+                return Err(proptest::test_runner::TestCaseError::fail(format!("not read here: {text:?}")));
+            };
+            proptest::prop_assert_eq!([version, method, name, session], [firsts[0].clone(), firsts[1].clone(), firsts[2].clone(), firsts[3].clone()]);
+            proptest::prop_assert_eq!(duplicated, counts[..3].iter().any(|&n| n > 1));
         }
 
         /// Among other headers in any order and case, the credentials and

@@ -172,14 +172,10 @@ impl Router {
     /// JSON-RPC message per POST, or (GET) a 2025-11-25 client's event
     /// stream.
     async fn mcp(&self, session: &mut Session, expect: Expect) -> Result<McpAnswer, RequestError> {
-        let (limit, deadline, caller) = {
-            let runtime = self.gateway.runtime();
-            (
-                runtime.config.server.max_body_bytes,
-                runtime.config.server.body_timeout.0,
-                authenticate(&self.gateway, &runtime, session, Target::Mcp)?,
-            )
-        };
+        // One runtime for the whole request, as on the gateway's own reader.
+        let runtime = self.gateway.runtime_owned();
+        let (limit, deadline) = (runtime.config.server.max_body_bytes, runtime.config.server.body_timeout.0);
+        let caller = authenticate(&self.gateway, &runtime, session, Target::Mcp)?;
         match session.req_header().method {
             http::Method::POST => {}
             http::Method::GET => {
@@ -194,7 +190,7 @@ impl Router {
         // max_streams` instead.
         let _in_flight = self.admit()?;
         let head = McpHead::from_headers(&session.req_header().headers);
-        Ok(self.mcp.handle_post(&self.gateway, &caller, &head, &body).await)
+        Ok(self.run_mcp(runtime, &caller, &head, &body).await)
     }
 
     /// The OAuth endpoints (`oauth_endpoint.rs`): the browser steps of a
@@ -236,6 +232,18 @@ impl Router {
     ) -> Result<Reply, RequestError> {
         let (body, _completed) = call_tool(&self.gateway, runtime, caller, body, traceparent).await?;
         Ok(Reply::ok(body))
+    }
+
+    /// Answers an authenticated caller's POST to `/mcp` under `runtime`: the
+    /// part of an MCP request both readers share.
+    pub(super) async fn run_mcp(
+        &self,
+        runtime: Arc<Runtime>,
+        caller: &Caller,
+        head: &McpHead<'_>,
+        body: &[u8],
+    ) -> McpAnswer {
+        self.mcp.handle_post(&self.gateway, runtime, caller, head, body).await
     }
 }
 

@@ -12,6 +12,7 @@ use serde_json::{Map, Value};
 mod write;
 
 pub use write::{call_response_body, upstream_call_body};
+pub(crate) use write::{write_json, write_str};
 
 /// The `$schema` value on every body the gateway emits.
 pub const SCHEMA: &str = "otc://1.0";

@@ -134,7 +134,7 @@ fn write_extra(out: &mut Vec<u8>, extra: &Map<String, Value>) {
 /// A JSON string. Most strings a call carries (ids, keys) need no escape:
 /// those are copied whole; any other is left to serde_json, so escapes are
 /// spelt as it spells them.
-fn write_str(out: &mut Vec<u8>, text: &str) {
+pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) {
     if needs_escape(text.as_bytes()) {
         write_json(out, text);
     } else {
@@ -170,7 +170,7 @@ fn needs_escape(bytes: &[u8]) -> bool {
 /// into a `Vec` cannot fail. A number in a `Value` is written as the text it
 /// was read from (serde_json's `arbitrary_precision`): an input's
 /// `98765432109876543210` reaches the upstream as those digits.
-fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
+pub(crate) fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     let _ = serde_json::to_writer(out, value);
 }
 
