@@ -248,6 +248,12 @@ fn record_call(
 /// Tool answers may be larger than requests; never below this many bytes.
 const MIN_RESPONSE_LIMIT: usize = 16 * 1024 * 1024;
 
+/// A new call id, for a call whose client sent none.
+pub(crate) fn new_call_id() -> String {
+    // Written without `core::fmt`, which is slower here (benches/HISTORY.md, "Figures behind the code").
+    uuid::Uuid::new_v4().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()).to_owned()
+}
+
 /// Parse: any accepted body shape into a [`ParsedCall`].
 pub fn parse_call(body: &[u8]) -> Result<ParsedCall, RequestError> {
     let mut outer: CallBody = wire::from_json(body).map_err(|e| RequestError::MalformedCall(e.to_string()))?;
@@ -264,8 +270,7 @@ pub fn parse_call(body: &[u8]) -> Result<ParsedCall, RequestError> {
     let tool_id = request.tool_id.ok_or(RequestError::MissingToolId)?;
     let (call_id, client_call_id) = match request.call_id {
         Some(id) if !id.is_empty() => (id, true),
-        // Written without `core::fmt`, which is slower here (benches/HISTORY.md, "Figures behind the code").
-        _ => (uuid::Uuid::new_v4().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()).to_owned(), false),
+        _ => (new_call_id(), false),
     };
     let input = request.input.or(request.inputs).unwrap_or_default();
     Ok(ParsedCall {

@@ -23,7 +23,7 @@ use crate::auth::Caller;
 use crate::catalog::search::{SearchError, SearchRequest, MAX_LIMIT};
 use crate::catalog::Catalog;
 use crate::config::ToolListing;
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, Runtime};
 use crate::tool_search::{search_tools, Front};
 
 /// The meta-tool that searches the catalog.
@@ -46,8 +46,8 @@ pub(crate) trait McpNames {
 }
 
 /// Whether `[mcp] tool_listing = "search"` is in force.
-pub(crate) fn enabled(gateway: &Gateway) -> bool {
-    gateway.runtime().config.mcp.tool_listing == ToolListing::Search
+pub(crate) fn enabled(runtime: &Runtime) -> bool {
+    runtime.config.mcp.tool_listing == ToolListing::Search
 }
 
 /// Whether `name` is one of the meta-tools.

@@ -425,24 +425,12 @@ async fn one_callers_token_for_resource_a_never_works_at_the_gateway_of_resource
 // The official MCP Python SDK discovers the metadata from a 401
 // ---------------------------------------------------------------------------
 
-fn python() -> PathBuf {
-    let path = std::env::var_os("OTC_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"));
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/test.sh (or `bash -c 'source scripts/lib.sh; need_python_peers'`), which installs the MCP SDK",
-        path.display()
-    );
-    path
-}
-
 /// tests/peers/mcp_auth_client.py against `url`, its authorization server
 /// on `as_port`; its JSON report. On a blocking thread: the tool server
 /// shares the test's runtime.
 async fn python_oauth_client(url: &str, as_port: u16) -> Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/mcp_auth_client.py");
-    let mut command = Command::new(python());
+    let mut command = Command::new(common::sdk_python());
     command.arg(script).arg(url).arg(as_port.to_string()).arg(ECHO_MCP).env("MA_JWT_SECRET", SECRET);
     let output =
         tokio::task::spawn_blocking(move || command.output()).await.expect("join").expect("run mcp_auth_client.py");

@@ -28,18 +28,6 @@ use serde_json::{json, Value};
 // The Python peers
 // ---------------------------------------------------------------------------
 
-fn python() -> PathBuf {
-    let path = std::env::var_os("OTC_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"));
-    assert!(
-        path.exists(),
-        "{} is missing: run scripts/test.sh (or `bash -c 'source scripts/lib.sh; need_python_peers'`), which installs the MCP SDK",
-        path.display()
-    );
-    path
-}
-
 fn peer_script(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers").join(name)
 }
@@ -123,7 +111,7 @@ impl McpPeer {
     /// Starts again on the same port: a new process that knows no session.
     fn restart(&mut self) {
         assert!(self.child.is_none(), "restart() on a running peer");
-        let mut cmd = Command::new(python());
+        let mut cmd = Command::new(common::sdk_python());
         cmd.arg(peer_script("mcp_server.py")).arg(self.addr.port().to_string()).arg(self.era.arg());
         if self.json {
             cmd.arg("json");
@@ -154,7 +142,7 @@ fn mcp_upstream(name: &str, url: &str, toolkit: &str, extra: &str) -> String {
 /// Runs tests/peers/mcp_client.py against `url`; its JSON report. On a
 /// blocking thread: in-process tool servers share the test's runtime.
 async fn python_client(url: &str, calls: &Value) -> Value {
-    let mut command = Command::new(python());
+    let mut command = Command::new(common::sdk_python());
     command.arg(peer_script("mcp_client.py")).arg(url).arg(calls.to_string());
     let output = tokio::task::spawn_blocking(move || command.output()).await.expect("join").expect("run mcp_client.py");
     assert!(output.status.success(), "mcp_client.py failed: {}", String::from_utf8_lossy(&output.stderr));

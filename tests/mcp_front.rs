@@ -29,17 +29,9 @@ use tokio::net::TcpStream;
 
 const MODERN: &str = "2026-07-28";
 
-fn python() -> PathBuf {
-    let path = std::env::var_os("OTC_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"));
-    assert!(path.exists(), "{} is missing: run scripts/test.sh, which installs the MCP SDK", path.display());
-    path
-}
-
 /// tests/peers/mcp_front_client.py against the gateway: its JSON report.
 async fn sdk_client(gw: &Gateway, mode: &str, scenario: &Value) -> Value {
-    let mut command = Command::new(python());
+    let mut command = Command::new(common::sdk_python());
     command
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/mcp_front_client.py"))
         .arg(format!("{}/mcp", gw.url()))
@@ -291,7 +283,7 @@ async fn a_list_change_upstream_reaches_a_subscribed_client() {
     let ready = common::temp_file("listen-ready", "txt", "");
     std::fs::remove_file(&ready).expect("the client makes it");
     let scenario = json!({"listen": {"ready": ready, "timeout": 30}});
-    let child = Command::new(python())
+    let child = Command::new(common::sdk_python())
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/mcp_front_client.py"))
         .arg(format!("{}/mcp", gw.url()))
         .arg(MODERN)
@@ -706,7 +698,7 @@ struct AskingServer {
 impl AskingServer {
     fn start() -> AskingServer {
         let addr = common::free_addr();
-        let child = Command::new(python())
+        let child = Command::new(common::sdk_python())
             .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/conformance_server.py"))
             .arg(addr.port().to_string())
             .stdout(Stdio::null())

@@ -388,20 +388,12 @@ async fn tools_list_is_the_catalog_by_default_and_a_reload_turns_search_mode_on(
     assert_eq!(found_names(&found)[0], "Billing_Refund", "{found}");
 }
 
-fn python() -> PathBuf {
-    let path = std::env::var_os("OTC_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"));
-    assert!(path.exists(), "{} is missing: run scripts/test.sh, which installs the MCP SDK", path.display());
-    path
-}
-
 #[tokio::test]
 async fn the_python_sdk_client_searches_then_calls() {
     let policy = "[[policy]]\nname = \"everyone\"\nwhen = { any = true }\nallow = [\"*\"]\ndeny = [\"Billing.*\"]\n";
     let (server, gw) = office_gateway(&format!("[mcp]\ntool_listing = \"search\"\n\n{policy}")).await;
     wait_for_search(&gw, "q=SendSms", &[], Some("Sms.SendSms@1.0.0")).await;
-    let mut command = Command::new(python());
+    let mut command = Command::new(common::sdk_python());
     command
         .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/mcp_search_client.py"))
         .arg(format!("{}/mcp", gw.url()))

@@ -60,7 +60,7 @@ use super::modern::{
     MODERN_PROTOCOL_VERSION, NAME_HEADER, UNSUPPORTED_PROTOCOL_VERSION,
 };
 use super::param_headers::{self, ParamHeader};
-use super::sse::SseParser;
+use super::sse::{Event, SseParser};
 use super::{is_supported_version, PROTOCOL_VERSIONS, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 use crate::circuit::Circuit;
 use crate::http_client::error_chain;
@@ -446,6 +446,19 @@ impl McpClient {
         }
     }
 
+    /// The JSON-RPC message an event carries: `None` for an event of
+    /// another type, or data that is not JSON-RPC (skipped).
+    fn event_message(&self, event: &Event) -> Option<Message> {
+        if event.event.as_deref().is_some_and(|e| e != "message") {
+            return None;
+        }
+        Message::from_slice(event.data.as_bytes())
+            .inspect_err(|e| {
+                tracing::debug!(endpoint = %self.endpoint, error = e, "skipping an event that is not JSON-RPC");
+            })
+            .ok()
+    }
+
     /// The current link, or a new one.
     async fn link(&self, exchange: Exchange<'_>, deadline: Instant) -> Result<Arc<Link>, McpError> {
         if let Some(link) = self.link.load_full() {
@@ -660,16 +673,7 @@ impl McpClient {
                 return Err(McpError::TooLarge(exchange.max_bytes));
             }
             for event in parser.push(&chunk) {
-                if event.event.as_deref().is_some_and(|e| e != "message") {
-                    continue;
-                }
-                let message = match Message::from_slice(event.data.as_bytes()) {
-                    Ok(message) => message,
-                    Err(e) => {
-                        tracing::debug!(endpoint = %self.endpoint, error = e, "skipping an event that is not JSON-RPC");
-                        continue;
-                    }
-                };
+                let Some(message) = self.event_message(&event) else { continue };
                 if answers(&message, expect) {
                     return Ok(message);
                 }

@@ -48,7 +48,7 @@ use self::listen::StreamCounts;
 use self::read::{read_tools_call, ToolsCall};
 use self::tools::{error_result, invalid_arguments, list_page, NameCache};
 use crate::auth::Caller;
-use crate::call::{execute_call, ParsedCall};
+use crate::call::{execute_call, new_call_id, ParsedCall};
 use crate::error::{AuthorizationChallenge, RequestError};
 use crate::gateway::{Gateway, Runtime};
 use crate::mcp::jsonrpc::{params_object, Message, OutgoingResponse};
@@ -276,12 +276,12 @@ impl McpEndpoint {
     /// (`[mcp] tool_listing = "search"`) the fixed meta-tools instead.
     fn list(&self, gateway: &Gateway, caller: &Caller, params: &Value) -> Result<Map<String, Value>, RpcError> {
         let params = params_object(params).ok_or_else(|| RpcError::InvalidParams("params must be an object".into()))?;
-        if mcp_search::enabled(gateway) {
+        let runtime = gateway.runtime();
+        if mcp_search::enabled(&runtime) {
             let Value::Object(meta_tools) = mcp_search::list() else { return Ok(Map::new()) };
             return Ok(meta_tools);
         }
         let names = self.names.of(&gateway.catalog.load());
-        let runtime = gateway.runtime();
         list_page(&names, &runtime.access, runtime.access.matching(caller), params)
     }
 
@@ -365,7 +365,7 @@ impl McpEndpoint {
         let Some(input) = request.input else {
             return Err(RpcError::InvalidParams("`arguments` must be an object".into()));
         };
-        if mcp_search::enabled(gateway) && mcp_search::is_meta_tool(name) {
+        if mcp_search::enabled(&runtime) && mcp_search::is_meta_tool(name) {
             let params = json!({"name": name, "arguments": input});
             return self.meta_call(gateway, caller, &params).map(CallAnswer::Made);
         }
@@ -379,15 +379,15 @@ impl McpEndpoint {
         // A retry of the gateway's own question (an authorization) is the
         // gateway's; any other input responses are for the tool's server.
         let own_retry = request.request_state.as_ref().and_then(Value::as_str) == Some(GATEWAY_STATE);
+        let declined = own_retry && read::declined(request.input_responses.as_ref());
         let passthrough = envelope.map(|_| Passthrough {
             capabilities: Value::Object(request.capabilities),
-            input_responses: request.input_responses.clone().filter(|_| !own_retry),
+            input_responses: request.input_responses.filter(|_| !own_retry),
             request_state: request.request_state.filter(|_| !own_retry),
         });
         let call = ParsedCall {
             tool_id,
-            // Written without `core::fmt`, as `call::parse_call` does.
-            call_id: uuid::Uuid::new_v4().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()).to_owned(),
+            call_id: new_call_id(),
             client_call_id: false,
             trace_id: None,
             input,
@@ -410,7 +410,6 @@ impl McpEndpoint {
                 let error = RequestError::MissingRequirements(missing);
                 match envelope {
                     Some(envelope) if envelope.url_elicitation() => {
-                        let declined = own_retry && read::declined(request.input_responses.as_ref());
                         Ok(CallAnswer::Made(input_required(&error, declined).unwrap_or_else(|| error_result(&error))))
                     }
                     None if head.session.is_some_and(|s| s.ends_with(URL_ELICITATION_SESSION.as_bytes())) => {
@@ -581,7 +580,7 @@ fn cache_hints(gateway: &Gateway) -> Map<String, Value> {
 /// What the gateway tells a model about using it: in search mode, to
 /// search first.
 fn instructions(gateway: &Gateway) -> &'static str {
-    if mcp_search::enabled(gateway) {
+    if mcp_search::enabled(&gateway.runtime()) {
         mcp_search::INSTRUCTIONS
     } else {
         INSTRUCTIONS

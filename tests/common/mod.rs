@@ -59,6 +59,20 @@ use serde_json::{json, Value};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
 
+/// The Python with the MCP SDK and the test peers (`$OTC_TEST_PYTHON`, else
+/// the project's `.venv`).
+pub fn sdk_python() -> PathBuf {
+    let path = std::env::var_os("OTC_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"));
+    assert!(
+        path.exists(),
+        "{} is missing: run scripts/test.sh (or `bash -c 'source scripts/lib.sh; need_python_peers'`), which installs the MCP SDK",
+        path.display()
+    );
+    path
+}
+
 /// How long a gateway may take to print its listening line.
 pub const START_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long `wait_for_*` keeps polling before the test fails.

@@ -21,6 +21,18 @@ def wire(model):
     return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
+async def call(client, name, arguments):
+    """One tools/call as the test reads it: its result, its JSON-RPC error,
+    or any other exception as text. (mcp_front_client.py and
+    mcp_search_client.py use it too.)"""
+    try:
+        return {"result": wire(await client.call_tool(name, arguments))}
+    except MCPError as e:
+        return {"error": {"code": e.code, "message": str(e)}}
+    except Exception as e:  # noqa: BLE001 - reported to the test as text
+        return {"exception": f"{type(e).__name__}: {e}"}
+
+
 async def main(url, calls):
     out = {}
     async with Client(url, mode="legacy") as client:
@@ -29,15 +41,7 @@ async def main(url, calls):
         await client.send_ping()
         listed = await client.list_tools()
         out["tools"] = [wire(tool) for tool in listed.tools]
-        out["calls"] = []
-        for call in calls:
-            try:
-                result = await client.call_tool(call["name"], call.get("arguments"))
-                out["calls"].append({"result": wire(result)})
-            except MCPError as e:
-                out["calls"].append({"error": {"code": e.code, "message": str(e)}})
-            except Exception as e:  # noqa: BLE001 - reported to the test as text
-                out["calls"].append({"exception": f"{type(e).__name__}: {e}"})
+        out["calls"] = [await call(client, c["name"], c.get("arguments")) for c in calls]
     print(json.dumps(out))
 
 

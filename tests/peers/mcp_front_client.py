@@ -32,13 +32,11 @@ from pathlib import Path
 
 import anyio
 import mcp_types as types
-from mcp import Client, MCPError
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp_client import call, wire
 
-
-def wire(model):
-    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
 async def main(url, mode, scenario):
@@ -59,15 +57,7 @@ async def main(url, mode, scenario):
         out["server"] = client.server_info.name if client.server_info else None
         listed = await client.list_tools()
         out["tools"] = [wire(tool) for tool in listed.tools]
-        out["calls"] = []
-        for call in scenario.get("calls", []):
-            try:
-                result = await client.call_tool(call["name"], call.get("arguments"))
-                out["calls"].append({"result": wire(result)})
-            except MCPError as e:
-                out["calls"].append({"error": {"code": e.code, "message": str(e)}})
-            except Exception as e:  # noqa: BLE001 - reported to the test as text
-                out["calls"].append({"exception": f"{type(e).__name__}: {e}"})
+        out["calls"] = [await call(client, c["name"], c.get("arguments")) for c in scenario.get("calls", [])]
         listen = scenario.get("listen")
         if listen:
             out["listen"] = {"events": []}

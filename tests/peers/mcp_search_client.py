@@ -16,18 +16,9 @@ import json
 import sys
 import warnings
 
-from mcp import Client, MCPError
-
-
-def wire(model):
-    return model.model_dump(mode="json", by_alias=True, exclude_none=True)
-
-
-async def step(client, name, arguments):
-    try:
-        return {"result": wire(await client.call_tool(name, arguments))}
-    except MCPError as e:
-        return {"error": {"code": e.code, "message": str(e)}}
+from mcp import Client
+from mcp_client import call as step
+from mcp_client import wire
 
 
 async def main(url, query, arguments, hidden):

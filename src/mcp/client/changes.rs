@@ -309,16 +309,7 @@ impl McpClient {
                 if event.data.len() > settings.max_event_bytes {
                     return dropped(format!("an event of more than {} bytes", settings.max_event_bytes));
                 }
-                if event.event.as_deref().is_some_and(|e| e != "message") {
-                    continue;
-                }
-                let message = match Message::from_slice(event.data.as_bytes()) {
-                    Ok(message) => message,
-                    Err(e) => {
-                        tracing::debug!(endpoint = %self.endpoint, error = e, "skipping an event that is not JSON-RPC");
-                        continue;
-                    }
-                };
+                let Some(message) = self.event_message(&event) else { continue };
                 match handle(message) {
                     Flow::Continue => {}
                     Flow::Acknowledged => ack_by = None,
