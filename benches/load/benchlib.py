@@ -55,6 +55,21 @@ def wait_tool(port, tool=b"Bench.Add", timeout=10.0):
         time.sleep(0.05)
 
 
+def wait_catalog(port, total, timeout=60.0):
+    """Waits until the gateway on `port` lists `total` tools (its /health
+    count); fails after `timeout` seconds."""
+    started = time.monotonic()
+    while True:
+        try:
+            if get_json(f"http://127.0.0.1:{port}/health").get("tools") == total:
+                return
+        except Exception:
+            pass
+        if time.monotonic() - started > timeout:
+            fail(f"the catalog was not complete within {timeout:.0f}s")
+        time.sleep(0.005)
+
+
 def get_json(url):
     with urllib.request.urlopen(url, timeout=30) as r:
         return json.loads(r.read())

@@ -80,15 +80,7 @@ def main():
         gw_big = b.start_gateway("gateway-10000", gateway_config(big_port, big_admin, big), b.PROXY_CPU, work)
         procs.append(gw_big)
         total = UPSTREAMS * TOOLS_EACH
-        while True:
-            try:
-                if b.get_json(f"http://127.0.0.1:{big_port}/health").get("tools") == total:
-                    break
-            except Exception:
-                pass
-            if time.monotonic() - started > 60:
-                b.fail("the catalog was not complete within 60s")
-            time.sleep(0.005)
+        b.wait_catalog(big_port, total)
         complete = time.monotonic() - started
         listed = b.get_json(f"http://127.0.0.1:{big_port}/tools")
         if len(listed["items"]) != total:

@@ -101,15 +101,7 @@ def main():
         started = time.monotonic()
         gw = b.start_gateway("gateway", gateway_config(port, admin, upstreams), b.PROXY_CPU, work)
         procs.append(gw)
-        while True:
-            try:
-                if b.get_json(f"http://127.0.0.1:{port}/health").get("tools") == total:
-                    break
-            except Exception:
-                pass
-            if time.monotonic() - started > 60:
-                b.fail("the catalog was not complete within 60s")
-            time.sleep(0.005)
+        b.wait_catalog(port, total)
         complete = time.monotonic() - started
         status = b.get_json(f"http://127.0.0.1:{admin}/status")
         index = status["search_index"]
