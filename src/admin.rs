@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 
 use crate::catalog::poll::UpstreamStatus;
 use crate::catalog::search::IndexStats;
-use crate::catalog::Conflict;
+use crate::catalog::{Conflict, RefusedTool, SharedToolkit, UngrantedRequirement};
 use crate::gateway::Gateway;
 
 /// Serves the admin endpoints on an already bound listener, forever.
@@ -84,6 +84,15 @@ struct Status {
     conflicts: Vec<Conflict>,
     /// Policy patterns that match no tool in the catalog (likely typos).
     policy_warnings: Vec<String>,
+    /// Requirements tools declare that their upstream was not granted:
+    /// those tools cannot be called until the operator grants them.
+    ungranted: Vec<UngrantedRequirement>,
+    /// Tools not served because another upstream reserved their toolkit.
+    refused_tools: Vec<RefusedTool>,
+    /// Toolkits whose tools come from more than one upstream.
+    shared_toolkits: Vec<SharedToolkit>,
+    /// Settings that weaken the gateway's defences, as written.
+    security_warnings: Vec<String>,
     /// How long building the current catalog took (merge, listing and
     /// search index), in milliseconds.
     catalog_build_ms: f64,
@@ -94,18 +103,36 @@ struct Status {
 #[derive(Serialize)]
 struct UpstreamReport {
     name: String,
+    /// What the operator granted it (names only).
+    granted: Granted,
     #[serde(flatten)]
     status: UpstreamStatus,
 }
 
+/// An upstream's grants, as gateway.toml writes them.
+#[derive(Serialize)]
+struct Granted {
+    secrets: Vec<String>,
+    authorization: Vec<String>,
+    toolkits: Vec<String>,
+}
+
 fn status(gateway: &Gateway) -> Status {
     let catalog = gateway.catalog.load();
+    let runtime = gateway.runtime();
     let mut statuses = gateway.catalog.statuses();
-    let upstreams = gateway
-        .runtime()
+    let upstreams = runtime
         .upstreams
         .iter()
-        .map(|u| UpstreamReport { name: u.name.clone(), status: statuses.remove(&u.name).unwrap_or_default() })
+        .map(|u| UpstreamReport {
+            name: u.name.clone(),
+            granted: Granted {
+                secrets: u.secret_grants.to_list(),
+                authorization: u.authorization_grants.to_list(),
+                toolkits: u.reserved_toolkits.clone(),
+            },
+            status: statuses.remove(&u.name).unwrap_or_default(),
+        })
         .collect();
     Status {
         generation: gateway.generation(),
@@ -113,7 +140,11 @@ fn status(gateway: &Gateway) -> Status {
         upstreams,
         tools: catalog.len(),
         conflicts: catalog.conflicts().to_vec(),
-        policy_warnings: gateway.runtime().access.unmatched_patterns(&catalog),
+        policy_warnings: runtime.access.unmatched_patterns(&catalog),
+        ungranted: catalog.ungranted(&runtime.config),
+        refused_tools: catalog.refused().to_vec(),
+        shared_toolkits: catalog.shared_toolkits().to_vec(),
+        security_warnings: runtime.config.security_warnings(),
         catalog_build_ms: catalog.build_time().as_secs_f64() * 1000.0,
         search_index: catalog.search_index().stats(),
     }

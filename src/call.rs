@@ -13,17 +13,18 @@ use serde_json::Value;
 use crate::auth::{Caller, CallerKind};
 use crate::catalog::{Catalog, Route, Target};
 use crate::circuit::Admission;
-use crate::error::{AuthorizationChallenge, MissingRequirements, RequestError};
+use crate::error::{AuthorizationChallenge, MissingRequirements, RequestError, Ungranted};
 use crate::gateway::{upstream_bearer, Gateway, Runtime};
 use crate::idempotency::{CallerScope, Decision, Fingerprint, Pending, StoredCall};
-use crate::mcp::modern::Passthrough;
+use crate::mcp::modern::{ClientAsk, Passthrough};
 use crate::metrics::CallOutcome;
 use crate::oauth::TokenError;
+use crate::scrub;
 use crate::resolve::parse_tool_id;
 use crate::trace::OutgoingTrace;
 use crate::upstream::{ForwardError, UpstreamCall, UpstreamReply};
 use crate::wire::{
-    self, is_supported_schema, AuthorizationToken, CallBody, CallContext, CallResult, SecretValue, ToolDefinition,
+    self, is_supported_schema, AuthorizationToken, CallBody, CallContext, CallResult, Requirements, SecretValue,
     UpstreamResult,
 };
 
@@ -112,8 +113,7 @@ async fn run_resolved_call(
     // A client's call_id is theirs: whose it is comes from the context as
     // they sent it, before anything is injected.
     let scope = call.client_call_id.then(|| CallerScope::of(caller, &call.context));
-    let context =
-        inject_context(gateway, runtime, &route.tool.definition, caller, std::mem::take(&mut call.context)).await?;
+    let context = inject_context(gateway, runtime, route, caller, std::mem::take(&mut call.context)).await?;
     let claim =
         match claim_call_id(runtime, route, scope.as_ref(), &call.call_id, &call.input, &context, started).await? {
             Claimed::Replay(completed) => return Ok(completed),
@@ -142,6 +142,9 @@ async fn run_resolved_call(
             took,
         })
     });
+    // What the gateway injected never reaches the caller, even when a tool
+    // echoes it (before it is stored for duplicates too).
+    redact_echoes(&mut finished, &injected_values(runtime, &context));
     if let Some(claim) = claim {
         remember_call(claim, &finished).await;
         // Storing the answer for duplicates is part of what the call took.
@@ -315,6 +318,9 @@ pub fn validate_input(route: &Route, input: &Value) -> Result<(), RequestError> 
 /// Inject: fills `context` with what the gateway manages, so clients never
 /// hold a tool's secrets or a user's tokens.
 ///
+/// - Only what the tool's upstream was granted (`[[upstreams]] secrets`,
+///   `authorization`): a tool server declaring a secret or a provider it was
+///   not granted is refused before anything is read for it.
 /// - `user_id` is the authenticated caller's; a client cannot claim another.
 ///   An anonymous caller's own `user_id` passes through (the gateway manages
 ///   no identity then), but is never used to look up a stored token.
@@ -328,7 +334,7 @@ pub fn validate_input(route: &Route, input: &Value) -> Result<(), RequestError> 
 pub async fn inject_context(
     gateway: &Gateway,
     runtime: &Runtime,
-    tool: &ToolDefinition,
+    route: &Route,
     caller: &Caller,
     mut context: CallContext,
 ) -> Result<CallContext, RequestError> {
@@ -338,7 +344,8 @@ pub async fn inject_context(
     let managed = &runtime.config.secrets;
     context.secrets.retain(|s| !managed.contains_key(&s.id));
     context.authorization.retain(|a| !runtime.config.authorization.contains_key(&a.id));
-    let Some(requirements) = &tool.requirements else { return Ok(context) };
+    let Some(requirements) = &route.tool.definition.requirements else { return Ok(context) };
+    check_grants(runtime, route, requirements)?;
     let authenticated_user = caller.user_id.as_deref().filter(|_| caller.kind != CallerKind::Anonymous);
     let mut missing = MissingRequirements {
         user_id: requirements.user_id && context.user_id.is_none(),
@@ -441,6 +448,64 @@ pub async fn inject_context(
     }
 }
 
+/// Refuses a call none of whose upstreams was granted everything the tool
+/// declares of what the gateway supplies; names what the first lacks.
+fn check_grants(runtime: &Runtime, route: &Route, requirements: &Requirements) -> Result<(), RequestError> {
+    let granted = |t: &Target| t.upstream.ungranted(requirements, &runtime.config).is_empty();
+    if route.targets.iter().any(granted) {
+        return Ok(());
+    }
+    let Some(first) = route.targets.first() else { return Ok(()) };
+    let mut missing = MissingRequirements::default();
+    for requirement in first.upstream.ungranted(requirements, &runtime.config) {
+        missing.ungranted.push(Ungranted {
+            upstream: first.upstream.name.clone(),
+            key: requirement.grant_key(),
+            id: requirement.id().to_owned(),
+        });
+    }
+    tracing::warn!(
+        tool = route.tool.definition.id,
+        upstream = first.upstream.name,
+        "call refused: the tool declares requirements its upstream was not granted"
+    );
+    Err(RequestError::MissingRequirements(missing))
+}
+
+/// The values the gateway injected into `context` (its secrets and user
+/// tokens, not what the client sent itself).
+fn injected_values<'c>(runtime: &Runtime, context: &'c CallContext) -> Vec<&'c str> {
+    let config = &runtime.config;
+    let secrets = context.secrets.iter().filter(|s| config.secrets.contains_key(&s.id)).map(|s| s.value.as_str());
+    let tokens =
+        context.authorization.iter().filter(|a| config.authorization.contains_key(&a.id)).map(|a| a.token.as_str());
+    secrets.chain(tokens).collect()
+}
+
+/// Replaces every injected value the upstream sent back verbatim (in the
+/// tool's value or error, or in the error body it refused the call with)
+/// with [`scrub::REDACTED`].
+fn redact_echoes(finished: &mut Result<FinishedCall, RequestError>, injected: &[&str]) {
+    if injected.is_empty() {
+        return;
+    }
+    match finished {
+        Ok(call) => {
+            if let Some(value) = &mut call.result.value {
+                scrub::raw_json(value, injected);
+            }
+            if let Some(error) = &mut call.result.error {
+                scrub::value(error, injected);
+            }
+        }
+        Err(RequestError::UpstreamRefused { body, .. }) => scrub::value(body, injected),
+        Err(RequestError::ClientAsk(ClientAsk::Input(ask) | ClientAsk::Capabilities(ask))) => {
+            scrub::value(ask, injected)
+        }
+        Err(_) => {}
+    }
+}
+
 /// One `missing_requirements.authorization[]` entry of a provider the
 /// gateway does not run the flow for.
 fn challenge(provider: &str, authorize_url: Option<&str>, user: Option<&str>) -> AuthorizationChallenge {
@@ -475,6 +540,10 @@ pub async fn forward_call<'r>(
                 source,
             }
         })?;
+        // Only an upstream granted all the tool declares gets its context.
+        if route.tool.definition.requirements.as_ref().is_some_and(|r| !target.upstream.ungranted(r, &runtime.config).is_empty()) {
+            continue;
+        }
         let call = UpstreamCall { tool: &target.upstream_id, ..request };
         let forwarded = target.upstream.call(call, authorization, max_response).await;
         match forwarded {

@@ -47,6 +47,11 @@ pub struct CatalogTool {
 }
 
 impl CatalogTool {
+    /// The toolkit: `key` up to its dot.
+    pub fn toolkit(&self) -> &str {
+        self.key.split_once('.').map_or(self.key.as_str(), |(toolkit, _)| toolkit)
+    }
+
     /// Checks a call's input against the tool's `input_schema`; on failure,
     /// one message per parameter. The validator is compiled on the tool's
     /// first call and kept: compiled for every tool of a large catalog, most

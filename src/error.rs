@@ -328,9 +328,7 @@ impl RequestError {
             RequestError::Unavailable { detail, retry_after: Some(wait) } => {
                 Some(format!("{detail}; retry_after_ms={}", wait.as_millis().max(1)))
             }
-            RequestError::MissingRequirements(_) => {
-                Some("configure the missing secrets in [secrets] or send them in context; per-user tokens need an authenticated user with a stored token".into())
-            }
+            RequestError::MissingRequirements(missing) => Some(missing.developer_message()),
             RequestError::BodyTooLarge { .. } => Some("raise server.max_body_bytes to accept larger calls".into()),
             RequestError::UnsupportedSchema(_) => {
                 Some("supported: otc://1.0, urn:oxp:1.0, the 1.0 spec URLs, or no $schema".into())
@@ -438,6 +436,20 @@ pub struct MissingRequirements {
     pub authorization: Vec<AuthorizationChallenge>,
     /// Whether a user id is needed and unknown.
     pub user_id: bool,
+    /// What the gateway has but the tool's upstream was not granted.
+    pub ungranted: Vec<Ungranted>,
+}
+
+/// A secret or provider the gateway supplies that a tool's upstream was
+/// not granted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Ungranted {
+    /// The upstream.
+    pub upstream: String,
+    /// The `[[upstreams]]` key that would grant it: `secrets` or `authorization`.
+    pub key: &'static str,
+    /// The secret id or provider.
+    pub id: String,
 }
 
 /// One provider the caller must authorize with (`ToolAuthorizationChallenge`).
@@ -455,18 +467,31 @@ pub struct AuthorizationChallenge {
 impl MissingRequirements {
     /// Whether nothing is missing.
     pub fn is_empty(&self) -> bool {
-        self.secrets.is_empty() && self.authorization.is_empty() && !self.user_id
+        self.secrets.is_empty() && self.authorization.is_empty() && !self.user_id && self.ungranted.is_empty()
+    }
+
+    /// The secret ids missing, ungranted ones included.
+    fn secret_ids(&self) -> Vec<&str> {
+        let ungranted = self.ungranted.iter().filter(|u| u.key == "secrets").map(|u| u.id.as_str());
+        self.secrets.iter().map(String::as_str).chain(ungranted).collect()
+    }
+
+    /// The providers missing without a challenge: ungranted ones.
+    fn ungranted_providers(&self) -> impl Iterator<Item = &str> {
+        self.ungranted.iter().filter(|u| u.key == "authorization").map(|u| u.id.as_str())
     }
 
     /// A message naming every missing requirement.
     fn describe(&self) -> String {
         let mut parts = Vec::new();
-        if !self.secrets.is_empty() {
-            parts.push(format!("the secret(s) {}", self.secrets.join(", ")));
+        let secrets = self.secret_ids();
+        if !secrets.is_empty() {
+            parts.push(format!("the secret(s) {}", secrets.join(", ")));
         }
-        if !self.authorization.is_empty() {
-            let ids: Vec<&str> = self.authorization.iter().map(|a| a.id.as_str()).collect();
-            parts.push(format!("authorization with {}", ids.join(", ")));
+        let providers: Vec<&str> =
+            self.authorization.iter().map(|a| a.id.as_str()).chain(self.ungranted_providers()).collect();
+        if !providers.is_empty() {
+            parts.push(format!("authorization with {}", providers.join(", ")));
         }
         if self.user_id {
             parts.push("an authenticated user id".into());
@@ -488,10 +513,41 @@ impl MissingRequirements {
         format!("The tool requires {}", parts.join(" and "))
     }
 
+    /// What a developer does about it: the config line to add for what an
+    /// upstream was not granted, else how the user authorizes or what to
+    /// configure.
+    fn developer_message(&self) -> String {
+        let mut advice = Vec::new();
+        for u in &self.ungranted {
+            advice.push(format!(
+                "upstream {:?} is not granted {} {:?}: if it should receive it, add `{} = [\"{}\"]` to its [[upstreams]] entry in gateway.toml",
+                u.upstream,
+                if u.key == "secrets" { "secret" } else { "provider" },
+                u.id,
+                u.key,
+                u.id
+            ));
+        }
+        if !self.authorization.is_empty() {
+            advice.push(
+                "the user has not authorized the provider yet (or the grant lacks scopes, or was revoked): open the challenge's url in the user's own browser, then call again; check_url reports progress"
+                    .into(),
+            );
+        }
+        if !self.secrets.is_empty() {
+            advice.push("configure the secret in [secrets] and grant it to the upstream, or send it in context".into());
+        }
+        if self.user_id {
+            advice.push("authenticate the caller (a JWT or an API key): per-user requirements need a user id".into());
+        }
+        advice.join("; ")
+    }
+
     /// The 1.0 openapi's `missing_requirements` object (plus `secrets`).
     fn to_json(&self) -> Value {
         let mut out = serde_json::Map::new();
-        if !self.authorization.is_empty() {
+        let ungranted = self.ungranted_providers().map(|id| serde_json::json!({ "id": id }));
+        if !self.authorization.is_empty() || self.ungranted.iter().any(|u| u.key == "authorization") {
             let challenges = self
                 .authorization
                 .iter()
@@ -506,11 +562,13 @@ impl MissingRequirements {
                     }
                     Value::Object(c)
                 })
+                .chain(ungranted)
                 .collect();
             out.insert("authorization".into(), Value::Array(challenges));
         }
-        if !self.secrets.is_empty() {
-            let secrets = self.secrets.iter().map(|id| serde_json::json!({ "id": id })).collect();
+        let secrets = self.secret_ids();
+        if !secrets.is_empty() {
+            let secrets = secrets.iter().map(|id| serde_json::json!({ "id": id })).collect();
             out.insert("secrets".into(), Value::Array(secrets));
         }
         if self.user_id {

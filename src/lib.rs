@@ -31,6 +31,7 @@ pub(crate) mod ratelimit;
 pub(crate) mod redis_client;
 pub(crate) mod reload;
 pub(crate) mod reply;
+pub(crate) mod scrub;
 pub mod resolve;
 pub(crate) mod secret;
 pub mod server;

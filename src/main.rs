@@ -67,8 +67,11 @@ fn main() -> ExitCode {
                          MCP clients cannot discover where to get a token"
                     );
                 }
-                if !config.policy.is_empty() {
-                    warn_unmatched_patterns(config);
+                for warning in config.security_warnings() {
+                    eprintln!("warning: {warning}");
+                }
+                if !config.upstreams.is_empty() {
+                    check_against_catalogs(config);
                 }
                 ExitCode::SUCCESS
             }
@@ -128,21 +131,24 @@ fn start(config: Config, path: PathBuf) -> ExitCode {
     }
 }
 
-/// `check`: policy patterns against the upstreams' current catalogs. A
-/// pattern that matches no tool is a warning (a typo, or a tool not published
-/// yet), never an error; unreachable upstreams are named.
-fn warn_unmatched_patterns(mut config: Config) {
+/// `check`: the config against the upstreams' current catalogs, as
+/// warnings, never errors: a policy pattern that matches no tool (a typo, or
+/// a tool not published yet), a requirement a tool declares that its
+/// upstream was not granted (with the line that grants it), a tool not
+/// served because another upstream reserved its toolkit, a toolkit several
+/// upstreams serve. Unreachable upstreams are named.
+fn check_against_catalogs(mut config: Config) {
     // The patterns need the catalog only: the OAuth grant store (a running
     // gateway may hold it) is neither opened nor created for a check.
     config.authorization.retain(|_, section| !section.is_managed());
     let tokio = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(tokio) => tokio,
-        Err(e) => return eprintln!("warning: policy patterns not checked against the catalog: {e}"),
+        Err(e) => return eprintln!("warning: the config was not checked against the catalogs: {e}"),
     };
     tokio.block_on(async {
         let gateway = match otc_gateway::gateway::Gateway::new(config).await {
             Ok(gateway) => gateway,
-            Err(e) => return eprintln!("warning: policy patterns not checked against the catalog: {e}"),
+            Err(e) => return eprintln!("warning: the config was not checked against the catalogs: {e}"),
         };
         for name in gateway.fetch_catalogs_once().await {
             eprintln!("warning: upstream {name}: catalog not fetched; its tools are not in the check");
@@ -152,6 +158,29 @@ fn warn_unmatched_patterns(mut config: Config) {
             eprintln!(
                 "warning: policy pattern {pattern:?} matches no tool in the current catalog ({} tools)",
                 catalog.len()
+            );
+        }
+        for u in catalog.ungranted(&gateway.runtime().config) {
+            eprintln!(
+                "warning: tool {} declares {} {:?}, which upstream {} is not granted: its calls are refused; to grant it, add `{} = [\"{}\"]` to [[upstreams]] {:?}",
+                u.tool,
+                if u.key == "secrets" { "secret" } else { "provider" },
+                u.id,
+                u.upstream,
+                u.key,
+                u.id,
+                u.upstream
+            );
+        }
+        for refused in catalog.refused() {
+            eprintln!("warning: tool {} of upstream {} is not served: {}", refused.tool, refused.upstream, refused.reason);
+        }
+        for shared in catalog.shared_toolkits() {
+            eprintln!(
+                "warning: toolkit {} is served by several upstreams ({}); `toolkits = [\"{}\"]` on one of them reserves it",
+                shared.toolkit,
+                shared.upstreams.join(", "),
+                shared.toolkit
             );
         }
     });

@@ -80,6 +80,9 @@ pub fn run(
         n => n,
     };
     let shutdown_timeout = config.server.shutdown_timeout.0;
+    for warning in config.security_warnings() {
+        tracing::warn!("{warning}");
+    }
     let handle = control.handle().clone();
     let gateway = handle.block_on(Gateway::new(config))?;
     gateway.set_listen_addr(listen);

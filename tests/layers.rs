@@ -17,6 +17,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "allocator",
             "secret",
             "wire",
+            "scrub",
             "resolve",
             "validate",
             "trace",

@@ -58,6 +58,11 @@ impl ApiKeys {
         self.entries.is_empty()
     }
 
+    /// Whether some key stands for `user_id`.
+    pub(crate) fn has_user(&self, user_id: &str) -> bool {
+        self.entries.iter().any(|(_, u)| u == user_id)
+    }
+
     /// The user id `presented` stands for, if it is a configured key.
     pub(crate) fn lookup(&self, presented: &str) -> Option<&str> {
         let d = digest(presented);

@@ -334,6 +334,11 @@ impl JwtVerifier {
             }
         };
         check_times(&claims, self.leeway)?;
+        // RFC 7519 4.1.1: `iss` is one StringOrURI. (`jsonwebtoken` accepts
+        // an array when one element matches.)
+        if claims.get("iss").is_some_and(|iss| !iss.is_string()) {
+            return Err(AuthError::Invalid("claim \"iss\" is not a string".into()));
+        }
         let user_id = match claims.get(&self.user_id_claim) {
             Some(Value::String(s)) if !s.is_empty() => s.clone(),
             _ => return Err(AuthError::MissingUserClaim { claim: self.user_id_claim.clone() }),

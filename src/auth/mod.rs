@@ -24,9 +24,13 @@
 //! ([`resource`]): its metadata tells MCP clients where to get a token, and
 //! the request's [`Target`] decides what a JWT's `aud` must be: at `/mcp`
 //! it must name the gateway's resource identifier, or `audience` when that
-//! is set (MCP authorization, RFC 8707); on the OTC routes it is checked
-//! only when `audience` is set, as the OTC contract has it (and then the
-//! resource identifier is accepted too).
+//! is set (MCP authorization, RFC 8707); on the OTC routes a token without
+//! `aud` is accepted unless `audience` is set (the OTC contract), and a
+//! token with one must name the gateway there too.
+//!
+//! User ids of API keys and of tokens are kept apart: a token whose user id
+//! is an API key's user id is refused, so one never stands for the other
+//! in grants and policies.
 
 mod api_key;
 pub mod jwt;
@@ -178,9 +182,9 @@ pub enum Target {
     /// authorization, RFC 8707): a token for another resource never works.
     Mcp,
     /// The OTC routes (`/tools`, `/tools/call`, a caller's `/oauth` steps):
-    /// `aud` is checked only when `[auth] audience` is set (the contract's
-    /// "checked when set", which existing deployments rely on), and then
-    /// the resource identifier is accepted too.
+    /// a token without `aud` is accepted unless `[auth] audience` is set
+    /// (the contract's "checked when set"); one with `aud` must name
+    /// `audience` or the resource identifier, as at `/mcp`.
     Otc,
 }
 
@@ -338,6 +342,7 @@ impl Authenticator {
             (Some(verifier), _) => {
                 let v = verifier.verify(token)?;
                 self.check_audience(&v.claims, target, public_url)?;
+                self.check_user_namespace(&v.user_id)?;
                 Ok(Caller { user_id: Some(v.user_id), claims: v.claims, kind: CallerKind::Jwt })
             }
             (None, AuthMode::Jwt) => Err(AuthError::Invalid("unknown API key".into())),
@@ -347,6 +352,16 @@ impl Authenticator {
 }
 
 impl Authenticator {
+    /// Refuses a user id from a token (or a browser's sign-in) that an API
+    /// key stands for: grants and policies are keyed by user id, and a
+    /// token naming `svc-reports` must not become the service client.
+    pub fn check_user_namespace(&self, user_id: &str) -> Result<(), AuthError> {
+        if self.api_keys.has_user(user_id) {
+            return Err(AuthError::Invalid("the token's user id is an API key's user id".into()));
+        }
+        Ok(())
+    }
+
     /// Whether verified `claims` are for the gateway, as `target` requires
     /// (see [`Target`]). The reasons name the check, never the audiences.
     fn check_audience(
@@ -355,10 +370,12 @@ impl Authenticator {
         target: Target,
         public_url: impl FnOnce() -> String,
     ) -> Result<(), AuthError> {
-        if target == Target::Otc && self.audience.is_none() {
-            return Ok(());
-        }
         let Some(aud) = claims.get("aud").filter(|aud| !aud.is_null()) else {
+            // The OTC contract: `aud` is required there only when
+            // `audience` is set.
+            if target == Target::Otc && self.audience.is_none() {
+                return Ok(());
+            }
             return Err(AuthError::Invalid("missing required claim \"aud\"".into()));
         };
         let resource = self.protected_resource(public_url);

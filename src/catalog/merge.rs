@@ -3,12 +3,13 @@
 //! For each canonical id: the highest `priority` wins; among equals, the first
 //! upstream in config order wins, upstreams with an identical definition become
 //! its replicas, and ones with a different definition are recorded (and
-//! logged) as conflicts.
+//! logged) as conflicts. A tool in a toolkit another upstream reserved
+//! (`[[upstreams]] toolkits`) is not served at all, and is recorded.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use super::{Catalog, CatalogTool, Conflict, Route, Target, ToolMap};
+use super::{Catalog, CatalogTool, Conflict, RefusedTool, Route, SharedToolkit, Target, ToolMap};
 use crate::upstream::Upstream;
 
 /// One upstream and the tools its last catalog fetch found.
@@ -17,14 +18,42 @@ pub type UpstreamTools = (Arc<Upstream>, Arc<Vec<Arc<CatalogTool>>>);
 /// Builds the merged catalog. `upstreams` must be in config order.
 pub fn merge(upstreams: &[UpstreamTools]) -> Catalog {
     let started = std::time::Instant::now();
+    // A reserved toolkit is served by its upstream alone.
+    let reserved: HashMap<&str, &str> = upstreams
+        .iter()
+        .flat_map(|(u, _)| u.reserved_toolkits.iter().map(|t| (t.as_str(), u.name.as_str())))
+        .collect();
+    let mut refused = Vec::new();
+    let mut servers: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     // Candidates per canonical id, in config order.
     type Candidate<'a> = (&'a Arc<Upstream>, &'a Arc<CatalogTool>);
     let mut candidates: HashMap<&str, Vec<Candidate<'_>>> = HashMap::new();
     for (upstream, tools) in upstreams {
         for tool in tools.iter() {
+            let toolkit = tool.toolkit();
+            if let Some(owner) = reserved.get(toolkit).filter(|owner| **owner != upstream.name) {
+                refused.push(RefusedTool {
+                    tool: tool.definition.id.clone(),
+                    upstream: upstream.name.clone(),
+                    reason: format!("toolkit {toolkit} is reserved for upstream {owner}"),
+                });
+                continue;
+            }
+            servers.entry(toolkit).or_default().insert(upstream.name.as_str());
             candidates.entry(tool.definition.id.as_str()).or_default().push((upstream, tool));
         }
     }
+    if !refused.is_empty() {
+        tracing::warn!(tools = refused.len(), "tools in toolkits reserved for another upstream are not served");
+    }
+    let shared = servers
+        .into_iter()
+        .filter(|(_, by)| by.len() > 1)
+        .map(|(toolkit, by)| SharedToolkit {
+            toolkit: toolkit.to_owned(),
+            upstreams: by.into_iter().map(str::to_owned).collect(),
+        })
+        .collect();
     let mut routes = ToolMap::default();
     let mut conflicts = Vec::new();
     for (id, mut offers) in candidates {
@@ -59,7 +88,10 @@ pub fn merge(upstreams: &[UpstreamTools]) -> Catalog {
             .insert(winner_tool.version.clone(), Arc::new(Route::new(winner_tool.clone(), targets)));
     }
     conflicts.sort_by(|a, b| a.tool.cmp(&b.tool).then(a.loser.cmp(&b.loser)));
+    refused.sort_by(|a, b| a.tool.cmp(&b.tool).then(a.upstream.cmp(&b.upstream)));
     let mut catalog = Catalog::new(routes, conflicts);
+    catalog.refused = refused;
+    catalog.shared_toolkits = shared;
     catalog.build_time = started.elapsed();
     catalog
 }

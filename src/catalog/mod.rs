@@ -35,6 +35,10 @@ pub struct Catalog {
     listing: Bytes,
     count: usize,
     conflicts: Vec<Conflict>,
+    /// Tools not served because another upstream reserved their toolkit.
+    refused: Vec<RefusedTool>,
+    /// Toolkits whose tools come from more than one upstream.
+    shared_toolkits: Vec<SharedToolkit>,
     /// The tool search index of this catalog.
     search: search::SearchIndex,
     /// How long merging took, the listing and the search index included.
@@ -72,6 +76,40 @@ pub struct Conflict {
     pub loser: String,
 }
 
+/// A tool an upstream published that is not served, and why.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct RefusedTool {
+    /// The canonical tool id.
+    pub tool: String,
+    /// The upstream that published it.
+    pub upstream: String,
+    /// Why it is not served.
+    pub reason: String,
+}
+
+/// A requirement a tool declares that its upstream was not granted.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct UngrantedRequirement {
+    /// The canonical tool id.
+    pub tool: String,
+    /// The upstream serving it.
+    pub upstream: String,
+    /// The `[[upstreams]]` key that would grant it: `secrets` or `authorization`.
+    pub key: &'static str,
+    /// The secret id or provider.
+    pub id: String,
+}
+
+/// A toolkit served by several upstreams: one of them may be taking over
+/// another's tools (`[[upstreams]] toolkits` reserves a toolkit).
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct SharedToolkit {
+    /// The toolkit.
+    pub toolkit: String,
+    /// The upstreams serving tools in it.
+    pub upstreams: Vec<String>,
+}
+
 /// Why a requested tool could not be found.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LookupError {
@@ -98,7 +136,17 @@ impl Catalog {
         let listing = render_listing(&tools, |_| true);
         let generation = GENERATIONS.fetch_add(1, Ordering::Relaxed);
         let search = search::SearchIndex::build(&tools);
-        Catalog { tools, generation, listing, count, conflicts, search, build_time: Default::default() }
+        Catalog {
+            tools,
+            generation,
+            listing,
+            count,
+            conflicts,
+            refused: Vec::new(),
+            shared_toolkits: Vec::new(),
+            search,
+            build_time: Default::default(),
+        }
     }
 
     /// The tool search index, built with this catalog.
@@ -162,6 +210,43 @@ impl Catalog {
     /// Conflicts found while merging.
     pub fn conflicts(&self) -> &[Conflict] {
         &self.conflicts
+    }
+
+    /// Tools not served because another upstream reserved their toolkit.
+    pub fn refused(&self) -> &[RefusedTool] {
+        &self.refused
+    }
+
+    /// Toolkits served by more than one upstream.
+    pub fn shared_toolkits(&self) -> &[SharedToolkit] {
+        &self.shared_toolkits
+    }
+
+    /// Every requirement a served tool declares that its upstream was not
+    /// granted (calls to the tool are refused until the operator grants it
+    /// or the tool stops asking), sorted.
+    pub fn ungranted(&self, config: &crate::config::Config) -> Vec<UngrantedRequirement> {
+        let mut found = Vec::new();
+        for route in self.routes() {
+            let Some(requirements) = &route.tool.definition.requirements else { continue };
+            for target in &route.targets {
+                for requirement in target.upstream.ungranted(requirements, config) {
+                    found.push(UngrantedRequirement {
+                        tool: route.tool.definition.id.clone(),
+                        upstream: target.upstream.name.clone(),
+                        key: requirement.grant_key(),
+                        id: requirement.id().to_owned(),
+                    });
+                }
+            }
+        }
+        found.sort_by(|a, b| (&a.tool, &a.upstream, a.key, &a.id).cmp(&(&b.tool, &b.upstream, b.key, &b.id)));
+        found
+    }
+
+    /// Every route (each tool version), in no particular order.
+    pub fn routes(&self) -> impl Iterator<Item = &Arc<Route>> {
+        self.tools.values().flat_map(BTreeMap::values)
     }
 }
 

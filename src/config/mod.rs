@@ -17,7 +17,9 @@ use toml::Spanned;
 
 mod auth;
 mod duration;
+mod grants;
 mod idempotency;
+mod login;
 mod mcp;
 mod oauth;
 mod policy;
@@ -26,9 +28,11 @@ mod vault;
 
 pub use auth::{ApiKeyConfig, AuthConfig, AuthMode, HttpUrl, ScopeToken};
 pub use duration::{deserialize_duration, Dur};
+pub use grants::Grants;
 pub use idempotency::{redact, IdempotencyConfig};
+pub use login::LoginConfig;
 pub use mcp::{McpConfig, ToolListing};
-pub use oauth::{scope_ok, AuthorizationProvider, EndpointUrl, GrantStoreRef, StateConfig};
+pub use oauth::{scope_ok, AuthorizationProvider, EndpointUrl, GrantStoreRef, StateConfig, UserVerification};
 pub use policy::{FailMode, Per, PolicyConfig, Rate, RateLimitConfig, ToolPattern, When, MAX_POLICIES};
 pub use secret_ref::{SecretRef, SecretRefError, USER_ID_TEMPLATE};
 pub use vault::{check_token_ref, VaultConfig};
@@ -97,6 +101,10 @@ pub struct Config {
     /// `[state]`: where the gateway keeps what it must remember (OAuth grants).
     #[serde(default)]
     pub state: StateConfig,
+    /// `[login]`: browsers sign in to the gateway with the organisation's
+    /// OpenID provider (connect links complete only for their own user).
+    #[serde(default)]
+    pub login: Option<Spanned<LoginConfig>>,
 }
 
 impl Config {
@@ -109,6 +117,32 @@ impl Config {
             .clone()
             .or_else(|| self.mcp.allowed_origins.clone())
             .unwrap_or_else(OriginPattern::loopback)
+    }
+
+    /// What this config does that weakens the gateway's defences, said at
+    /// start, by `otc-gateway check` and in `/status`.
+    pub fn security_warnings(&self) -> Vec<String> {
+        self.authorization
+            .keys()
+            .filter(|p| self.user_verification(p) == Some(UserVerification::None))
+            .map(|p| {
+                format!(
+                    "authorization.{p}: user_verification = \"none\": whoever opens a connect link connects their own account to the link's user"
+                )
+            })
+            .collect()
+    }
+
+    /// How a managed provider's flows prove whose browser finishes them:
+    /// `user_verification` as written, else `login` when `[login]` exists.
+    /// `None` for a provider that is not managed, or a config that
+    /// `validate` refuses.
+    pub fn user_verification(&self, provider: &str) -> Option<UserVerification> {
+        let section = self.authorization.get(provider).filter(|s| s.is_managed())?;
+        match &section.user_verification {
+            Some(written) => Some(*written.get_ref()),
+            None => self.login.as_ref().map(|_| UserVerification::Login),
+        }
     }
 }
 
@@ -162,6 +196,9 @@ pub struct ServerConfig {
     /// the callback it registers with providers), e.g.
     /// `https://tools.example.com`. Default: `http://<listen>` as bound.
     pub public_url: Option<EndpointUrl>,
+    /// The bearer token admin actions (`POST /reload`) require, as a secret
+    /// reference. Without it the admin listener is read-only.
+    pub admin_token: Option<Spanned<SecretRef>>,
 }
 
 impl Default for ServerConfig {
@@ -181,6 +218,7 @@ impl Default for ServerConfig {
             allowed_origins: None,
             allowed_hosts: None,
             public_url: None,
+            admin_token: None,
         }
     }
 }
@@ -251,9 +289,47 @@ pub struct UpstreamConfig {
     pub bearer_token: Option<Spanned<SecretRef>>,
     /// MCP only: an `[authorization.<provider>]` whose token for the calling
     /// user is sent as `Authorization: Bearer` on `tools/call` (instead of
-    /// `bearer_token`); every tool of the upstream then requires it.
+    /// `bearer_token`); every tool of the upstream then requires it (and
+    /// the upstream is granted it).
     #[serde(default)]
     pub user_token: Option<Spanned<String>>,
+    /// The `[secrets]` ids this upstream's tools may receive (`["*"]`: all).
+    /// None when absent: a tool declaring a secret its upstream was not
+    /// granted cannot be called.
+    #[serde(default)]
+    pub secrets: Option<Spanned<Grants>>,
+    /// The `[authorization.<provider>]`s whose user tokens this upstream's
+    /// tools may receive (`["*"]`: all). None when absent.
+    #[serde(default)]
+    pub authorization: Option<Spanned<Grants>>,
+    /// Toolkits reserved for this upstream: another upstream's tools in
+    /// them are neither listed nor callable.
+    #[serde(default)]
+    pub toolkits: Vec<Spanned<Toolkit>>,
+}
+
+impl UpstreamConfig {
+    /// The secrets this upstream is granted.
+    pub fn secret_grants(&self) -> Grants {
+        self.secrets.as_ref().map(|g| g.get_ref().clone()).unwrap_or_default()
+    }
+
+    /// The providers this upstream is granted: `authorization`, and the
+    /// `user_token` provider (sending it is what that key asks for).
+    pub fn authorization_grants(&self) -> Grants {
+        let mut grants = self.authorization.as_ref().map(|g| g.get_ref().clone()).unwrap_or_default();
+        if let Some(provider) = &self.user_token {
+            grants = match grants {
+                Grants::Nothing => Grants::Only([provider.get_ref().clone()].into()),
+                Grants::Only(mut ids) => {
+                    ids.insert(provider.get_ref().clone());
+                    Grants::Only(ids)
+                }
+                Grants::All => Grants::All,
+            };
+        }
+        grants
+    }
 }
 
 fn default_protocol() -> Spanned<Protocol> {
@@ -427,12 +503,48 @@ impl Config {
                 }
                 self.check_vault_ref(token, &format!("upstreams[{i}].bearer_token"), text)?;
             }
+            if let Some(granted) = &upstream.secrets {
+                if let Some(id) = granted.get_ref().named().find(|id| !self.secrets.contains_key(*id)) {
+                    return Err(format!(
+                        "line {}: upstreams[{i}].secrets: {id:?} is not in [secrets]",
+                        line(granted.span())
+                    ));
+                }
+            }
+            if let Some(granted) = &upstream.authorization {
+                if let Some(id) = granted.get_ref().named().find(|id| !self.authorization.contains_key(*id)) {
+                    return Err(format!(
+                        "line {}: upstreams[{i}].authorization: {id:?} is not an [authorization.<provider>] section",
+                        line(granted.span())
+                    ));
+                }
+            }
+            for toolkit in &upstream.toolkits {
+                let taken = self.upstreams[..i]
+                    .iter()
+                    .find(|other| other.toolkits.iter().any(|t| t.get_ref() == toolkit.get_ref()));
+                if let Some(other) = taken {
+                    return Err(format!(
+                        "line {}: upstreams[{i}].toolkits: {:?} is already reserved by upstream {:?}",
+                        line(toolkit.span()),
+                        toolkit.get_ref().0,
+                        other.name.get_ref().0
+                    ));
+                }
+            }
         }
         for (id, reference) in &self.secrets {
             self.check_vault_ref(reference, &format!("secrets.{id}"), text)?;
         }
+        if let Some(login) = &self.login {
+            login.get_ref().check()?;
+            if let Some(secret) = &login.get_ref().client_secret {
+                self.check_vault_ref(secret, "login.client_secret", text)?;
+            }
+        }
         for (provider, section) in &self.authorization {
             section.check(provider)?;
+            self.check_user_verification(provider, section, text)?;
             if let Some(token) = &section.token {
                 self.check_vault_ref(token, &format!("authorization.{provider}.token"), text)?;
             }
@@ -469,6 +581,15 @@ impl Config {
                 return Err(format!("idempotency.store: {shown:?} must be a redis://[:password@]host:port[/db] URL"));
             }
         }
+        if let Some(token) = &self.server.admin_token {
+            if token.get_ref().uses_user_id() {
+                return Err(format!(
+                    "line {}: server.admin_token: cannot depend on {{user_id}}",
+                    line(token.span())
+                ));
+            }
+            self.check_vault_ref(token, "server.admin_token", text)?;
+        }
         if self.server.max_body_bytes == 0 {
             return Err("server.max_body_bytes must be greater than zero".into());
         }
@@ -483,6 +604,35 @@ impl Config {
 }
 
 impl Config {
+    /// A managed provider must say how the browser finishing its flow is
+    /// proven to be the link's user: the error names the three choices.
+    fn check_user_verification(
+        &self,
+        provider: &str,
+        section: &AuthorizationProvider,
+        text: &str,
+    ) -> Result<(), String> {
+        if !section.is_managed() {
+            return Ok(());
+        }
+        let written = section.user_verification.as_ref();
+        if written.is_some_and(|w| *w.get_ref() == UserVerification::Login) && self.login.is_none() {
+            let at = written.map_or(0, |w| line_of(text, w.span().start));
+            return Err(format!(
+                "line {at}: authorization.{provider}.user_verification: \"login\" needs a [login] section (issuer, client_id, client_secret of the organisation's OpenID provider)"
+            ));
+        }
+        if self.user_verification(provider).is_none() {
+            return Err(format!(
+                "authorization.{provider}: a connect link must complete only in its own user's browser; choose one:\n  \
+                 - add a [login] section (issuer, client_id, client_secret): browsers sign in to the gateway;\n  \
+                 - add `user_verification = \"verifier\"` and `verifier_url = \"https://app.example.com/connect/verify\"` to [authorization.{provider}]: your application confirms each flow;\n  \
+                 - add `user_verification = \"none\"` to [authorization.{provider}]: anyone who opens a link connects their account to its user (trusted single-user setups only)"
+            ));
+        }
+        Ok(())
+    }
+
     /// A `vault:` reference needs a `[vault]` section to be read from.
     fn check_vault_ref(&self, reference: &Spanned<SecretRef>, key: &str, text: &str) -> Result<(), String> {
         if matches!(reference.get_ref(), SecretRef::Vault { .. }) && self.vault.is_none() {

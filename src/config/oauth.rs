@@ -72,6 +72,43 @@ pub struct AuthorizationProvider {
     /// injected (default 60 seconds).
     #[serde(default = "default_refresh_margin", deserialize_with = "deserialize_duration")]
     pub refresh_margin: Duration,
+    /// Managed form: how the gateway proves that the browser finishing a
+    /// flow belongs to the user the link was made for. Default: `login`
+    /// when `[login]` exists; otherwise it must be written out.
+    #[serde(default)]
+    pub user_verification: Option<Spanned<UserVerification>>,
+    /// Managed form, with `user_verification = "verifier"`: where the
+    /// browser goes after the provider's callback, with `?flow_id=…`; the
+    /// application there confirms the flow as its signed-in user.
+    #[serde(default)]
+    pub verifier_url: Option<EndpointUrl>,
+}
+
+/// `[authorization.P] user_verification`: who vouches that the browser
+/// finishing a connect flow is the link's user.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UserVerification {
+    /// The browser is signed in to the gateway through `[login]` as the
+    /// link's user.
+    Login,
+    /// The user's application confirms the flow (`POST /oauth/confirm`)
+    /// with the user's own gateway credentials.
+    Verifier,
+    /// Nobody: whoever opens the link connects their account to the link's
+    /// user. Only for trusted single-user setups.
+    None,
+}
+
+impl UserVerification {
+    /// As written in gateway.toml.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UserVerification::Login => "login",
+            UserVerification::Verifier => "verifier",
+            UserVerification::None => "none",
+        }
+    }
 }
 
 impl AuthorizationProvider {
@@ -92,6 +129,8 @@ impl AuthorizationProvider {
             ("scopes", !self.scopes.is_empty()),
             ("authorize_params", !self.authorize_params.is_empty()),
             ("store", self.store.is_some()),
+            ("user_verification", self.user_verification.is_some()),
+            ("verifier_url", self.verifier_url.is_some()),
         ];
         if !provider_name_ok(provider) {
             return Err(format!(
@@ -140,7 +179,15 @@ impl AuthorizationProvider {
                 if self.link_ttl.is_zero() {
                     return Err(format!("{}: must be greater than zero", key("link_ttl")));
                 }
-                Ok(())
+                let verifier = self.user_verification.as_ref().map(|v| *v.get_ref()) == Some(UserVerification::Verifier);
+                match (verifier, self.verifier_url.is_some()) {
+                    (true, false) => Err(format!(
+                        "{}: \"verifier\" needs verifier_url, the application page that confirms the flow",
+                        key("user_verification")
+                    )),
+                    (false, true) => Err(format!("{}: only with user_verification = \"verifier\"", key("verifier_url"))),
+                    _ => Ok(()),
+                }
             }
         }
     }

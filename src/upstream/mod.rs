@@ -22,7 +22,7 @@ use http::{HeaderValue, StatusCode};
 use serde_json::Value;
 
 use crate::circuit::Circuit;
-use crate::config::{self, SecretRef, UpstreamConfig};
+use crate::config::{self, Grants, SecretRef, UpstreamConfig};
 use crate::dialect::{CatalogShapeError, CatalogTool, Skipped};
 use crate::mcp::modern::{ClientAsk, Passthrough};
 use crate::trace::OutgoingTrace;
@@ -47,6 +47,12 @@ pub struct Upstream {
     pub call_timeout: Duration,
     /// Sent as `Authorization: Bearer` on every fetch and call.
     pub bearer_token: Option<SecretRef>,
+    /// The `[secrets]` its tools may receive.
+    pub secret_grants: Grants,
+    /// The providers whose user tokens its tools may receive.
+    pub authorization_grants: Grants,
+    /// The toolkits reserved for it.
+    pub reserved_toolkits: Vec<String>,
     /// Fails calls fast while the upstream refuses connections.
     pub circuit: Circuit,
     /// What it speaks, with that protocol's clients.
@@ -191,6 +197,32 @@ pub struct Watched {
     pub end: WatchEnd,
 }
 
+/// One requirement a tool declares: a secret or a provider's user token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requirement<'r> {
+    /// A `[secrets]` id.
+    Secret(&'r str),
+    /// An `[authorization.<provider>]`.
+    Authorization(&'r str),
+}
+
+impl Requirement<'_> {
+    /// The `[[upstreams]]` key that grants it.
+    pub fn grant_key(&self) -> &'static str {
+        match self {
+            Requirement::Secret(_) => "secrets",
+            Requirement::Authorization(_) => "authorization",
+        }
+    }
+
+    /// Its id.
+    pub fn id(&self) -> &str {
+        match self {
+            Requirement::Secret(id) | Requirement::Authorization(id) => id,
+        }
+    }
+}
+
 /// One call as an upstream receives it.
 #[derive(Debug, Clone, Copy)]
 pub struct UpstreamCall<'a> {
@@ -224,12 +256,36 @@ impl Upstream {
             version: config.version.as_ref().map(|v| v.0.clone()),
             call_timeout: config.call_timeout.0,
             bearer_token: config.bearer_token.as_ref().map(|t| t.get_ref().clone()),
+            secret_grants: config.secret_grants(),
+            authorization_grants: config.authorization_grants(),
+            reserved_toolkits: config.toolkits.iter().map(|t| t.get_ref().0.clone()).collect(),
             circuit: Circuit::new(config.circuit_failures, config.circuit_cooldown.0),
             protocol,
             refresh: tokio::sync::Notify::new(),
             tended: AtomicBool::new(false),
             retired: tokio::sync::watch::Sender::new(false),
         })
+    }
+
+    /// Each of `requirements` that the gateway supplies (`config` has it in
+    /// `[secrets]` or `[authorization]`) and this upstream was not granted:
+    /// a tool never receives what its upstream was not granted.
+    pub fn ungranted<'r>(
+        &self,
+        requirements: &'r crate::wire::Requirements,
+        config: &config::Config,
+    ) -> Vec<Requirement<'r>> {
+        let secrets = requirements
+            .secrets
+            .iter()
+            .filter(|s| config.secrets.contains_key(&s.id) && !self.secret_grants.allows(&s.id))
+            .map(|s| Requirement::Secret(&s.id));
+        let providers = requirements
+            .authorization
+            .iter()
+            .filter(|a| config.authorization.contains_key(&a.id) && !self.authorization_grants.allows(&a.id))
+            .map(|a| Requirement::Authorization(&a.id));
+        secrets.chain(providers).collect()
     }
 
     /// Fetches the catalog as the upstream publishes it (OTC: GET /tools,
