@@ -32,6 +32,7 @@ admin_listen = "127.0.0.1:0"
 [[upstreams]]
 name = "kits"
 url = "http://127.0.0.1:9"
+secrets = ["BENCH_API_KEY"]
 
 [secrets]
 BENCH_API_KEY = "env:BENCH_API_KEY"
@@ -90,9 +91,8 @@ fn hot_path(c: &mut Criterion) {
     c.bench_function("rewrite_request (inject secret + upstream body)", |b| {
         b.iter(|| {
             let call = parse_call(body).expect("parses");
-            let context = rt
-                .block_on(inject_context(&gateway, &runtime, &route.tool.definition, &caller, call.context))
-                .expect("injects");
+            let context =
+                rt.block_on(inject_context(&gateway, &runtime, route, &caller, call.context)).expect("injects");
             Bytes::from(upstream_call_body(&UpstreamCallRequest {
                 tool_id: &route.tool.definition.id,
                 call_id: &call.call_id,

@@ -1,9 +1,16 @@
-//! The admin listener: GET /status (and GET /health), on `admin_listen`.
+//! The admin listener, on `admin_listen`: GET /metrics, /status and
+//! /health, and with `[server] admin_token` the admin actions (POST
+//! /reload).
 //!
 //! Kept off the data plane on its own small tokio runtime so that scrapes and
-//! status checks never compete with calls for pingora's workers.
+//! status checks never compete with calls for pingora's workers. The data
+//! plane's browser policy applies here too (a DNS-rebinding page must not
+//! read `/status`), judged by this listener's address. Reads need no
+//! credentials; actions need `Authorization: Bearer <admin_token>`, and
+//! without an `admin_token` there are none.
 
 use std::convert::Infallible;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -13,15 +20,19 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde::Serialize;
+use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
+use crate::browser::BrowserRefusal;
 use crate::catalog::poll::UpstreamStatus;
 use crate::catalog::search::IndexStats;
 use crate::catalog::{Conflict, RefusedTool, SharedToolkit, UngrantedRequirement};
-use crate::gateway::Gateway;
+use crate::gateway::{Gateway, Runtime};
 
-/// Serves the admin endpoints on an already bound listener, forever.
-pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) {
+/// Serves the admin endpoints on an already bound listener, forever;
+/// `config_path` is the file `POST /reload` reads (none in the demo).
+pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>, config_path: Option<PathBuf>) {
+    let config_path = Arc::new(config_path);
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -31,11 +42,11 @@ pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) {
                 continue;
             }
         };
-        let gateway = gateway.clone();
+        let (gateway, config_path) = (gateway.clone(), config_path.clone());
         tokio::spawn(async move {
             let service = service_fn(move |request| {
-                let gateway = gateway.clone();
-                async move { Ok::<_, Infallible>(route(&gateway, request)) }
+                let (gateway, config_path) = (gateway.clone(), config_path.clone());
+                async move { Ok::<_, Infallible>(route(&gateway, config_path.as_ref().as_deref(), request).await) }
             });
             let connection = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             if let Err(e) = connection.await {
@@ -45,33 +56,143 @@ pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>) {
     }
 }
 
-fn route(gateway: &Gateway, request: Request<Incoming>) -> Response<Full<Bytes>> {
-    match (request.method(), request.uri().path()) {
-        (&Method::GET, "/status") => json(StatusCode::OK, &status(gateway)),
-        (&Method::GET, "/metrics") => {
-            let runtime = gateway.runtime();
-            if runtime.secrets.has_vault() {
-                let stats = runtime.secrets.stats();
-                gateway.metrics.sync_vault_totals("vault", stats.requests_ok, stats.requests_error, stats.stale_served);
+/// Why an admin request was refused.
+#[derive(Debug, thiserror::Error)]
+enum AdminError {
+    /// The browser policy refused it.
+    #[error(transparent)]
+    Browser(#[from] BrowserRefusal),
+    /// An action without `admin_token` configured.
+    #[error("admin actions are off: set [server] admin_token (a secret reference) to enable them")]
+    ActionsOff,
+    /// An action without the right bearer token.
+    #[error("admin actions need Authorization: Bearer <admin_token>")]
+    Unauthorized,
+    /// No such route.
+    #[error("admin endpoints: GET /metrics, GET /status, GET /health, POST /reload")]
+    NotFound,
+    /// A route with another method.
+    #[error("use {0}")]
+    Method(&'static str),
+    /// `POST /reload` without a config file (the demo).
+    #[error("this gateway was started without a config file to reload")]
+    NoConfigFile,
+}
+
+impl AdminError {
+    /// The one place an admin refusal becomes a status and a body.
+    fn into_response(self) -> Response<Full<Bytes>> {
+        let status = match &self {
+            AdminError::Browser(BrowserRefusal::ForbiddenOrigin { .. }) | AdminError::ActionsOff => {
+                StatusCode::FORBIDDEN
             }
-            gateway.metrics.sync_idempotency_totals(&runtime.idempotency.stats().by_result());
-            let (served, refused) = runtime.rate_limits.store_failures();
-            gateway.metrics.sync_rate_limit_store_failures(served, refused);
-            let mut response = Response::new(Full::new(Bytes::from(gateway.metrics.render())));
-            response
-                .headers_mut()
-                .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(crate::metrics::CONTENT_TYPE));
-            response
+            AdminError::Browser(BrowserRefusal::MisdirectedHost) => StatusCode::MISDIRECTED_REQUEST,
+            AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
+            AdminError::NotFound => StatusCode::NOT_FOUND,
+            AdminError::Method(_) => StatusCode::METHOD_NOT_ALLOWED,
+            AdminError::NoConfigFile => StatusCode::CONFLICT,
+        };
+        let mut response = json(status, &serde_json::json!({ "message": self.to_string() }));
+        match self {
+            AdminError::Unauthorized => {
+                response.headers_mut().insert(http::header::WWW_AUTHENTICATE, http::HeaderValue::from_static("Bearer"));
+            }
+            AdminError::Method(allow) => {
+                response.headers_mut().insert(http::header::ALLOW, http::HeaderValue::from_static(allow));
+            }
+            _ => {}
         }
-        (&Method::GET, "/health") => json(StatusCode::OK, &serde_json::json!({"status": "ok"})),
-        (_, "/status" | "/health" | "/metrics") => {
-            json(StatusCode::METHOD_NOT_ALLOWED, &serde_json::json!({"message": "use GET"}))
-        }
-        _ => json(
-            StatusCode::NOT_FOUND,
-            &serde_json::json!({"message": "admin endpoints: GET /metrics, GET /status, GET /health"}),
-        ),
+        response
     }
+}
+
+async fn route(
+    gateway: &Arc<Gateway>,
+    config_path: Option<&std::path::Path>,
+    request: Request<Incoming>,
+) -> Response<Full<Bytes>> {
+    serve(gateway, config_path, &request).await.unwrap_or_else(AdminError::into_response)
+}
+
+/// Checks the request against the browser policy, then dispatches it.
+async fn serve(
+    gateway: &Arc<Gateway>,
+    config_path: Option<&std::path::Path>,
+    request: &Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, AdminError> {
+    let runtime = gateway.runtime_owned();
+    check_browser(&runtime, request)?;
+    match (request.method(), request.uri().path()) {
+        (&Method::GET, "/status") => Ok(json(StatusCode::OK, &status(gateway))),
+        (&Method::GET, "/metrics") => Ok(metrics(gateway, &runtime)),
+        (&Method::GET, "/health") => Ok(json(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
+        (&Method::POST, "/reload") => {
+            authorize_action(&runtime, request)?;
+            let path = config_path.ok_or(AdminError::NoConfigFile)?;
+            let outcome = gateway.reload(path).await;
+            let body = serde_json::json!({
+                "ok": outcome.is_ok(),
+                "generation": gateway.generation(),
+                "error": outcome.as_ref().err().map(ToString::to_string),
+            });
+            Ok(json(if outcome.is_ok() { StatusCode::OK } else { StatusCode::UNPROCESSABLE_ENTITY }, &body))
+        }
+        (_, "/status" | "/health" | "/metrics") => Err(AdminError::Method("GET")),
+        (_, "/reload") => Err(AdminError::Method("POST")),
+        _ => Err(AdminError::NotFound),
+    }
+}
+
+/// The data plane's `Host` and `Origin` rules, for this listener.
+fn check_browser(runtime: &Runtime, request: &Request<Incoming>) -> Result<(), AdminError> {
+    let headers = request.headers();
+    // One Host (hyper takes an absolute target's authority as the request's
+    // own), checked like the data plane's.
+    let host = request
+        .uri()
+        .authority()
+        .map(|a| a.as_str().as_bytes())
+        .or_else(|| headers.get(http::header::HOST).map(|h| h.as_bytes()));
+    runtime.admin_browser.check_host(host)?;
+    if headers.get_all(http::header::HOST).iter().count() > 1 {
+        return Err(BrowserRefusal::MisdirectedHost.into());
+    }
+    runtime.admin_browser.check_origin(headers.get(http::header::ORIGIN).map(http::HeaderValue::as_bytes), false)?;
+    Ok(())
+}
+
+/// An action needs `admin_token` configured and presented.
+fn authorize_action(runtime: &Runtime, request: &Request<Incoming>) -> Result<(), AdminError> {
+    let expected = runtime.admin_token.as_ref().ok_or(AdminError::ActionsOff)?;
+    let presented = request
+        .headers()
+        .get(http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    match presented {
+        Some(token) if bool::from(token.as_bytes().ct_eq(expected.expose().as_bytes())) => Ok(()),
+        _ => {
+            tracing::info!("admin action refused: missing or wrong admin token");
+            Err(AdminError::Unauthorized)
+        }
+    }
+}
+
+fn metrics(gateway: &Gateway, runtime: &Runtime) -> Response<Full<Bytes>> {
+    if runtime.secrets.has_vault() {
+        let stats = runtime.secrets.stats();
+        gateway.metrics.sync_vault_totals("vault", stats.requests_ok, stats.requests_error, stats.stale_served);
+    }
+    gateway.metrics.sync_idempotency_totals(&runtime.idempotency.stats().by_result());
+    let (served, refused) = runtime.rate_limits.store_failures();
+    gateway.metrics.sync_rate_limit_store_failures(served, refused);
+    let mut response = Response::new(Full::new(Bytes::from(gateway.metrics.render())));
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(crate::metrics::CONTENT_TYPE));
+    response
 }
 
 /// The body of GET /status.

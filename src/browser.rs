@@ -1,5 +1,5 @@
-//! One browser policy for every data-plane route: which `Origin`s and which
-//! `Host`s the gateway answers.
+//! One browser policy for every route, the admin listener's included:
+//! which `Origin`s and which `Host`s the gateway answers.
 //!
 //! A web page the gateway's user visits can make their browser send a
 //! request to the gateway: a "simple" cross-site POST (`Content-Type:
@@ -57,7 +57,17 @@ impl BrowserPolicy {
     /// The policy `config` asks for (see `ServerConfig::allowed_origins`
     /// and `allowed_hosts`).
     pub fn new(config: &Config) -> BrowserPolicy {
-        let loopback = listens_on_loopback(&config.server.listen);
+        BrowserPolicy::for_listener(config, &config.server.listen)
+    }
+
+    /// The same policy for the admin listener: its `Host`s judged by
+    /// `admin_listen` (a DNS-rebinding page must not read `/status`).
+    pub fn for_admin(config: &Config) -> BrowserPolicy {
+        BrowserPolicy::for_listener(config, &config.server.admin_listen)
+    }
+
+    fn for_listener(config: &Config, listen: &str) -> BrowserPolicy {
+        let loopback = listens_on_loopback(listen);
         let hosts = match &config.server.allowed_hosts {
             Some(names) if names.iter().any(|n| n == "*") => HostRule::Any,
             Some(names) => HostRule::Only {

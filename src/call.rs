@@ -19,8 +19,8 @@ use crate::idempotency::{CallerScope, Decision, Fingerprint, Pending, StoredCall
 use crate::mcp::modern::{ClientAsk, Passthrough};
 use crate::metrics::CallOutcome;
 use crate::oauth::TokenError;
-use crate::scrub;
 use crate::resolve::parse_tool_id;
+use crate::scrub;
 use crate::trace::OutgoingTrace;
 use crate::upstream::{ForwardError, UpstreamCall, UpstreamReply};
 use crate::wire::{
@@ -541,7 +541,13 @@ pub async fn forward_call<'r>(
             }
         })?;
         // Only an upstream granted all the tool declares gets its context.
-        if route.tool.definition.requirements.as_ref().is_some_and(|r| !target.upstream.ungranted(r, &runtime.config).is_empty()) {
+        if route
+            .tool
+            .definition
+            .requirements
+            .as_ref()
+            .is_some_and(|r| !target.upstream.ungranted(r, &runtime.config).is_empty())
+        {
             continue;
         }
         let call = UpstreamCall { tool: &target.upstream_id, ..request };

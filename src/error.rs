@@ -150,6 +150,10 @@ pub enum RequestError {
     /// go on: answered with a page.
     #[error("OAuth flow: {0}")]
     OAuthFlow(#[from] FlowError),
+    /// An application's `POST /oauth/confirm` that cannot go on: answered
+    /// in JSON.
+    #[error("confirmation: {0}")]
+    Confirmation(FlowError),
     /// A tool the caller's policies do not allow. Answered exactly as an
     /// unknown tool: a caller never learns that it exists.
     #[error("tool {0} denied by policy")]
@@ -223,8 +227,10 @@ impl RequestError {
             RequestError::MissingRequirements(_) | RequestError::RequirementUnavailable { .. } => 400,
             RequestError::ClientAsk(_) => 400,
             RequestError::AuthorizationUnavailable { .. } => 503,
-            RequestError::OAuthFlow(e) => match e {
-                FlowError::UnknownProvider(_) => 404,
+            RequestError::OAuthFlow(e) | RequestError::Confirmation(e) => match e {
+                FlowError::UnknownProvider(_) | FlowError::NoLogin => 404,
+                FlowError::UnknownLink if matches!(self, RequestError::Confirmation(_)) => 404,
+                FlowError::WrongUser | FlowError::SignInRequired | FlowError::OtherBrowser => 403,
                 FlowError::Failed(_) => 502,
                 _ => 400,
             },
@@ -295,9 +301,21 @@ impl RequestError {
             RequestError::AuthorizationUnavailable { provider, .. } => {
                 format!("Authorization with {provider} is temporarily unavailable; retry shortly")
             }
+            RequestError::Confirmation(e) => match e {
+                FlowError::UnknownLink => "No flow awaits confirmation under this flow_id".into(),
+                FlowError::WrongUser => "This flow belongs to another user; nothing was stored".into(),
+                other => capitalised(&other.to_string()),
+            },
             RequestError::OAuthFlow(e) => match e {
                 FlowError::UnknownLink | FlowError::Expired | FlowError::Used => {
                     format!("{}. Call the tool again for a new link.", capitalised(&e.to_string()))
+                }
+                FlowError::WrongUser => "This link belongs to another user, so nothing was stored. Open it signed in as the user who asked for it, or ask for a new link.".into(),
+                FlowError::SignInRequired => {
+                    "This browser is not signed in to the gateway, so nothing was stored. Open the link again in the browser where you signed in.".into()
+                }
+                FlowError::OtherBrowser => {
+                    "This sign-in was started in another browser. Open the link again in this browser.".into()
                 }
                 FlowError::Refused(_) => {
                     "The provider did not grant access, so nothing was stored. Call the tool again to retry.".into()

@@ -75,6 +75,10 @@ pub struct Runtime {
     pub rate_limits: RateLimits,
     /// Which browser origins and hosts the data plane answers.
     pub browser: BrowserPolicy,
+    /// The same for the admin listener.
+    pub admin_browser: BrowserPolicy,
+    /// `[server] admin_token`, read: what admin actions require.
+    pub admin_token: Option<SecretString>,
     /// The managed OAuth providers, their grants and challenges.
     pub oauth: Arc<OAuth>,
     /// `[idempotency]` as in force (its store filled in from `[state] redis`).
@@ -140,6 +144,11 @@ impl Runtime {
         let access = AccessPolicy::new(config.policy.clone());
         let rate_limits = RateLimits::new(&config.rate_limit, previous.map(|old| &old.rate_limits), shared_buckets);
         let browser = BrowserPolicy::new(&config);
+        let admin_browser = BrowserPolicy::for_admin(&config);
+        let admin_token = match &config.server.admin_token {
+            Some(reference) => Some(secrets.resolve(reference.get_ref(), None).await?),
+            None => None,
+        };
         // Links, flows and the open embedded store carry over a reload.
         let redis = shared_redis.as_ref().map(|url| url.expose());
         let oauth = Arc::new(OAuth::build(&config, secrets.clone(), previous.map(|old| &*old.oauth), redis).await?);
@@ -153,6 +162,8 @@ impl Runtime {
             access,
             rate_limits,
             browser,
+            admin_browser,
+            admin_token,
             oauth,
             idempotency_config,
         })

@@ -90,12 +90,28 @@ impl Drop for ConfigWatcher {
 /// through symlinks), its length and when it was last written. `None`:
 /// there is no file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Seen(Option<(u64, u64, u64, Option<SystemTime>, Option<SystemTime>)>);
+struct Seen(Option<FileState>);
+
+/// Device, inode, length, modification and change times.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FileState {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    modified: Option<SystemTime>,
+    changed: Option<SystemTime>,
+}
 
 impl Seen {
     fn of(path: &Path) -> Seen {
         use std::os::unix::fs::MetadataExt;
-        Seen(std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino(), m.len(), m.modified().ok(), ctime(&m))))
+        Seen(std::fs::metadata(path).ok().map(|m| FileState {
+            dev: m.dev(),
+            ino: m.ino(),
+            len: m.len(),
+            modified: m.modified().ok(),
+            changed: ctime(&m),
+        }))
     }
 }
 
@@ -142,18 +158,16 @@ pub fn watch_config(
     let mut last = Seen::of(&polled);
     std::thread::Builder::new()
         .name("otc-config-poll".into())
-        .spawn(move || {
-            loop {
-                std::thread::sleep(POLL_INTERVAL);
-                if watched.upgrade().is_none() {
+        .spawn(move || loop {
+            std::thread::sleep(POLL_INTERVAL);
+            if watched.upgrade().is_none() {
+                return;
+            }
+            let now = Seen::of(&polled);
+            if now != last {
+                last = now;
+                if changes.send(Message::Changed).is_err() {
                     return;
-                }
-                let now = Seen::of(&polled);
-                if now != last {
-                    last = now;
-                    if changes.send(Message::Changed).is_err() {
-                        return;
-                    }
                 }
             }
         })

@@ -96,7 +96,7 @@ pub fn run(
     let watcher = {
         let _entered = handle.enter();
         gateway.start_polling();
-        handle.spawn(crate::admin::serve_admin(admin, gateway.clone()));
+        handle.spawn(crate::admin::serve_admin(admin, gateway.clone(), config_path.clone()));
         handle.spawn(drain_on_sigterm(in_flight.clone(), shutdown_timeout));
         match config_path {
             Some(path) => Some(watch_for_reloads(&gateway, &handle, path)?),

@@ -19,10 +19,8 @@ pub type UpstreamTools = (Arc<Upstream>, Arc<Vec<Arc<CatalogTool>>>);
 pub fn merge(upstreams: &[UpstreamTools]) -> Catalog {
     let started = std::time::Instant::now();
     // A reserved toolkit is served by its upstream alone.
-    let reserved: HashMap<&str, &str> = upstreams
-        .iter()
-        .flat_map(|(u, _)| u.reserved_toolkits.iter().map(|t| (t.as_str(), u.name.as_str())))
-        .collect();
+    let reserved: HashMap<&str, &str> =
+        upstreams.iter().flat_map(|(u, _)| u.reserved_toolkits.iter().map(|t| (t.as_str(), u.name.as_str()))).collect();
     let mut refused = Vec::new();
     let mut servers: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     // Candidates per canonical id, in config order.

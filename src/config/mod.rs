@@ -32,7 +32,9 @@ pub use grants::Grants;
 pub use idempotency::{redact, IdempotencyConfig};
 pub use login::LoginConfig;
 pub use mcp::{McpConfig, ToolListing};
-pub use oauth::{scope_ok, AuthorizationProvider, EndpointUrl, GrantStoreRef, StateConfig, UserVerification};
+pub use oauth::{
+    scope_ok, AuthorizationProvider, EndpointUrl, GrantStoreRef, StateConfig, UserVerification, RESERVED_PROVIDER_NAMES,
+};
 pub use policy::{FailMode, Per, PolicyConfig, Rate, RateLimitConfig, ToolPattern, When, MAX_POLICIES};
 pub use secret_ref::{SecretRef, SecretRefError, USER_ID_TEMPLATE};
 pub use vault::{check_token_ref, VaultConfig};
@@ -583,10 +585,7 @@ impl Config {
         }
         if let Some(token) = &self.server.admin_token {
             if token.get_ref().uses_user_id() {
-                return Err(format!(
-                    "line {}: server.admin_token: cannot depend on {{user_id}}",
-                    line(token.span())
-                ));
+                return Err(format!("line {}: server.admin_token: cannot depend on {{user_id}}", line(token.span())));
             }
             self.check_vault_ref(token, "server.admin_token", text)?;
         }

@@ -134,7 +134,7 @@ impl AuthorizationProvider {
         ];
         if !provider_name_ok(provider) {
             return Err(format!(
-                "authorization.{provider}: a provider name is 1 to 64 of [A-Za-z0-9_-] (it is part of the /oauth/<provider>/ paths)"
+                "authorization.{provider}: a provider name is 1 to 64 of [A-Za-z0-9_-], and not login, confirm or logout (it is part of the /oauth/<provider>/ paths)"
             ));
         }
         match (&self.token, &self.client_id) {
@@ -201,9 +201,16 @@ fn default_refresh_margin() -> Duration {
     Duration::from_secs(60)
 }
 
+/// Names the `/oauth/` endpoints' own paths take (`/oauth/login/callback`,
+/// `/oauth/confirm`), which no provider may have.
+pub const RESERVED_PROVIDER_NAMES: [&str; 3] = ["login", "confirm", "logout"];
+
 /// Whether `name` may name a provider: it appears in paths and metrics.
 fn provider_name_ok(name: &str) -> bool {
-    !name.is_empty() && name.len() <= 64 && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    !name.is_empty()
+        && name.len() <= 64
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        && !RESERVED_PROVIDER_NAMES.contains(&name)
 }
 
 /// Whether `scope` is a scope token: printable ASCII without space, `"` or `\`.

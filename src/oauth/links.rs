@@ -1,11 +1,14 @@
-//! Challenges in progress: the single-use links handed to callers, their
-//! `check_url` status, and the `state` of each flow sent to a provider.
+//! Challenges in progress, in this process's memory: the links handed to
+//! callers and their `check_url` status, and the short-lived records of the
+//! flows they start (a flow sent to a provider, a sign-in, a flow awaiting
+//! its application's confirmation).
 //!
-//! Kept in this process's memory: a link is opened, and its callback
-//! answered, by the gateway that issued it (a fleet routes `/oauth/` to one
-//! replica, or shares grants through the Vault store and lets a stray
-//! callback fail cleanly). Bounded: expired entries are dropped as new ones
-//! come, and one user holds at most [`MAX_PER_USER`] open links.
+//! A link is not a bearer: opening it changes nothing about it. Its own
+//! user may open it again until a flow completes or its lifetime ends, and
+//! a preview bot or another user opening it uses nothing up. (With `[state]
+//! redis` the same lives in Redis: `links_redis.rs`.) Bounded: expired
+//! entries are dropped as new ones come, and one user holds at most
+//! [`MAX_PER_USER`] open links.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -16,7 +19,7 @@ use super::OAuthError;
 
 /// Open links one user may hold at once; the oldest goes first.
 const MAX_PER_USER: usize = 20;
-/// Open links and flows in all, beyond which the oldest are dropped.
+/// Open links, and records, in all, beyond which the oldest are dropped.
 const MAX_ENTRIES: usize = 100_000;
 /// How long a finished link's status stays readable at its `check_url`.
 pub(super) const STATUS_KEPT: Duration = Duration::from_secs(600);
@@ -28,7 +31,7 @@ pub enum LinkStatus {
     Pending,
     /// The grant is stored.
     Completed,
-    /// The provider refused, or the code could not be exchanged.
+    /// The provider refused its own user, or the code could not be exchanged.
     Failed,
     /// Not finished within its lifetime.
     Expired,
@@ -44,6 +47,16 @@ impl LinkStatus {
             LinkStatus::Expired => "expired",
         }
     }
+
+    /// The status a store wrote.
+    pub(super) fn parse(text: &str) -> LinkStatus {
+        match text {
+            "completed" => LinkStatus::Completed,
+            "failed" => LinkStatus::Failed,
+            "expired" => LinkStatus::Expired,
+            _ => LinkStatus::Pending,
+        }
+    }
 }
 
 /// One issued link.
@@ -53,80 +66,53 @@ struct Link {
     user: String,
     scopes: BTreeSet<String>,
     check_id: String,
-    /// Until opened, when the link expires; once opened, when its flow does.
+    /// When the link can no longer be opened.
     expires: Instant,
-    /// The lifetime of the link, and of its flow from the moment it opens.
+    /// The lifetime of the link, and of each flow from the moment it opens.
     ttl: Duration,
-    opened: bool,
     status: LinkStatus,
     finished: Option<Instant>,
 }
 
-/// A flow sent to a provider: what the callback's `state` stands for.
+/// What opening a link needs of it.
 #[derive(Debug, Clone)]
-pub(super) struct Flow {
-    /// The link it came from.
-    pub link_id: String,
-    /// The provider it was sent to.
-    pub provider: String,
-    /// The caller it is for.
+pub(super) struct OpenLink {
+    /// The link as its store names it (the id here, its digest in Redis).
+    pub link: String,
+    /// The user it was made for.
     pub user: String,
-    /// The scopes asked for.
+    /// The scopes it asks.
     pub scopes: BTreeSet<String>,
-    /// The PKCE verifier.
-    pub verifier: String,
-    /// The redirect URI sent (the token request repeats it).
-    pub redirect_uri: String,
-    expires: Instant,
+    /// The lifetime of a flow it starts.
+    pub ttl: Duration,
 }
 
-impl Flow {
-    /// A flow of the link `link_id` (as its store names it) with `left` to
-    /// run.
-    pub(super) fn new(
-        link_id: String,
-        provider: &str,
-        user: &str,
-        scopes: BTreeSet<String>,
-        verifier: String,
-        redirect_uri: String,
-        left: Duration,
-    ) -> Flow {
-        Flow {
-            link_id,
-            provider: provider.to_owned(),
-            user: user.to_owned(),
-            scopes,
-            verifier,
-            redirect_uri,
-            expires: Instant::now() + left,
-        }
-    }
-}
-
-/// Why a link or a callback's state cannot be used.
+/// Why a link or a record cannot be used.
 #[derive(Debug, Clone)]
 pub(super) enum Refusal {
     /// Never issued (or forgotten), or for another provider.
     Unknown,
     /// Past its lifetime.
     Expired,
-    /// Opened before: links are single-use.
+    /// Its flow completed already (or failed for its own user).
     Used,
     /// The shared store could not answer.
     Unavailable(OAuthError),
 }
+
+/// A short-lived record: its JSON and when it expires.
+type Record = (Instant, String);
 
 #[derive(Default, Debug)]
 struct Inner {
     links: HashMap<String, Link>,
     /// check id → link id.
     checks: HashMap<String, String>,
-    /// state → flow.
-    flows: HashMap<String, Flow>,
+    /// (kind, id) → record.
+    records: HashMap<(&'static str, String), Record>,
 }
 
-/// The links and flows of every provider.
+/// The links and records of every provider.
 #[derive(Default, Debug)]
 pub(super) struct Links {
     inner: Mutex<Inner>,
@@ -170,7 +156,6 @@ impl Links {
             check_id: check_id.clone(),
             expires: now + ttl,
             ttl,
-            opened: false,
             status: LinkStatus::Pending,
             finished: None,
         };
@@ -179,52 +164,31 @@ impl Links {
         Ok((link_id, check_id))
     }
 
-    /// Opens a link (once): the flow to send to the provider, under a new
-    /// `state`. Returns (state, flow).
-    pub(super) fn open(
-        &self,
-        provider: &str,
-        link_id: &str,
-        verifier: String,
-        redirect_uri: String,
-    ) -> Result<(String, Flow), Refusal> {
-        let state = random_id(32).map_err(Refusal::Unavailable)?;
-        let now = Instant::now();
-        let mut inner = self.lock();
-        let link = inner.links.get_mut(link_id).filter(|l| l.provider == provider).ok_or(Refusal::Unknown)?;
-        if link.opened {
-            return Err(Refusal::Used);
+    /// A link that can still be opened, as it stands; nothing changes.
+    pub(super) fn open(&self, provider: &str, link_id: &str) -> Result<OpenLink, Refusal> {
+        let inner = self.lock();
+        let link = inner.links.get(link_id).filter(|l| l.provider == provider).ok_or(Refusal::Unknown)?;
+        match link.status {
+            LinkStatus::Pending if link.expires > Instant::now() => Ok(OpenLink {
+                link: link_id.to_owned(),
+                user: link.user.clone(),
+                scopes: link.scopes.clone(),
+                ttl: link.ttl,
+            }),
+            LinkStatus::Pending | LinkStatus::Expired => Err(Refusal::Expired),
+            LinkStatus::Completed | LinkStatus::Failed => Err(Refusal::Used),
         }
-        if link.expires <= now {
-            return Err(Refusal::Expired);
-        }
-        link.opened = true;
-        // The person at the provider gets a whole lifetime, however late in
-        // the link's they opened it.
-        link.expires = now + link.ttl;
-        let flow =
-            Flow::new(link_id.to_owned(), provider, &link.user, link.scopes.clone(), verifier, redirect_uri, link.ttl);
-        inner.flows.insert(state.clone(), flow.clone());
-        Ok((state, flow))
     }
 
-    /// Takes the flow a callback's `state` names (once).
-    pub(super) fn take_flow(&self, provider: &str, state: &str) -> Result<Flow, Refusal> {
-        let mut inner = self.lock();
-        let flow = match inner.flows.get(state) {
-            Some(flow) if flow.provider == provider => inner.flows.remove(state).ok_or(Refusal::Unknown)?,
-            _ => return Err(Refusal::Unknown),
-        };
-        if flow.expires <= Instant::now() {
-            inner.finish(&flow.link_id, LinkStatus::Expired);
-            return Err(Refusal::Expired);
-        }
-        Ok(flow)
-    }
-
-    /// Records how a flow ended.
+    /// Records how a link ended (the first end counts).
     pub(super) fn finish(&self, link_id: &str, status: LinkStatus) {
-        self.lock().finish(link_id, status);
+        let mut inner = self.lock();
+        if let Some(link) = inner.links.get_mut(link_id) {
+            if link.status == LinkStatus::Pending {
+                link.status = status;
+                link.finished = Some(Instant::now());
+            }
+        }
     }
 
     /// The status of the link whose check id this is, for its own caller
@@ -240,6 +204,27 @@ impl Links {
             status => status,
         })
     }
+
+    /// Keeps a record of `kind` under `id` for `ttl`.
+    pub(super) fn put(&self, kind: &'static str, id: &str, json: String, ttl: Duration) {
+        let now = Instant::now();
+        let mut inner = self.lock();
+        inner.prune(now);
+        inner.records.insert((kind, id.to_owned()), (now + ttl, json));
+    }
+
+    /// The record of `kind` under `id`, if it is there and alive.
+    pub(super) fn get(&self, kind: &'static str, id: &str) -> Option<String> {
+        let inner = self.lock();
+        let (expires, json) = inner.records.get(&(kind, id.to_owned()))?;
+        (*expires > Instant::now()).then(|| json.clone())
+    }
+
+    /// Takes the record of `kind` under `id` (once), if it is alive.
+    pub(super) fn take(&self, kind: &'static str, id: &str) -> Option<String> {
+        let (expires, json) = self.lock().records.remove(&(kind, id.to_owned()))?;
+        (expires > Instant::now()).then_some(json)
+    }
 }
 
 impl Inner {
@@ -249,31 +234,19 @@ impl Inner {
         }
     }
 
-    fn finish(&mut self, link_id: &str, status: LinkStatus) {
-        if let Some(link) = self.links.get_mut(link_id) {
-            if link.status == LinkStatus::Pending {
-                link.status = status;
-                link.finished = Some(Instant::now());
-            }
-        }
-    }
-
     /// Drops what no one can use or read any more; past [`MAX_ENTRIES`],
-    /// the oldest links too.
+    /// the oldest links or records too.
     fn prune(&mut self, now: Instant) {
         let gone: Vec<String> = self
             .links
             .iter()
-            .filter(|(_, l)| {
-                let ended = l.finished.unwrap_or(l.expires);
-                ended + STATUS_KEPT <= now
-            })
+            .filter(|(_, l)| l.finished.unwrap_or(l.expires) + STATUS_KEPT <= now)
             .map(|(id, _)| id.clone())
             .collect();
         for id in gone {
             self.remove_link(&id);
         }
-        self.flows.retain(|_, f| f.expires > now);
+        self.records.retain(|_, (expires, _)| *expires > now);
         if self.links.len() >= MAX_ENTRIES {
             let mut by_age: Vec<(Instant, String)> = self.links.iter().map(|(id, l)| (l.expires, id.clone())).collect();
             by_age.sort();
@@ -281,8 +254,13 @@ impl Inner {
                 self.remove_link(&id);
             }
         }
-        if self.flows.len() >= MAX_ENTRIES {
-            self.flows.clear();
+        if self.records.len() >= MAX_ENTRIES {
+            let mut by_age: Vec<(Instant, (&'static str, String))> =
+                self.records.iter().map(|(key, (expires, _))| (*expires, key.clone())).collect();
+            by_age.sort();
+            for (_, key) in by_age.into_iter().take(MAX_ENTRIES / 10) {
+                self.records.remove(&key);
+            }
         }
     }
 }
@@ -292,21 +270,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_link_opens_once_and_its_status_is_its_users_alone() {
+    fn a_link_opens_until_it_finishes_and_its_status_is_its_users_alone() {
         let links = Links::default();
         let (link, check) = links.issue("p", "alice", BTreeSet::new(), Duration::from_secs(60)).expect("issue");
         assert_eq!(links.status("p", &check, "alice"), Some(LinkStatus::Pending));
         assert_eq!(links.status("p", &check, "bob"), None);
         assert_eq!(links.status("q", &check, "alice"), None);
-        assert!(matches!(links.open("q", &link, "v".into(), "r".into()), Err(Refusal::Unknown)));
-        let (state, flow) = links.open("p", &link, "v".into(), "r".into()).expect("open");
-        assert_eq!(flow.user, "alice");
-        assert!(matches!(links.open("p", &link, "v".into(), "r".into()), Err(Refusal::Used)));
-        assert!(matches!(links.take_flow("q", &state), Err(Refusal::Unknown)));
-        let flow = links.take_flow("p", &state).expect("flow");
-        assert!(matches!(links.take_flow("p", &state), Err(Refusal::Unknown)));
-        links.finish(&flow.link_id, LinkStatus::Completed);
-        assert_eq!(links.status("p", &check, "alice"), Some(LinkStatus::Completed));
+        assert!(matches!(links.open("q", &link), Err(Refusal::Unknown)));
+        for _ in 0..3 {
+            assert_eq!(links.open("p", &link).expect("opens again and again").user, "alice");
+        }
+        links.finish(&link, LinkStatus::Completed);
+        links.finish(&link, LinkStatus::Failed);
+        assert_eq!(links.status("p", &check, "alice"), Some(LinkStatus::Completed), "the first end counts");
+        assert!(matches!(links.open("p", &link), Err(Refusal::Used)));
     }
 
     #[test]
@@ -314,7 +291,7 @@ mod tests {
         let links = Links::default();
         let (link, check) = links.issue("p", "alice", BTreeSet::new(), Duration::ZERO).expect("issue");
         assert_eq!(links.status("p", &check, "alice"), Some(LinkStatus::Expired));
-        assert!(matches!(links.open("p", &link, "v".into(), "r".into()), Err(Refusal::Expired)));
+        assert!(matches!(links.open("p", &link), Err(Refusal::Expired)));
     }
 
     #[test]
@@ -327,5 +304,17 @@ mod tests {
         let bob = links.issue("p", "bob", BTreeSet::new(), Duration::from_secs(60)).expect("issue");
         assert_eq!(links.status("p", &first.1, "alice"), None, "the oldest went");
         assert_eq!(links.status("p", &bob.1, "bob"), Some(LinkStatus::Pending), "another user's are untouched");
+    }
+
+    #[test]
+    fn records_are_read_taken_once_and_expire() {
+        let links = Links::default();
+        links.put("flow", "s1", "{}".into(), Duration::from_secs(60));
+        assert_eq!(links.get("flow", "s1").as_deref(), Some("{}"));
+        assert_eq!(links.get("login", "s1"), None, "kinds apart");
+        assert_eq!(links.take("flow", "s1").as_deref(), Some("{}"));
+        assert_eq!(links.take("flow", "s1"), None);
+        links.put("flow", "s2", "{}".into(), Duration::ZERO);
+        assert_eq!(links.get("flow", "s2"), None);
     }
 }

@@ -1,12 +1,13 @@
 //! Challenges in Redis (`[state] redis`): the same links, statuses and
-//! flows as `links.rs`, shared by every replica, so a link opened on one and
-//! its callback answered by another complete the same challenge.
+//! records as `links.rs`, shared by every replica, so a link opened on one
+//! and its callback answered by another complete the same challenge.
 //!
-//! Keys are digests of the ids (`otc-gateway:oauth:v1:{link,check,flow}:<sha256>`),
-//! so Redis never holds a usable link; values are JSON and expire with the
-//! link (`link_ttl`, then ten minutes for its status) or the flow. Opening a
-//! link is one script, so a link opens once across the fleet. A flow holds
-//! its PKCE verifier, useless without the provider's code.
+//! Keys are digests of the ids (`otc-gateway:oauth:v1:{link,check,<record
+//! kind>}:<sha256>`), so Redis never holds a usable link; values are JSON
+//! and expire with the link (`link_ttl`, then ten minutes for its status)
+//! or the record. A record is taken with one `GETDEL`, so a callback's
+//! `state` is used once across the fleet. A flow holds its PKCE verifier,
+//! useless without the provider's code.
 
 use std::collections::BTreeSet;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -15,30 +16,13 @@ use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::links::{Flow, LinkStatus, Refusal, STATUS_KEPT};
+use super::links::{LinkStatus, OpenLink, Refusal, STATUS_KEPT};
 use super::seal::random_id;
 use super::OAuthError;
 use crate::redis_client;
 
 /// The longest one Redis command of the flow may take.
 const TIMEOUT: Duration = Duration::from_secs(2);
-
-/// Claims a link: `unknown`, `used`, `expired`, or the link's JSON, now
-/// opened with a fresh lifetime. KEYS[1]: the link; ARGV: provider, now (ms),
-/// how long a status is kept after (ms).
-const OPEN: &str = r"
-local v = redis.call('GET', KEYS[1])
-if not v then return 'unknown' end
-local link = cjson.decode(v)
-if link.p ~= ARGV[1] then return 'unknown' end
-if link.o then return 'used' end
-local now = tonumber(ARGV[2])
-if link.e <= now then return 'expired' end
-link.o = true
-link.e = now + link.t
-redis.call('SET', KEYS[1], cjson.encode(link), 'PX', link.t + tonumber(ARGV[3]))
-return cjson.encode(link)
-";
 
 /// Records how a pending link ended. KEYS[1]: the link; ARGV[1]: the status.
 const FINISH: &str = r"
@@ -51,43 +35,29 @@ redis.call('SET', KEYS[1], cjson.encode(link), 'KEEPTTL')
 return 1
 ";
 
-/// A link as stored.
+/// A link as stored (the short member names are the stored format).
 #[derive(Serialize, Deserialize)]
 struct StoredLink {
-    /// Provider.
-    p: String,
-    /// User.
-    u: String,
-    /// Scopes.
-    s: BTreeSet<String>,
+    #[serde(rename = "p")]
+    provider: String,
+    #[serde(rename = "u")]
+    user: String,
+    #[serde(rename = "s")]
+    scopes: BTreeSet<String>,
     /// Expiry, Unix milliseconds.
-    e: u64,
+    #[serde(rename = "e")]
+    expires_ms: u64,
     /// Lifetime, milliseconds.
-    t: u64,
-    /// Opened.
-    o: bool,
-    /// Status.
-    st: String,
+    #[serde(rename = "t")]
+    ttl_ms: u64,
+    #[serde(rename = "st")]
+    status: String,
 }
 
-/// A flow as stored.
-#[derive(Serialize, Deserialize)]
-struct StoredFlow {
-    /// The link's key digest.
-    l: String,
-    p: String,
-    u: String,
-    s: BTreeSet<String>,
-    v: String,
-    r: String,
-    e: u64,
-}
-
-/// The links and flows of every provider, in Redis.
+/// The links and records of every provider, in Redis.
 pub(super) struct RedisLinks {
     url_digest: [u8; 32],
     connection: ConnectionManager,
-    open: redis::Script,
     finish: redis::Script,
 }
 
@@ -125,7 +95,6 @@ impl RedisLinks {
         Ok(RedisLinks {
             url_digest: Sha256::digest(url.as_bytes()).into(),
             connection,
-            open: redis::Script::new(OPEN),
             finish: redis::Script::new(FINISH),
         })
     }
@@ -168,13 +137,12 @@ impl RedisLinks {
         let (link_id, check_id) = (random_id(32)?, random_id(32)?);
         let link_digest = digest(&link_id);
         let stored = StoredLink {
-            p: provider.to_owned(),
-            u: user.to_owned(),
-            s: scopes,
-            e: now_ms() + ms(ttl),
-            t: ms(ttl),
-            o: false,
-            st: "pending".into(),
+            provider: provider.to_owned(),
+            user: user.to_owned(),
+            scopes,
+            expires_ms: now_ms() + ms(ttl),
+            ttl_ms: ms(ttl),
+            status: LinkStatus::Pending.as_str().into(),
         };
         let json = serde_json::to_string(&stored).map_err(|e| OAuthError::Store(e.to_string()))?;
         let keep = ms(ttl) + ms(STATUS_KEPT);
@@ -197,72 +165,32 @@ impl RedisLinks {
         Ok((link_id, check_id))
     }
 
-    /// Opens a link once across the fleet: (state, flow).
-    pub(super) async fn open(
-        &self,
-        provider: &str,
-        link_id: &str,
-        verifier: String,
-        redirect_uri: String,
-    ) -> Result<(String, Flow), Refusal> {
+    /// The link as stored, by its digest.
+    async fn stored(&self, link_digest: &str) -> Result<Option<StoredLink>, OAuthError> {
+        let mut get = redis::cmd("GET");
+        get.arg(key("link", link_digest));
+        let json: Option<String> = self.run(&get).await?;
+        json.map(|json| serde_json::from_str(&json).map_err(|e| OAuthError::Store(e.to_string()))).transpose()
+    }
+
+    /// A link that can still be opened, as it stands; nothing changes.
+    pub(super) async fn open(&self, provider: &str, link_id: &str) -> Result<OpenLink, Refusal> {
         let link_digest = digest(link_id);
-        let answer: String = self
-            .script(
-                &self.open,
-                &[key("link", &link_digest)],
-                &[provider.to_owned(), now_ms().to_string(), ms(STATUS_KEPT).to_string()],
-            )
-            .await
-            .map_err(Refusal::Unavailable)?;
-        let link: StoredLink = match answer.as_str() {
-            "unknown" => return Err(Refusal::Unknown),
-            "used" => return Err(Refusal::Used),
-            "expired" => return Err(Refusal::Expired),
-            json => serde_json::from_str(json).map_err(|e| Refusal::Unavailable(OAuthError::Store(e.to_string())))?,
-        };
-        let state = random_id(32).map_err(Refusal::Unavailable)?;
-        let stored = StoredFlow {
-            l: link_digest.clone(),
-            p: provider.to_owned(),
-            u: link.u.clone(),
-            s: link.s.clone(),
-            v: verifier.clone(),
-            r: redirect_uri.clone(),
-            e: link.e,
-        };
-        let json =
-            serde_json::to_string(&stored).map_err(|e| Refusal::Unavailable(OAuthError::Store(e.to_string())))?;
-        let mut set = redis::cmd("SET");
-        set.arg(key("flow", &digest(&state))).arg(json).arg("PX").arg(link.t);
-        self.run::<()>(&set).await.map_err(Refusal::Unavailable)?;
-        let flow =
-            Flow::new(link_digest, provider, &link.u, link.s, verifier, redirect_uri, Duration::from_millis(link.t));
-        Ok((state, flow))
+        let link = self.stored(&link_digest).await.map_err(Refusal::Unavailable)?;
+        let link = link.filter(|l| l.provider == provider).ok_or(Refusal::Unknown)?;
+        match LinkStatus::parse(&link.status) {
+            LinkStatus::Pending if link.expires_ms > now_ms() => Ok(OpenLink {
+                link: link_digest,
+                user: link.user,
+                scopes: link.scopes,
+                ttl: Duration::from_millis(link.ttl_ms),
+            }),
+            LinkStatus::Pending | LinkStatus::Expired => Err(Refusal::Expired),
+            LinkStatus::Completed | LinkStatus::Failed => Err(Refusal::Used),
+        }
     }
 
-    /// Takes the flow a callback's `state` names, once across the fleet.
-    pub(super) async fn take_flow(&self, provider: &str, state: &str) -> Result<Flow, Refusal> {
-        let mut getdel = redis::cmd("GETDEL");
-        getdel.arg(key("flow", &digest(state)));
-        let found: Option<String> = self.run(&getdel).await.map_err(Refusal::Unavailable)?;
-        let stored: StoredFlow = match found {
-            None => return Err(Refusal::Unknown),
-            Some(json) => {
-                serde_json::from_str(&json).map_err(|e| Refusal::Unavailable(OAuthError::Store(e.to_string())))?
-            }
-        };
-        if stored.p != provider {
-            return Err(Refusal::Unknown);
-        }
-        if stored.e <= now_ms() {
-            self.finish(&stored.l, LinkStatus::Expired).await;
-            return Err(Refusal::Expired);
-        }
-        let left = Duration::from_millis(stored.e - now_ms());
-        Ok(Flow::new(stored.l, provider, &stored.u, stored.s, stored.v, stored.r, left))
-    }
-
-    /// Records how a flow ended (`link` is the link's digest).
+    /// Records how a link ended (`link` is its digest; the first end counts).
     pub(super) async fn finish(&self, link: &str, status: LinkStatus) {
         let outcome: Result<i64, _> =
             self.script(&self.finish, &[key("link", link)], &[status.as_str().to_owned()]).await;
@@ -276,19 +204,34 @@ impl RedisLinks {
         let mut get = redis::cmd("GET");
         get.arg(key("check", &digest(check_id)));
         let link_digest: Option<String> = self.run(&get).await.ok()?;
-        let mut get = redis::cmd("GET");
-        get.arg(key("link", &link_digest?));
-        let json: Option<String> = self.run(&get).await.ok()?;
-        let link: StoredLink = serde_json::from_str(&json?).ok()?;
-        if link.p != provider || link.u != user {
+        let link = self.stored(&link_digest?).await.ok()??;
+        if link.provider != provider || link.user != user {
             return None;
         }
-        Some(match link.st.as_str() {
-            "completed" => LinkStatus::Completed,
-            "failed" => LinkStatus::Failed,
-            "expired" => LinkStatus::Expired,
-            _ if link.e <= now_ms() => LinkStatus::Expired,
-            _ => LinkStatus::Pending,
+        Some(match LinkStatus::parse(&link.status) {
+            LinkStatus::Pending if link.expires_ms <= now_ms() => LinkStatus::Expired,
+            status => status,
         })
+    }
+
+    /// Keeps a record of `kind` under `id` for `ttl`.
+    pub(super) async fn put(&self, kind: &str, id: &str, json: String, ttl: Duration) -> Result<(), OAuthError> {
+        let mut set = redis::cmd("SET");
+        set.arg(key(kind, &digest(id))).arg(json).arg("PX").arg(ms(ttl));
+        self.run::<()>(&set).await
+    }
+
+    /// The record of `kind` under `id`, if it is there.
+    pub(super) async fn get(&self, kind: &str, id: &str) -> Result<Option<String>, OAuthError> {
+        let mut get = redis::cmd("GET");
+        get.arg(key(kind, &digest(id)));
+        self.run(&get).await
+    }
+
+    /// Takes the record of `kind` under `id`, once across the fleet.
+    pub(super) async fn take(&self, kind: &str, id: &str) -> Result<Option<String>, OAuthError> {
+        let mut getdel = redis::cmd("GETDEL");
+        getdel.arg(key(kind, &digest(id)));
+        self.run(&getdel).await
     }
 }

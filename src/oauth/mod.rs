@@ -1,17 +1,23 @@
 //! Per-user OAuth: the gateway as the OAuth client of each managed
-//! `[authorization.<provider>]`. It hands out challenges (a single-use link
-//! and a `check_url`), runs the authorization code flow with PKCE when a
-//! link is opened, stores the grant from the callback, refreshes it before
-//! it expires (one refresh per user and provider at a time, across replicas
+//! `[authorization.<provider>]`. It hands out challenges (a link and a
+//! `check_url`), runs the authorization code flow with PKCE when the link's
+//! user opens it, stores the grant only once the browser that finished the
+//! flow is proven to be that user's (`flow.rs`), refreshes it before it
+//! expires (one refresh per user and provider at a time, across replicas
 //! when the grant lives in Vault) and forgets and revokes it on disconnect.
 //!
 //! - `provider.rs`: endpoints, the authorization request, the token endpoint.
-//! - `links.rs`: issued links, their status, and each flow's `state`, in
-//!   memory; `links_redis.rs`: the same in Redis, shared by a fleet.
+//! - `flow.rs`: opening a link, the callback, the application's confirmation.
+//! - `login.rs`: `[login]`, browsers signing in to the gateway, sessions.
+//! - `challenges.rs`: where links and flows in progress are kept: memory
+//!   (`links.rs`) or, shared by a fleet, Redis (`links_redis.rs`).
 //! - `store.rs`: the grants, embedded (sealed, `seal.rs`) or in Vault.
 
+mod challenges;
+mod flow;
 mod links;
 mod links_redis;
+mod login;
 mod provider;
 mod seal;
 mod store;
@@ -20,14 +26,18 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+pub use flow::{Finished, Opened};
 pub use links::LinkStatus;
+pub use login::{SignInStart, SignedIn};
 
-use self::links::{Flow, Links, Refusal};
+use self::challenges::Challenges;
+use self::links::Links;
 use self::links_redis::RedisLinks;
+use self::login::Login;
 use self::provider::{Provider, Refreshed};
 use self::seal::Sealer;
 use self::store::{now, EmbeddedStore, GrantStore};
-use crate::config::{Config, StateConfig};
+use crate::config::{Config, StateConfig, UserVerification};
 use crate::metrics::Metrics;
 use crate::secret::SecretString;
 use crate::vault::SecretResolver;
@@ -52,22 +62,37 @@ pub enum OAuthError {
     Provider(String),
 }
 
-/// Why a browser step of the flow (opening a link, the callback) ended
-/// without a grant: each is a page for the person at the browser.
+/// Why a step of the flow (opening a link, a callback, a confirmation)
+/// ended without a grant: each is a page for the person at the browser, or
+/// the application's error.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum FlowError {
     /// No managed provider by that name.
     #[error("no OAuth provider {0:?} is configured")]
     UnknownProvider(String),
-    /// A link or `state` never issued, forged, or for another provider.
+    /// A link, `state` or flow id never issued, forged, expired, or for
+    /// another provider.
     #[error("this authorization link is not valid")]
     UnknownLink,
-    /// A link or `state` past its lifetime.
+    /// A link past its lifetime.
     #[error("this authorization link has expired")]
     Expired,
-    /// A link opened before.
+    /// A link whose flow completed already.
     #[error("this authorization link was already used")]
     Used,
+    /// The browser (or the confirming caller) is signed in as another user
+    /// than the one the link was made for: nothing is stored.
+    #[error("this link belongs to another user")]
+    WrongUser,
+    /// A callback of a `login`-verified flow in a browser not signed in.
+    #[error("this browser is not signed in to the gateway")]
+    SignInRequired,
+    /// A sign-in's callback in another browser than the one that started it.
+    #[error("this sign-in was started in another browser")]
+    OtherBrowser,
+    /// `[login]` is not configured.
+    #[error("signing in to the gateway is not configured ([login])")]
+    NoLogin,
     /// The provider sent the browser back with an error (`error=`).
     #[error("the provider refused the authorization: {0}")]
     Refused(String),
@@ -101,23 +126,34 @@ pub struct Challenge {
 /// Held while one user's grant at one provider is refreshed.
 type RefreshLock = tokio::sync::Mutex<()>;
 
-/// State that outlives a reload: links, flows, the embedded store and the
-/// refresh locks.
+/// State that outlives a reload: links, flows, the state key, the embedded
+/// store and the refresh locks.
 #[derive(Debug, Default)]
 struct Shared {
     links: Links,
+    sealer: Mutex<Option<(StateConfig, Arc<Sealer>)>>,
     embedded: Mutex<Option<(StateConfig, Arc<EmbeddedStore>)>>,
     refreshing: Mutex<HashMap<(String, String), Weak<RefreshLock>>>,
 }
 
-/// Every managed provider, with their stores.
+/// One managed provider: its client, its grants, and who may finish its flows.
+#[derive(Debug)]
+struct Managed {
+    provider: Provider,
+    store: GrantStore,
+    verification: UserVerification,
+}
+
+/// Every managed provider, with their stores, and `[login]`.
 #[derive(Debug)]
 pub struct OAuth {
-    providers: HashMap<String, (Provider, GrantStore)>,
+    providers: HashMap<String, Managed>,
     secrets: Arc<SecretResolver>,
     shared: Arc<Shared>,
     /// With `[state] redis`: the challenges live there instead of `shared.links`.
     redis_links: Option<Arc<RedisLinks>>,
+    /// `[login]`: browsers signing in to the gateway.
+    login: Option<Arc<Login>>,
 }
 
 impl OAuth {
@@ -134,7 +170,7 @@ impl OAuth {
         redis: Option<&str>,
     ) -> Result<OAuth, OAuthError> {
         let shared = previous.map(|p| p.shared.clone()).unwrap_or_default();
-        let any_managed = config.authorization.values().any(|s| s.is_managed());
+        let any_managed = config.authorization.values().any(|s| s.is_managed()) || config.login.is_some();
         let redis_links = match redis.filter(|_| any_managed) {
             None => None,
             Some(url) => match previous.and_then(|p| p.redis_links.as_ref()).filter(|l| l.is_for(url)) {
@@ -148,9 +184,60 @@ impl OAuth {
                 Some(at) => GrantStore::Vault { secrets: secrets.clone(), at: at.get_ref().clone() },
                 None => GrantStore::Embedded(embedded_store(&shared, &config.state, &secrets).await?),
             };
-            providers.insert(id.clone(), (Provider::new(id, section)?, store));
+            // `Config::validate` refused a managed provider without one.
+            let verification = config.user_verification(id).unwrap_or(UserVerification::Login);
+            providers.insert(id.clone(), Managed { provider: Provider::new(id, section)?, store, verification });
         }
-        Ok(OAuth { providers, secrets, shared, redis_links })
+        let login = match &config.login {
+            None => None,
+            Some(section) => match previous.and_then(|p| p.login.as_ref()).filter(|l| l.is_for(section.get_ref())) {
+                Some(kept) => Some(kept.clone()),
+                None => {
+                    let sealer = state_sealer(&shared, &config.state, &secrets).await?;
+                    Some(Arc::new(Login::new(config, section.get_ref(), sealer)?))
+                }
+            },
+        };
+        Ok(OAuth { providers, secrets, shared, redis_links, login })
+    }
+
+    /// Where challenges in progress are kept.
+    fn challenges(&self) -> Challenges<'_> {
+        match &self.redis_links {
+            Some(redis) => Challenges::Redis(redis),
+            None => Challenges::Memory(&self.shared.links),
+        }
+    }
+
+    /// Whether browsers sign in to the gateway (`[login]`).
+    pub fn has_login(&self) -> bool {
+        self.login.is_some()
+    }
+
+    /// Starts signing a browser in, to come back to `return_to` (a path
+    /// under `/oauth/`).
+    pub async fn sign_in(&self, return_to: &str, public_url: &str) -> Result<SignInStart, FlowError> {
+        let login = self.login.as_ref().ok_or(FlowError::NoLogin)?;
+        login.start(&self.challenges(), &self.secrets, return_to, public_url).await
+    }
+
+    /// The sign-in's callback, in the browser holding `binding`; `refused`
+    /// says which user ids no browser may be (API keys').
+    pub async fn signed_in(
+        &self,
+        state: Option<&str>,
+        code: Option<&str>,
+        error: Option<&str>,
+        binding: Option<&str>,
+        refused: impl Fn(&str) -> bool,
+    ) -> Result<SignedIn, FlowError> {
+        let login = self.login.as_ref().ok_or(FlowError::NoLogin)?;
+        login.finish(&self.challenges(), &self.secrets, state, code, error, binding, refused).await
+    }
+
+    /// The user a session cookie's value stands for, while it lasts.
+    pub fn session_user(&self, cookie: &str) -> Option<String> {
+        self.login.as_ref()?.session_user(cookie)
     }
 
     /// Whether the gateway runs the flow for `provider`.
@@ -158,7 +245,7 @@ impl OAuth {
         self.providers.contains_key(provider)
     }
 
-    fn provider(&self, id: &str) -> Result<&(Provider, GrantStore), FlowError> {
+    fn provider(&self, id: &str) -> Result<&Managed, FlowError> {
         self.providers.get(id).ok_or_else(|| FlowError::UnknownProvider(id.to_owned()))
     }
 
@@ -172,7 +259,7 @@ impl OAuth {
         required: &BTreeSet<String>,
         metrics: &Metrics,
     ) -> Result<SecretString, TokenError> {
-        let Some((p, store)) = self.providers.get(provider) else {
+        let Some(Managed { provider: p, store, .. }) = self.providers.get(provider) else {
             return Err(TokenError::Unavailable(OAuthError::Setup(format!("{provider} is not managed"))));
         };
         let mut wanted: BTreeSet<String> = p.configured_scopes().cloned().collect();
@@ -295,11 +382,8 @@ impl OAuth {
         public_url: &str,
         metrics: &Metrics,
     ) -> Result<Challenge, OAuthError> {
-        let ttl = self.providers.get(provider).map_or(Duration::from_secs(600), |(p, _)| p.config.link_ttl);
-        let (link, check) = match &self.redis_links {
-            Some(redis) => redis.issue(provider, user, scopes, ttl).await?,
-            None => self.shared.links.issue(provider, user, scopes, ttl)?,
-        };
+        let ttl = self.providers.get(provider).map_or(Duration::from_secs(600), |m| m.provider.config.link_ttl);
+        let (link, check) = self.challenges().issue(provider, user, scopes, ttl).await?;
         metrics.record_oauth_challenge(provider, "issued");
         Ok(Challenge {
             url: format!("{public_url}/oauth/{provider}/start/{link}"),
@@ -307,81 +391,15 @@ impl OAuth {
         })
     }
 
-    /// Opens a link: the provider's authorization URL to redirect to.
-    pub async fn open_link(&self, provider: &str, link_id: &str, public_url: &str) -> Result<String, FlowError> {
-        let (p, _) = self.provider(provider)?;
-        let redirect_uri = callback_url(public_url, provider);
-        // 32 random bytes: a 43-character verifier (RFC 7636 4.1).
-        let verifier = seal::random_id(32)?;
-        let opened = match &self.redis_links {
-            Some(redis) => redis.open(provider, link_id, verifier, redirect_uri.clone()).await,
-            None => self.shared.links.open(provider, link_id, verifier, redirect_uri.clone()),
-        };
-        let (state, flow) = opened.map_err(refusal)?;
-        match p.authorization_request(&self.secrets, &redirect_uri, &flow.scopes, &state, &flow.verifier).await {
-            Ok(url) => Ok(url),
-            Err(e) => {
-                self.finish(&flow, LinkStatus::Failed).await;
-                Err(e.into())
-            }
-        }
-    }
-
-    /// The callback: checks `state`, exchanges `code` and stores the grant.
-    pub async fn finish_flow(
-        &self,
-        provider: &str,
-        state: Option<&str>,
-        code: Option<&str>,
-        error: Option<&str>,
-        metrics: &Metrics,
-    ) -> Result<(), FlowError> {
-        let (p, store) = self.provider(provider)?;
-        let state = state.ok_or(FlowError::BadCallback("state"))?;
-        let taken = match &self.redis_links {
-            Some(redis) => redis.take_flow(provider, state).await,
-            None => self.shared.links.take_flow(provider, state),
-        };
-        let flow = taken.map_err(refusal)?;
-        let outcome = match (code, error) {
-            (_, Some(error)) => Err(FlowError::Refused(error.chars().take(100).collect())),
-            (Some(code), None) => {
-                match p.exchange(&self.secrets, &flow.redirect_uri, code, flow.verifier.clone(), &flow.scopes).await {
-                    Ok(grant) => store.put(provider, &flow.user, &grant, None).await.map(drop).map_err(FlowError::from),
-                    Err(e) => Err(e.into()),
-                }
-            }
-            (None, None) => Err(FlowError::BadCallback("code")),
-        };
-        let (status, label) = match outcome {
-            Ok(()) => (LinkStatus::Completed, "completed"),
-            Err(_) => (LinkStatus::Failed, "failed"),
-        };
-        self.finish(&flow, status).await;
-        metrics.record_oauth_challenge(provider, label);
-        outcome
-    }
-
     /// A link's status for its own caller; `None` for anyone else.
     pub async fn status(&self, provider: &str, check_id: &str, user: &str) -> Option<LinkStatus> {
-        match &self.redis_links {
-            Some(redis) => redis.status(provider, check_id, user).await,
-            None => self.shared.links.status(provider, check_id, user),
-        }
-    }
-
-    /// Records how a flow ended, where its link is kept.
-    async fn finish(&self, flow: &Flow, status: LinkStatus) {
-        match &self.redis_links {
-            Some(redis) => redis.finish(&flow.link_id, status).await,
-            None => self.shared.links.finish(&flow.link_id, status),
-        }
+        self.challenges().status(provider, check_id, user).await
     }
 
     /// Forgets the caller's grant and revokes it at the provider when it
     /// can. Returns whether there was one.
     pub async fn disconnect(&self, provider: &str, user: &str) -> Result<bool, FlowError> {
-        let (p, store) = self.provider(provider)?;
+        let Managed { provider: p, store, .. } = self.provider(provider)?;
         let Some(grant) = store.get_versioned(provider, user).await?.map(|v| v.grant) else { return Ok(false) };
         store.delete(provider, user).await?;
         match p.revoke(&self.secrets, &grant).await {
@@ -400,15 +418,6 @@ pub fn callback_url(public_url: &str, provider: &str) -> String {
     format!("{public_url}/oauth/{provider}/callback")
 }
 
-fn refusal(refusal: Refusal) -> FlowError {
-    match refusal {
-        Refusal::Unknown => FlowError::UnknownLink,
-        Refusal::Expired => FlowError::Expired,
-        Refusal::Used => FlowError::Used,
-        Refusal::Unavailable(e) => FlowError::Failed(e),
-    }
-}
-
 /// The embedded store for `[state]`: the one already open when it is the
 /// same, else opened now (with the configured or generated key).
 async fn embedded_store(
@@ -421,9 +430,31 @@ async fn embedded_store(
             return Ok(store.clone());
         }
     }
+    let sealer = state_sealer(shared, state, secrets).await?;
+    // A reload that moves the store closes the old file first.
+    let mut slot = shared.embedded.lock().unwrap_or_else(|p| p.into_inner());
+    slot.take();
+    let store = Arc::new(EmbeddedStore::open(&state.dir, sealer)?);
+    *slot = Some((state.clone(), store.clone()));
+    Ok(store)
+}
+
+/// The key that seals grants at rest and sessions: `[state] encryption_key`,
+/// else one generated once in `[state] dir`; the one already read when
+/// `[state]` is the same.
+async fn state_sealer(
+    shared: &Shared,
+    state: &StateConfig,
+    secrets: &SecretResolver,
+) -> Result<Arc<Sealer>, OAuthError> {
+    if let Some((read_for, sealer)) = &*shared.sealer.lock().unwrap_or_else(|p| p.into_inner()) {
+        if read_for == state {
+            return Ok(sealer.clone());
+        }
+    }
     std::fs::create_dir_all(&state.dir)
         .map_err(|e| OAuthError::Setup(format!("cannot create [state] dir {}: {e}", state.dir.display())))?;
-    let sealer = match &state.encryption_key {
+    let sealer = Arc::new(match &state.encryption_key {
         Some(reference) => {
             let key = secrets
                 .resolve(reference, None)
@@ -432,11 +463,7 @@ async fn embedded_store(
             Sealer::from_text(&key)?
         }
         None => Sealer::from_dir(&state.dir)?,
-    };
-    // A reload that moves the store closes the old file first.
-    let mut slot = shared.embedded.lock().unwrap_or_else(|p| p.into_inner());
-    slot.take();
-    let store = Arc::new(EmbeddedStore::open(&state.dir, sealer)?);
-    *slot = Some((state.clone(), store.clone()));
-    Ok(store)
+    });
+    *shared.sealer.lock().unwrap_or_else(|p| p.into_inner()) = Some((state.clone(), sealer.clone()));
+    Ok(sealer)
 }

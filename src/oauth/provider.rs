@@ -9,13 +9,16 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use base64::Engine as _;
-use oauth2::basic::{BasicClient, BasicErrorResponseType};
-use oauth2::{
-    AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointNotSet, EndpointSet, HttpRequest,
-    HttpResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken, RequestTokenError, Scope,
-    TokenResponse, TokenUrl,
+use oauth2::basic::{
+    BasicErrorResponse, BasicErrorResponseType, BasicRevocationErrorResponse, BasicTokenIntrospectionResponse,
+    BasicTokenType,
 };
-use serde::Deserialize;
+use oauth2::{
+    AuthUrl, AuthorizationCode, ClientId, ClientSecret, CsrfToken, EndpointNotSet, EndpointSet, ExtraTokenFields,
+    HttpRequest, HttpResponse, PkceCodeChallenge, PkceCodeVerifier, RedirectUrl, RefreshToken, RequestTokenError,
+    Scope, StandardRevocableToken, StandardTokenResponse, TokenResponse, TokenUrl,
+};
+use serde::{Deserialize, Serialize};
 use tokio::sync::OnceCell;
 
 use super::store::{now, Grant};
@@ -28,8 +31,40 @@ use crate::vault::SecretResolver;
 /// The longest one request to a provider may take.
 const PROVIDER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A token endpoint's answer; an OpenID provider adds an `id_token`.
+type TokenAnswer = StandardTokenResponse<IdTokenField, BasicTokenType>;
+
+/// The client type before its endpoints are set.
+type NewClient = oauth2::Client<
+    BasicErrorResponse,
+    TokenAnswer,
+    BasicTokenIntrospectionResponse,
+    StandardRevocableToken,
+    BasicRevocationErrorResponse,
+>;
+
 /// The client type with the endpoints the gateway uses set.
-type Client = BasicClient<EndpointSet, EndpointNotSet, EndpointNotSet, EndpointNotSet, EndpointSet>;
+type Client = oauth2::Client<
+    BasicErrorResponse,
+    TokenAnswer,
+    BasicTokenIntrospectionResponse,
+    StandardRevocableToken,
+    BasicRevocationErrorResponse,
+    EndpointSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointNotSet,
+    EndpointSet,
+>;
+
+/// The `id_token` of an OpenID Connect token answer (OIDC Core 3.1.3.3).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(super) struct IdTokenField {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id_token: Option<String>,
+}
+
+impl ExtraTokenFields for IdTokenField {}
 
 /// A provider's endpoints.
 #[derive(Debug, Clone)]
@@ -37,6 +72,8 @@ struct Endpoints {
     authorize: String,
     token: String,
     revocation: Option<String>,
+    /// The signing keys of its ID tokens (discovery only).
+    jwks: Option<String>,
 }
 
 /// The discovery document's fields the gateway reads.
@@ -46,6 +83,8 @@ struct Discovery {
     token_endpoint: String,
     #[serde(default)]
     revocation_endpoint: Option<String>,
+    #[serde(default)]
+    jwks_uri: Option<String>,
 }
 
 /// What a refresh came to.
@@ -89,7 +128,7 @@ impl Provider {
                 else {
                     return self.discover().await;
                 };
-                Ok(Endpoints { authorize, token, revocation: configured(&self.config.revocation_endpoint) })
+                Ok(Endpoints { authorize, token, revocation: configured(&self.config.revocation_endpoint), jwks: None })
             })
             .await
     }
@@ -110,6 +149,7 @@ impl Provider {
             authorize: configured(&self.config.authorize_endpoint).unwrap_or(found.authorization_endpoint),
             token: configured(&self.config.token_endpoint).unwrap_or(found.token_endpoint),
             revocation: configured(&self.config.revocation_endpoint).or(found.revocation_endpoint),
+            jwks: found.jwks_uri,
         })
     }
 
@@ -118,7 +158,7 @@ impl Provider {
     async fn client(&self, secrets: &SecretResolver, redirect_uri: Option<&str>) -> Result<Client, OAuthError> {
         let endpoints = self.endpoints().await?;
         let bad = |what: &str, e: oauth2::url::ParseError| OAuthError::Provider(format!("{what}: {e}"));
-        let mut client = BasicClient::new(ClientId::new(self.config.client_id.clone().unwrap_or_default()))
+        let mut client = NewClient::new(ClientId::new(self.config.client_id.clone().unwrap_or_default()))
             .set_auth_uri(AuthUrl::new(endpoints.authorize.clone()).map_err(|e| bad("authorization endpoint", e))?)
             .set_token_uri(TokenUrl::new(endpoints.token.clone()).map_err(|e| bad("token endpoint", e))?);
         if let Some(redirect_uri) = redirect_uri {
@@ -136,7 +176,7 @@ impl Provider {
     }
 
     /// Where to send the browser: the authorization request, with the PKCE
-    /// S256 challenge of `verifier`.
+    /// S256 challenge of `verifier` (and an OpenID `nonce` when given).
     pub(super) async fn authorization_request(
         &self,
         secrets: &SecretResolver,
@@ -144,6 +184,7 @@ impl Provider {
         scopes: &BTreeSet<String>,
         state: &str,
         verifier: &str,
+        nonce: Option<&str>,
     ) -> Result<String, OAuthError> {
         let client = self.client(secrets, Some(redirect_uri)).await?;
         let challenge = PkceCodeChallenge::from_code_verifier_sha256(&PkceCodeVerifier::new(verifier.to_owned()));
@@ -154,6 +195,9 @@ impl Provider {
             .set_pkce_challenge(challenge);
         for (name, value) in &self.config.authorize_params {
             request = request.add_extra_param(name.clone(), value.clone());
+        }
+        if let Some(nonce) = nonce {
+            request = request.add_extra_param("nonce", nonce.to_owned());
         }
         let (url, _) = request.url();
         Ok(url.to_string())
@@ -168,14 +212,51 @@ impl Provider {
         verifier: String,
         asked: &BTreeSet<String>,
     ) -> Result<Grant, OAuthError> {
+        let answer = self.token_answer(secrets, redirect_uri, code, verifier).await?;
+        Ok(grant_from(&answer, asked, None))
+    }
+
+    /// Exchanges a sign-in's authorization code for its ID token (the
+    /// access token is not kept).
+    pub(super) async fn exchange_id_token(
+        &self,
+        secrets: &SecretResolver,
+        redirect_uri: &str,
+        code: &str,
+        verifier: String,
+    ) -> Result<String, OAuthError> {
+        let answer = self.token_answer(secrets, redirect_uri, code, verifier).await?;
+        answer
+            .extra_fields()
+            .id_token
+            .clone()
+            .ok_or_else(|| OAuthError::Provider("the token endpoint sent no id_token".into()))
+    }
+
+    async fn token_answer(
+        &self,
+        secrets: &SecretResolver,
+        redirect_uri: &str,
+        code: &str,
+        verifier: String,
+    ) -> Result<TokenAnswer, OAuthError> {
         let client = self.client(secrets, Some(redirect_uri)).await?;
-        let answer = client
+        client
             .exchange_code(AuthorizationCode::new(code.to_owned()))
             .set_pkce_verifier(PkceCodeVerifier::new(verifier))
             .request_async(&self.http)
             .await
-            .map_err(|e| OAuthError::Provider(format!("token endpoint: {}", describe(&e))))?;
-        Ok(grant_from(&answer, asked, None))
+            .map_err(|e| OAuthError::Provider(format!("token endpoint: {}", describe(&e))))
+    }
+
+    /// The URL of the provider's ID token signing keys (discovery's
+    /// `jwks_uri`).
+    pub(super) async fn jwks_uri(&self) -> Result<String, OAuthError> {
+        self.endpoints()
+            .await?
+            .jwks
+            .clone()
+            .ok_or_else(|| OAuthError::Provider("the discovery document names no jwks_uri".into()))
     }
 
     /// Refreshes `grant` with its refresh token.
@@ -291,11 +372,7 @@ impl<'c> oauth2::AsyncHttpClient<'c> for ProviderHttp {
 /// it granted plus what was asked (providers rename scopes as they grant
 /// them, e.g. Google's `email`, so the answer alone would never cover the
 /// asking and every call would challenge again).
-fn grant_from(
-    answer: &oauth2::basic::BasicTokenResponse,
-    asked: &BTreeSet<String>,
-    previous_refresh: Option<SecretString>,
-) -> Grant {
+fn grant_from(answer: &TokenAnswer, asked: &BTreeSet<String>, previous_refresh: Option<SecretString>) -> Grant {
     let mut scopes: BTreeSet<String> = asked.clone();
     if let Some(granted) = answer.scopes() {
         scopes.extend(granted.iter().map(|s| s.to_string()).filter(|s| scope_ok(s)));

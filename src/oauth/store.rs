@@ -236,7 +236,7 @@ fn from_fields(data: &SecretData) -> Option<Grant> {
 /// The embedded store: a redb file whose values are sealed records.
 pub(crate) struct EmbeddedStore {
     db: redb::Database,
-    sealer: Sealer,
+    sealer: Arc<Sealer>,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -247,7 +247,7 @@ impl std::fmt::Debug for EmbeddedStore {
 
 impl EmbeddedStore {
     /// Opens (or creates) the file in `dir` with this sealer.
-    pub(super) fn open(dir: &Path, sealer: Sealer) -> Result<EmbeddedStore, OAuthError> {
+    pub(super) fn open(dir: &Path, sealer: Arc<Sealer>) -> Result<EmbeddedStore, OAuthError> {
         let path = dir.join(DB_FILE);
         let db = redb::Database::create(&path)
             .map_err(|e| OAuthError::Setup(format!("cannot open the grant store {}: {e}", path.display())))?;

@@ -95,15 +95,22 @@ impl<'h> HeadFacts<'h> {
 
 /// The checks on a raw head (pingora's path): its header lines parsed again
 /// with httparse, with room for one line more than allowed so that too many
-/// is seen. The request line is pingora's business (it may have escaped
-/// the target); `http11` is its version.
+/// is seen, and an absolute-form target's authority, which is the request's
+/// host whatever `Host` says (RFC 9112 3.2.2; pingora keeps only the path
+/// of an HTTP/1.0 one). The rest of the request line is pingora's business;
+/// `http11` is its version.
 pub(super) fn check_raw_head(
     raw: &[u8],
     http11: bool,
     policy: &BrowserPolicy,
     mcp: bool,
 ) -> Result<Expect, RequestError> {
-    let lines = raw.iter().position(|&b| b == b'\n').map_or(&raw[raw.len()..], |end| &raw[end + 1..]);
+    let line_end = raw.iter().position(|&b| b == b'\n');
+    let request_line = &raw[..line_end.unwrap_or(raw.len())];
+    if let Some(authority) = absolute_target_authority(request_line) {
+        policy.check_host(Some(authority))?;
+    }
+    let lines = line_end.map_or(&raw[raw.len()..], |end| &raw[end + 1..]);
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADER_LINES + 1];
     match httparse::parse_headers(lines, &mut slots) {
         Ok(httparse::Status::Complete(_)) => {}
@@ -116,6 +123,20 @@ pub(super) fn check_raw_head(
         facts.note(header.name, header.value);
     }
     facts.check(http11, policy, mcp)
+}
+
+/// The authority of a request line's absolute-form target
+/// (`GET http://host:port/path HTTP/1.0`), if it has one.
+fn absolute_target_authority(request_line: &[u8]) -> Option<&[u8]> {
+    let mut parts = request_line.split(|&b| b == b' ').filter(|p| !p.is_empty());
+    let target = parts.nth(1)?;
+    let scheme_end = target.windows(3).position(|w| w == b"://")?;
+    if !target[..scheme_end].iter().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.')) {
+        return None;
+    }
+    let rest = &target[scheme_end + 3..];
+    let end = rest.iter().position(|b| matches!(b, b'/' | b'?' | b'#')).unwrap_or(rest.len());
+    Some(&rest[..end])
 }
 
 #[cfg(test)]
@@ -156,6 +177,18 @@ mod tests {
             Some(Expect::Continue)
         );
         assert_eq!(status("GET / HTTP/1.0\r\n\r\n"), 200, "HTTP/1.0 needs no Host");
+        // An absolute-form target's authority is the request's host.
+        for (head, expected) in [
+            ("GET http://evil.example/tools HTTP/1.0\r\n\r\n", 421),
+            ("POST HTTP://evil.example:8080/tools/call HTTP/1.0\r\nContent-Length: 2\r\n\r\n", 421),
+            ("GET http://evil.example?x HTTP/1.0\r\n\r\n", 421),
+            ("GET http://user@localhost/tools HTTP/1.0\r\n\r\n", 421),
+            ("GET http://localhost:8080/tools HTTP/1.0\r\n\r\n", 200),
+            ("GET http://127.0.0.1/tools HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", 200),
+            ("GET /path/http://evil.example HTTP/1.0\r\n\r\n", 200),
+        ] {
+            assert_eq!(status(head), expected, "{head:?}");
+        }
         assert_eq!(status("POST / HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding:  Chunked \r\n\r\n"), 200);
         let lines: String = (0..MAX_HEADER_LINES).map(|i| format!("X-{i}: y\r\n")).collect();
         assert_eq!(status(&format!("GET / HTTP/1.1\r\nHost: localhost\r\n{lines}\r\n")), 431);

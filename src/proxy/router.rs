@@ -26,9 +26,12 @@ use crate::error::RequestError;
 use crate::gateway::{Gateway, Runtime};
 use crate::http1::header_line_size;
 use crate::mcp_endpoint::{Listen, McpAnswer, McpEndpoint, McpHead};
-use crate::oauth_endpoint::{self, OAuthRequest};
+use crate::oauth_endpoint::{self, BrowserRequest, OAuthRequest};
 use crate::reply::Reply;
 use crate::tool_search::{self, Front};
+
+/// The largest `POST /oauth/confirm` body: `{"flow_id": "<43 characters>"}`.
+const CONFIRM_BODY_LIMIT: usize = 4096;
 
 /// The data plane's routes, as a pingora HTTP application.
 pub struct Router {
@@ -126,7 +129,7 @@ impl Router {
                     Err(e) => Answer::Reply(e.to_reply()),
                 }
             }
-            "/oauth" => Box::pin(self.oauth(session)).await,
+            "/oauth" => Box::pin(self.oauth(session, expect)).await,
             resource::WELL_KNOWN => match method {
                 http::Method::GET | http::Method::HEAD => {
                     self.admit().and_then(|_in_flight| self.resource_metadata(session.req_header().uri.path()))
@@ -194,17 +197,34 @@ impl Router {
     }
 
     /// The OAuth endpoints (`oauth_endpoint.rs`): the browser steps of a
-    /// challenge, and a caller's status checks and disconnects.
-    async fn oauth(&self, session: &mut Session) -> Result<Reply, RequestError> {
+    /// challenge and of signing in, and a caller's status checks,
+    /// confirmations and disconnects.
+    async fn oauth(&self, session: &mut Session, expect: Expect) -> Result<Reply, RequestError> {
         let runtime = self.gateway.runtime_owned();
         let uri = session.req_header().uri.clone();
-        let request = OAuthRequest::parse(&session.req_header().method, uri.path())?;
-        let _in_flight = self.admit()?;
+        let method = session.req_header().method.clone();
+        let request = OAuthRequest::parse(&method, uri.path())?;
         if request.needs_caller() {
             let caller = authenticate(&self.gateway, &runtime, session, Target::Otc)?;
-            oauth_endpoint::caller_step(&runtime, &caller, &request).await
+            let body = match request {
+                OAuthRequest::Confirm => {
+                    let deadline = runtime.config.server.body_timeout.0;
+                    read_body_within(session, expect, CONFIRM_BODY_LIMIT, deadline).await?
+                }
+                _ => Bytes::new(),
+            };
+            let _in_flight = self.admit()?;
+            oauth_endpoint::caller_step(&self.gateway, &runtime, &caller, &request, &body).await
         } else {
-            oauth_endpoint::browser_step(&self.gateway, &runtime, &request, uri.query()).await
+            let _in_flight = self.admit()?;
+            let headers = &session.req_header().headers;
+            let browser = BrowserRequest {
+                method: &method,
+                path: uri.path(),
+                query: uri.query(),
+                cookies: headers.get_all(http::header::COOKIE).iter().filter_map(|v| v.to_str().ok()).collect(),
+            };
+            oauth_endpoint::browser_step(&self.gateway, &runtime, &request, &browser).await
         }
     }
 
@@ -291,13 +311,7 @@ fn check_head(runtime: &Runtime, session: &Session, route: &'static str) -> Resu
     }
     let Session::H1(_) = session else { return Ok(Expect::Nothing) };
     let http11 = session.req_header().version == http::Version::HTTP_11;
-    let expect = head::check_raw_head(&session.to_h1_raw(), http11, &runtime.browser, route == "/mcp")?;
-    // An absolute-form target's authority is the request's host (RFC 9112
-    // 3.2.2), whatever `Host` says.
-    if let Some(authority) = session.req_header().uri.authority() {
-        runtime.browser.check_host(Some(authority.as_str().as_bytes()))?;
-    }
-    Ok(expect)
+    head::check_raw_head(&session.to_h1_raw(), http11, &runtime.browser, route == "/mcp")
 }
 
 /// Reads the body within `deadline`, first telling a client that waits
