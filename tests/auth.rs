@@ -207,17 +207,63 @@ async fn hs256_wrong_audience_and_issuer() {
 }
 
 #[tokio::test]
-async fn iss_and_aud_are_not_checked_on_otc_routes_when_not_configured() {
+async fn on_otc_routes_without_audience_a_token_needs_no_aud_but_one_it_has_must_name_the_gateway() {
     let cfg = AuthConfig {
         mode: AuthMode::Jwt,
         hs256_secret: Some(env_ref("OTC_AUTH_HS_NOAUD", HS_SECRET)),
         ..AuthConfig::default()
     };
     let auth = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
-    for aud in [json!("anyone"), Value::Null, json!(RESOURCE)] {
+    // `iss` is not checked when `issuer` is unset.
+    for aud in [Value::Null, json!(RESOURCE), json!(["other", RESOURCE])] {
         let token = hs256(&claims(json!({"aud": aud, "iss": "anywhere"})), HS_SECRET);
         assert!(otc(&auth, &bearer(&token)).is_ok(), "{aud}");
     }
+    // A token for another resource is not the gateway's, on any route.
+    for aud in [json!("anyone"), json!(["other", "third"]), json!("https://other.example.com/mcp")] {
+        let token = hs256(&claims(json!({"aud": aud})), HS_SECRET);
+        let err = rejected(&auth, &token);
+        assert!(matches!(&err, AuthError::Invalid(r) if r.contains("audience")), "{aud}: {err:?}");
+        assert!(mcp(&auth, &bearer(&token)).is_err(), "{aud}");
+    }
+}
+
+#[tokio::test]
+async fn iss_is_one_string() {
+    let auth = hs_auth("OTC_AUTH_HS_ISS").await;
+    for iss in [json!(["https://auth.example.com"]), json!(["evil", "https://auth.example.com"]), json!(7)] {
+        let err = rejected(&auth, &hs256(&claims(json!({"iss": iss})), HS_SECRET));
+        assert!(matches!(err, AuthError::Invalid(_)), "{iss}: {err:?}");
+    }
+    let cfg = AuthConfig {
+        mode: AuthMode::Jwt,
+        hs256_secret: Some(env_ref("OTC_AUTH_HS_ISS_ANY", HS_SECRET)),
+        ..AuthConfig::default()
+    };
+    let unchecked = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
+    let token = hs256(&claims(json!({"iss": ["anything"], "aud": null})), HS_SECRET);
+    assert!(otc(&unchecked, &bearer(&token)).is_err(), "an array is refused even when iss is not configured");
+}
+
+#[tokio::test]
+async fn a_token_naming_an_api_keys_user_is_refused() {
+    let cfg = AuthConfig {
+        mode: AuthMode::Jwt,
+        hs256_secret: Some(env_ref("OTC_AUTH_NS_HS", HS_SECRET)),
+        audience: Some("otc-gateway".into()),
+        api_keys: toml::from_str::<AuthConfig>("api_keys = [{ key = \"env:OTC_AUTH_NS_KEY\", user_id = \"svc-reports\" }]")
+            .expect("api_keys")
+            .api_keys,
+        ..AuthConfig::default()
+    };
+    std::env::set_var("OTC_AUTH_NS_KEY", "ns-key-0123456789");
+    let auth = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
+    // The key is the service client; a token claiming its user id is not.
+    let caller = otc(&auth, &api_key_header("ns-key-0123456789")).expect("the key");
+    assert_eq!(caller.user_id.as_deref(), Some("svc-reports"));
+    let err = rejected(&auth, &hs256(&claims(json!({"sub": "svc-reports"})), HS_SECRET));
+    assert!(matches!(&err, AuthError::Invalid(r) if r.contains("API key")), "{err:?}");
+    assert!(otc(&auth, &bearer(&hs256(&claims(json!({"sub": "alice"})), HS_SECRET))).is_ok());
 }
 
 #[tokio::test]
@@ -304,6 +350,7 @@ async fn user_id_claim_is_configurable() {
         mode: AuthMode::Jwt,
         hs256_secret: Some(env_ref("OTC_AUTH_HS_EMAIL", HS_SECRET)),
         user_id_claim: "email".into(),
+        audience: Some("otc-gateway".into()),
         ..AuthConfig::default()
     };
     let auth = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
@@ -378,6 +425,7 @@ async fn a_jwks_file_is_reloaded_on_an_unknown_kid() {
         mode: AuthMode::Jwt,
         jwks: Some(format!("file:{path}")),
         jwks_refresh: Duration::from_millis(200),
+        audience: Some("otc-gateway".into()),
         ..AuthConfig::default()
     };
     let auth = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
@@ -450,6 +498,7 @@ async fn a_jwks_url_is_fetched_and_refreshed() {
         mode: AuthMode::Jwt,
         jwks: Some(server.url.clone()),
         jwks_refresh: Duration::from_millis(200),
+        audience: Some("otc-gateway".into()),
         ..AuthConfig::default()
     };
     let auth = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
@@ -559,6 +608,7 @@ async fn mixed_hs256_and_api_keys() {
         api_keys: toml::from_str::<AuthConfig>("api_keys = [{ key = \"env:OTC_AUTH_MIXED_KEY\", user_id = \"svc\" }]")
             .expect("keys")
             .api_keys,
+        audience: Some("otc-gateway".into()),
         ..AuthConfig::default()
     };
     let auth = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
@@ -649,7 +699,7 @@ async fn a_token_with_a_crit_header_gets_401_at_the_gateway() {
     let server = common::ToolServer::start(common::catalog(vec![echo])).await;
     let gw = common::GatewayConfig::new()
         .upstream("tools", &server.url())
-        .raw("[auth]\nmode = \"jwt\"\nhs256_secret = \"env:AUTH_CRIT_SECRET\"\n")
+        .raw("[auth]\nmode = \"jwt\"\nhs256_secret = \"env:AUTH_CRIT_SECRET\"\naudience = \"otc-gateway\"\n")
         .start_with_env(&[("AUTH_CRIT_SECRET", HS_SECRET)])
         .await;
     let call = Bytes::from_static(br#"{"request":{"tool_id":"Calc.Echo@1.0.0","input":{"x":1}}}"#);

@@ -360,7 +360,7 @@ fn profile_config(server: &ToolServer, auth: &str, extra: &str) -> String {
     format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\n\
          [catalog]\npoll_interval = \"200ms\"\nrequest_timeout = \"1s\"\n\n\
-         [[upstreams]]\nname = \"profiles\"\nurl = \"{}\"\n\n\
+         [[upstreams]]\nname = \"profiles\"\nurl = \"{}\"\nsecrets = [\"PROFILE_KEY\"]\n\n\
          [secrets]\nPROFILE_KEY = \"env:PROFILE_KEY\"\n\n[auth]\n{auth}\n\n{extra}",
         server.url()
     )

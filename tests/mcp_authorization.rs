@@ -352,18 +352,22 @@ async fn otc_routes_take_tokens_without_aud_when_audience_is_unset() {
     let server = echo_server().await;
     let gw = start(&server, &[], "").await;
     wait_listed(&gw).await;
-    // As before this gateway was a protected resource: `aud` is not checked
-    // on the OTC routes unless `audience` is set.
-    for (what, aud) in [
-        ("no aud", json!(null)),
-        ("aud is the resource", json!(resource(&gw))),
-        ("aud is whatever the issuer puts there", json!("account")),
-    ] {
+    // The OTC contract: a token without `aud` is accepted on the OTC routes
+    // unless `audience` is set; one with `aud` must name the gateway.
+    for (what, aud) in [("no aud", json!(null)), ("aud is the resource", json!(resource(&gw)))] {
         let auth = bearer(&token("olga", aud));
         assert_otc_ok(&otc_call(&gw, &[("authorization", &auth)]).await, &server, "olga", what);
         let listing = send_with_headers(gw.addr, "GET", "/tools", Bytes::new(), &[("authorization", &auth)]).await;
         assert_eq!(listing.status, 200, "GET /tools, {what}: {}", listing.text());
     }
+    // A token minted for another resource is not the gateway's, on any route.
+    let calls_before = server.call_count();
+    let elsewhere = bearer(&token("olga", json!("account")));
+    assert_eq!(otc_call(&gw, &[("authorization", &elsewhere)]).await.status, 401);
+    let listing = send_with_headers(gw.addr, "GET", "/tools", Bytes::new(), &[("authorization", &elsewhere)]).await;
+    assert_eq!(listing.status, 401, "GET /tools: {}", listing.text());
+    assert_eq!(mcp_call(&gw, &[("authorization", &elsewhere)]).await.status, 401);
+    assert_eq!(server.call_count(), calls_before, "nothing reached the tool");
     // The same token without aud is refused at /mcp.
     let no_aud = bearer(&token("olga", json!(null)));
     assert_eq!(mcp_call(&gw, &[("authorization", &no_aud)]).await.status, 401);

@@ -88,8 +88,12 @@ async fn no_secret_or_token_appears_in_output_responses_status_or_metrics() {
     let api_key_file = temp_file("leak-api-key", "txt", &format!("{API_KEY_FILE}\n"));
 
     let toml = GatewayConfig::new()
-        .upstream_with("tools", &tools.url(), "bearer_token = \"env:NL_UPSTREAM_TOKEN\"")
-        .upstream_with("mail", &mail.url(), "bearer_token = \"vault:secret/upstreams/mail#token\"")
+        .upstream_with("tools", &tools.url(), "bearer_token = \"env:NL_UPSTREAM_TOKEN\"\nsecrets = [\"*\"]")
+        .upstream_with(
+            "mail",
+            &mail.url(),
+            "bearer_token = \"vault:secret/upstreams/mail#token\"\nsecrets = [\"*\"]\nauthorization = [\"google\"]",
+        )
         .raw(&format!(
             "[vault]\naddress = \"{}\"\ntoken = \"env:NL_VAULT_TOKEN\"\ncache_ttl = \"60s\"\ntimeout = \"1s\"\n\n\
              [secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\nFILE_KEY = \"file:{}\"\n\

@@ -53,8 +53,14 @@ fn state_dir() -> PathBuf {
 
 /// The gateway's config: the tool server, two API keys, the provider (with
 /// `extra` lines in its section) and the state directory.
+///
+/// The callers are service clients (API keys), so whose browser finished a
+/// flow is vouched for by their application: `user_verification =
+/// "verifier"`, the verifier page being the tool server's (a 404 whose URL
+/// carries the `flow_id`), and the test confirming as the application would
+/// (`confirm`). `tests/connect_links.rs` covers `[login]`.
 fn config(tools: &ToolServer, idp: &OidcProvider, state_dir: &std::path::Path, extra: &str) -> GatewayConfig {
-    GatewayConfig::new().upstream("mail", &tools.url()).raw(&format!(
+    GatewayConfig::new().upstream_with("mail", &tools.url(), "authorization = [\"idp\"]").raw(&format!(
         r#"
 [auth]
 api_keys = [{{ key = "env:OAUTH_ALICE_KEY", user_id = "alice" }}, {{ key = "env:OAUTH_BOB_KEY", user_id = "bob" }}]
@@ -64,14 +70,34 @@ issuer = "{issuer}"
 client_id = "{CLIENT_ID}"
 client_secret = "env:OAUTH_CLIENT_SECRET"
 scopes = ["openid"]
+user_verification = "verifier"
+verifier_url = "{verifier}"
 {extra}
 
 [state]
 dir = "{dir}"
 "#,
         issuer = idp.issuer(),
+        verifier = verifier_url(tools),
         dir = state_dir.display()
     ))
+}
+
+/// The application page a flow back from the provider is sent to.
+fn verifier_url(tools: &ToolServer) -> String {
+    format!("{}/connect/verify", tools.url())
+}
+
+/// The `flow_id` of a page the browser ended on at the verifier.
+fn flow_id(page: &common::oidc::Page) -> String {
+    page.url.split(['?', '&']).find_map(|kv| kv.strip_prefix("flow_id=")).expect("a flow_id").to_owned()
+}
+
+/// The application confirms a flow as the caller with `key`.
+async fn confirm_at(gw: std::net::SocketAddr, key: &str, flow_id: &str) -> Resp {
+    let body = json!({ "flow_id": flow_id }).to_string();
+    let headers = [("content-type", "application/json"), ("oxp-api-key", key)];
+    send_with_headers(gw, "POST", "/oauth/confirm", Bytes::from(body), &headers).await
 }
 
 const ENV: [(&str, &str); 4] = [
@@ -145,11 +171,17 @@ impl World {
     }
 
     /// Opens a link in a browser, logs in at the provider as `user` and
-    /// consents: the page the gateway's callback answered.
+    /// consents: the verifier page the gateway's callback sent it to.
     async fn authorize(&self, url: &str, user: &str) -> common::oidc::Page {
         let page = Browser::new().follow_as(url, user).await;
-        assert!(page.url.starts_with(&format!("{}/oauth/idp/callback", self.gw.url())), "ended at {}", page.url);
+        assert!(page.url.starts_with(&format!("{}?flow_id=", verifier_url(&self.tools))), "ended at {}", page.url);
         page
+    }
+
+    /// The application confirms the flow `page` (at the verifier) stands
+    /// for, as the caller with `key`.
+    async fn confirm(&self, key: &str, page: &common::oidc::Page) -> Resp {
+        confirm_at(self.gw.addr, key, &flow_id(page)).await
     }
 
     /// The `idp` token the tool server got on its last call.
@@ -168,7 +200,10 @@ impl World {
     async fn connect(&self, key: &str, user: &str, tool: &str) {
         let (url, check) = self.challenge(key, tool).await;
         let page = self.authorize(&url, user).await;
-        assert_eq!(page.status, 200, "{}", page.body);
+        assert_eq!(self.status(key, &check).await, "pending", "not before the application confirms");
+        let confirmed = self.confirm(key, &page).await;
+        assert_eq!(confirmed.status, 200, "{}", confirmed.text());
+        assert_eq!(confirmed.json()["status"], "completed");
         assert_eq!(self.status(key, &check).await, "completed");
     }
 }
@@ -208,16 +243,28 @@ async fn the_whole_flow_from_challenge_to_injected_token() {
     let scopes: BTreeSet<&str> = query["scope"].split(' ').collect();
     assert_eq!(scopes, BTreeSet::from(["openid", "mail.read"]));
 
-    // The same link a second time: refused, single-use.
+    // The same link a second time, or a HEAD (a chat preview, a mail
+    // scanner): nothing is used up, each GET is a flow of its own.
+    let head = send_with_headers(w.gw.addr, "HEAD", url.strip_prefix(&w.gw.url()).expect("path"), Bytes::new(), &[])
+        .await;
+    assert_eq!(head.status, 200);
     let again = Browser::new().get_no_follow(&url).await;
-    assert_eq!(again.status, 400);
-    assert!(again.body.contains("already used"), "{}", again.body);
+    assert_eq!(again.status, 302, "{}", again.body);
+    assert_ne!(again.headers.get("location"), redirect.headers.get("location"), "a new state and verifier");
 
-    // Log in and consent at the provider; the callback stores the grant.
+    // Log in and consent at the provider; the callback hands the flow to
+    // the application, which confirms it as alice: the grant is stored.
     let page = browser.follow_as(&location, "alice").await;
-    assert_eq!(page.status, 200, "{}", page.body);
-    assert!(page.body.contains("can now be used"), "{}", page.body);
+    assert_eq!(w.status(ALICE, &check).await, "pending");
+    assert_eq!(w.idp.stats().await["token_requests"]["authorization_code"], 0, "no code exchanged before");
+    let confirmed = w.confirm(ALICE, &page).await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.text());
     assert_eq!(w.status(ALICE, &check).await, "completed");
+    // Completed: the link is spent now.
+    let spent = Browser::new().get_no_follow(&url).await;
+    assert_eq!(spent.status, 400);
+    assert!(spent.body.contains("already used"), "{}", spent.body);
+    assert_eq!(w.confirm(ALICE, &page).await.status, 404, "a flow is confirmed once");
 
     // The next call carries alice's token.
     w.call(ALICE, "Mail.Read").await.result();
@@ -226,7 +273,9 @@ async fn the_whole_flow_from_challenge_to_injected_token() {
     assert_eq!(w.idp.stats().await["token_requests"]["authorization_code"], 1);
 
     // The callback replayed: nothing happens, a clear page.
-    let replay = Browser::new().get_no_follow(&page.url).await;
+    // (Its state was used: the callback with it is not valid any more.)
+    let replay =
+        Browser::new().get_no_follow(&format!("{}/oauth/idp/callback?code=x&state={}", w.gw.url(), query["state"])).await;
     assert_eq!(replay.status, 400, "{}", replay.body);
     assert!(replay.body.contains("not valid"), "{}", replay.body);
     assert_eq!(w.idp.stats().await["token_requests"]["authorization_code"], 1, "a replayed code is not exchanged");
@@ -274,8 +323,30 @@ async fn one_callers_link_status_and_grant_are_never_anothers() {
     let path = alice_check.strip_prefix(&w.gw.url()).expect("path");
     assert_eq!(common::send(w.gw.addr, "GET", path, Bytes::new(), None).await.status, 404);
 
-    // Alice connects; bob still has no grant and still gets a challenge.
-    w.authorize(&alice_url, "alice").await;
+    // Alice's flow comes back; bob's application confirming it as bob is
+    // refused and changes nothing; alice's confirms it.
+    let page = w.authorize(&alice_url, "alice").await;
+    let refused = w.confirm(BOB, &page).await;
+    assert_eq!(refused.status, 403, "{}", refused.text());
+    assert!(refused.text().contains("another user"), "{}", refused.text());
+    assert_eq!(w.status(ALICE, &alice_check).await, "pending");
+    w.challenge(BOB, "Mail.Read").await;
+    assert_eq!(w.idp.stats().await["token_requests"]["authorization_code"], 0, "nothing exchanged for bob");
+    // Unauthenticated, or not JSON: refused too.
+    let anonymous = send_with_headers(
+        w.gw.addr,
+        "POST",
+        "/oauth/confirm",
+        Bytes::from(json!({"flow_id": flow_id(&page)}).to_string()),
+        &[("content-type", "application/json")],
+    )
+    .await;
+    assert_eq!(anonymous.status, 400, "{}", anonymous.text());
+    let garbled =
+        send_with_headers(w.gw.addr, "POST", "/oauth/confirm", Bytes::from_static(b"flow"), &[("oxp-api-key", ALICE)])
+            .await;
+    assert_eq!(garbled.status, 400, "{}", garbled.text());
+    w.confirm(ALICE, &page).await.expect_status(200);
     assert_eq!(w.status(ALICE, &alice_check).await, "completed");
     assert_eq!(w.status(BOB, &bob_check).await, "pending");
     w.call(ALICE, "Mail.Read").await.result();
@@ -314,7 +385,8 @@ async fn forged_and_refused_callbacks_store_nothing() {
     let other = Browser::new().get_no_follow(&format!("{}/oauth/nope/start/x", w.gw.url())).await;
     assert_eq!(other.status, 404);
 
-    // The provider sends the user back with an error: the link failed.
+    // The provider sends the browser back with an error: nothing stored,
+    // and (that browser not being proven alice's) the link stays open.
     let (url, check) = w.challenge(ALICE, "Mail.Read").await;
     let redirect = Browser::new().get_no_follow(&url).await;
     let location = redirect.headers.get("location").and_then(|v| v.to_str().ok()).expect("location").to_owned();
@@ -324,11 +396,13 @@ async fn forged_and_refused_callbacks_store_nothing() {
         .await;
     assert_eq!(refused.status, 400);
     assert!(refused.body.contains("did not grant"), "{}", refused.body);
-    assert_eq!(w.status(ALICE, &check).await, "failed");
+    assert_eq!(w.status(ALICE, &check).await, "pending");
     w.challenge(ALICE, "Mail.Read").await;
     assert_eq!(w.idp.stats().await["token_requests"]["authorization_code"], 0);
-    let metrics = w.metrics().await;
-    assert_eq!(metric(&metrics, r#"otc_gateway_oauth_challenges_total{event="failed",provider="idp"}"#), 1);
+    // Alice can still finish the same link.
+    let page = w.authorize(&url, "alice").await;
+    w.confirm(ALICE, &page).await.expect_status(200);
+    assert_eq!(w.status(ALICE, &check).await, "completed");
 }
 
 #[tokio::test]
@@ -443,7 +517,7 @@ async fn more_scopes_ask_again_for_the_union() {
     let scopes: BTreeSet<String> = urlencoding_decode(scope).split(' ').map(str::to_owned).collect();
     assert_eq!(scopes, BTreeSet::from(["openid".into(), "mail.read".into(), "mail.send".into()]));
     let page = browser.follow_as(&location, "alice").await;
-    assert_eq!(page.status, 200, "{}", page.body);
+    w.confirm(ALICE, &page).await.expect_status(200);
     assert_eq!(w.status(ALICE, &check).await, "completed");
     w.call(ALICE, "Mail.Send").await.result();
     w.call(ALICE, "Mail.Read").await.result();
@@ -639,9 +713,24 @@ async fn the_demo_flow_can_be_clicked_through() {
     let allow = consent.body.split("href=\"").find(|h| h.contains("allow=1")).expect("an Allow link");
     let allow = allow.split('"').next().expect("href").replace("&amp;", "&");
     let provider = consent.url.split('/').take(3).collect::<Vec<_>>().join("/");
+    // The demo application, signed in as alice, confirms the flow.
     let page = browser.follow_as(&format!("{provider}{allow}"), "alice").await;
     assert_eq!(page.status, 200, "{}", page.body);
-    assert!(page.body.contains("Connected"), "{}", page.body);
+    assert!(page.url.starts_with(&format!("{provider}/app/connect/verify?flow_id=")), "{}", page.url);
+    assert_eq!(call().await.status, 400, "nothing stored before the application confirms");
+    let flow_id = flow_id(&page);
+    let (app, path) = provider.strip_prefix("http://").expect("http").split_at(provider.len() - "http://".len());
+    assert!(path.is_empty());
+    let confirmed = send_with_headers(
+        app.parse().expect("the application's address"),
+        "POST",
+        "/app/connect/confirm",
+        Bytes::from(format!("flow_id={flow_id}")),
+        &[("content-type", "application/x-www-form-urlencoded")],
+    )
+    .await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.text());
+    assert!(confirmed.text().contains("Connected"), "{}", confirmed.text());
 
     // The tool now runs, with a token the stand-in issued.
     let resp = call().await;
@@ -705,8 +794,8 @@ async fn behind_a_balancer_a_link_and_its_callback_may_reach_different_replicas(
     // Round robin: the link opens on one replica, the callback lands on the
     // other (requests alternate), and the challenge completes all the same.
     let page = Browser::new().follow_as(url, "alice").await;
-    assert_eq!(page.status, 200, "{}", page.body);
-    assert!(page.body.contains("can now be used"), "{}", page.body);
+    assert!(page.url.starts_with(&verifier_url(&tools)), "{}", page.url);
+    confirm_at(nginx.addr, ALICE, &flow_id(&page)).await.expect_status(200);
     for gw in [&one, &two] {
         let path = check.strip_prefix(&public_url).expect("under public_url");
         let resp = send_with_headers(gw.addr, "GET", path, Bytes::new(), &[("oxp-api-key", ALICE)]).await;
@@ -718,7 +807,7 @@ async fn behind_a_balancer_a_link_and_its_callback_may_reach_different_replicas(
         through(ALICE).await.result();
     }
     through(BOB).await.server_error(400);
-    // A link opens once for the whole fleet.
+    // A completed link is spent for the whole fleet.
     let again = Browser::new().get_no_follow(url).await;
     assert_eq!(again.status, 400, "{}", again.body);
 }

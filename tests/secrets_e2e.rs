@@ -25,7 +25,7 @@ fn config(upstream_url: &str, extra: &str) -> String {
     format!(
         "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\n\
          [catalog]\npoll_interval = \"200ms\"\nrequest_timeout = \"1s\"\n\n\
-         [[upstreams]]\nname = \"tools\"\nurl = \"{upstream_url}\"\n\n{extra}"
+         [[upstreams]]\nname = \"tools\"\nurl = \"{upstream_url}\"\nsecrets = [\"*\"]\nauthorization = [\"*\"]\n\n{extra}"
     )
 }
 

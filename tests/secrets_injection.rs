@@ -33,7 +33,10 @@ async fn tool_server(tools: Vec<Value>) -> ToolServer {
 
 /// One upstream `tools` at `url` (call_timeout 20s), then `extra` TOML.
 fn config(url: &str, extra: &str) -> GatewayConfig {
-    GatewayConfig::new().upstream_with("tools", url, "call_timeout = \"20s\"").raw(extra)
+    // Granted everything: these tests are about what injection does.
+    GatewayConfig::new()
+        .upstream_with("tools", url, "call_timeout = \"20s\"\nsecrets = [\"*\"]\nauthorization = [\"*\"]")
+        .raw(extra)
 }
 
 /// The `[vault]` section for the fake server.

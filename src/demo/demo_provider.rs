@@ -4,6 +4,13 @@
 //! approves or denies on a page; tokens live in memory and expire in five
 //! minutes, so a running demo refreshes too. Not for anything but the demo:
 //! the tests run against a certified provider (`oidc-provider`).
+//!
+//! Beside it, under `/app/`, the demo's stand-in application, where alice
+//! is signed in: the gateway's `verifier_url`. After the provider's
+//! callback the browser lands there, and the application confirms the flow
+//! to the gateway (`POST /oauth/confirm`) with alice's own credentials, so
+//! the grant is stored only because alice's application says the browser
+//! was hers.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -93,6 +100,11 @@ async fn handle(request: Request<Incoming>) -> Response<Full<Bytes>> {
             let basic = request.headers().get(http::header::AUTHORIZATION).cloned();
             let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
             token(basic.as_ref(), &params(&String::from_utf8_lossy(&body)))
+        }
+        (Method::GET, "/app/connect/verify") => verify_page(&query),
+        (Method::POST, "/app/connect/confirm") => {
+            let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            confirm(&params(&String::from_utf8_lossy(&body))).await
         }
         (Method::POST, "/revoke") => {
             let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
@@ -186,6 +198,64 @@ fn token(basic: Option<&http::HeaderValue>, form: &HashMap<String, String>) -> R
         &json!({"access_token": access, "token_type": "Bearer", "expires_in": ACCESS_TTL.as_secs(),
                 "refresh_token": refresh, "scope": scope}),
     )
+}
+
+/// The gateway the demo application confirms flows with (known once it
+/// listens).
+static GATEWAY: OnceLock<SocketAddr> = OnceLock::new();
+
+/// Tells the demo application where the gateway listens.
+pub(crate) fn set_gateway(addr: SocketAddr) {
+    let _ = GATEWAY.set(addr);
+}
+
+/// The application's page for a flow back from the provider: alice
+/// confirms that it was her.
+fn verify_page(query: &HashMap<String, String>) -> Response<Full<Bytes>> {
+    let flow_id: String = query
+        .get("flow_id")
+        .map(|f| f.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').collect())
+        .unwrap_or_default();
+    app_page(&format!(
+        "You are signed in to the demo application as alice. You just connected demo-mail: confirm it was you,          and the gateway keeps the grant for alice.</p>\
+         <form method=\"post\" action=\"/app/connect/confirm\"><input type=\"hidden\" name=\"flow_id\" value=\"{flow_id}\">\
+         <button type=\"submit\">Confirm</button></form><p>"
+    ))
+}
+
+/// Confirms the flow to the gateway as alice, and says how it went.
+async fn confirm(form: &HashMap<String, String>) -> Response<Full<Bytes>> {
+    let Some(gateway) = GATEWAY.get() else { return app_page("The gateway is not listening yet.") };
+    let flow_id = form.get("flow_id").cloned().unwrap_or_default();
+    let Ok(client) = crate::http_client::build(Duration::from_secs(5)) else { return app_page("No HTTP client.") };
+    let Ok(uri) = format!("http://{gateway}/oauth/confirm").parse() else { return app_page("Bad gateway address.") };
+    let headers = vec![
+        (http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json")),
+        (http::HeaderName::from_static("oxp-api-key"), http::HeaderValue::from_static(super::DEMO_USER_KEY.1)),
+    ];
+    let body = Bytes::from(json!({ "flow_id": flow_id }).to_string());
+    match crate::http_client::send(&client, Method::POST, uri, headers, body, Duration::from_secs(10)).await {
+        Ok((status, _, _)) if status.is_success() => {
+            app_page("Connected: the gateway keeps alice's demo-mail grant. Call Mail.ListInbox again.")
+        }
+        Ok((status, _, body)) => {
+            let text = String::from_utf8_lossy(&body).replace(['<', '>', '&'], "");
+            app_page(&format!("The gateway refused the confirmation (HTTP {status}): {text}"))
+        }
+        Err(e) => app_page(&format!("The gateway could not be reached: {}", e.replace(['<', '>', '&'], ""))),
+    }
+}
+
+fn app_page(text: &str) -> Response<Full<Bytes>> {
+    let body = format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Demo application</title></head>\
+         <body><h1>Demo application</h1><p>{text}</p></body></html>"
+    );
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    response
+        .headers_mut()
+        .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("text/html; charset=utf-8"));
+    response
 }
 
 fn page(text: &str) -> Response<Full<Bytes>> {

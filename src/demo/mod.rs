@@ -75,6 +75,10 @@ request_timeout = "1s"
 [[upstreams]]
 name = "calculator"
 url = "http://{calculator}"
+# Its Mail.ListInbox may receive the user's demo-mail token, and only it
+# serves the Mail toolkit.
+authorization = ["demo-mail"]
+toolkits = ["Mail"]
 
 [[upstreams]]
 name = "clock"
@@ -92,6 +96,10 @@ revocation_endpoint = "http://{provider}/revoke"
 client_id = "{client_id}"
 client_secret = "env:{secret_var}"
 scopes = ["profile"]
+# Whose browser finished the flow? The demo application, where alice is
+# signed in, confirms it (POST /oauth/confirm, as alice).
+user_verification = "verifier"
+verifier_url = "http://{provider}/app/connect/verify"
 
 [state]
 dir = "{state_dir}"
@@ -102,6 +110,8 @@ dir = "{state_dir}"
 
 /// What the demo prints after the ready line.
 pub fn demo_banner(listen: SocketAddr) -> String {
+    // The demo application confirms flows with the gateway listening here.
+    demo_provider::set_gateway(listen);
     let base = format!("http://{listen}");
     format!(
         r#"
@@ -121,6 +131,7 @@ The demo gateway fronts two example tool servers. Try:
 
 Per-user OAuth: Mail.ListInbox needs alice's authorization with demo-mail.
 The first call answers 400 with a link; open it in a browser, click Allow,
+confirm in the demo application (it vouches that the browser was alice's),
 then call again:
 
   curl -s {base}/tools/call -H 'content-type: application/json' -H 'OXP-API-Key: {key}' \
