@@ -216,6 +216,7 @@ poll_interval = "300s"
 [[upstreams]]
 name = "train"
 url = "http://127.0.0.1:{upstream.server_port}"
+secrets = ["TRAIN_API_KEY"]
 [secrets]
 TRAIN_API_KEY = "env:TRAIN_API_KEY"
 """)

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use http::HeaderValue;
 use serde_json::Value;
 
 use crate::auth::{Caller, CallerKind};
@@ -132,7 +133,9 @@ async fn run_resolved_call(
         passthrough: call.passthrough.as_ref(),
     };
     let forwarded = forward_call(runtime, route, request, max_response).await;
-    let mut finished = forwarded.and_then(|(target, forwarded)| {
+    // The upstream's own token is the operator's secret too.
+    let bearer = forwarded.as_ref().ok().and_then(|(_, _, bearer)| bearer.clone());
+    let mut finished = forwarded.and_then(|(target, forwarded, _)| {
         let took = started.elapsed();
         let result = rewrap_response(forwarded, target, call.call_id.clone(), took)?;
         Ok(FinishedCall {
@@ -144,7 +147,9 @@ async fn run_resolved_call(
     });
     // What the gateway injected never reaches the caller, even when a tool
     // echoes it (before it is stored for duplicates too).
-    redact_echoes(&mut finished, &injected_values(runtime, &context));
+    let mut injected = injected_values(runtime, &context);
+    injected.extend(bearer.as_ref().and_then(|b| b.to_str().ok()).and_then(|b| b.strip_prefix("Bearer ")));
+    redact_echoes(&mut finished, &injected);
     if let Some(claim) = claim {
         remember_call(claim, &finished).await;
         // Storing the answer for duplicates is part of what the call took.
@@ -519,13 +524,14 @@ fn challenge(provider: &str, authorize_url: Option<&str>, user: Option<&str>) ->
 /// Forward: sends the call (`request`, its `tool` set per target) to the
 /// first target that accepts a connection. Only a connection that could not
 /// be made moves on to the next replica: a request that was sent is never
-/// sent again.
+/// sent again. Returns the target, its answer, and the upstream's own
+/// `Authorization` when it has a `bearer_token`.
 pub async fn forward_call<'r>(
     runtime: &Runtime,
     route: &'r Route,
     request: UpstreamCall<'_>,
     max_response: usize,
-) -> Result<(&'r Target, Result<UpstreamReply, ForwardError>), RequestError> {
+) -> Result<(&'r Target, Result<UpstreamReply, ForwardError>, Option<HeaderValue>), RequestError> {
     let mut unreachable = Vec::new();
     let mut retry_after: Option<Duration> = None;
     for target in route.targets_in_turn() {
@@ -551,13 +557,13 @@ pub async fn forward_call<'r>(
             continue;
         }
         let call = UpstreamCall { tool: &target.upstream_id, ..request };
-        let forwarded = target.upstream.call(call, authorization, max_response).await;
+        let forwarded = target.upstream.call(call, authorization.clone(), max_response).await;
         match forwarded {
             Err(e @ ForwardError::Connect { .. }) => {
                 tracing::warn!(upstream = target.upstream.name, error = %e, "upstream unreachable; trying the next replica if any");
                 unreachable.push(e.to_string());
             }
-            other => return Ok((target, other)),
+            other => return Ok((target, other, authorization)),
         }
     }
     Err(RequestError::Unavailable { detail: unreachable.join("; "), retry_after })

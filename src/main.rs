@@ -70,7 +70,11 @@ fn main() -> ExitCode {
                 for warning in config.security_warnings() {
                     eprintln!("warning: {warning}");
                 }
-                if !config.upstreams.is_empty() {
+                // What the catalogs can tell: which tools policies match,
+                // and which secrets and providers tools ask their upstream
+                // for without a grant.
+                let worth = !config.policy.is_empty() || !config.secrets.is_empty() || !config.authorization.is_empty();
+                if worth && !config.upstreams.is_empty() {
                     check_against_catalogs(config);
                 }
                 ExitCode::SUCCESS

@@ -251,9 +251,11 @@ async fn a_token_naming_an_api_keys_user_is_refused() {
         mode: AuthMode::Jwt,
         hs256_secret: Some(env_ref("OTC_AUTH_NS_HS", HS_SECRET)),
         audience: Some("otc-gateway".into()),
-        api_keys: toml::from_str::<AuthConfig>("api_keys = [{ key = \"env:OTC_AUTH_NS_KEY\", user_id = \"svc-reports\" }]")
-            .expect("api_keys")
-            .api_keys,
+        api_keys: toml::from_str::<AuthConfig>(
+            "api_keys = [{ key = \"env:OTC_AUTH_NS_KEY\", user_id = \"svc-reports\" }]",
+        )
+        .expect("api_keys")
+        .api_keys,
         ..AuthConfig::default()
     };
     std::env::set_var("OTC_AUTH_NS_KEY", "ns-key-0123456789");

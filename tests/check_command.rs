@@ -237,6 +237,8 @@ allow = ["*"]
 [authorization.idp]
 issuer = "https://id.example"
 client_id = "c"
+user_verification = "verifier"
+verifier_url = "https://app.example/connect/verify"
 
 [state]
 dir = "{}"

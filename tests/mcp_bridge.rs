@@ -479,8 +479,13 @@ async fn bearer_tokens_and_per_user_tokens_go_upstream_and_mcp_needs_credentials
         assert!(Instant::now() < deadline, "Mine.whoami never became callable");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert_eq!(call("Shared.whoami").await.result()["value"], "Bearer upstream-secret");
-    assert_eq!(call("Mine.whoami").await.result()["value"], "Bearer alice-google-token");
+    // Each upstream got its token; echoed back verbatim, neither reaches
+    // the caller (a transformed copy does: docs/security.md says so).
+    let reversed = |text: &str| text.chars().rev().collect::<String>();
+    assert_eq!(call("Shared.whoami").await.result()["value"], "Bearer [redacted]");
+    assert_eq!(call("Mine.whoami").await.result()["value"], "Bearer [redacted]");
+    assert_eq!(call("Shared.whoami_reversed").await.result()["value"], reversed("Bearer upstream-secret"));
+    assert_eq!(call("Mine.whoami_reversed").await.result()["value"], reversed("Bearer alice-google-token"));
 
     // /mcp takes the same credentials as the OTC front.
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -495,7 +500,7 @@ async fn bearer_tokens_and_per_user_tokens_go_upstream_and_mcp_needs_credentials
         &key,
     )
     .await;
-    assert_eq!(listed.json()["result"]["content"][0]["text"], "Bearer alice-google-token", "{}", listed.text());
+    assert_eq!(listed.json()["result"]["content"][0]["text"], "Bearer [redacted]", "{}", listed.text());
     gw.wait_for_log(&["listening for tool list changes"]).await;
     let output = gw.output();
     for secret in ["upstream-secret", "alice-google-token"] {

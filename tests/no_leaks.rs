@@ -88,12 +88,12 @@ async fn no_secret_or_token_appears_in_output_responses_status_or_metrics() {
     let api_key_file = temp_file("leak-api-key", "txt", &format!("{API_KEY_FILE}\n"));
 
     let toml = GatewayConfig::new()
-        .upstream_with("tools", &tools.url(), "bearer_token = \"env:NL_UPSTREAM_TOKEN\"\nsecrets = [\"*\"]")
         .upstream_with(
-            "mail",
-            &mail.url(),
-            "bearer_token = \"vault:secret/upstreams/mail#token\"\nsecrets = [\"*\"]\nauthorization = [\"google\"]",
+            "tools",
+            &tools.url(),
+            "bearer_token = \"env:NL_UPSTREAM_TOKEN\"\nsecrets = [\"*\"]\nauthorization = [\"google\"]",
         )
+        .upstream_with("mail", &mail.url(), "bearer_token = \"vault:secret/upstreams/mail#token\"")
         .raw(&format!(
             "[vault]\naddress = \"{}\"\ntoken = \"env:NL_VAULT_TOKEN\"\ncache_ttl = \"60s\"\ntimeout = \"1s\"\n\n\
              [secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\nFILE_KEY = \"file:{}\"\n\
@@ -343,7 +343,7 @@ async fn no_oauth_token_or_client_secret_appears_anywhere() {
     )]))
     .await;
     tools.on_call(echo);
-    let config = GatewayConfig::new().upstream("mail", &tools.url()).raw(&format!(
+    let config = GatewayConfig::new().upstream_with("mail", &tools.url(), "authorization = [\"idp\"]").raw(&format!(
         r#"
 [auth]
 api_keys = [{{ key = "env:LEAK_ALICE_KEY", user_id = "alice" }}]
@@ -358,7 +358,10 @@ client_id = "leak-test"
 client_secret = "env:LEAK_CLIENT_SECRET"
 refresh_margin = "1s"
 store = "vault:secret/oauth/idp/{{user_id}}"
+user_verification = "verifier"
+verifier_url = "{verifier}"
 "#,
+        verifier = format!("{}/connect/verify", tools.url()),
         vault = vault.url(),
         issuer = idp.issuer()
     ));
@@ -384,11 +387,17 @@ store = "vault:secret/oauth/idp/{{user_id}}"
     let url = resp.json()["missing_requirements"]["authorization"][0]["url"].as_str().expect("url").to_owned();
     let forged = Browser::new().get_no_follow(&format!("{}/oauth/idp/callback?code=x&state=y", gw.url())).await;
     bodies.push(("a forged callback".into(), forged.body));
-    let page = Browser::new().follow_as(&url, "alice").await;
-    assert_eq!(page.status, 200, "{}", page.body);
-    let code = page.url.split(['?', '&']).find_map(|kv| kv.strip_prefix("code=")).expect("a code").to_owned();
-    bodies.push(("the callback".into(), page.body));
-    let replayed = Browser::new().get_no_follow(&page.url).await;
+    let browser = Browser::new();
+    let page = browser.follow_as(&url, "alice").await;
+    let callback = browser.visited_path("/oauth/idp/callback").expect("the callback was visited");
+    let code = callback.split(['?', '&']).find_map(|kv| kv.strip_prefix("code=")).expect("a code").to_owned();
+    bodies.push(("the verifier's page".into(), page.body.clone()));
+    let flow_id = page.url.split(['?', '&']).find_map(|kv| kv.strip_prefix("flow_id=")).expect("a flow_id");
+    let body = Bytes::from(json!({ "flow_id": flow_id }).to_string());
+    let confirmed = send_with_headers(gw.addr, "POST", "/oauth/confirm", body, &alice).await;
+    assert_eq!(confirmed.status, 200, "{}", confirmed.text());
+    bodies.push(("the confirmation".into(), confirmed.text()));
+    let replayed = Browser::new().get_no_follow(&callback).await;
     bodies.push(("a replayed callback".into(), replayed.body));
     let first = vault.latest("secret/oauth/idp/alice").expect("the grant");
     let resp = call(&gw, &alice, "Mail.Read@1.0.0").await;

@@ -245,8 +245,8 @@ async fn the_whole_flow_from_challenge_to_injected_token() {
 
     // The same link a second time, or a HEAD (a chat preview, a mail
     // scanner): nothing is used up, each GET is a flow of its own.
-    let head = send_with_headers(w.gw.addr, "HEAD", url.strip_prefix(&w.gw.url()).expect("path"), Bytes::new(), &[])
-        .await;
+    let head =
+        send_with_headers(w.gw.addr, "HEAD", url.strip_prefix(&w.gw.url()).expect("path"), Bytes::new(), &[]).await;
     assert_eq!(head.status, 200);
     let again = Browser::new().get_no_follow(&url).await;
     assert_eq!(again.status, 302, "{}", again.body);
@@ -274,8 +274,9 @@ async fn the_whole_flow_from_challenge_to_injected_token() {
 
     // The callback replayed: nothing happens, a clear page.
     // (Its state was used: the callback with it is not valid any more.)
-    let replay =
-        Browser::new().get_no_follow(&format!("{}/oauth/idp/callback?code=x&state={}", w.gw.url(), query["state"])).await;
+    let replay = Browser::new()
+        .get_no_follow(&format!("{}/oauth/idp/callback?code=x&state={}", w.gw.url(), query["state"]))
+        .await;
     assert_eq!(replay.status, 400, "{}", replay.body);
     assert!(replay.body.contains("not valid"), "{}", replay.body);
     assert_eq!(w.idp.stats().await["token_requests"]["authorization_code"], 1, "a replayed code is not exchanged");

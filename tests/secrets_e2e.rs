@@ -317,7 +317,7 @@ async fn no_secret_or_token_appears_in_logs_errors_status_or_metrics() {
             "[vault]\naddress = \"{}\"\ntoken = \"env:TEST_VAULT_TOKEN\"\n\n\
              [secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\nFILE_KEY = \"file:{}\"\nENV_KEY = \"env:TEST_ENV_KEY\"\n\n\
              [authorization.google]\ntoken = \"vault:secret/oauth/google/{{user_id}}#access_token\"\n\n\
-             [auth]\nmode = \"jwt\"\nhs256_secret = \"env:TEST_JWT_SECRET\"\n\
+             [auth]\nmode = \"jwt\"\nhs256_secret = \"env:TEST_JWT_SECRET\"\naudience = \"otc-gateway\"\n\
              api_keys = [{{ key = \"env:TEST_SVC_KEY\", user_id = \"svc\" }}]\n",
             vault.url(),
             file.display()

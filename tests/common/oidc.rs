@@ -137,6 +137,8 @@ pub struct Page {
 pub struct Browser {
     /// (host:port, path, name) → value.
     cookies: Mutex<Vec<(String, String, String, String)>>,
+    /// Every URL requested, in order.
+    visited: Mutex<Vec<String>>,
 }
 
 /// The most steps one `follow` takes.
@@ -182,7 +184,36 @@ impl Browser {
         panic!("more than {MAX_STEPS} steps from {url}");
     }
 
+    /// Every URL this browser requested, in order.
+    pub fn visited(&self) -> Vec<String> {
+        self.visited.lock().unwrap().clone()
+    }
+
+    /// The first URL requested whose path starts with `path`.
+    pub fn visited_path(&self, path: &str) -> Option<String> {
+        self.visited().into_iter().find(|url| split_url(url).1.starts_with(path))
+    }
+
+    /// The value of cookie `name` this browser holds for `host:port`.
+    pub fn cookie(&self, authority: &str, name: &str) -> Option<String> {
+        let cookies = self.cookies.lock().unwrap();
+        cookies.iter().find(|(host, _, n, _)| host == authority && n == name).map(|(_, _, _, v)| v.clone())
+    }
+
+    /// Sets cookie `name` for `host:port` and `path`, as a page could.
+    pub fn set_cookie(&self, authority: &str, path: &str, name: &str, value: &str) {
+        let mut cookies = self.cookies.lock().unwrap();
+        cookies.retain(|(h, p, n, _)| !(h == authority && p == path && n == name));
+        cookies.push((authority.to_owned(), path.to_owned(), name.to_owned(), value.to_owned()));
+    }
+
+    /// POSTs a form to `url` without following a redirect.
+    pub async fn post_form(&self, url: &str, form: &str) -> Page {
+        self.request("POST", url, Some(form.to_owned())).await
+    }
+
     async fn request(&self, method: &str, url: &str, form: Option<String>) -> Page {
+        self.visited.lock().unwrap().push(url.to_owned());
         let (authority, path) = split_url(url);
         let addr: SocketAddr = authority.parse().unwrap_or_else(|_| panic!("the browser only goes to IP:port: {url}"));
         let cookie = self.cookie_header(&authority, &path);

@@ -91,6 +91,11 @@ def whoami(ctx: Context) -> str:
     return (ctx.headers or {}).get("authorization", "")
 
 
+@server.tool(description="The Authorization header the call came with, reversed.", structured_output=False)
+def whoami_reversed(ctx: Context) -> str:
+    return (ctx.headers or {}).get("authorization", "")[::-1]
+
+
 @server.tool(description="Logs to the client before answering.", structured_output=False)
 async def chatty(ctx: Context) -> str:
     await ctx.log("info", "working on it")
