@@ -159,8 +159,20 @@ impl Browser {
     /// consenting when the provider asks; returns the first page that is
     /// neither a redirect nor one of the provider's forms.
     pub async fn follow_as(&self, url: &str, user: &str) -> Page {
+        match self.follow_as_until(url, user, |_| false).await {
+            Ok(page) => page,
+            Err(stopped) => panic!("stopped at {stopped} with no reason to"),
+        }
+    }
+
+    /// As [`Browser::follow_as`], but stops before a GET of a URL for which
+    /// `stop` is true, and returns that URL as `Err`.
+    pub async fn follow_as_until(&self, url: &str, user: &str, stop: impl Fn(&str) -> bool) -> Result<Page, String> {
         let mut next = (url.to_owned(), None::<String>);
         for _ in 0..MAX_STEPS {
+            if next.1.is_none() && stop(&next.0) {
+                return Err(next.0);
+            }
             let page = match &next.1 {
                 None => self.request("GET", &next.0, None).await,
                 Some(form) => self.request("POST", &next.0, Some(form.clone())).await,
@@ -178,7 +190,7 @@ impl Browser {
                     };
                     next = (resolve(&page.url, &action), Some(form));
                 }
-                None => return page,
+                None => return Ok(page),
             }
         }
         panic!("more than {MAX_STEPS} steps from {url}");
