@@ -55,8 +55,9 @@ impl World {
         )]))
         .await;
         tools.on_call(echo);
-        let config = GatewayConfig::new().upstream_with("mail", &tools.url(), "authorization = [\"idp\"]").raw(&format!(
-            r#"
+        let config =
+            GatewayConfig::new().upstream_with("mail", &tools.url(), "authorization = [\"idp\"]").raw(&format!(
+                r#"
 [auth]
 mode = "jwt"
 hs256_secret = "env:CL_JWT_SECRET"
@@ -75,9 +76,9 @@ scopes = ["openid"]
 [state]
 dir = "{dir}"
 "#,
-            issuer = idp.issuer(),
-            dir = state_dir().display()
-        ));
+                issuer = idp.issuer(),
+                dir = state_dir().display()
+            ));
         let env = [("CL_JWT_SECRET", JWT_SECRET), ("CL_LOGIN_SECRET", LOGIN_SECRET), ("CL_MAIL_SECRET", MAIL_SECRET)];
         let gw = Gateway::start_with_env(&config.toml(), &env).await;
         idp.register_client(LOGIN_CLIENT, LOGIN_SECRET, &[format!("{}/oauth/login/callback", gw.url())]).await;
