@@ -330,6 +330,18 @@ async fn a_loopback_gateway_refuses_a_rebound_host_unless_configured() {
     let (answer, _) =
         exchange(&gw, b"GET http://attacker.example/tools HTTP/1.1\r\nHost: attacker.example\r\n\r\n").await;
     assert_eq!(status_of(&answer), "421", "{answer}");
+    // HTTP/1.0 needs no Host: the target's authority is checked alone.
+    let (answer, _) = exchange(&gw, b"GET http://attacker.example/tools HTTP/1.0\r\n\r\n").await;
+    assert_eq!(status_of(&answer), "421", "{answer}");
+    let body = call_body();
+    let old_call = format!(
+        "POST http://attacker.example:8080/tools/call HTTP/1.0\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (answer, _) = exchange(&gw, old_call.as_bytes()).await;
+    assert_eq!(status_of(&answer), "421", "{answer}");
+    let (answer, _) = exchange(&gw, b"GET http://localhost/tools HTTP/1.0\r\n\r\n").await;
+    assert_eq!(status_of(&answer), "200", "{answer}");
     assert_eq!(calc.call_count(), 0);
     for host in ["localhost", "127.0.0.1", "[::1]:80"] {
         let (answer, _) =

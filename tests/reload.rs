@@ -117,6 +117,41 @@ async fn an_invalid_config_keeps_the_old_one_serving() {
 }
 
 #[tokio::test]
+async fn files_churning_beside_the_config_trigger_nothing() {
+    let one = server_with("One.Add").await;
+    let toml = config("60s", &[("one", &one.url())]);
+    // Logged at trace level into the config's own directory: a log that
+    // made the watcher wake made more log.
+    let gw = Gateway::start_with_env(&toml, &[("RUST_LOG", "trace")]).await;
+    gw.wait_for_tool("One.Add@1.0.0").await;
+    let dir = gw.config_path().parent().expect("a directory").to_path_buf();
+    let lines_before = gw.logs().lines().count();
+    let churn_until = Instant::now() + Duration::from_secs(3);
+    let mut n = 0u64;
+    while Instant::now() < churn_until {
+        n += 1;
+        std::fs::write(dir.join(format!("churn-{}.log", n % 7)), format!("line {n}\n").repeat(50)).expect("write");
+        std::fs::write(dir.join("trace.log"), format!("{n}\n")).expect("write");
+        if n % 100 == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let status = status(&gw).await;
+    assert_eq!(status["generation"], 1, "{n} writes beside the config reloaded it: {status}");
+    assert!(status["last_reload"].is_null(), "{status}");
+    assert!(!gw.logs().contains("config changed on disk"));
+    // Nothing woke for them: the watcher said nothing, where a watch of
+    // the directory logged each write (and its own log's writes) at trace.
+    let logged = gw.logs().lines().count() - lines_before;
+    assert!(logged < 100, "{logged} log lines for {n} writes beside the config");
+    // The config itself is still watched.
+    let two = server_with("Two.Add").await;
+    gw.rewrite_config(&config("60s", &[("one", &one.url()), ("two", &two.url())]));
+    wait_generation(&gw, 2).await;
+}
+
+#[tokio::test]
 async fn sighup_reloads_the_config() {
     let calc = server_with("Calculator.Add").await;
     let gw = Gateway::start(&config("200ms", &[("calc", &calc.url())])).await;
