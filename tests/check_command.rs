@@ -305,3 +305,58 @@ fn the_protected_resource_keys_are_checked() {
         assert!(stderr.contains("warning: [auth] names no authorization server"), "{keys}: {stderr}");
     }
 }
+
+/// A managed provider must say who vouches for the browser that finishes
+/// its flows: without `[login]` or a verifier, check (and start-up) refuses
+/// and names the three choices; `"none"` passes with a warning.
+#[test]
+fn a_managed_provider_needs_a_way_to_verify_its_users_browser() {
+    let managed = "[authorization.google]\nissuer = \"https://accounts.example\"\nclient_id = \"c\"\n";
+    let out = check(&format!("{GOOD}\n{managed}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    for choice in ["[login]", "user_verification = \"verifier\"", "verifier_url", "user_verification = \"none\""] {
+        assert!(stderr.contains(choice), "{choice} is not named:\n{stderr}");
+    }
+    // The start-up error says the same.
+    let path = temp_file("check-verification", "toml", &format!("{GOOD}\n{managed}"));
+    let started = Command::new(gateway_bin()).arg("--config").arg(&path).output().expect("runs");
+    assert!(!started.status.success());
+    assert!(String::from_utf8_lossy(&started.stderr).contains("user_verification = \"verifier\""));
+    let _ = std::fs::remove_file(&path);
+
+    let none = check(&format!("{GOOD}\n{managed}user_verification = \"none\"\n"));
+    let stderr = String::from_utf8_lossy(&none.stderr);
+    assert!(none.status.success(), "{stderr}");
+    assert!(stderr.contains("warning: authorization.google: user_verification = \"none\""), "{stderr}");
+
+    let verifier = "user_verification = \"verifier\"\nverifier_url = \"https://app.example/verify\"\n";
+    assert!(check(&format!("{GOOD}\n{managed}{verifier}")).status.success());
+    let toml = format!("{GOOD}\n{managed}user_verification = \"verifier\"\n");
+    assert_rejected(&toml, "verifier_url", line_of(&toml, "user_verification"));
+    let toml = format!("{GOOD}\n{managed}user_verification = \"login\"\n");
+    assert_rejected(&toml, "[login]", line_of(&toml, "user_verification"));
+    let login = "[login]\nissuer = \"https://id.example\"\nclient_id = \"gw\"\n";
+    assert!(check(&format!("{GOOD}\n{managed}{login}")).status.success(), "[login] is the default");
+}
+
+/// Grants name what exists, and a toolkit is reserved once.
+#[test]
+fn grants_and_reservations_are_checked() {
+    let secrets = "[secrets]\nAPI_KEY = \"env:API_KEY\"\n";
+    let upstream = |extra: &str| format!("[[upstreams]]\nname = \"a\"\nurl = \"http://127.0.0.1:9\"\n{extra}\n");
+    let toml = format!("{}{secrets}", upstream("secrets = [\"API_KEY\", \"TYPO_KEY\"]"));
+    assert_rejected(&toml, "upstreams[0].secrets", line_of(&toml, "TYPO_KEY"));
+    let toml = format!("{}{secrets}", upstream("authorization = [\"google\"]"));
+    assert_rejected(&toml, "upstreams[0].authorization", line_of(&toml, "google"));
+    let toml = format!("{}{secrets}", upstream("secrets = [\"*\", \"API_KEY\"]"));
+    assert_rejected(&toml, "secrets", line_of(&toml, "\"*\""));
+    let toml = format!(
+        "{}[[upstreams]]\nname = \"b\"\nurl = \"http://127.0.0.1:8\"\ntoolkits = [\"Mail\"]\n",
+        upstream("toolkits = [\"Mail\"]")
+    );
+    assert_rejected(&toml, "upstreams[1].toolkits", line_of_nth(&toml, "toolkits", 1));
+    let toml = "[authorization.login]\ntoken = \"env:T\"\n";
+    let out = check(toml);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("login"), "a reserved name");
+}

@@ -615,11 +615,24 @@ impl Config {
             return Ok(());
         }
         let written = section.user_verification.as_ref();
-        if written.is_some_and(|w| *w.get_ref() == UserVerification::Login) && self.login.is_none() {
-            let at = written.map_or(0, |w| line_of(text, w.span().start));
-            return Err(format!(
-                "line {at}: authorization.{provider}.user_verification: \"login\" needs a [login] section (issuer, client_id, client_secret of the organisation's OpenID provider)"
-            ));
+        let at = written.map_or(0, |w| line_of(text, w.span().start));
+        match (written.map(|w| *w.get_ref()), section.verifier_url.is_some()) {
+            (Some(UserVerification::Login), _) if self.login.is_none() => {
+                return Err(format!(
+                    "line {at}: authorization.{provider}.user_verification: \"login\" needs a [login] section (issuer, client_id, client_secret of the organisation's OpenID provider)"
+                ));
+            }
+            (Some(UserVerification::Verifier), false) => {
+                return Err(format!(
+                    "line {at}: authorization.{provider}.user_verification: \"verifier\" needs verifier_url, the application page that confirms the flow"
+                ));
+            }
+            (Some(UserVerification::Login | UserVerification::None) | None, true) => {
+                return Err(format!(
+                    "authorization.{provider}.verifier_url: only with user_verification = \"verifier\""
+                ));
+            }
+            _ => {}
         }
         if self.user_verification(provider).is_none() {
             return Err(format!(

@@ -179,15 +179,7 @@ impl AuthorizationProvider {
                 if self.link_ttl.is_zero() {
                     return Err(format!("{}: must be greater than zero", key("link_ttl")));
                 }
-                let verifier = self.user_verification.as_ref().map(|v| *v.get_ref()) == Some(UserVerification::Verifier);
-                match (verifier, self.verifier_url.is_some()) {
-                    (true, false) => Err(format!(
-                        "{}: \"verifier\" needs verifier_url, the application page that confirms the flow",
-                        key("user_verification")
-                    )),
-                    (false, true) => Err(format!("{}: only with user_verification = \"verifier\"", key("verifier_url"))),
-                    _ => Ok(()),
-                }
+                Ok(())
             }
         }
     }
