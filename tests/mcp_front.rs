@@ -604,13 +604,14 @@ async fn an_authorization_to_give_is_asked_for_as_a_url_elicitation() {
         json!({"authorization": [{"id": "mailbox"}]}),
     )]))
     .await;
+    // (Reversed: a token sent back as it came is scrubbed, tests/upstream_grants.rs.)
     calc.on_call(|request| {
-        let token = common::forwarded(request)["context"]["authorization"][0]["token"].clone();
-        common::success(request, json!({"token_seen": token}))
+        let token = common::forwarded(request)["context"]["authorization"][0]["token"].as_str().unwrap_or_default();
+        common::success(request, json!({"token_seen_reversed": token.chars().rev().collect::<String>()}))
     });
     let tokens = tempfile_dir();
     let gw = GatewayConfig::new()
-        .upstream("calc", &calc.url())
+        .upstream_with("calc", &calc.url(), "authorization = [\"mailbox\"]")
         .raw(&format!(
             "[authorization.mailbox]\ntoken = \"file:{}/{{user_id}}\"\nauthorize_url = \"https://auth.example.com/start?user={{user_id}}\"\n\n{}",
             tokens.display(),
@@ -635,7 +636,11 @@ async fn an_authorization_to_give_is_asked_for_as_a_url_elicitation() {
     assert_eq!(elicited.len(), 1, "{report}");
     assert_eq!(elicited[0]["mode"], "url");
     assert_eq!(elicited[0]["url"], "https://auth.example.com/start?user=alice", "alice's own link");
-    assert_eq!(report["calls"][0]["result"]["structuredContent"], json!({"token_seen": "alice-token"}), "{report}");
+    assert_eq!(
+        report["calls"][0]["result"]["structuredContent"],
+        json!({"token_seen_reversed": "nekot-ecila"}),
+        "{report}"
+    );
 
     // Bob's first call is his own: alice's grant is not his.
     let report = sdk_client(
