@@ -132,7 +132,7 @@ async fn files_churning_beside_the_config_trigger_nothing() {
         n += 1;
         std::fs::write(dir.join(format!("churn-{}.log", n % 7)), format!("line {n}\n").repeat(50)).expect("write");
         std::fs::write(dir.join("trace.log"), format!("{n}\n")).expect("write");
-        if n % 100 == 0 {
+        if n.is_multiple_of(100) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
