@@ -343,6 +343,7 @@ async fn no_oauth_token_or_client_secret_appears_anywhere() {
     )]))
     .await;
     tools.on_call(echo);
+    let verifier = format!("{}/connect/verify", tools.url());
     let config = GatewayConfig::new().upstream_with("mail", &tools.url(), "authorization = [\"idp\"]").raw(&format!(
         r#"
 [auth]
@@ -361,7 +362,6 @@ store = "vault:secret/oauth/idp/{{user_id}}"
 user_verification = "verifier"
 verifier_url = "{verifier}"
 "#,
-        verifier = format!("{}/connect/verify", tools.url()),
         vault = vault.url(),
         issuer = idp.issuer()
     ));
