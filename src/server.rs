@@ -14,7 +14,7 @@ use pingora::services::listening::Service;
 
 use crate::config::Config;
 use crate::gateway::Gateway;
-use crate::proxy::{DataPlane, Router};
+use crate::proxy::{DataPlane, FrontDoor};
 use crate::reload::ConfigWatcher;
 
 /// Why the gateway could not start.
@@ -91,13 +91,14 @@ pub fn run(
         .block_on(tokio::net::TcpListener::bind(&admin_addr))
         .map_err(|e| StartError::Listen { addr: admin_addr.clone(), detail: e.to_string() })?;
     let admin_local = admin.local_addr().map_err(|e| StartError::Listen { addr: admin_addr, detail: e.to_string() })?;
-    let in_flight = Arc::new(AtomicUsize::new(0));
+    // Requests being served, from their head to their reply.
+    let serving = Arc::new(AtomicUsize::new(0));
 
     let watcher = {
         let _entered = handle.enter();
         gateway.start_polling();
         handle.spawn(crate::admin::serve_admin(admin, gateway.clone(), config_path.clone()));
-        handle.spawn(drain_on_sigterm(in_flight.clone(), shutdown_timeout));
+        handle.spawn(drain_on_sigterm(serving.clone(), shutdown_timeout));
         match config_path {
             Some(path) => Some(watch_for_reloads(&gateway, &handle, path)?),
             None => None,
@@ -131,8 +132,10 @@ pub fn run(
     let mut server = Server::new_with_opt_and_conf(None, conf);
     server.bootstrap();
     let open_files = raise_open_files_limit();
-    let mut service =
-        Service::new("otc-gateway data plane".to_owned(), DataPlane::new(Router::new(gateway, in_flight), open_files));
+    let mut service = Service::new(
+        "otc-gateway data plane".to_owned(),
+        DataPlane::new(Arc::new(FrontDoor::new(gateway, serving)), open_files),
+    );
     match data_listen.options() {
         Some(options) => service.add_tcp_with_settings(&listen.to_string(), options),
         None => service.add_tcp(&listen.to_string()),
@@ -192,7 +195,7 @@ fn watch_for_reloads(
 
 /// On SIGTERM, waits until no request is in flight (or `deadline` passes),
 /// then exits 0. pingora has stopped accepting by then.
-async fn drain_on_sigterm(in_flight: Arc<AtomicUsize>, deadline: Duration) {
+async fn drain_on_sigterm(serving: Arc<AtomicUsize>, deadline: Duration) {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(term) => term,
         Err(e) => {
@@ -201,14 +204,14 @@ async fn drain_on_sigterm(in_flight: Arc<AtomicUsize>, deadline: Duration) {
         }
     };
     term.recv().await;
-    tracing::info!(in_flight = in_flight.load(Ordering::Acquire), ?deadline, "SIGTERM: draining in-flight calls");
+    tracing::info!(serving = serving.load(Ordering::Acquire), ?deadline, "SIGTERM: draining the requests being served");
     let until = Instant::now() + deadline;
     // A moment for requests accepted just before the signal to be counted.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    while in_flight.load(Ordering::Acquire) > 0 && Instant::now() < until {
+    while serving.load(Ordering::Acquire) > 0 && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let left = in_flight.load(Ordering::Acquire);
+    let left = serving.load(Ordering::Acquire);
     if left > 0 {
         tracing::warn!(left, "shutdown deadline reached with calls still in flight");
     }

@@ -1,13 +1,13 @@
-//! The checks every request head passes: framing (RFC 9112), `Host`,
-//! `Origin`. The gateway's own reader serves only heads that pass them
+//! The framing checks every request head passes (RFC 9112), on pingora's
+//! path: the gateway's own reader serves only heads that pass them
 //! trivially (one Content-Length, one Host, no Transfer-Encoding or
-//! Expect) and checks `Host` and `Origin` itself with the same
-//! [`BrowserPolicy`]; every other head goes to pingora's path, which runs
+//! Expect); every other head goes to pingora's path, which runs
 //! [`check_raw_head`] on the raw head it read: pingora itself drops a
 //! Content-Length sent with Transfer-Encoding and merges equal duplicates,
-//! which is exactly what must be seen to refuse them.
+//! which is exactly what must be seen to refuse them. What the head says
+//! of its host and origin is handed to the front door (`front_door.rs`),
+//! which applies the browser policy to every request alike.
 
-use crate::browser::BrowserPolicy;
 use crate::error::RequestError;
 
 /// The most header lines a request may have; more get 431.
@@ -60,11 +60,10 @@ impl<'h> HeadFacts<'h> {
         }
     }
 
-    /// The framing, `Host` and `Origin` checks, in that order: a head
-    /// whose length is in doubt is refused before anything is judged on it.
-    /// `http11` is false for HTTP/1.0 (which needs no `Host`); `mcp` shapes
-    /// an `Origin` refusal for `/mcp`.
-    pub(super) fn check(&self, http11: bool, policy: &BrowserPolicy, mcp: bool) -> Result<Expect, RequestError> {
+    /// The framing checks: a head whose length is in doubt is refused
+    /// before anything is judged on it. `http11` is false for HTTP/1.0
+    /// (which needs no `Host`).
+    pub(super) fn check(&self, http11: bool) -> Result<Expect, RequestError> {
         if self.lines > MAX_HEADER_LINES {
             return Err(RequestError::TooManyHeaders { limit: MAX_HEADER_LINES });
         }
@@ -83,8 +82,6 @@ impl<'h> HeadFacts<'h> {
         if http11 && self.hosts != 1 {
             return Err(RequestError::HostHeader(if self.hosts == 0 { "missing" } else { "more than one" }));
         }
-        policy.check_host(self.host)?;
-        policy.check_origin(self.origin, mcp)?;
         match self.expect {
             None => Ok(Expect::Nothing),
             Some(value) if value.trim_ascii().eq_ignore_ascii_case(b"100-continue") => Ok(Expect::Continue),
@@ -93,23 +90,26 @@ impl<'h> HeadFacts<'h> {
     }
 }
 
+/// What a raw head that passed the framing checks says for the front door.
+#[derive(Debug)]
+pub(super) struct Framed<'h> {
+    /// What its `Expect` asks.
+    pub expect: Expect,
+    /// Its host: an absolute-form target's authority, which is the
+    /// request's host whatever `Host` says (RFC 9112 3.2.2; pingora keeps
+    /// only the path of an HTTP/1.0 one), else the first `Host`.
+    pub host: Option<&'h [u8]>,
+    /// The first `Origin`.
+    pub origin: Option<&'h [u8]>,
+}
+
 /// The checks on a raw head (pingora's path): its header lines parsed again
 /// with httparse, with room for one line more than allowed so that too many
-/// is seen, and an absolute-form target's authority, which is the request's
-/// host whatever `Host` says (RFC 9112 3.2.2; pingora keeps only the path
-/// of an HTTP/1.0 one). The rest of the request line is pingora's business;
-/// `http11` is its version.
-pub(super) fn check_raw_head(
-    raw: &[u8],
-    http11: bool,
-    policy: &BrowserPolicy,
-    mcp: bool,
-) -> Result<Expect, RequestError> {
+/// is seen. The rest of the request line is pingora's business; `http11` is
+/// its version.
+pub(super) fn check_raw_head(raw: &[u8], http11: bool) -> Result<Framed<'_>, RequestError> {
     let line_end = raw.iter().position(|&b| b == b'\n');
     let request_line = &raw[..line_end.unwrap_or(raw.len())];
-    if let Some(authority) = absolute_target_authority(request_line) {
-        policy.check_host(Some(authority))?;
-    }
     let lines = line_end.map_or(&raw[raw.len()..], |end| &raw[end + 1..]);
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADER_LINES + 1];
     match httparse::parse_headers(lines, &mut slots) {
@@ -122,7 +122,9 @@ pub(super) fn check_raw_head(
     for header in slots.iter().take_while(|h| !h.name.is_empty()) {
         facts.note(header.name, header.value);
     }
-    facts.check(http11, policy, mcp)
+    let expect = facts.check(http11)?;
+    let host = absolute_target_authority(request_line).or(facts.host);
+    Ok(Framed { expect, host, origin: facts.origin })
 }
 
 /// The authority of a request line's absolute-form target
@@ -142,11 +144,17 @@ fn absolute_target_authority(request_line: &[u8]) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::browser::BrowserPolicy;
     use crate::config::Config;
 
+    /// The framing checks, then the default browser policy as the front
+    /// door applies it.
     fn check(head: &str) -> Result<Expect, RequestError> {
         let policy = BrowserPolicy::new(&Config::parse("", "test").expect("config"));
-        check_raw_head(head.as_bytes(), !head.contains("HTTP/1.0"), &policy, false)
+        let framed = check_raw_head(head.as_bytes(), !head.contains("HTTP/1.0"))?;
+        policy.check_host(framed.host)?;
+        policy.check_origin(framed.origin, false)?;
+        Ok(framed.expect)
     }
 
     fn status(head: &str) -> u16 {

@@ -11,15 +11,23 @@
 //! request that this gateway never used, a large share of a call's
 //! instructions: benches/HISTORY.md, "Figures behind the code".)
 //!
-//! A connection starts in `connection` ([`DataPlane`]), which reads plain tool
-//! calls itself; any other request goes, one at a time, to pingora's HTTP
-//! session and the [`Router`] (`router.rs`).
+//! A connection starts in the lean reader (`lean.rs`, [`DataPlane`]), which
+//! reads plain tool calls itself (their heads parsed by `lean_head.rs`); any
+//! other request goes, one at a time, to pingora's HTTP session
+//! (`pingora_path.rs`), whose heads pass the framing checks of `head.rs`.
+//! Whichever reader read it, a request then passes one front door
+//! (`front_door.rs`, [`FrontDoor`]): the browser policy, authentication,
+//! the body, admission, dispatch and the metrics, once for every route.
+//! `send.rs` writes replies and event streams; `open_connections.rs`
+//! bounds the connections.
 
-mod connection;
+mod front_door;
 mod head;
+mod lean;
+mod lean_head;
 mod open_connections;
-mod router;
+mod pingora_path;
 mod send;
 
-pub use connection::DataPlane;
-pub use router::Router;
+pub use front_door::FrontDoor;
+pub use lean::DataPlane;

@@ -1,0 +1,414 @@
+//! The front door: the one step every data-plane request passes, whichever
+//! reader read it (the lean reader, `lean.rs`, or pingora's session,
+//! `pingora_path.rs`). Readers only read bytes into a [`Head`] and offer the
+//! body ([`RequestBody`]); here, in this order:
+//!
+//! 1. the browser policy (`Host`, then `Origin`: `browser.rs`), before any
+//!    credential or body is read;
+//! 2. the route and method;
+//! 3. authentication, for the route's [`Target`];
+//! 4. the body, within `max_body_bytes` and `body_timeout`;
+//! 5. admission against `server.max_in_flight` (a request counts once its
+//!    body has arrived);
+//! 6. the route's handler (`call.rs`, `mcp_endpoint/`, `tool_search.rs`,
+//!    `oauth_endpoint.rs`, ...);
+//! 7. the request counted in the metrics, by route and status.
+//!
+//! A security rule of the data plane lives here once, for every route and
+//! both readers.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method};
+
+use crate::auth::{resource, AuthError, Caller, Credentials, Target};
+use crate::call::call_tool;
+use crate::catalog::search::SearchRequest;
+use crate::error::RequestError;
+use crate::gateway::{Gateway, Runtime};
+use crate::mcp_endpoint::{Listen, McpAnswer, McpEndpoint, McpHead};
+use crate::oauth_endpoint::{self, BrowserRequest, OAuthRequest};
+use crate::reply::Reply;
+use crate::tool_search::{self, Front};
+
+/// The largest `POST /oauth/confirm` body: `{"flow_id": "<43 characters>"}`.
+const CONFIRM_BODY_LIMIT: usize = 4096;
+
+/// The data plane's routes; `label` is how the metrics name them (one of
+/// [`crate::metrics::ROUTES`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Route {
+    /// `/health`.
+    Health,
+    /// `/tools`.
+    Tools,
+    /// `/tools/search`.
+    Search,
+    /// `/tools/call` and `/call`.
+    Call,
+    /// `/mcp`.
+    Mcp,
+    /// `/oauth/...`.
+    OAuth,
+    /// `/.well-known/oauth-protected-resource[...]`.
+    ResourceMetadata,
+    /// Anything else.
+    Other,
+}
+
+impl Route {
+    /// The route a path is served by.
+    pub(super) fn of(path: &str) -> Route {
+        match path {
+            "/health" => Route::Health,
+            "/tools" => Route::Tools,
+            "/tools/search" => Route::Search,
+            "/tools/call" | "/call" => Route::Call,
+            "/mcp" => Route::Mcp,
+            _ if path.starts_with("/oauth/") => Route::OAuth,
+            _ if path.starts_with(resource::WELL_KNOWN) => Route::ResourceMetadata,
+            _ => Route::Other,
+        }
+    }
+
+    /// The route as the metrics label it.
+    pub(super) fn label(self) -> &'static str {
+        match self {
+            Route::Health => "/health",
+            Route::Tools => "/tools",
+            Route::Search => "/tools/search",
+            Route::Call => "/tools/call",
+            Route::Mcp => "/mcp",
+            Route::OAuth => "/oauth",
+            Route::ResourceMetadata => resource::WELL_KNOWN,
+            Route::Other => "other",
+        }
+    }
+}
+
+/// A request's head as a reader hands it over: what the front door judges
+/// and dispatches on, borrowed from the reader's buffer.
+#[derive(Debug)]
+pub(super) struct Head<'h> {
+    /// The route of its path.
+    pub route: Route,
+    /// Its method.
+    pub method: Method,
+    /// Its path.
+    pub path: &'h str,
+    /// Its query string.
+    pub query: Option<&'h str>,
+    /// Its host: an absolute-form target's authority (RFC 9112 3.2.2),
+    /// else `Host` (none in HTTP/1.0 without one).
+    pub host: Option<&'h [u8]>,
+    /// Its `Origin`, when a browser sent one.
+    pub origin: Option<&'h [u8]>,
+    /// Its credentials; `None` when a credential header came twice.
+    pub credentials: Option<Credentials<'h>>,
+    /// Its W3C `traceparent`, continued upstream.
+    pub traceparent: Option<&'h [u8]>,
+    /// What `/mcp` reads of it.
+    pub mcp: McpHead<'h>,
+    /// Every header, when the reader parsed them all (pingora's session):
+    /// what the browser steps of `/oauth/` read (cookies).
+    pub headers: Option<&'h HeaderMap>,
+}
+
+/// Where a request's body comes from: each reader reads its own.
+pub(super) trait RequestBody {
+    /// The whole body, at most `limit` bytes (413 otherwise), arriving
+    /// within `deadline` (408 otherwise).
+    fn read(
+        &mut self,
+        limit: usize,
+        deadline: Duration,
+    ) -> impl std::future::Future<Output = Result<Bytes, RequestError>> + Send;
+}
+
+/// The answer to a request.
+pub(super) enum Answer {
+    /// One reply.
+    Reply(Reply),
+    /// An event stream, written until the client goes or the gateway stops
+    /// (only pingora's path writes one).
+    Stream(Listen),
+}
+
+impl Answer {
+    fn status(&self) -> u16 {
+        match self {
+            Answer::Reply(reply) => reply.status,
+            Answer::Stream(_) => 200,
+        }
+    }
+}
+
+/// The last `Host` the browser policy accepted on a connection, under
+/// which runtime: a client sends the same one with every request, and the
+/// check parses it (benches/HISTORY.md, "Figures behind the code"). The
+/// `Weak` keeps the runtime's allocation, so its address cannot be reused
+/// by another.
+pub(super) type AcceptedHost = Option<(Weak<Runtime>, Vec<u8>)>;
+
+/// Counts a request until dropped: being served (for graceful shutdown) or
+/// admitted (against `max_in_flight`).
+pub(super) struct Counted(Arc<AtomicUsize>);
+
+impl Counted {
+    /// Counts one more; also returns how many are counted with it.
+    pub(super) fn enter(counter: &Arc<AtomicUsize>) -> (Counted, usize) {
+        let now = counter.fetch_add(1, Ordering::AcqRel) + 1;
+        (Counted(counter.clone()), now)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// The front door of the data plane.
+pub struct FrontDoor {
+    pub(super) gateway: Arc<Gateway>,
+    /// Requests being served, from their head to their reply: what graceful
+    /// shutdown waits for.
+    pub(super) serving: Arc<AtomicUsize>,
+    /// Requests whose body has arrived and that are being worked on: what
+    /// `server.max_in_flight` bounds.
+    admitted: Arc<AtomicUsize>,
+    mcp: McpEndpoint,
+}
+
+impl FrontDoor {
+    /// The front door of `gateway`; `serving` counts the requests being
+    /// served, for graceful shutdown.
+    pub fn new(gateway: Arc<Gateway>, serving: Arc<AtomicUsize>) -> FrontDoor {
+        FrontDoor { gateway, serving, admitted: Arc::default(), mcp: McpEndpoint::default() }
+    }
+
+    /// Serves one request under `runtime` (loaded once its head was in):
+    /// the steps of the module doc, then the metrics. `accepted` is the
+    /// connection's last accepted `Host`.
+    pub(super) async fn serve<B: RequestBody>(
+        &self,
+        runtime: Arc<Runtime>,
+        head: &Head<'_>,
+        body: &mut B,
+        accepted: &mut AcceptedHost,
+    ) -> Answer {
+        let answer = match self.answer(runtime, head, body, accepted).await {
+            Ok(answer) => answer,
+            Err(e) => Answer::Reply(e.to_reply()),
+        };
+        self.gateway.metrics.record_http(head.route.label(), answer.status());
+        answer
+    }
+
+    async fn answer<B: RequestBody>(
+        &self,
+        runtime: Arc<Runtime>,
+        head: &Head<'_>,
+        body: &mut B,
+        accepted: &mut AcceptedHost,
+    ) -> Result<Answer, RequestError> {
+        check_browser(&runtime, head, accepted)?;
+        let reply = match (head.route, &head.method) {
+            (Route::Health, &Method::GET | &Method::HEAD) => self.admit(&runtime).map(|_admitted| self.health())?,
+            (Route::Tools, &Method::GET | &Method::HEAD) => {
+                let caller = self.authenticate(&runtime, head, Target::Otc)?;
+                let _admitted = self.admit(&runtime)?;
+                let catalog = self.gateway.catalog.load();
+                Reply::ok(runtime.access.listing(&catalog, runtime.access.matching(&caller)))
+            }
+            (Route::Search, &Method::GET | &Method::HEAD) => {
+                let caller = self.authenticate(&runtime, head, Target::Otc)?;
+                let _admitted = self.admit(&runtime)?;
+                let request = SearchRequest::from_query_string(head.query)?;
+                let catalog = self.gateway.catalog.load();
+                let found = tool_search::search_tools(&self.gateway, &runtime, &catalog, &caller, &request, Front::Otc);
+                Reply::ok(tool_search::otc_body(&found))
+            }
+            (Route::Call, &Method::POST) => {
+                // Credentials first: an unauthenticated client's body is not read.
+                let caller = self.authenticate(&runtime, head, Target::Otc)?;
+                let body = read_body(&runtime, body).await?;
+                let _admitted = self.admit(&runtime)?;
+                let (reply, _completed) = call_tool(&self.gateway, runtime, &caller, &body, traceparent(head)).await?;
+                Reply::ok(reply)
+            }
+            (Route::Mcp, _) => return self.mcp(runtime, head, body).await,
+            (Route::OAuth, _) => self.oauth(runtime, head, body).await?,
+            (Route::ResourceMetadata, &Method::GET | &Method::HEAD) => {
+                let _admitted = self.admit(&runtime)?;
+                self.resource_metadata(&runtime, head.path)?
+            }
+            (Route::Health | Route::Tools | Route::Search | Route::ResourceMetadata, _) => {
+                return Err(RequestError::MethodNotAllowed { allow: "GET, HEAD" })
+            }
+            (Route::Call, _) => return Err(RequestError::MethodNotAllowed { allow: "POST" }),
+            (Route::Other, _) => return Err(RequestError::NotFound(head.path.chars().take(200).collect())),
+        };
+        Ok(Answer::Reply(reply))
+    }
+
+    /// Counts a request whose head and body have arrived as admitted, or
+    /// refuses it over `server.max_in_flight`. Requests still arriving are
+    /// not counted: a client that sends a head and stalls holds no slot
+    /// (slow connections are bounded by `server.max_connections`).
+    fn admit(&self, runtime: &Runtime) -> Result<Counted, RequestError> {
+        let (admitted, count) = Counted::enter(&self.admitted);
+        let limit = runtime.config.server.max_in_flight;
+        if count > limit {
+            return Err(RequestError::Overloaded(limit));
+        }
+        Ok(admitted)
+    }
+
+    /// Who is calling, from the request's credentials, for `target`.
+    fn authenticate(&self, runtime: &Runtime, head: &Head<'_>, target: Target) -> Result<Caller, RequestError> {
+        let authenticator = &runtime.authenticator;
+        let public_url = || self.gateway.public_url(runtime);
+        let authenticated = match head.credentials {
+            Some(credentials) => authenticator.authenticate_credentials(credentials, target, public_url),
+            None => Err(AuthError::Invalid("a credential header came more than once".into())),
+        };
+        authenticated.map_err(|error| {
+            tracing::debug!(%error, "request refused: bad or missing credentials");
+            let resource_metadata = authenticator.resource_metadata_url(|| self.gateway.public_url(runtime));
+            RequestError::Unauthenticated { error, resource_metadata }
+        })
+    }
+
+    fn health(&self) -> Reply {
+        let tools = self.gateway.catalog.load().len();
+        Reply::ok(Bytes::from(format!(r#"{{"$schema":"otc://1.0","status":"ok","tools":{tools}}}"#)))
+    }
+
+    /// The MCP endpoint (`mcp_endpoint/`): credentials, then one JSON-RPC
+    /// message per POST, or (GET) a 2025-11-25 client's event stream.
+    async fn mcp<B: RequestBody>(
+        &self,
+        runtime: Arc<Runtime>,
+        head: &Head<'_>,
+        body: &mut B,
+    ) -> Result<Answer, RequestError> {
+        let caller = self.authenticate(&runtime, head, Target::Mcp)?;
+        let mcp_head = McpHead { traceparent: traceparent(head), ..head.mcp.clone() };
+        let answer = match head.method {
+            Method::POST => {
+                let body = read_body(&runtime, body).await?;
+                // A stream holds no admission slot: it is bounded by `[mcp]
+                // max_streams` instead.
+                let _admitted = self.admit(&runtime)?;
+                self.mcp.handle_post(&self.gateway, runtime, &caller, &mcp_head, &body).await
+            }
+            Method::GET => self.mcp.handle_get(&self.gateway, &caller, &mcp_head),
+            // Sessions hold no state to end (DELETE).
+            _ => return Err(RequestError::MethodNotAllowed { allow: "GET, POST" }),
+        };
+        Ok(match answer {
+            McpAnswer::Reply(reply) => Answer::Reply(reply),
+            McpAnswer::Stream(listen) => Answer::Stream(listen),
+        })
+    }
+
+    /// The OAuth endpoints (`oauth_endpoint.rs`): the browser steps of a
+    /// challenge and of signing in, and a caller's status checks,
+    /// confirmations and disconnects.
+    async fn oauth<B: RequestBody>(
+        &self,
+        runtime: Arc<Runtime>,
+        head: &Head<'_>,
+        body: &mut B,
+    ) -> Result<Reply, RequestError> {
+        let request = OAuthRequest::parse(&head.method, head.path)?;
+        if request.needs_caller() {
+            let caller = self.authenticate(&runtime, head, Target::Otc)?;
+            let body = match request {
+                OAuthRequest::Confirm => body.read(CONFIRM_BODY_LIMIT, runtime.config.server.body_timeout.0).await?,
+                _ => Bytes::new(),
+            };
+            let _admitted = self.admit(&runtime)?;
+            oauth_endpoint::caller_step(&self.gateway, &runtime, &caller, &request, &body).await
+        } else {
+            let _admitted = self.admit(&runtime)?;
+            let cookies = head.headers.into_iter().flat_map(|h| h.get_all(http::header::COOKIE));
+            let browser = BrowserRequest {
+                method: &head.method,
+                path: head.path,
+                query: head.query,
+                cookies: cookies.filter_map(|v| v.to_str().ok()).collect(),
+            };
+            oauth_endpoint::browser_step(&self.gateway, &runtime, &request, &browser).await
+        }
+    }
+
+    /// The protected resource metadata (RFC 9728), public: in `mode = "jwt"`
+    /// only, at the paths [`resource::ProtectedResource::serves`].
+    fn resource_metadata(&self, runtime: &Runtime, path: &str) -> Result<Reply, RequestError> {
+        let metadata = runtime
+            .authenticator
+            .protected_resource(|| self.gateway.public_url(runtime))
+            .filter(|r| r.serves(path))
+            .ok_or_else(|| RequestError::NotFound(path.chars().take(200).collect()))?;
+        let mut reply = Reply::ok(metadata.document());
+        // Briefly: a reload may change it.
+        reply.headers.push(("cache-control", "public, max-age=300".to_owned()));
+        Ok(reply)
+    }
+}
+
+/// The browser policy (`browser.rs`): `Host`, skipped when this connection's
+/// last accepted one was the same under the same runtime, then `Origin`.
+fn check_browser(runtime: &Arc<Runtime>, head: &Head<'_>, accepted: &mut AcceptedHost) -> Result<(), RequestError> {
+    let known = match (&*accepted, head.host) {
+        (Some((under, seen)), Some(host)) => std::ptr::eq(under.as_ptr(), Arc::as_ptr(runtime)) && seen == host,
+        _ => false,
+    };
+    if !known {
+        runtime.browser.check_host(head.host)?;
+        if let Some(host) = head.host {
+            *accepted = Some((Arc::downgrade(runtime), host.to_vec()));
+        }
+    }
+    Ok(runtime.browser.check_origin(head.origin, head.route == Route::Mcp)?)
+}
+
+/// The request's body within `server.max_body_bytes` and `body_timeout`.
+async fn read_body<B: RequestBody>(runtime: &Runtime, body: &mut B) -> Result<Bytes, RequestError> {
+    let server = &runtime.config.server;
+    body.read(server.max_body_bytes, server.body_timeout.0).await
+}
+
+/// The client's `traceparent`, when it is text.
+fn traceparent(head: &Head<'_>) -> Option<String> {
+    std::str::from_utf8(head.traceparent?).ok().filter(|v| v.is_ascii()).map(str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_and_their_labels() {
+        for (path, label) in [
+            ("/health", "/health"),
+            ("/tools", "/tools"),
+            ("/tools/search", "/tools/search"),
+            ("/call", "/tools/call"),
+            ("/tools/call", "/tools/call"),
+            ("/mcp", "/mcp"),
+            ("/oauth/google/start/x", "/oauth"),
+            ("/.well-known/oauth-protected-resource/mcp", resource::WELL_KNOWN),
+            ("/tools/call/x", "other"),
+            ("/", "other"),
+        ] {
+            assert_eq!(Route::of(path).label(), label, "{path}");
+            assert!(crate::metrics::ROUTES.contains(&label), "{label} is a metrics route");
+        }
+    }
+}

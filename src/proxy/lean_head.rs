@@ -1,0 +1,540 @@
+//! The lean reader's head parser: whether the bytes at the start of a
+//! connection's buffer are the head of a plain call (`POST /tools/call` or
+//! `POST /mcp`, HTTP/1.1, one Content-Length, nothing unusual), and if so
+//! where the few headers a call needs are. Pure: no I/O, no state.
+//!
+//! pingora's session spends a large share of a call's instructions reading
+//! a request head (a `RequestHeader` with a case-preserving copy of every
+//! header name) (benches/HISTORY.md, "Figures behind the code"). Such a
+//! head is parsed here with httparse into only what the call needs; any
+//! other head is left to pingora's path, byte for byte.
+
+use std::ops::Range;
+
+use http::Method;
+
+use super::front_door::{Head, Route};
+use crate::auth::{Credentials, API_KEY_HEADER};
+use crate::http1::{decimal, header_line_size};
+use crate::mcp::modern::{METHOD_HEADER, NAME_HEADER};
+use crate::mcp::{PROTOCOL_VERSION_HEADER, SESSION_HEADER};
+use crate::mcp_endpoint::McpHead;
+
+/// The most header lines a call read here may have; more are pingora's.
+const MAX_HEADERS: usize = 32;
+
+/// Where the headers `/mcp` reads are in a head (the first of each).
+#[derive(Debug, Default)]
+pub(super) struct McpPositions {
+    /// `MCP-Protocol-Version`.
+    protocol_version: Option<Range<usize>>,
+    /// `Mcp-Method`.
+    method: Option<Range<usize>>,
+    /// `Mcp-Name`.
+    name: Option<Range<usize>>,
+    /// `Mcp-Session-Id`.
+    session: Option<Range<usize>>,
+    /// Whether one of the three headers mirroring the body came twice.
+    duplicated: bool,
+}
+
+/// A plain call's head, parsed: what serving it needs, as positions in the
+/// connection's buffer.
+pub(super) struct CallHead {
+    /// Which route it is for: [`Route::Call`] or [`Route::Mcp`].
+    pub route: Route,
+    /// Its path as sent (`/tools/call`, `/call` or `/mcp`).
+    path: &'static str,
+    /// The head's length in the buffer, blank line included.
+    pub len: usize,
+    /// The body's declared length.
+    pub body_len: usize,
+    /// Where the `OXP-API-Key` value is.
+    api_key: Option<Range<usize>>,
+    /// Where the `Authorization` value is.
+    authorization: Option<Range<usize>>,
+    /// Where the `traceparent` value is, continued upstream.
+    traceparent: Option<Range<usize>>,
+    /// Where the (one) `Host` value is.
+    host: Range<usize>,
+    /// Where the `Origin` value is, when a browser sent one.
+    origin: Option<Range<usize>>,
+    /// `/mcp`: where its own headers are.
+    mcp: McpPositions,
+}
+
+impl CallHead {
+    /// The head as the front door reads it, from the head's own bytes
+    /// (`buf[..len]`, split off the connection's buffer).
+    pub(super) fn head<'b>(&self, buf: &'b [u8]) -> Head<'b> {
+        let at = |range: &Option<Range<usize>>| range.clone().map(|range| &buf[range]);
+        let mcp = match self.route {
+            Route::Mcp => McpHead {
+                protocol_version: at(&self.mcp.protocol_version),
+                method: at(&self.mcp.method),
+                name: at(&self.mcp.name),
+                session: at(&self.mcp.session),
+                duplicated: self.mcp.duplicated,
+                traceparent: None,
+            },
+            _ => McpHead::default(),
+        };
+        Head {
+            route: self.route,
+            method: Method::POST,
+            path: self.path,
+            query: None,
+            host: Some(&buf[self.host.clone()]),
+            origin: at(&self.origin),
+            credentials: Some(Credentials { api_key: at(&self.api_key), authorization: at(&self.authorization) }),
+            traceparent: at(&self.traceparent),
+            mcp,
+            headers: None,
+        }
+    }
+}
+
+/// What the buffer holds.
+// (Returned and matched at once: boxing the head would be an allocation
+// per request.)
+#[allow(clippy::large_enum_variant)]
+pub(super) enum Parsed {
+    /// A complete head of a plain call.
+    Call(CallHead),
+    /// Not all of a head yet.
+    Partial,
+    /// Anything else.
+    Other,
+}
+
+/// Parses the head at the start of `buf` if it is a plain call's: `POST
+/// /tools/call` (or `/call`) or `POST /mcp`, HTTP/1.1, one Content-Length
+/// within `max_body`, no Transfer-Encoding, Expect, Upgrade or `Connection`
+/// other than keep-alive, headers within `max_header_bytes`; for `/mcp`, no
+/// `Mcp-Method: subscriptions/listen` (its answer is an event stream,
+/// written through pingora's session).
+pub(super) fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Parsed {
+    if buf.is_empty() {
+        return Parsed::Partial;
+    }
+    let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut slots);
+    let len = match request.parse(buf) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) => return Parsed::Partial,
+        Err(_) => return Parsed::Other,
+    };
+    let (route, path) = match request.path {
+        Some("/tools/call") => (Route::Call, "/tools/call"),
+        Some("/call") => (Route::Call, "/call"),
+        Some("/mcp") => (Route::Mcp, "/mcp"),
+        _ => return Parsed::Other,
+    };
+    if request.method != Some("POST") || request.version != Some(1) {
+        return Parsed::Other;
+    }
+    let mut head = CallHead {
+        route,
+        path,
+        len,
+        body_len: 0,
+        api_key: None,
+        authorization: None,
+        traceparent: None,
+        host: 0..0,
+        origin: None,
+        mcp: McpPositions::default(),
+    };
+    let mut body_len = None;
+    let mut hosts = 0;
+    let mut size = 0;
+    let at = |value: &[u8]| {
+        let start = value.as_ptr() as usize - buf.as_ptr() as usize;
+        start..start + value.len()
+    };
+    for header in request.headers.iter() {
+        // (httparse has refused control bytes in values, as `HeaderValue` does.)
+        let (name, value) = (header.name, header.value);
+        size += header_line_size(name, value);
+        let slot = if name.eq_ignore_ascii_case("content-length") {
+            let declared = decimal(value.trim_ascii());
+            match (body_len, declared) {
+                (None, Some(n)) if n <= max_body => body_len = Some(n),
+                // Several, unreadable or too large: pingora's path refuses it
+                // with the right status.
+                _ => return Parsed::Other,
+            }
+            continue;
+        } else if name.eq_ignore_ascii_case("transfer-encoding")
+            || name.eq_ignore_ascii_case("expect")
+            || name.eq_ignore_ascii_case("upgrade")
+            || (name.eq_ignore_ascii_case("connection") && !value.eq_ignore_ascii_case(b"keep-alive"))
+        {
+            return Parsed::Other;
+        } else if name.eq_ignore_ascii_case(API_KEY_HEADER.as_str()) {
+            &mut head.api_key
+        } else if name.eq_ignore_ascii_case("authorization") {
+            &mut head.authorization
+        } else if name.eq_ignore_ascii_case("traceparent") {
+            // A second one is ignored, as on pingora's path.
+            head.traceparent.get_or_insert_with(|| at(value));
+            continue;
+        } else if name.eq_ignore_ascii_case("host") {
+            hosts += 1;
+            head.host = at(value);
+            continue;
+        } else if name.eq_ignore_ascii_case("origin") {
+            &mut head.origin
+        } else if route == Route::Mcp && name.as_bytes().get(..4).is_some_and(|p| p.eq_ignore_ascii_case(b"mcp-")) {
+            let mcp = &mut head.mcp;
+            let mirrored = if name.eq_ignore_ascii_case(PROTOCOL_VERSION_HEADER) {
+                &mut mcp.protocol_version
+            } else if name.eq_ignore_ascii_case(METHOD_HEADER) {
+                // Any line naming it, whatever else the head says.
+                if value.trim_ascii().eq_ignore_ascii_case(b"subscriptions/listen") {
+                    return Parsed::Other;
+                }
+                &mut mcp.method
+            } else if name.eq_ignore_ascii_case(NAME_HEADER) {
+                &mut mcp.name
+            } else {
+                if name.eq_ignore_ascii_case(SESSION_HEADER) {
+                    mcp.session.get_or_insert_with(|| at(value));
+                }
+                continue;
+            };
+            // The first counts, as pingora's `HeaderMap::get` has it; a
+            // second is the front's to refuse.
+            match mirrored {
+                Some(_) => mcp.duplicated = true,
+                None => *mirrored = Some(at(value)),
+            }
+            continue;
+        } else {
+            continue;
+        };
+        if slot.is_some() {
+            // Credentials (or Origin) sent twice: pingora's path refuses them.
+            return Parsed::Other;
+        }
+        *slot = Some(at(value));
+    }
+    // No Host or several: pingora's path refuses it (`head`).
+    if size > max_header_bytes || hosts != 1 {
+        return Parsed::Other;
+    }
+    match body_len {
+        Some(body_len) => Parsed::Call(CallHead { body_len, ..head }),
+        None => Parsed::Other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Parses `head` with a `Host` line added after its request line.
+    fn parse(head: &str) -> Parsed {
+        parse_call_head(with_host(head).as_bytes(), 8192, 1024)
+    }
+
+    fn with_host(head: &str) -> String {
+        match head.split_once("\r\n") {
+            Some((line, rest)) => format!("{line}\r\nHost: localhost\r\n{rest}"),
+            None => head.to_owned(),
+        }
+    }
+
+    fn is_call(parsed: &Parsed) -> bool {
+        matches!(parsed, Parsed::Call(_))
+    }
+
+    /// What the front door reads of a head, field by field.
+    impl CallHead {
+        fn credentials<'b>(&self, buf: &'b [u8]) -> Credentials<'b> {
+            self.head(buf).credentials.expect("credentials read here are never doubled")
+        }
+
+        fn traceparent(&self, buf: &[u8]) -> Option<String> {
+            self.head(buf).traceparent.and_then(|v| std::str::from_utf8(v).ok()).map(str::to_owned)
+        }
+
+        fn mcp_head<'b>(&self, buf: &'b [u8], traceparent: Option<String>) -> McpHead<'b> {
+            McpHead { traceparent, ..self.head(buf).mcp }
+        }
+    }
+
+    #[test]
+    fn a_plain_call_head_is_read_with_its_length_and_headers() {
+        let head = "POST /tools/call HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer k\r\n\
+                    traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\nContent-Length: 12\r\n\r\n";
+        let buf = format!("{head}{{\"body\":\"x\"}}");
+        let Parsed::Call(call) = parse_call_head(buf.as_bytes(), 8192, 1024) else {
+            panic!("a plain call");
+        };
+        assert_eq!(call.len, head.len(), "the head ends after its blank line");
+        assert_eq!(call.body_len, 12);
+        let credentials = call.credentials(buf.as_bytes());
+        assert_eq!(credentials.authorization, Some(&b"Bearer k"[..]));
+        assert_eq!(credentials.api_key, None);
+        assert_eq!(
+            call.traceparent(buf.as_bytes()).as_deref(),
+            Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+        );
+        let twice =
+            with_host("POST /call HTTP/1.1\r\ntraceparent: first\r\ntraceparent: second\r\nContent-Length: 0\r\n\r\n");
+        let Parsed::Call(call) = parse_call_head(twice.as_bytes(), 8192, 1024) else { panic!("a plain call") };
+        assert_eq!(call.traceparent(twice.as_bytes()).as_deref(), Some("first"), "the first traceparent counts");
+        let keyed = with_host("POST /tools/call HTTP/1.1\r\nOXP-API-Key: k2\r\nContent-Length: 0\r\n\r\n");
+        let Parsed::Call(call) = parse_call_head(keyed.as_bytes(), 8192, 1024) else { panic!("a plain call") };
+        assert_eq!(call.credentials(keyed.as_bytes()).api_key, Some(&b"k2"[..]));
+        assert!(
+            matches!(parse_call_head(b"POST /call HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 8192, 1024), Parsed::Other),
+            "no Host"
+        );
+        assert!(
+            matches!(parse("POST /call HTTP/1.1\r\nHost: b\r\nContent-Length: 0\r\n\r\n"), Parsed::Other),
+            "two Hosts"
+        );
+        assert!(is_call(&parse("POST /call HTTP/1.1\r\nContent-Length: 0\r\nConnection: Keep-Alive\r\n\r\n")));
+        let Parsed::Call(call) = parse("POST /call HTTP/1.1\r\nContent-Length: 7 \r\n\r\n") else {
+            panic!("a plain call")
+        };
+        assert_eq!(call.body_len, 7, "whitespace around the length is not part of it");
+    }
+
+    #[test]
+    fn a_head_cut_short_waits_for_more() {
+        assert!(matches!(parse(""), Parsed::Partial));
+        assert!(matches!(parse("POST /tools/call HTTP/1.1\r\nContent-Len"), Parsed::Partial));
+    }
+
+    #[test]
+    fn every_other_request_is_pingoras() {
+        for head in [
+            "GET /tools/call HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /tools HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /tools/call?x=1 HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /tools/call HTTP/1.0\r\nContent-Length: 2\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2x\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: +2\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: -0\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2048\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nUpgrade: h2c\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nBad Header: x\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nAuthorization: a\r\nauthorization: b\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nOXP-API-Key: a\r\nOXP-API-Key: a\r\n\r\n",
+            "POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nX-Del: a\x7fb\r\n\r\n",
+            "NOT HTTP\r\n\r\n",
+        ] {
+            assert!(matches!(parse(head), Parsed::Other), "{head:?}");
+        }
+        let padded = format!("POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\nX-Pad: {}\r\n\r\n", "a".repeat(9000));
+        assert!(matches!(parse(&padded), Parsed::Other), "headers over max_header_bytes");
+        let many: String = (0..MAX_HEADERS + 1).map(|i| format!("X-{i}: y\r\n")).collect();
+        let crowded = format!("POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\n{many}\r\n");
+        assert!(matches!(parse(&crowded), Parsed::Other), "more header lines than the slots");
+    }
+
+    /// `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Session-Id`
+    /// and whether a mirrored one came twice.
+    type McpFields = (Option<String>, Option<String>, Option<String>, Option<String>, bool);
+
+    /// The `/mcp` headers a head read here carries, as the front sees them.
+    fn mcp_fields(buf: &str) -> Option<McpFields> {
+        let Parsed::Call(head) = parse_call_head(buf.as_bytes(), 8192, 1024) else { return None };
+        assert_eq!(head.route, Route::Mcp, "{buf:?}");
+        let mcp = head.mcp_head(&buf.as_bytes()[..head.len], None);
+        let text = |v: Option<&[u8]>| v.map(|v| String::from_utf8_lossy(v).into_owned());
+        Some((text(mcp.protocol_version), text(mcp.method), text(mcp.name), text(mcp.session), mcp.duplicated))
+    }
+
+    #[test]
+    fn an_mcp_head_is_read_with_the_headers_the_front_needs() {
+        let head = "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n\
+                    Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n\
+                    Mcp-Method: tools/call\r\nmcp-name: =?base64?dA==?=\r\nMcp-Session-Id: s-1.url\r\n\
+                    Authorization: Bearer k\r\ntraceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01\r\n\
+                    Content-Length: 12\r\n\r\n";
+        let buf = format!("{head}{{\"body\":\"x\"}}");
+        let Parsed::Call(call) = parse_call_head(buf.as_bytes(), 8192, 1024) else { panic!("a plain MCP request") };
+        assert_eq!((call.route, call.len, call.body_len), (Route::Mcp, head.len(), 12));
+        assert_eq!(call.credentials(buf.as_bytes()).authorization, Some(&b"Bearer k"[..]));
+        let traceparent = call.traceparent(buf.as_bytes());
+        let mcp = call.mcp_head(&buf.as_bytes()[..call.len], traceparent);
+        assert_eq!(mcp.protocol_version, Some(&b"2026-07-28"[..]));
+        assert_eq!(mcp.method, Some(&b"tools/call"[..]));
+        assert_eq!(mcp.name, Some(&b"=?base64?dA==?="[..]));
+        assert_eq!(mcp.session, Some(&b"s-1.url"[..]));
+        assert!(!mcp.duplicated);
+        assert_eq!(mcp.traceparent.as_deref(), Some("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"));
+
+        // A call's head carries no MCP headers, whatever it sent.
+        let call = with_host("POST /tools/call HTTP/1.1\r\nMcp-Method: tools/call\r\nContent-Length: 0\r\n\r\n");
+        let Parsed::Call(call) = parse_call_head(call.as_bytes(), 8192, 1024) else { panic!("a plain call") };
+        assert_eq!(call.route, Route::Call);
+        assert!(call.mcp.method.is_none());
+
+        // A mirrored header sent twice: the first is read, and the front is
+        // told (it refuses the request); a second session id is not.
+        let twice = |lines: &str| {
+            mcp_fields(&with_host(&format!("POST /mcp HTTP/1.1\r\n{lines}Content-Length: 0\r\n\r\n")))
+                .expect("read here")
+        };
+        for lines in [
+            "MCP-Protocol-Version: 2026-07-28\r\nmcp-protocol-version: 2025-11-25\r\n",
+            "Mcp-Method: tools/call\r\nMCP-METHOD: tools/list\r\n",
+            "Mcp-Name: a\r\nMcp-Name: a\r\n",
+        ] {
+            let (version, method, name, _, duplicated) = twice(lines);
+            assert!(duplicated, "{lines:?}");
+            assert!([version, method, name].contains(&Some(
+                lines
+                    .split("\r\n")
+                    .next()
+                    .and_then(|l| l.split_once(": "))
+                    .map(|(_, v)| v.to_owned())
+                    .expect("a value")
+            )));
+        }
+        let (.., session, duplicated) = twice("Mcp-Session-Id: first\r\nMcp-Session-Id: second\r\n");
+        assert_eq!((session.as_deref(), duplicated), (Some("first"), false));
+        let (.., duplicated) = twice("Mcp-Other: x\r\nMcp-Other: y\r\nMcp-Name: a\r\n");
+        assert!(!duplicated, "other Mcp- headers are not mirrored ones");
+    }
+
+    #[test]
+    fn every_other_mcp_request_is_pingoras() {
+        for head in [
+            "GET /mcp HTTP/1.1\r\nAccept: text/event-stream\r\n\r\n",
+            "DELETE /mcp HTTP/1.1\r\nContent-Length: 0\r\n\r\n",
+            "PUT /mcp HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /mcp/ HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /mcp?session=1 HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /MCP HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /mcp HTTP/1.0\r\nContent-Length: 2\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nConnection: close\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2048\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nAuthorization: a\r\nAuthorization: b\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nOrigin: a\r\nOrigin: b\r\n\r\n",
+            // Its answer is an event stream, written through pingora's session.
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nMcp-Method: subscriptions/listen\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nmcp-method:  Subscriptions/Listen \t\r\n\r\n",
+            "POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nMcp-Method: tools/call\r\nMcp-Method: subscriptions/listen\r\n\r\n",
+        ] {
+            assert!(matches!(parse(head), Parsed::Other), "{head:?}");
+        }
+        assert!(matches!(
+            parse_call_head(b"POST /mcp HTTP/1.1\r\nContent-Length: 0\r\n\r\n", 8192, 1024),
+            Parsed::Other
+        ));
+        // The method is the header's whole value: anything else is read here
+        // (and refused by the front when it does not match the body).
+        for value in ["subscriptions/listen2", "subscriptions", "tools/call subscriptions/listen"] {
+            let head = format!("POST /mcp HTTP/1.1\r\nContent-Length: 2\r\nMcp-Method: {value}\r\n\r\n");
+            assert!(is_call(&parse(&head)), "{value}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, ..Default::default() })]
+
+        /// No bytes make the reader panic, and whatever it takes as a call
+        /// is one: its head ends inside the buffer.
+        #[test]
+        fn any_bytes_are_read_without_a_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            if let Parsed::Call(call) = parse_call_head(&bytes, 8192, 1024) {
+                proptest::prop_assert!(call.len <= bytes.len());
+                let _ = (call.credentials(&bytes), call.traceparent(&bytes));
+            }
+        }
+
+        /// No bytes after an `/mcp` request line make the reader panic; what
+        /// it takes is an `/mcp` request whose head ends inside the buffer,
+        /// and never one naming `subscriptions/listen`.
+        #[test]
+        fn any_mcp_head_is_read_without_a_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
+            let mut buf = b"POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Length: 0\r\n".to_vec();
+            buf.extend_from_slice(&bytes);
+            if let Parsed::Call(call) = parse_call_head(&buf, 8192, 1024) {
+                proptest::prop_assert!(call.len <= buf.len());
+                proptest::prop_assert_eq!(call.route, Route::Mcp);
+                let mcp = call.mcp_head(&buf[..call.len], call.traceparent(&buf));
+                let listen = mcp.method.is_some_and(|m| m.trim_ascii().eq_ignore_ascii_case(b"subscriptions/listen"));
+                proptest::prop_assert!(!listen);
+            }
+        }
+
+        /// Among other headers in any order and case, the `/mcp` headers
+        /// found are the first of each sent; `duplicated` says whether a
+        /// mirrored one came twice; a `subscriptions/listen` is never read here.
+        #[test]
+        fn the_mcp_headers_found_are_the_ones_sent(
+            lines in proptest::collection::vec((0usize..6, "[!-~]([ -~]{0,20}[!-~])?", proptest::bool::ANY), 0..10),
+        ) {
+            const NAMES: [&str; 6] = ["MCP-Protocol-Version", "Mcp-Method", "Mcp-Name", "Mcp-Session-Id", "X-Other", "Mcp-Other"];
+            let mut text = String::from("POST /mcp HTTP/1.1\r\nHost: localhost\r\n");
+            let mut firsts: [Option<String>; 6] = Default::default();
+            let mut counts = [0usize; 6];
+            let mut listen = false;
+            for (which, value, upper) in &lines {
+                // Sometimes the value that must go to pingora.
+                let value = if value.len() % 7 == 0 && *which == 1 { "subscriptions/listen".to_owned() } else { value.clone() };
+                let name = if *upper { NAMES[*which].to_ascii_uppercase() } else { NAMES[*which].to_ascii_lowercase() };
+                text.push_str(&format!("{name}: {value}\r\n"));
+                firsts[*which].get_or_insert(value.clone());
+                counts[*which] += 1;
+                listen |= *which == 1 && value.eq_ignore_ascii_case("subscriptions/listen");
+            }
+            text.push_str("Content-Length: 2\r\n\r\n{}");
+            let found = mcp_fields(&text);
+            if listen {
+                proptest::prop_assert!(found.is_none(), "a listen read here: {:?}", text);
+                return Ok(());
+            }
+            let Some((version, method, name, session, duplicated)) = found else {
+                return Err(proptest::test_runner::TestCaseError::fail(format!("not read here: {text:?}")));
+            };
+            proptest::prop_assert_eq!([version, method, name, session], [firsts[0].clone(), firsts[1].clone(), firsts[2].clone(), firsts[3].clone()]);
+            proptest::prop_assert_eq!(duplicated, counts[..3].iter().any(|&n| n > 1));
+        }
+
+        /// Among other headers in any order and case, the credentials and
+        /// `traceparent` the reader finds are the ones sent.
+        #[test]
+        fn the_credentials_found_are_the_ones_sent(
+            key in proptest::option::of("[!-~]([ -~]{0,30}[!-~])?"),
+            authorization in proptest::option::of("[!-~]([ -~]{0,30}[!-~])?"),
+            traceparent in proptest::option::of("[0-9a-f-]{1,55}"),
+            others in proptest::collection::vec(("X-[A-Za-z0-9-]{1,10}", "[!-~]{0,20}"), 0..6),
+            upper in proptest::bool::ANY,
+        ) {
+            let case = |name: &str| if upper { name.to_ascii_uppercase() } else { name.to_owned() };
+            let mut lines: Vec<String> = others.iter().map(|(n, v)| format!("{n}: {v}")).collect();
+            if let Some(key) = &key { lines.push(format!("{}: {key}", case("oxp-api-key"))); }
+            if let Some(auth) = &authorization { lines.insert(0, format!("{}: {auth}", case("authorization"))); }
+            if let Some(tp) = &traceparent { lines.push(format!("{}: {tp}", case("traceparent"))); }
+            lines.push("Content-Length: 2".to_owned());
+            lines.push("Host: localhost".to_owned());
+            let head = format!("POST /tools/call HTTP/1.1\r\n{}\r\n\r\n{{}}", lines.join("\r\n"));
+            let Parsed::Call(call) = parse_call_head(head.as_bytes(), 8192, 1024) else {
+                return Err(proptest::test_runner::TestCaseError::fail(format!("not read as a call: {head:?}")));
+            };
+            let found = call.credentials(head.as_bytes());
+            proptest::prop_assert_eq!(found.api_key, key.as_deref().map(str::as_bytes));
+            proptest::prop_assert_eq!(found.authorization, authorization.as_deref().map(str::as_bytes));
+            proptest::prop_assert_eq!(call.traceparent(head.as_bytes()), traceparent);
+            proptest::prop_assert_eq!(&head[call.len..], "{}");
+        }
+    }
+}
