@@ -142,9 +142,10 @@ fn start(config: Config, path: PathBuf) -> ExitCode {
 /// served because another upstream reserved its toolkit, a toolkit several
 /// upstreams serve. Unreachable upstreams are named.
 fn check_against_catalogs(mut config: Config) {
-    // The patterns need the catalog only: the OAuth grant store (a running
-    // gateway may hold it) is neither opened nor created for a check.
+    // The checks need the catalog only: the OAuth grant store and the state
+    // key (a running gateway may hold them) are neither opened nor created.
     config.authorization.retain(|_, section| !section.is_managed());
+    config.login = None;
     let tokio = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(tokio) => tokio,
         Err(e) => return eprintln!("warning: the config was not checked against the catalogs: {e}"),

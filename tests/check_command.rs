@@ -240,6 +240,10 @@ client_id = "c"
 user_verification = "verifier"
 verifier_url = "https://app.example/connect/verify"
 
+[login]
+issuer = "https://id.example"
+client_id = "gw"
+
 [state]
 dir = "{}"
 "#,
