@@ -23,6 +23,7 @@ use crate::oauth::TokenError;
 use crate::resolve::parse_tool_id;
 use crate::scrub;
 use crate::trace::OutgoingTrace;
+pub use crate::upstream::Native;
 use crate::upstream::{ForwardError, UpstreamCall, UpstreamReply};
 use crate::wire::{
     self, is_supported_schema, AuthorizationToken, CallBody, CallContext, CallResult, Requirements, SecretValue,
@@ -63,6 +64,18 @@ pub struct FinishedCall {
     /// How long the call took: measured once, for the result's `duration`
     /// and for the metrics.
     pub took: Duration,
+    /// The upstream's answer in its own protocol (an MCP server's result,
+    /// or its question to the client), for a front that speaks it; `result`
+    /// is its mapping for any other.
+    pub native: Option<Native>,
+}
+
+impl FinishedCall {
+    /// Whether the upstream asked the client something instead of
+    /// answering: not an outcome yet (the client answers and calls again).
+    fn is_question(&self) -> bool {
+        matches!(self.native, Some(Native::McpAsk(_)))
+    }
 }
 
 /// Handles `POST /tools/call` from the raw body to the response body, under
@@ -137,12 +150,13 @@ async fn run_resolved_call(
     let bearer = forwarded.as_ref().ok().and_then(|(_, _, bearer)| bearer.clone());
     let mut finished = forwarded.and_then(|(target, forwarded, _)| {
         let took = started.elapsed();
-        let result = rewrap_response(forwarded, target, call.call_id.clone(), took)?;
+        let (result, native) = rewrap_response(forwarded, target, call.call_id.clone(), took)?;
         Ok(FinishedCall {
             outcome: if result.success { CallOutcome::Success } else { CallOutcome::ToolError },
             result,
             upstream: target.upstream.name.clone(),
             took,
+            native,
         })
     });
     // What the gateway injected never reaches the caller, even when a tool
@@ -194,6 +208,7 @@ async fn claim_call_id(
             result: stored.result.clone(),
             upstream: stored.upstream.clone(),
             took: started.elapsed(),
+            native: None,
         })),
         Ok(Decision::Conflict) => Err(RequestError::CallIdReused),
         Ok(Decision::InProgress) => Err(RequestError::CallInProgress),
@@ -205,14 +220,15 @@ async fn claim_call_id(
 }
 
 /// Stores a completed call's answer for its duplicates, or gives the claim up
-/// when the call ended before the tool ran (a retry may then run it).
+/// when the call ended before the tool ran, or with a question to the
+/// client (a retry may then run it).
 async fn remember_call(claim: Pending, finished: &Result<FinishedCall, RequestError>) {
     match finished {
-        Ok(completed) => {
+        Ok(completed) if !completed.is_question() => {
             let stored = StoredCall { result: completed.result.clone(), upstream: completed.upstream.clone() };
             claim.complete(&stored).await;
         }
-        Err(_) => claim.release().await,
+        _ => claim.release().await,
     }
 }
 
@@ -229,14 +245,14 @@ fn record_call(
 ) {
     let first_upstream = route.targets.first().map_or("", |t| t.upstream.name.as_str());
     let (upstream, outcome, took) = match finished {
+        // Not an outcome yet: the client answers and calls again, and that
+        // call is counted.
+        Ok(completed) if completed.is_question() => return,
         Ok(completed) => (completed.upstream.as_str(), completed.outcome, completed.took),
         Err(RequestError::InvalidInput(_)) => (first_upstream, CallOutcome::ValidationError, started.elapsed()),
         Err(RequestError::Denied(_)) => (first_upstream, CallOutcome::Denied, started.elapsed()),
         // Counted by status (429) in otc_gateway_http_requests_total.
         Err(RequestError::RateLimited { .. }) => return,
-        // Not an outcome yet: the client answers and calls again, and that
-        // call is counted.
-        Err(RequestError::ClientAsk(_)) => return,
         Err(_) => (first_upstream, CallOutcome::ServerError, started.elapsed()),
     };
     let tool = route.tool.definition.id.as_str();
@@ -502,11 +518,15 @@ fn redact_echoes(finished: &mut Result<FinishedCall, RequestError>, injected: &[
             if let Some(error) = &mut call.result.error {
                 scrub::value(error, injected);
             }
+            match &mut call.native {
+                Some(
+                    Native::McpResult(written)
+                    | Native::McpAsk(ClientAsk::Input(written) | ClientAsk::Capabilities(written)),
+                ) => scrub::value(written, injected),
+                None => {}
+            }
         }
         Err(RequestError::UpstreamRefused { body, .. }) => scrub::value(body, injected),
-        Err(RequestError::ClientAsk(ClientAsk::Input(ask) | ClientAsk::Capabilities(ask))) => {
-            scrub::value(ask, injected)
-        }
         Err(_) => {}
     }
 }
@@ -569,13 +589,14 @@ pub async fn forward_call<'r>(
     Err(RequestError::Unavailable { detail: unreachable.join("; "), retry_after })
 }
 
-/// Re-wrap: the upstream's answer (or failure) as a canonical `CallResult`.
+/// Re-wrap: the upstream's answer (or failure) as a canonical `CallResult`,
+/// with the upstream's own answer when its protocol gave one.
 pub fn rewrap_response(
     forwarded: Result<UpstreamReply, ForwardError>,
     target: &Target,
     call_id: String,
     took: Duration,
-) -> Result<CallResult, RequestError> {
+) -> Result<(CallResult, Option<Native>), RequestError> {
     // Milliseconds, to the microsecond: more digits are noise.
     let elapsed_ms = (took.as_secs_f64() * 1_000_000.0).round() / 1000.0;
     let failed = |message: &str, detail: String, can_retry: bool| CallResult {
@@ -595,14 +616,14 @@ pub fn rewrap_response(
     let upstream = &target.upstream.name;
     let reply = match forwarded {
         Ok(UpstreamReply::Http(reply)) => reply,
-        Ok(UpstreamReply::Result(result)) => return Ok(finished(result)),
-        Ok(UpstreamReply::Ask(ask)) => return Err(RequestError::ClientAsk(ask)),
+        Ok(UpstreamReply::Result(result)) => return Ok((finished(result), None)),
+        Ok(UpstreamReply::Native { mapped, native }) => return Ok((finished(mapped), Some(native))),
         Err(e @ ForwardError::Timeout { .. }) => {
-            return Ok(failed("The tool did not answer in time", e.to_string(), true));
+            return Ok((failed("The tool did not answer in time", e.to_string(), true), None));
         }
-        Err(e) => return Ok(failed("The tool server failed while handling the call", e.to_string(), false)),
+        Err(e) => return Ok((failed("The tool server failed while handling the call", e.to_string(), false), None)),
     };
-    match reply.status.as_u16() {
+    let result = match reply.status.as_u16() {
         200..=299 => match wire::normalise_tool_response(&reply.body) {
             Ok(r) => Ok(finished(r)),
             Err(e) => Ok(failed(
@@ -624,7 +645,8 @@ pub fn rewrap_response(
             format!("upstream {upstream} answered HTTP {status}: {}", snippet(&reply.body)),
             matches!(status, 502..=504),
         )),
-    }
+    };
+    result.map(|result| (result, None))
 }
 
 /// The response body: `{"$schema": "otc://1.0", "result": {...}}`.

@@ -13,7 +13,6 @@ use crate::auth::AuthError;
 use crate::browser::BrowserRefusal;
 use crate::catalog::search::SearchError;
 use crate::catalog::LookupError;
-use crate::mcp::modern::ClientAsk;
 use crate::oauth::{FlowError, OAuthError};
 use crate::reply::Reply;
 use crate::resolve::ToolIdError;
@@ -175,11 +174,6 @@ pub enum RequestError {
     /// The first call with this `call_id` is still running.
     #[error("a call with this call_id is still running")]
     CallInProgress,
-    /// A 2026-07-28 MCP server asked the client for something before it
-    /// answers (input, or a capability): only an MCP client that sent its
-    /// capabilities on is asked, and `/mcp` hands the question back to it.
-    #[error("the tool server asks the client for more first")]
-    ClientAsk(ClientAsk),
     /// A tool search whose query, limit or version is unusable.
     #[error("bad search: {0}")]
     Search(#[from] SearchError),
@@ -225,7 +219,6 @@ impl RequestError {
             RequestError::RateLimited { .. } => 429,
             RequestError::Denied(_) => 400,
             RequestError::MissingRequirements(_) | RequestError::RequirementUnavailable { .. } => 400,
-            RequestError::ClientAsk(_) => 400,
             RequestError::AuthorizationUnavailable { .. } => 503,
             RequestError::OAuthFlow(e) | RequestError::Confirmation(e) => match e {
                 FlowError::UnknownProvider(_) | FlowError::NoLogin => 404,
@@ -294,7 +287,6 @@ impl RequestError {
                 format!("The gateway needs valid credentials: {}", error.public_message())
             }
             RequestError::MissingRequirements(missing) => missing.describe(),
-            RequestError::ClientAsk(_) => "The tool server needs more from the client before it can answer".into(),
             RequestError::RequirementUnavailable { requirement, .. } => {
                 format!("The tool's {requirement} is temporarily unavailable")
             }

@@ -448,6 +448,33 @@ async fn tool_list_changes_reach_the_catalog_at_once(era: Era) {
 }
 
 #[tokio::test]
+async fn an_sdk_servers_answer_reaches_an_mcp_client_as_the_server_wrote_it() {
+    let peer = McpPeer::start(false);
+    let gw = GatewayConfig::new().raw(&mcp_upstream("py", &peer.url(), "Py", "")).start().await;
+    gw.wait_for_tool("Py.greet@1.0.0").await;
+    // The SDK wraps a string answer in {"result": …} as structured output and
+    // writes the string itself as the text: an MCP client gets exactly that.
+    let answer = rpc(&gw, "tools/call", json!({"name": "Py_greet", "arguments": {"name": "ann"}})).await;
+    let result = &answer["result"];
+    assert_eq!(result["content"], json!([{"type": "text", "text": "hi ann"}]), "{answer}");
+    assert_eq!(result["structuredContent"], json!({"result": "hi ann"}), "{answer}");
+    assert_eq!(result["isError"], false, "{answer}");
+    assert!(result["_meta"]["otc-gateway/call_id"].is_string(), "the gateway's own _meta: {answer}");
+    // An OTC caller gets OTC's mapping of it.
+    let value = gw.call("Py.greet@1.0.0", json!({"name": "ann"})).await.result()["value"].clone();
+    assert_eq!(value, json!({"result": "hi ann"}));
+    // A failure too, as written.
+    let failed = rpc(&gw, "tools/call", json!({"name": "Py_explode", "arguments": {"reason": "boom"}})).await;
+    assert_eq!(failed["result"]["isError"], true, "{failed}");
+    // (The SDK writes its own words for an exception, not the reason.)
+    assert_eq!(
+        failed["result"]["content"],
+        json!([{"type": "text", "text": "Error executing tool explode"}]),
+        "{failed}"
+    );
+}
+
+#[tokio::test]
 async fn bearer_tokens_and_per_user_tokens_go_upstream_and_mcp_needs_credentials() {
     let peer = McpPeer::start(false);
     let config = GatewayConfig::new()

@@ -46,9 +46,9 @@ use self::envelope::{body_name, check_legacy, check_modern, era_of, meta, Envelo
 use self::error::RpcError;
 use self::listen::StreamCounts;
 use self::read::{read_tools_call, ToolsCall};
-use self::tools::{error_result, invalid_arguments, list_page, NameCache};
+use self::tools::{error_result, invalid_arguments, list_page, NameCache, META};
 use crate::auth::Caller;
-use crate::call::{execute_call, new_call_id, ParsedCall};
+use crate::call::{execute_call, new_call_id, FinishedCall, Native, ParsedCall};
 use crate::error::{AuthorizationChallenge, RequestError};
 use crate::gateway::{Gateway, Runtime};
 use crate::mcp::jsonrpc::{params_object, Message, OutgoingResponse};
@@ -336,6 +336,15 @@ impl McpEndpoint {
         };
         match outcome {
             Ok(CallAnswer::Finished(result)) => Reply::json(200, Bytes::from(write::call_response(&id, &result, era))),
+            Ok(CallAnswer::AsWritten { mut written, call_id }) => {
+                // The server's content, structuredContent, isError and
+                // _meta as it wrote them; the gateway's own _meta beside.
+                if let Value::Object(meta) = written.entry("_meta").or_insert_with(|| Value::Object(Map::new())) {
+                    meta.insert(format!("{META}/call_id"), Value::String(call_id));
+                }
+                let written = if era == Era::Modern { complete_or_interim(written) } else { written };
+                reply(id_value(&id), written)
+            }
             Ok(CallAnswer::Made(result)) => {
                 let result = if era == Era::Modern { complete_or_interim(result) } else { result };
                 reply(id_value(&id), result)
@@ -396,16 +405,22 @@ impl McpEndpoint {
             passthrough,
         };
         match execute_call(gateway, runtime, caller, call).await {
-            Ok(completed) => Ok(CallAnswer::Finished(completed.result)),
-            Err(RequestError::Lookup(_) | RequestError::Denied(_) | RequestError::InvalidToolId(_)) => Err(unknown()),
-            Err(RequestError::InvalidInput(errors)) => Ok(CallAnswer::Made(invalid_arguments(&errors))),
             // The tool's server asks the client (which sent its capabilities
             // on) for input, or for a capability: the question goes back as
             // the server put it.
-            Err(RequestError::ClientAsk(ClientAsk::Input(Value::Object(interim)))) => Ok(CallAnswer::Made(interim)),
-            Err(RequestError::ClientAsk(ClientAsk::Capabilities(required))) => {
+            Ok(FinishedCall { native: Some(Native::McpAsk(ClientAsk::Input(Value::Object(interim)))), .. }) => {
+                Ok(CallAnswer::Made(interim))
+            }
+            Ok(FinishedCall { native: Some(Native::McpAsk(ClientAsk::Capabilities(required))), .. }) => {
                 Err(RpcError::MissingCapability { required })
             }
+            // An MCP server's result goes to an MCP client as it wrote it.
+            Ok(FinishedCall { native: Some(Native::McpResult(Value::Object(written))), result, .. }) => {
+                Ok(CallAnswer::AsWritten { written, call_id: result.call_id })
+            }
+            Ok(completed) => Ok(CallAnswer::Finished(completed.result)),
+            Err(RequestError::Lookup(_) | RequestError::Denied(_) | RequestError::InvalidToolId(_)) => Err(unknown()),
+            Err(RequestError::InvalidInput(errors)) => Ok(CallAnswer::Made(invalid_arguments(&errors))),
             Err(RequestError::MissingRequirements(missing)) if only_links(&missing.authorization, &missing) => {
                 let error = RequestError::MissingRequirements(missing);
                 match envelope {
@@ -444,6 +459,13 @@ struct CallRequest<'r> {
 enum CallAnswer {
     /// The tool ran, and succeeded or failed.
     Finished(CallResult),
+    /// An MCP server's tool ran: its result as the server wrote it.
+    AsWritten {
+        /// The server's `CallToolResult`.
+        written: Map<String, Value>,
+        /// The gateway's call id.
+        call_id: String,
+    },
     /// A result the gateway made: a tool error for a call that did not run,
     /// or a 2026-07-28 interim result asking for input.
     Made(Map<String, Value>),

@@ -26,7 +26,8 @@ use http::{HeaderValue, StatusCode};
 use serde_json::json;
 
 use super::{
-    FetchError, Fetched, ForwardError, HttpResponse, Upstream, UpstreamCall, UpstreamReply, WatchBounds, Watched,
+    FetchError, Fetched, ForwardError, HttpResponse, Native, Upstream, UpstreamCall, UpstreamReply, WatchBounds,
+    Watched,
 };
 use crate::config::UpstreamConfig;
 use crate::dialect::{CatalogShapeError, CatalogTool, Skipped};
@@ -162,14 +163,16 @@ impl McpUpstream {
             // A 2026-07-28 client that sent its capabilities can answer what
             // the server asks of it; anyone else gets a tool failure.
             Ok(result) if call.passthrough.is_some() && result_type(&result) == Some("input_required") => {
-                Ok(UpstreamReply::Ask(ClientAsk::Input(result)))
+                Ok(asked(ClientAsk::Input(result)))
             }
-            Ok(result) => Ok(UpstreamReply::Result(mapping::call_result(&result))),
+            Ok(result) => {
+                Ok(UpstreamReply::Native { mapped: mapping::call_result(&result), native: Native::McpResult(result) })
+            }
             Err(McpError::Rpc(error))
                 if call.passthrough.is_some() && error.code == MISSING_REQUIRED_CLIENT_CAPABILITY =>
             {
                 let required = error.data.as_ref().and_then(|d| d.get("requiredCapabilities")).cloned();
-                Ok(UpstreamReply::Ask(ClientAsk::Capabilities(required.unwrap_or_else(|| json!({})))))
+                Ok(asked(ClientAsk::Capabilities(required.unwrap_or_else(|| json!({})))))
             }
             Err(McpError::Rpc(error)) => {
                 Ok(UpstreamReply::Result(mapping::rpc_error(error.code, &error.message, error.data.as_ref())))
@@ -177,6 +180,22 @@ impl McpUpstream {
             Err(e) => failure(upstream, e),
         }
     }
+}
+
+/// The server asks the client something first: passed on to a client that
+/// can answer, a tool failure for any other.
+fn asked(ask: ClientAsk) -> UpstreamReply {
+    let mapped = UpstreamResult {
+        duration: None,
+        success: false,
+        value: None,
+        error: Some(wire::tool_error(
+            "The tool server needs more from the client before it can answer",
+            "a 2026-07-28 MCP server asked the client for input or a capability",
+            false,
+        )),
+    };
+    UpstreamReply::Native { mapped, native: Native::McpAsk(ask) }
 }
 
 /// `Bearer <token>` of `provider` from the call's context.

@@ -169,12 +169,29 @@ pub enum UpstreamReply {
     /// An HTTP response whose body is still to be read: an OTC upstream's
     /// answer, or an MCP server's HTTP error.
     Http(HttpResponse),
-    /// An outcome the upstream's protocol already decided (an MCP
-    /// `CallToolResult` or JSON-RPC error, mapped to OTC's shape).
+    /// An outcome the upstream's protocol already decided, in OTC's shape
+    /// (an MCP JSON-RPC error, an answer the gateway could not read).
     Result(UpstreamResult),
-    /// An MCP server asked the client for something first; only for a call
-    /// with a [`Passthrough`].
-    Ask(ClientAsk),
+    /// An answer in the upstream's own protocol, for a caller that speaks
+    /// it, with its mapping to OTC's shape for any other caller.
+    Native {
+        /// The answer in OTC's shape.
+        mapped: UpstreamResult,
+        /// The answer as the upstream gave it.
+        native: Native,
+    },
+}
+
+/// An upstream's answer in its own protocol, handed as it is to a caller of
+/// the same protocol (an MCP client of an MCP server) and mapped for any
+/// other. The call pipeline only carries it (from `mcp/`, below it).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Native {
+    /// An MCP server's `CallToolResult`, as it wrote it.
+    McpResult(Value),
+    /// A 2026-07-28 MCP server asked the client something first; only for a
+    /// call with a [`Passthrough`] (the client can answer).
+    McpAsk(ClientAsk),
 }
 
 /// The bounds of one watch of an upstream's tool list announcements.

@@ -75,6 +75,11 @@ def text_length(text: str) -> int:
     return len(text)
 
 
+@server.tool(description="Greets someone (a string with the SDK's structured output).")
+def greet(name: str) -> str:
+    return f"hi {name}"
+
+
 @server.tool(description="Answers with the text it was given.", structured_output=False)
 def echo(text: str) -> str:
     return text
