@@ -17,7 +17,7 @@ use crate::circuit::Admission;
 use crate::error::{AuthorizationChallenge, MissingRequirements, RequestError, Ungranted};
 use crate::gateway::{upstream_bearer, Gateway, Runtime};
 use crate::idempotency::{CallerScope, Decision, Fingerprint, Pending, StoredCall};
-use crate::mcp::modern::{ClientAsk, Passthrough};
+use crate::mcp::v2026_07_28::{ClientAsk, Passthrough};
 use crate::metrics::CallOutcome;
 use crate::oauth::TokenError;
 use crate::resolve::parse_tool_id;

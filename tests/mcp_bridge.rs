@@ -36,9 +36,9 @@ fn peer_script(name: &str) -> PathBuf {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Era {
     /// 2026-07-28 only: no `initialize`, no session.
-    Modern,
+    R2026_07_28,
     /// 2025-11-25 and before only: `initialize` and a session.
-    Legacy,
+    R2025_11_25,
     /// Both, the SDK's default.
     Dual,
 }
@@ -46,8 +46,8 @@ enum Era {
 impl Era {
     fn arg(self) -> &'static str {
         match self {
-            Era::Modern => "modern",
-            Era::Legacy => "legacy",
+            Era::R2026_07_28 => "modern",
+            Era::R2025_11_25 => "legacy",
             Era::Dual => "dual",
         }
     }
@@ -55,8 +55,8 @@ impl Era {
     /// The revision the gateway should speak to such a server in.
     fn revision(self) -> &'static str {
         match self {
-            Era::Legacy => "2025-11-25",
-            Era::Modern | Era::Dual => "2026-07-28",
+            Era::R2025_11_25 => "2025-11-25",
+            Era::R2026_07_28 | Era::Dual => "2026-07-28",
         }
     }
 }
@@ -191,12 +191,12 @@ async fn the_python_sdk_server_behind_the_gateway() {
 
 #[tokio::test]
 async fn the_python_sdk_server_of_2026_07_28_only_behind_the_gateway() {
-    sdk_server_behind_the_gateway(Era::Modern).await;
+    sdk_server_behind_the_gateway(Era::R2026_07_28).await;
 }
 
 #[tokio::test]
 async fn the_python_sdk_server_of_2025_11_25_only_behind_the_gateway() {
-    sdk_server_behind_the_gateway(Era::Legacy).await;
+    sdk_server_behind_the_gateway(Era::R2025_11_25).await;
 }
 
 /// Every call works in every era, and a server of both eras is spoken to in
@@ -253,7 +253,7 @@ async fn sdk_server_behind_the_gateway(era: Era) {
     // (a 2026-07-28 server sends none: the gateway asks for no log level).
     let result = gw.call("Py.chatty", json!({})).await.result();
     assert_eq!(result["value"], "chatted", "{result}");
-    if era == Era::Legacy {
+    if era == Era::R2025_11_25 {
         gw.wait_for_log(&["skipping an MCP notification"]).await;
     }
 
@@ -265,7 +265,7 @@ async fn sdk_server_behind_the_gateway(era: Era) {
     let result = gw.call("Py.query", json!({"region": "eu-west", "sql": "select 1"})).await.result();
     let value = result["value"].as_str().unwrap_or_default();
     assert!(value.starts_with("eu-west: select 1"), "{result}");
-    if era != Era::Legacy {
+    if era != Era::R2025_11_25 {
         assert!(value.ends_with("(header eu-west)"), "{result}");
     }
     let result = gw.call("Py.query", json!({"region": "Zürich", "sql": "select 2"})).await.result();
@@ -280,7 +280,7 @@ async fn sdk_server_behind_the_gateway(era: Era) {
     assert_eq!(upstream["skipped"], json!([]), "{status}");
     assert_eq!(upstream["mcp_protocol_version"], era.revision(), "{status}");
     let logs = gw.logs();
-    assert_eq!(logs.contains("MCP session opened"), era == Era::Legacy, "{logs}");
+    assert_eq!(logs.contains("MCP session opened"), era == Era::R2025_11_25, "{logs}");
 }
 
 #[tokio::test]
@@ -304,7 +304,7 @@ async fn bodies_over_64_kb_go_through_both_bridges() {
 
 #[tokio::test]
 async fn json_replies_a_restarted_server_and_a_server_that_is_down() {
-    let mut peer = McpPeer::start_in(Era::Legacy, true);
+    let mut peer = McpPeer::start_in(Era::R2025_11_25, true);
     let gw = GatewayConfig::new().raw(&mcp_upstream("py", &peer.url(), "Py", "circuit_failures = 100")).start().await;
     gw.wait_for_tool("Py.add@1.0.0").await;
     assert_eq!(gw.call("Py.add", json!({"a": 1, "b": 1})).await.result()["value"], 2);
@@ -359,7 +359,7 @@ async fn revision_once_callable(gw: &Gateway, limit: Duration) -> Value {
 
 #[tokio::test]
 async fn a_server_replaced_by_one_of_the_other_era_is_probed_again() {
-    let mut peer = McpPeer::start_in(Era::Legacy, false);
+    let mut peer = McpPeer::start_in(Era::R2025_11_25, false);
     let gw = GatewayConfig::new().raw(&mcp_upstream("py", &peer.url(), "Py", "circuit_failures = 100")).start().await;
     gw.wait_for_tool("Py.revision@1.0.0").await;
     assert_eq!(revision_once_callable(&gw, Duration::from_secs(10)).await, "2025-11-25");
@@ -367,14 +367,14 @@ async fn a_server_replaced_by_one_of_the_other_era_is_probed_again() {
     // In its place, a 2026-07-28 server: it refuses the session's request
     // (400, no `_meta`), so the gateway probes again and speaks 2026-07-28.
     peer.stop();
-    peer.restart_as(Era::Modern);
+    peer.restart_as(Era::R2026_07_28);
     assert_eq!(revision_once_callable(&gw, Duration::from_secs(20)).await, "2026-07-28");
     gw.wait_for_log(&["probing it again"]).await;
 
     // And back: a 2025-11-25 server refuses a 2026-07-28 request (400, not
     // an error of 2026-07-28), so the gateway opens a session again.
     peer.stop();
-    peer.restart_as(Era::Legacy);
+    peer.restart_as(Era::R2025_11_25);
     assert_eq!(revision_once_callable(&gw, Duration::from_secs(20)).await, "2025-11-25");
 }
 
@@ -402,12 +402,12 @@ async fn wait_for_catalog(gw: &Gateway, what: &str, limit: Duration, pred: impl 
 
 #[tokio::test]
 async fn a_tool_list_change_of_a_2026_07_28_server_reaches_the_catalog_at_once() {
-    tool_list_changes_reach_the_catalog_at_once(Era::Modern).await;
+    tool_list_changes_reach_the_catalog_at_once(Era::R2026_07_28).await;
 }
 
 #[tokio::test]
 async fn a_tool_list_change_of_a_2025_11_25_server_reaches_the_catalog_at_once() {
-    tool_list_changes_reach_the_catalog_at_once(Era::Legacy).await;
+    tool_list_changes_reach_the_catalog_at_once(Era::R2025_11_25).await;
 }
 
 #[tokio::test]
@@ -717,11 +717,11 @@ type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 enum Script {
     /// A 2025-06-18 server that answers `server/discover` like any unknown
     /// message: 202 and no body.
-    Legacy,
+    R2025_11_25,
     /// A server that answers `server/discover` with -32022, naming 2025-06-18.
     Versions,
     /// A 2026-07-28 server ([`scripted_modern`]).
-    Modern,
+    R2026_07_28,
 }
 
 async fn scripted_server(script: Script) -> (SocketAddr, Seen) {
@@ -761,7 +761,7 @@ async fn scripted(
     let bytes = req.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
     let message: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     seen.lock().expect("lock").push((headers, message.clone()));
-    if script == Script::Modern {
+    if script == Script::R2026_07_28 {
         return Ok(scripted_modern(&message, &listeners));
     }
     let id = message["id"].clone();
@@ -833,7 +833,7 @@ async fn scripted(
 
 #[tokio::test]
 async fn pages_pings_notifications_sessions_and_errors_of_a_scripted_server() {
-    let (addr, seen) = scripted_server(Script::Legacy).await;
+    let (addr, seen) = scripted_server(Script::R2025_11_25).await;
     let gw = GatewayConfig::new()
         .raw(&mcp_upstream("scripted", &format!("http://{addr}/mcp"), "S", "call_timeout = \"1s\""))
         .start()
@@ -1065,7 +1065,7 @@ fn scripted_modern(message: &Value, listeners: &Arc<Listeners>) -> hyper::Respon
 
 #[tokio::test]
 async fn a_2026_07_28_server_gets_its_metadata_and_headers_on_every_request() {
-    let (addr, seen, _) = scripted_server_with(Script::Modern).await;
+    let (addr, seen, _) = scripted_server_with(Script::R2026_07_28).await;
     let gw = GatewayConfig::new().raw(&mcp_upstream("scripted", &format!("http://{addr}/mcp"), "S", "")).start().await;
     gw.wait_for_tool("S.routed@1.0.0").await;
 
@@ -1119,7 +1119,7 @@ async fn a_2026_07_28_server_gets_its_metadata_and_headers_on_every_request() {
 
 #[tokio::test]
 async fn a_hostile_change_stream_is_bounded_and_a_reload_closes_it() {
-    let (addr, seen, listeners) = scripted_server_with(Script::Modern).await;
+    let (addr, seen, listeners) = scripted_server_with(Script::R2026_07_28).await;
     let upstream = mcp_upstream("scripted", &format!("http://{addr}/mcp"), "S", "");
     let log = "info,otc_gateway::mcp=debug,otc_gateway::gateway=debug";
     let gw = Gateway::start_with_env(&long_poll_config(&upstream), &[("RUST_LOG", log)]).await;

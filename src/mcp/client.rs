@@ -1,9 +1,9 @@
 //! A streamable HTTP client for one MCP upstream, of either era.
 //!
-//! **The era** is found once per upstream and kept (a [`Link`]). The first
+//! **The era** is found once per upstream and kept (a [`Channel`]). The first
 //! request probes with `server/discover` in MCP 2026-07-28:
 //!
-//! - a result naming 2026-07-28 makes the link modern: no session; every
+//! - a result naming 2026-07-28 makes the channel stateless: no session; every
 //!   request carries `params._meta` (the protocol version, the gateway's
 //!   client capabilities, which are none, and its client info) and the
 //!   headers `MCP-Protocol-Version`, `Mcp-Method` and, on `tools/call`,
@@ -30,10 +30,18 @@
 //! capabilities); 2026-07-28 servers send no requests.
 //!
 //! Every exchange is bounded by a deadline and a byte limit; connections come
-//! from a hyper-util pool, as for OTC upstreams. The stream that announces
-//! tool list changes is in [`changes`].
+//! from a hyper-util pool, as for OTC upstreams.
+//!
+//! Here: the client and its requests. `channel.rs`: the probe, `initialize`
+//! and the channel kept; `transport.rs`: one HTTP exchange and its answer;
+//! `changes.rs`: the stream that announces tool list changes.
 
 mod changes;
+mod channel;
+mod transport;
+
+use channel::{client_info, unsupported};
+use transport::{is_event_stream, read_limited, serialise, snippet, Posted};
 
 pub use changes::{ToolListEvent, WatchEnd, WatchSettings};
 
@@ -54,13 +62,13 @@ use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
 use super::jsonrpc::{ErrorObject, Message, OutgoingRequest, OutgoingResponse, METHOD_NOT_FOUND};
-use super::modern::{
-    encode_header_value, is_modern_version, Passthrough, HEADER_MISMATCH, META_CLIENT_CAPABILITIES, META_CLIENT_INFO,
-    META_PROTOCOL_VERSION, META_SERVER_INFO, METHOD_HEADER, MISSING_REQUIRED_CLIENT_CAPABILITY,
-    MODERN_PROTOCOL_VERSION, NAME_HEADER, UNSUPPORTED_PROTOCOL_VERSION,
-};
 use super::param_headers::{self, ParamHeader};
 use super::sse::{Event, SseParser};
+use super::v2026_07_28::{
+    encode_header_value, is_2026_07_28_revision, Passthrough, HEADER_MISMATCH, META_CLIENT_CAPABILITIES,
+    META_CLIENT_INFO, META_PROTOCOL_VERSION, META_SERVER_INFO, METHOD_HEADER, MISSING_REQUIRED_CLIENT_CAPABILITY,
+    NAME_HEADER, REVISION_2026_07_28, UNSUPPORTED_PROTOCOL_VERSION,
+};
 use super::{is_supported_version, PROTOCOL_VERSIONS, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 use crate::circuit::Circuit;
 use crate::http_client::error_chain;
@@ -148,16 +156,16 @@ pub struct Exchange<'a> {
 
 /// How the gateway talks to the server: what the probe found.
 #[derive(Debug)]
-enum Link {
+enum Channel {
     /// MCP 2026-07-28: no session, the version on every request.
-    Modern(Modern),
+    R2026_07_28(Stateless),
     /// 2025-11-25 or before: an initialized session.
-    Legacy(Session),
+    R2025_11_25(Session),
 }
 
 /// A server of MCP 2026-07-28.
 #[derive(Debug)]
-struct Modern {
+struct Stateless {
     /// `MCP-Protocol-Version`, and `_meta`'s protocol version.
     version: HeaderValue,
     /// Its `server/discover` said `capabilities.tools.listChanged`.
@@ -192,7 +200,7 @@ pub struct McpClient {
     endpoint: Uri,
     http: Client<HttpConnector, Full<Bytes>>,
     /// How the server is spoken to: one atomic load on the hot path.
-    link: ArcSwapOption<Link>,
+    link: ArcSwapOption<Channel>,
     /// Counts links made and dropped, for the change stream to wait on.
     relinked: tokio::sync::watch::Sender<u64>,
     /// Held across the probe and `initialize` so that concurrent first calls
@@ -208,21 +216,6 @@ impl std::fmt::Debug for McpClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("McpClient").field("endpoint", &self.endpoint).finish_non_exhaustive()
     }
-}
-
-/// The answer to a POST: the message (none for a notification) and the
-/// session id header.
-struct Posted {
-    message: Option<Message>,
-    session_id: Option<HeaderValue>,
-}
-
-/// What `server/discover` found.
-enum Discovered {
-    /// A server of 2026-07-28.
-    Modern(Modern),
-    /// A server to open a session with, asking for `version`; `why` for the log.
-    Legacy { version: &'static str, why: String },
 }
 
 impl McpClient {
@@ -251,8 +244,8 @@ impl McpClient {
     pub fn protocol_version(&self) -> Option<String> {
         let link = self.link.load();
         let version = match link.as_deref()? {
-            Link::Modern(modern) => &modern.version,
-            Link::Legacy(session) => &session.protocol_version,
+            Channel::R2026_07_28(stateless) => &stateless.version,
+            Channel::R2025_11_25(session) => &session.protocol_version,
         };
         version.to_str().ok().map(str::to_owned)
     }
@@ -336,8 +329,12 @@ impl McpClient {
             let link = self.link(exchange, deadline).await.map_err(|e| McpError::Initialize(Box::new(e)))?;
             let id = self.next_id.fetch_add(1, Ordering::Relaxed);
             let outcome = match &*link {
-                Link::Modern(modern) => self.modern_request(modern, id, method, params, exchange, deadline).await,
-                Link::Legacy(session) => self.session_request(session, id, method, params, exchange, deadline).await,
+                Channel::R2026_07_28(stateless) => {
+                    self.request_2026_07_28(stateless, id, method, params, exchange, deadline).await
+                }
+                Channel::R2025_11_25(session) => {
+                    self.session_request(session, id, method, params, exchange, deadline).await
+                }
             };
             match outcome {
                 Err(McpError::SessionExpired) if attempt == 0 => {
@@ -354,7 +351,7 @@ impl McpClient {
                     )))))
                 }
                 Err(e @ McpError::Timeout(_)) => {
-                    if let Link::Legacy(session) = &*link {
+                    if let Channel::R2025_11_25(session) = &*link {
                         self.cancel(session, id, exchange.authorization);
                     }
                     return Err(e);
@@ -403,16 +400,16 @@ impl McpClient {
     }
 
     /// One 2026-07-28 request.
-    async fn modern_request(
+    async fn request_2026_07_28(
         &self,
-        modern: &Modern,
+        stateless: &Stateless,
         id: u64,
         method: &str,
         params: &Value,
         exchange: Exchange<'_>,
         deadline: Instant,
     ) -> Result<Value, McpError> {
-        let mut headers = modern_headers(&modern.version, method);
+        let mut headers = headers_2026_07_28(&stateless.version, method);
         if method == "tools/call" {
             if let Some(name) = params.get("name").and_then(Value::as_str) {
                 if let Ok(value) = HeaderValue::from_str(&encode_header_value(name)) {
@@ -424,7 +421,7 @@ impl McpClient {
                 }
             }
         }
-        let params = with_meta(params, &modern.version, exchange.passthrough);
+        let params = with_meta(params, &stateless.version, exchange.passthrough);
         let body = serialise(&OutgoingRequest::request(id, method, Some(&params)));
         let posted = match self.post(&headers, None, body, Some(id), exchange, deadline).await {
             Ok(posted) => posted,
@@ -458,297 +455,10 @@ impl McpClient {
             })
             .ok()
     }
-
-    /// The current link, or a new one.
-    async fn link(&self, exchange: Exchange<'_>, deadline: Instant) -> Result<Arc<Link>, McpError> {
-        if let Some(link) = self.link.load_full() {
-            return Ok(link);
-        }
-        let _opening = tokio::time::timeout_at(deadline, self.opening.lock())
-            .await
-            .map_err(|_| McpError::Timeout(exchange.timeout))?;
-        // Another caller may have opened it while this one waited.
-        if let Some(link) = self.link.load_full() {
-            return Ok(link);
-        }
-        let link = Arc::new(self.open(exchange, deadline).await?);
-        self.link.store(Some(link.clone()));
-        self.relinked.send_modify(|n| *n += 1);
-        Ok(link)
-    }
-
-    /// Drops `stale` if it is still the current link.
-    fn forget(&self, stale: &Arc<Link>) {
-        let current = self.link.load();
-        if current.as_ref().is_some_and(|l| Arc::ptr_eq(l, stale)) {
-            self.link.compare_and_swap(&*current, None);
-            self.relinked.send_modify(|n| *n += 1);
-        }
-    }
-
-    /// Finds the server's era: `server/discover`, and `initialize` when it
-    /// is not a 2026-07-28 server.
-    async fn open(&self, exchange: Exchange<'_>, deadline: Instant) -> Result<Link, McpError> {
-        match self.discover(exchange, deadline).await? {
-            Discovered::Modern(modern) => Ok(Link::Modern(modern)),
-            Discovered::Legacy { version, why } => {
-                tracing::debug!(endpoint = %self.endpoint, why, "not an MCP 2026-07-28 server; opening a session");
-                Ok(Link::Legacy(self.initialize(version, exchange, deadline).await?))
-            }
-        }
-    }
-
-    /// The 2026-07-28 probe.
-    async fn discover(&self, exchange: Exchange<'_>, deadline: Instant) -> Result<Discovered, McpError> {
-        let version = HeaderValue::from_static(MODERN_PROTOCOL_VERSION);
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let params = with_meta(&json!({}), &version, None);
-        let body = serialise(&OutgoingRequest::request(id, "server/discover", Some(&params)));
-        let headers = modern_headers(&version, "server/discover");
-        let legacy = |why: String| Ok(Discovered::Legacy { version: PROTOCOL_VERSIONS[0], why });
-        let error = match self.post(&headers, None, body, Some(id), exchange, deadline).await {
-            Ok(Posted { message: Some(Message::Response { result, .. }), .. }) => {
-                let supported = string_list(result.get("supportedVersions"));
-                if !supported.iter().any(|v| is_modern_version(v)) {
-                    return legacy(format!("server/discover names no revision the gateway speaks: {supported:?}"));
-                }
-                let server = result
-                    .get("_meta")
-                    .and_then(|m| m.get(META_SERVER_INFO))
-                    .and_then(|s| s.get("name"))
-                    .and_then(Value::as_str)
-                    .unwrap_or("?");
-                tracing::info!(endpoint = %self.endpoint, server, protocol_version = MODERN_PROTOCOL_VERSION, "MCP server found");
-                return Ok(Discovered::Modern(Modern { version, tools_list_changed: lists_tool_changes(&result) }));
-            }
-            Ok(Posted { message: Some(Message::Error { error, .. }), .. }) => error,
-            Ok(Posted { .. }) => return legacy("no answer to server/discover".into()),
-            Err(McpError::Refused { error, .. }) => error,
-            Err(McpError::Status { status, body }) if (400..500).contains(&status) => {
-                return legacy(format!("server/discover answered HTTP {status}: {body}"))
-            }
-            Err(McpError::Protocol(detail)) => return legacy(detail),
-            Err(e) => return Err(e),
-        };
-        match error.code {
-            UNSUPPORTED_PROTOCOL_VERSION => {
-                let Some(supported) = error.data.as_ref().and_then(|d| d.get("supported")) else {
-                    return legacy("server/discover: unsupported version, no list of supported ones".into());
-                };
-                let supported = string_list(Some(supported));
-                match PROTOCOL_VERSIONS.iter().find(|v| supported.iter().any(|s| s == *v)) {
-                    Some(version) => {
-                        Ok(Discovered::Legacy { version, why: format!("the server speaks {}", supported.join(", ")) })
-                    }
-                    None => Err(McpError::Protocol(format!(
-                        "the server speaks MCP {}; the gateway speaks {MODERN_PROTOCOL_VERSION}, {}",
-                        supported.join(", "),
-                        PROTOCOL_VERSIONS.join(", ")
-                    ))),
-                }
-            }
-            // A 2026-07-28 server that refuses the probe itself: no fallback
-            // would fare better.
-            HEADER_MISMATCH | MISSING_REQUIRED_CLIENT_CAPABILITY => Err(McpError::Rpc(error)),
-            code => legacy(format!("server/discover refused with {code}: {}", error.message)),
-        }
-    }
-
-    /// `initialize` asking for `version`, then `notifications/initialized`.
-    async fn initialize(&self, version: &str, exchange: Exchange<'_>, deadline: Instant) -> Result<Session, McpError> {
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let params = json!({
-            "protocolVersion": version,
-            "capabilities": {},
-            "clientInfo": client_info(),
-        });
-        let body = serialise(&OutgoingRequest::request(id, "initialize", Some(&params)));
-        let bare = HeaderMap::new();
-        let posted = self.post(&bare, Some(&bare), body, Some(id), exchange, deadline).await?;
-        let result = match posted.message {
-            Some(Message::Response { result, .. }) => result,
-            Some(Message::Error { error, .. }) => return Err(McpError::Rpc(error)),
-            _ => return Err(McpError::Protocol("no response to initialize".into())),
-        };
-        let version = result.get("protocolVersion").and_then(Value::as_str).unwrap_or_default();
-        if !is_supported_version(version) {
-            return Err(McpError::Protocol(format!(
-                "the server speaks MCP {version:?}; the gateway speaks {MODERN_PROTOCOL_VERSION}, {}",
-                PROTOCOL_VERSIONS.join(", ")
-            )));
-        }
-        let protocol_version =
-            HeaderValue::from_str(version).map_err(|_| McpError::Protocol("unusable protocol version".into()))?;
-        let session =
-            Session { id: posted.session_id, protocol_version, tools_list_changed: lists_tool_changes(&result) };
-        let notification = serialise(&OutgoingRequest::notification("notifications/initialized", None));
-        self.post(&session.headers(), None, notification, None, exchange, deadline).await?;
-        let server = result.get("serverInfo").and_then(|s| s.get("name")).and_then(Value::as_str).unwrap_or("?");
-        tracing::info!(endpoint = %self.endpoint, server, protocol_version = version, "MCP session opened");
-        Ok(session)
-    }
-
-    /// One POST: a request (`expect` is its id) or a notification (`expect`
-    /// is `None`; any 2xx will do). Server requests on a reply stream are
-    /// answered with `answer_with`'s headers; with `None` (2026-07-28, where
-    /// servers send none) they are skipped.
-    async fn post(
-        &self,
-        headers: &HeaderMap,
-        answer_with: Option<&HeaderMap>,
-        body: Bytes,
-        expect: Option<u64>,
-        exchange: Exchange<'_>,
-        deadline: Instant,
-    ) -> Result<Posted, McpError> {
-        let request = self.build(headers, body, exchange.authorization)?;
-        let response = match tokio::time::timeout_at(deadline, self.http.request(request)).await {
-            Err(_) => return Err(McpError::Timeout(exchange.timeout)),
-            Ok(Err(e)) if e.is_connect() => {
-                if let Some(circuit) = exchange.circuit {
-                    circuit.record_failure();
-                }
-                return Err(McpError::Connect(error_chain(&e)));
-            }
-            Ok(Err(e)) => return Err(McpError::Broken(error_chain(&e))),
-            Ok(Ok(response)) => response,
-        };
-        if let Some(circuit) = exchange.circuit {
-            circuit.record_success();
-        }
-        let status = response.status();
-        let session_id = response.headers().get(SESSION_HEADER).cloned();
-        let is_stream = is_event_stream(response.headers());
-        if status == StatusCode::NOT_FOUND && headers.contains_key(SESSION_HEADER) {
-            return Err(McpError::SessionExpired);
-        }
-        if !status.is_success() {
-            let limit = ERROR_BODY_LIMIT.min(exchange.max_bytes);
-            let body = read_limited(response.into_body(), limit, deadline, exchange.timeout).await.unwrap_or_default();
-            return Err(refusal(status, &body));
-        }
-        let Some(expect) = expect else {
-            // Notifications are answered 202 with no body; a body, if any,
-            // is not read (the connection is simply not reused).
-            return Ok(Posted { message: None, session_id });
-        };
-        if status == StatusCode::ACCEPTED {
-            return Err(McpError::Protocol("answered 202 Accepted to a request".into()));
-        }
-        let message = if is_stream {
-            self.read_stream(response.into_body(), answer_with, expect, exchange, deadline).await?
-        } else {
-            let body = read_limited(response.into_body(), exchange.max_bytes, deadline, exchange.timeout).await?;
-            let message = Message::from_slice(&body)
-                .map_err(|e| McpError::Protocol(format!("not a JSON-RPC message ({e}): {}", snippet(&body))))?;
-            if !answers(&message, expect) {
-                return Err(McpError::Protocol(format!("the answer is not the response to request {expect}")));
-            }
-            message
-        };
-        Ok(Posted { message: Some(message), session_id })
-    }
-
-    /// Reads an event stream until the response to request `expect`.
-    async fn read_stream(
-        &self,
-        mut body: hyper::body::Incoming,
-        answer_with: Option<&HeaderMap>,
-        expect: u64,
-        exchange: Exchange<'_>,
-        deadline: Instant,
-    ) -> Result<Message, McpError> {
-        let mut parser = SseParser::new();
-        let mut received = 0usize;
-        loop {
-            let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
-                Err(_) => return Err(McpError::Timeout(exchange.timeout)),
-                Ok(None) => return Err(McpError::Broken("the event stream ended before the response".into())),
-                Ok(Some(Err(e))) => return Err(McpError::Broken(error_chain(&e))),
-                Ok(Some(Ok(frame))) => frame,
-            };
-            let Ok(chunk) = frame.into_data() else { continue };
-            received += chunk.len();
-            if received > exchange.max_bytes {
-                return Err(McpError::TooLarge(exchange.max_bytes));
-            }
-            for event in parser.push(&chunk) {
-                let Some(message) = self.event_message(&event) else { continue };
-                if answers(&message, expect) {
-                    return Ok(message);
-                }
-                match message {
-                    Message::Request { id, method, .. } => match answer_with {
-                        Some(headers) => self.answer(headers, id, &method, exchange.authorization),
-                        None => {
-                            tracing::debug!(endpoint = %self.endpoint, method, "skipping a request from an MCP 2026-07-28 server")
-                        }
-                    },
-                    Message::Notification { method, .. } => {
-                        tracing::debug!(endpoint = %self.endpoint, method, "skipping an MCP notification");
-                    }
-                    _ => {}
-                }
-            }
-        }
-    }
-
-    /// Answers a server's request in a session: `ping`, or a refusal (the
-    /// gateway offers no client capabilities).
-    fn answer(&self, headers: &HeaderMap, id: Value, method: &str, authorization: Option<&HeaderValue>) {
-        let answer = if method == "ping" {
-            OutgoingResponse::result(id, json!({}))
-        } else {
-            OutgoingResponse::error(id, METHOD_NOT_FOUND, format!("the gateway does not offer {method}"))
-        };
-        self.send_aside(headers, answer.to_bytes(), authorization);
-    }
-
-    /// Tells the server a timed-out request is abandoned (best effort).
-    fn cancel(&self, session: &Session, id: u64, authorization: Option<&HeaderValue>) {
-        let params = json!({"requestId": id, "reason": "the gateway's call_timeout elapsed"});
-        let body = serialise(&OutgoingRequest::notification("notifications/cancelled", Some(&params)));
-        self.send_aside(&session.headers(), body, authorization);
-    }
-
-    /// POSTs a message in the background without waiting for it.
-    fn send_aside(&self, headers: &HeaderMap, body: Bytes, authorization: Option<&HeaderValue>) {
-        let request = match self.build(headers, body, authorization) {
-            Ok(request) => request,
-            Err(e) => {
-                tracing::debug!(error = %e, "cannot build a message to the MCP server");
-                return;
-            }
-        };
-        let http = self.http.clone();
-        tokio::spawn(async move {
-            if let Ok(Err(e)) = tokio::time::timeout(SIDE_MESSAGE_TIMEOUT, http.request(request)).await {
-                tracing::debug!(error = %e, "a message to the MCP server was not delivered");
-            }
-        });
-    }
-
-    fn build(
-        &self,
-        headers: &HeaderMap,
-        body: Bytes,
-        authorization: Option<&HeaderValue>,
-    ) -> Result<Request<Full<Bytes>>, McpError> {
-        let mut request = Request::post(self.endpoint.clone())
-            .header(CONTENT_TYPE, "application/json")
-            .header(ACCEPT, "application/json, text/event-stream");
-        if let Some(map) = request.headers_mut() {
-            map.extend(headers.iter().map(|(k, v)| (k.clone(), v.clone())));
-            if let Some(authorization) = authorization {
-                map.insert(AUTHORIZATION, authorization.clone());
-            }
-        }
-        request.body(Full::new(body)).map_err(|e| McpError::Protocol(e.to_string()))
-    }
 }
 
 /// The headers of a 2026-07-28 request: its version and method.
-fn modern_headers(version: &HeaderValue, method: &str) -> HeaderMap {
+fn headers_2026_07_28(version: &HeaderValue, method: &str) -> HeaderMap {
     let mut headers = HeaderMap::new();
     headers.insert(PROTOCOL_VERSION_HEADER, version.clone());
     if let Ok(method) = HeaderValue::from_str(method) {
@@ -777,7 +487,7 @@ fn with_meta(params: &Value, version: &HeaderValue, passthrough: Option<&Passthr
         *meta = Value::Object(Map::new());
     }
     if let Value::Object(meta) = meta {
-        let version = version.to_str().unwrap_or(MODERN_PROTOCOL_VERSION);
+        let version = version.to_str().unwrap_or(REVISION_2026_07_28);
         meta.insert(META_PROTOCOL_VERSION.into(), Value::String(version.to_owned()));
         // The gateway answers no server requests for itself: no
         // capabilities but those of a 2026-07-28 client it calls for.
@@ -788,31 +498,20 @@ fn with_meta(params: &Value, version: &HeaderValue, passthrough: Option<&Passthr
     Value::Object(params)
 }
 
-/// The gateway's name and version, as MCP's `Implementation`.
-fn client_info() -> Value {
-    json!({"name": "otc-gateway", "version": env!("CARGO_PKG_VERSION")})
-}
-
 /// A 2026-07-28 server's refusal of request `id`: its own error, or a sign
 /// that the server no longer speaks 2026-07-28 there.
 fn judge_refusal(status: u16, answered: &Value, id: u64, error: ErrorObject) -> McpError {
     if error.code == UNSUPPORTED_PROTOCOL_VERSION {
         return McpError::Stale(unsupported(&error));
     }
-    let modern_code = matches!(error.code, HEADER_MISMATCH | MISSING_REQUIRED_CLIENT_CAPABILITY | METHOD_NOT_FOUND);
-    if answered.as_u64() == Some(id) || (answered.is_null() && modern_code) {
+    let code_2026_07_28 = matches!(error.code, HEADER_MISMATCH | MISSING_REQUIRED_CLIENT_CAPABILITY | METHOD_NOT_FOUND);
+    if answered.as_u64() == Some(id) || (answered.is_null() && code_2026_07_28) {
         return McpError::Rpc(error);
     }
     McpError::Stale(format!(
-        "answered HTTP {status} with a JSON-RPC error that is no answer of MCP {MODERN_PROTOCOL_VERSION} ({}: {})",
+        "answered HTTP {status} with a JSON-RPC error that is no answer of MCP {REVISION_2026_07_28} ({}: {})",
         error.code, error.message
     ))
-}
-
-/// An `UnsupportedProtocolVersion` error, for the log.
-fn unsupported(error: &ErrorObject) -> String {
-    let supported = string_list(error.data.as_ref().and_then(|d| d.get("supported")));
-    format!("the server no longer speaks MCP {MODERN_PROTOCOL_VERSION} (it speaks {})", supported.join(", "))
 }
 
 /// An HTTP error answer: a JSON-RPC error in its body, or the status and
@@ -830,77 +529,22 @@ pub fn result_type(result: &Value) -> Option<&str> {
     result.get("resultType").and_then(Value::as_str)
 }
 
-/// Whether an `initialize` or `server/discover` result says the server
-/// announces tool list changes.
-fn lists_tool_changes(result: &Value) -> bool {
-    result.pointer("/capabilities/tools/listChanged").and_then(Value::as_bool) == Some(true)
-}
-
-fn string_list(value: Option<&Value>) -> Vec<String> {
-    match value {
-        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).map(str::to_owned).collect(),
-        _ => Vec::new(),
-    }
-}
-
-fn is_event_stream(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|ct| ct.trim_start().to_ascii_lowercase().starts_with("text/event-stream"))
-}
-
-/// Whether `message` is the response (or error) to request `id`.
-fn answers(message: &Message, id: u64) -> bool {
-    match message {
-        Message::Response { id: got, .. } | Message::Error { id: got, .. } => got.as_u64() == Some(id),
-        _ => false,
-    }
-}
-
-fn serialise<T: serde::Serialize>(message: &T) -> Bytes {
-    // Serialising plain data into a Vec cannot fail.
-    Bytes::from(serde_json::to_vec(message).unwrap_or_default())
-}
-
-/// Reads a whole body of at most `limit` bytes before `deadline`.
-async fn read_limited(
-    body: hyper::body::Incoming,
-    limit: usize,
-    deadline: Instant,
-    timeout: Duration,
-) -> Result<Bytes, McpError> {
-    let collect = http_body_util::Limited::new(body, limit).collect();
-    match tokio::time::timeout_at(deadline, collect).await {
-        Err(_) => Err(McpError::Timeout(timeout)),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(McpError::TooLarge(limit)),
-        Ok(Err(e)) => Err(McpError::Broken(e.to_string())),
-    }
-}
-
-/// The start of a body, printable, for an error message.
-fn snippet(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
-    text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn modern_requests_carry_the_meta_and_keep_their_own() {
-        let version = HeaderValue::from_static(MODERN_PROTOCOL_VERSION);
+        let version = HeaderValue::from_static(REVISION_2026_07_28);
         let params = with_meta(&json!({"name": "x", "_meta": {"progressToken": 7}}), &version, None);
         let meta = &params["_meta"];
-        assert_eq!(meta[META_PROTOCOL_VERSION], MODERN_PROTOCOL_VERSION);
+        assert_eq!(meta[META_PROTOCOL_VERSION], REVISION_2026_07_28);
         assert_eq!(meta[META_CLIENT_CAPABILITIES], json!({}));
         assert_eq!(meta[META_CLIENT_INFO]["name"], "otc-gateway");
         assert_eq!(meta["progressToken"], 7);
         assert_eq!(params["name"], "x");
         assert!(with_meta(&Value::Null, &version, None)["_meta"].is_object());
-        let headers = modern_headers(&version, "tools/list");
+        let headers = headers_2026_07_28(&version, "tools/list");
         assert_eq!(headers.get("mcp-protocol-version").map(|v| v.as_bytes()), Some(&b"2026-07-28"[..]));
         assert_eq!(headers.get("mcp-method").map(|v| v.as_bytes()), Some(&b"tools/list"[..]));
     }

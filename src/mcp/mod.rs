@@ -22,9 +22,9 @@
 pub mod client;
 pub mod jsonrpc;
 pub mod mapping;
-pub mod modern;
 pub mod param_headers;
 pub mod sse;
+pub mod v2026_07_28;
 
 /// The legacy MCP revisions the gateway speaks, newest first.
 pub const PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];

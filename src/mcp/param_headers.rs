@@ -11,7 +11,7 @@
 use http::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 
-use super::modern::encode_header_value;
+use super::v2026_07_28::encode_header_value;
 
 /// The annotation keyword.
 pub const ANNOTATION: &str = "x-mcp-header";

@@ -10,23 +10,14 @@ use std::borrow::Cow;
 
 use serde_json::{Map, Value};
 
+use super::era::Era;
 use super::error::RpcError;
 use super::McpHead;
-use crate::mcp::modern::{
-    decode_header_value, is_modern_version, name_field, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION,
-    MODERN_PROTOCOL_VERSIONS,
+use crate::mcp::v2026_07_28::{
+    decode_header_value, is_2026_07_28_revision, name_field, META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION,
+    REVISIONS_2026_07_28,
 };
 use crate::mcp::{PROTOCOL_VERSIONS, PROTOCOL_VERSION_HEADER};
-
-/// The two ways of speaking MCP the endpoint serves side by side.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Era {
-    /// 2025-11-25 and before: `initialize`, then a session.
-    Legacy,
-    /// 2026-07-28: no handshake; every request carries its version and the
-    /// client's capabilities.
-    Modern,
-}
 
 /// What a modern request's `_meta` declares.
 #[derive(Debug, Clone, Copy)]
@@ -93,17 +84,17 @@ pub(crate) fn meta(params: &Value) -> Option<&Value> {
 /// The era of a request with these headers and `params._meta`.
 pub(crate) fn era_of(head: &McpHead<'_>, meta: &Meta<'_>) -> Era {
     let declares_version = meta.declares_version;
-    let modern_header = head.protocol_version.is_some_and(|v| is_one_of(v, &MODERN_PROTOCOL_VERSIONS));
-    if declares_version || modern_header {
-        Era::Modern
+    let header_2026_07_28 = head.protocol_version.is_some_and(|v| is_one_of(v, &REVISIONS_2026_07_28));
+    if declares_version || header_2026_07_28 {
+        Era::R2026_07_28
     } else {
-        Era::Legacy
+        Era::R2025_11_25
     }
 }
 
 /// A legacy request's `MCP-Protocol-Version`, when it sends one, must be a
 /// revision the gateway speaks.
-pub(crate) fn check_legacy(head: &McpHead<'_>) -> Result<(), RpcError> {
+pub(crate) fn check_2025_11_25(head: &McpHead<'_>) -> Result<(), RpcError> {
     match head.protocol_version {
         None => Ok(()),
         Some(raw) if is_one_of(raw, &PROTOCOL_VERSIONS) => Ok(()),
@@ -124,7 +115,7 @@ fn is_one_of(value: &[u8], versions: &[&str]) -> bool {
 /// be unsupported (-32022). `meta` is the request's `params._meta`, `name`
 /// the body's value of the field `Mcp-Name` mirrors ([`name_field`]), when
 /// it is a string.
-pub(crate) fn check_modern(
+pub(crate) fn check_2026_07_28(
     head: &McpHead<'_>,
     method: &str,
     meta: &Meta<'_>,
@@ -154,7 +145,7 @@ pub(crate) fn check_modern(
         }
         Some(_) => {}
     }
-    if !is_modern_version(version) {
+    if !is_2026_07_28_revision(version) {
         return Err(RpcError::UnsupportedVersion { requested: version.to_owned() });
     }
     match head.method.map(<[u8]>::trim_ascii) {
@@ -218,9 +209,9 @@ mod tests {
         json!({"name": "t", "_meta": {META_PROTOCOL_VERSION: version, META_CLIENT_CAPABILITIES: {}}})
     }
 
-    /// `check_modern` on a request with these params.
+    /// `check_2026_07_28` on a request with these params.
     fn check(head: &McpHead<'_>, method: &str, params: &Value) -> Result<Envelope, RpcError> {
-        check_modern(head, method, &Meta::of_value(meta(params)), body_name(method, params))
+        check_2026_07_28(head, method, &Meta::of_value(meta(params)), body_name(method, params))
     }
 
     fn code(result: Result<Envelope, RpcError>) -> &'static str {
@@ -236,24 +227,25 @@ mod tests {
     #[test]
     fn the_era_follows_meta_or_a_modern_header() {
         let none = Meta::default();
-        assert_eq!(era_of(&head(None, None, None), &none), Era::Legacy);
-        assert_eq!(era_of(&head(Some("2025-11-25"), None, None), &none), Era::Legacy);
-        assert_eq!(era_of(&head(Some("2026-07-28"), None, None), &none), Era::Modern);
-        assert_eq!(era_of(&head(None, None, None), &Meta::of_value(meta(&params("v9")))), Era::Modern);
+        assert_eq!(era_of(&head(None, None, None), &none), Era::R2025_11_25);
+        assert_eq!(era_of(&head(Some("2025-11-25"), None, None), &none), Era::R2025_11_25);
+        assert_eq!(era_of(&head(Some("2026-07-28"), None, None), &none), Era::R2026_07_28);
+        assert_eq!(era_of(&head(None, None, None), &Meta::of_value(meta(&params("v9")))), Era::R2026_07_28);
         let null_version = json!({"_meta": {META_PROTOCOL_VERSION: null}});
-        assert_eq!(era_of(&head(None, None, None), &Meta::of_value(meta(&null_version))), Era::Modern);
+        assert_eq!(era_of(&head(None, None, None), &Meta::of_value(meta(&null_version))), Era::R2026_07_28);
     }
 
     #[test]
     fn header_versions_are_compared_whitespace_aside() {
-        let legacy_ok = |v: &[u8]| check_legacy(&McpHead { protocol_version: Some(v), ..McpHead::default() }).is_ok();
-        assert!(legacy_ok(b"2025-11-25") && legacy_ok(b" 2025-06-18\t") && legacy_ok(b"2025-03-26"));
+        let ok_2025_11_25 =
+            |v: &[u8]| check_2025_11_25(&McpHead { protocol_version: Some(v), ..McpHead::default() }).is_ok();
+        assert!(ok_2025_11_25(b"2025-11-25") && ok_2025_11_25(b" 2025-06-18\t") && ok_2025_11_25(b"2025-03-26"));
         for refused in [&b"2026-07-28"[..], b"2025-11-2", b"2025-11-25x", b"\xff2025-11-25", b""] {
-            assert!(!legacy_ok(refused), "{refused:?}");
+            assert!(!ok_2025_11_25(refused), "{refused:?}");
         }
         let era = |v: &'static str| era_of(&head(Some(v), None, None), &Meta::default());
-        assert_eq!(era(" 2026-07-28 "), Era::Modern);
-        assert_eq!(era("2026-07-28x"), Era::Legacy);
+        assert_eq!(era(" 2026-07-28 "), Era::R2026_07_28);
+        assert_eq!(era("2026-07-28x"), Era::R2025_11_25);
     }
 
     #[test]

@@ -3,11 +3,11 @@
 
 use serde_json::{json, Value};
 
-use super::envelope::Era;
+use super::era::Era;
 use crate::mcp::jsonrpc::{
     ErrorObject, OutgoingResponse, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR,
 };
-use crate::mcp::modern::{
+use crate::mcp::v2026_07_28::{
     HEADER_MISMATCH, MISSING_REQUIRED_CLIENT_CAPABILITY, UNSUPPORTED_PROTOCOL_VERSION, URL_ELICITATION_REQUIRED,
 };
 use crate::reply::Reply;
@@ -82,7 +82,7 @@ impl RpcError {
             RpcError::InvalidParams(_) => (200, INVALID_PARAMS, None),
             // 2026-07-28 tells "no such method" from "no MCP here" by a 404
             // carrying a JSON-RPC error; before it, errors rode a 200.
-            RpcError::MethodNotFound(_) => (if era == Era::Modern { 404 } else { 200 }, METHOD_NOT_FOUND, None),
+            RpcError::MethodNotFound(_) => (if era == Era::R2026_07_28 { 404 } else { 200 }, METHOD_NOT_FOUND, None),
             RpcError::HeaderMismatch(_) => (400, HEADER_MISMATCH, None),
             RpcError::UnsupportedVersion { requested } => (
                 400,
@@ -117,20 +117,21 @@ mod tests {
 
     #[test]
     fn each_error_has_its_status_and_code() {
-        let (status, body) = parts(&RpcError::MethodNotFound("ping".into()), Era::Modern);
+        let (status, body) = parts(&RpcError::MethodNotFound("ping".into()), Era::R2026_07_28);
         assert_eq!((status, &body["error"]["code"], &body["id"]), (404, &json!(-32601), &json!(7)));
-        let (status, _) = parts(&RpcError::MethodNotFound("x".into()), Era::Legacy);
+        let (status, _) = parts(&RpcError::MethodNotFound("x".into()), Era::R2025_11_25);
         assert_eq!(status, 200);
-        let (status, body) = parts(&RpcError::UnsupportedVersion { requested: "v9".into() }, Era::Modern);
+        let (status, body) = parts(&RpcError::UnsupportedVersion { requested: "v9".into() }, Era::R2026_07_28);
         assert_eq!(status, 400);
         assert_eq!(body["error"]["data"]["requested"], "v9");
         assert!(body["error"]["data"]["supported"].as_array().is_some_and(|v| v.contains(&json!("2026-07-28"))));
-        let (status, body) = parts(&RpcError::MissingCapability { required: json!({"sampling": {}}) }, Era::Modern);
+        let (status, body) =
+            parts(&RpcError::MissingCapability { required: json!({"sampling": {}}) }, Era::R2026_07_28);
         assert_eq!((status, &body["error"]["code"]), (400, &json!(-32021)));
         assert_eq!(body["error"]["data"]["requiredCapabilities"], json!({"sampling": {}}));
-        let (status, body) = parts(&RpcError::HeaderMismatch("x".into()), Era::Modern);
+        let (status, body) = parts(&RpcError::HeaderMismatch("x".into()), Era::R2026_07_28);
         assert_eq!((status, &body["error"]["code"]), (400, &json!(-32020)));
-        let (status, body) = parts(&RpcError::InvalidEnvelope("x".into()), Era::Modern);
+        let (status, body) = parts(&RpcError::InvalidEnvelope("x".into()), Era::R2026_07_28);
         assert_eq!((status, &body["error"]["code"]), (400, &json!(-32602)));
     }
 }

@@ -27,7 +27,7 @@ use super::{complete, NOTIFICATION_TOOLS_CHANGED};
 use crate::auth::{Caller, CallerKind};
 use crate::gateway::Gateway;
 use crate::mcp::jsonrpc::OutgoingResponse;
-use crate::mcp::modern::META_SUBSCRIPTION_ID;
+use crate::mcp::v2026_07_28::META_SUBSCRIPTION_ID;
 
 /// How often an idle stream sends an SSE comment, so that proxies and
 /// clients with idle timeouts keep it open.

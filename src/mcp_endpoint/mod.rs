@@ -27,6 +27,7 @@
 //! Errors become responses in one place ([`error`]).
 
 mod envelope;
+mod era;
 mod error;
 mod listen;
 mod read;
@@ -42,7 +43,8 @@ use serde_json::{json, Map, Value};
 
 pub use listen::{keep_alive, Listen, KEEP_ALIVE_EVERY};
 
-use self::envelope::{body_name, check_legacy, check_modern, era_of, meta, Envelope, Era, Meta};
+use self::envelope::{body_name, check_2025_11_25, check_2026_07_28, era_of, meta, Envelope, Meta};
+use self::era::Era;
 use self::error::RpcError;
 use self::listen::StreamCounts;
 use self::read::{read_tools_call, ToolsCall};
@@ -52,8 +54,8 @@ use crate::call::{execute_call, new_call_id, FinishedCall, Native, ParsedCall};
 use crate::error::{AuthorizationChallenge, RequestError};
 use crate::gateway::{Gateway, Runtime};
 use crate::mcp::jsonrpc::{params_object, Message, OutgoingResponse};
-use crate::mcp::modern::{
-    ClientAsk, Passthrough, META_SERVER_INFO, METHOD_HEADER, MODERN_PROTOCOL_VERSIONS, NAME_HEADER,
+use crate::mcp::v2026_07_28::{
+    ClientAsk, Passthrough, META_SERVER_INFO, METHOD_HEADER, NAME_HEADER, REVISIONS_2026_07_28,
 };
 use crate::mcp::{
     is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS, PROTOCOL_VERSION_HEADER, SESSION_HEADER,
@@ -80,7 +82,7 @@ const INSTRUCTIONS: &str = "Tools of the OTC gateway's merged catalog, each at i
 
 /// Every protocol version the endpoint speaks, modern first.
 fn supported_versions() -> Vec<&'static str> {
-    MODERN_PROTOCOL_VERSIONS.iter().chain(PROTOCOL_VERSIONS.iter()).copied().collect()
+    REVISIONS_2026_07_28.iter().chain(PROTOCOL_VERSIONS.iter()).copied().collect()
 }
 
 /// The MCP endpoint's state: the tool name table, built once per catalog,
@@ -142,7 +144,7 @@ impl McpAnswer {
     pub fn into_reply(self) -> Reply {
         match self {
             McpAnswer::Reply(reply) => reply,
-            McpAnswer::Stream(_) => RpcError::StreamUnavailable.reply(Value::Null, Era::Modern),
+            McpAnswer::Stream(_) => RpcError::StreamUnavailable.reply(Value::Null, Era::R2026_07_28),
         }
     }
 }
@@ -188,21 +190,21 @@ impl McpEndpoint {
             return McpAnswer::Reply(self.tools_call(gateway, runtime, caller, head, call).await);
         }
         match era_of(head, &Meta::of_value(meta(&request.params))) {
-            Era::Modern => self.modern(gateway, caller, head, request).await,
-            Era::Legacy => McpAnswer::Reply(self.legacy(gateway, caller, head, request).await),
+            Era::R2026_07_28 => self.request_2026_07_28(gateway, caller, head, request).await,
+            Era::R2025_11_25 => McpAnswer::Reply(self.request_2025_11_25(gateway, caller, head, request).await),
         }
     }
 
     /// `GET /mcp`: a 2025-11-25 client's stream of list changes.
     pub fn handle_get(&self, gateway: &Arc<Gateway>, caller: &Caller, head: &McpHead<'_>) -> McpAnswer {
-        if let Err(e) = check_legacy(head) {
-            return McpAnswer::Reply(e.reply(Value::Null, Era::Legacy));
+        if let Err(e) = check_2025_11_25(head) {
+            return McpAnswer::Reply(e.reply(Value::Null, Era::R2025_11_25));
         }
         match self.stream_slot(gateway, caller) {
             Ok(slot) => {
                 McpAnswer::Stream(Listen::open(self.names.clone(), gateway.clone(), caller.clone(), None, slot))
             }
-            Err(e) => McpAnswer::Reply(e.reply(Value::Null, Era::Legacy)),
+            Err(e) => McpAnswer::Reply(e.reply(Value::Null, Era::R2025_11_25)),
         }
     }
 
@@ -213,9 +215,16 @@ impl McpEndpoint {
 
     /// A 2026-07-28 request other than `tools/call`: its envelope checked,
     /// then its method.
-    async fn modern(&self, gateway: &Arc<Gateway>, caller: &Caller, head: &McpHead<'_>, request: Request) -> McpAnswer {
+    async fn request_2026_07_28(
+        &self,
+        gateway: &Arc<Gateway>,
+        caller: &Caller,
+        head: &McpHead<'_>,
+        request: Request,
+    ) -> McpAnswer {
         let Request { id, method, params } = request;
-        let outcome = match check_modern(head, &method, &Meta::of_value(meta(&params)), body_name(&method, &params)) {
+        let outcome = match check_2026_07_28(head, &method, &Meta::of_value(meta(&params)), body_name(&method, &params))
+        {
             Err(e) => Err(e),
             Ok(_) => match method.as_str() {
                 "server/discover" => Ok(discover(gateway)),
@@ -235,7 +244,7 @@ impl McpEndpoint {
                 "subscriptions/listen" => {
                     return match self.listen(gateway, caller, id.clone(), &params) {
                         Ok(listen) => McpAnswer::Stream(listen),
-                        Err(e) => McpAnswer::Reply(e.reply(id, Era::Modern)),
+                        Err(e) => McpAnswer::Reply(e.reply(id, Era::R2026_07_28)),
                     }
                 }
                 // `initialize`, `ping`, `logging/setLevel` and
@@ -245,15 +254,21 @@ impl McpEndpoint {
         };
         McpAnswer::Reply(match outcome {
             Ok(result) => reply(id, complete_or_interim(result)),
-            Err(e) => e.reply(id, Era::Modern),
+            Err(e) => e.reply(id, Era::R2026_07_28),
         })
     }
 
     /// A request of 2025-11-25 and before, other than `tools/call`.
-    async fn legacy(&self, gateway: &Arc<Gateway>, caller: &Caller, head: &McpHead<'_>, request: Request) -> Reply {
+    async fn request_2025_11_25(
+        &self,
+        gateway: &Arc<Gateway>,
+        caller: &Caller,
+        head: &McpHead<'_>,
+        request: Request,
+    ) -> Reply {
         let Request { id, method, params } = request;
-        if let Err(e) = check_legacy(head) {
-            return e.reply(id, Era::Legacy);
+        if let Err(e) = check_2025_11_25(head) {
+            return e.reply(id, Era::R2025_11_25);
         }
         let outcome = match method.as_str() {
             "initialize" => {
@@ -268,7 +283,7 @@ impl McpEndpoint {
         };
         match outcome {
             Ok(result) => reply(id, result),
-            Err(e) => e.reply(id, Era::Legacy),
+            Err(e) => e.reply(id, Era::R2025_11_25),
         }
     }
 
@@ -317,8 +332,8 @@ impl McpEndpoint {
         let ToolsCall { id, params_object, meta, name, input, input_responses, request_state } = call;
         let era = era_of(head, &meta);
         let checked = match era {
-            Era::Modern => check_modern(head, "tools/call", &meta, name.as_deref()).map(Some),
-            Era::Legacy => check_legacy(head).map(|()| None),
+            Era::R2026_07_28 => check_2026_07_28(head, "tools/call", &meta, name.as_deref()).map(Some),
+            Era::R2025_11_25 => check_2025_11_25(head).map(|()| None),
         };
         let outcome = match checked {
             Ok(envelope) => {
@@ -342,11 +357,11 @@ impl McpEndpoint {
                 if let Value::Object(meta) = written.entry("_meta").or_insert_with(|| Value::Object(Map::new())) {
                     meta.insert(format!("{META}/call_id"), Value::String(call_id));
                 }
-                let written = if era == Era::Modern { complete_or_interim(written) } else { written };
+                let written = if era == Era::R2026_07_28 { complete_or_interim(written) } else { written };
                 reply(id_value(&id), written)
             }
             Ok(CallAnswer::Made(result)) => {
-                let result = if era == Era::Modern { complete_or_interim(result) } else { result };
+                let result = if era == Era::R2026_07_28 { complete_or_interim(result) } else { result };
                 reply(id_value(&id), result)
             }
             Err(e) => e.reply(id_value(&id), era),
@@ -658,7 +673,7 @@ fn reply(id: Value, result: Map<String, Value>) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::mcp::modern::MODERN_PROTOCOL_VERSION;
+    use crate::mcp::v2026_07_28::REVISION_2026_07_28;
 
     #[test]
     fn versions_are_negotiated() {
@@ -666,7 +681,7 @@ mod tests {
         assert_eq!(version(json!({"protocolVersion": "2025-06-18"})), "2025-06-18");
         assert_eq!(version(json!({"protocolVersion": "2024-11-05"})), "2025-11-25");
         assert_eq!(version(Value::Null), "2025-11-25");
-        assert_eq!(supported_versions()[0], MODERN_PROTOCOL_VERSION);
+        assert_eq!(supported_versions()[0], REVISION_2026_07_28);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 //! value that is not a string, in the text content) keeps the upstream's
 //! spelling instead of serde_json's.
 
-use super::envelope::Era;
+use super::era::Era;
 use crate::wire::{write_json, write_str, CallResult};
 
 /// `_meta`'s server identity in a 2026-07-28 result, with the comma after it
@@ -34,7 +34,7 @@ pub(crate) fn call_response(id: &str, result: &CallResult, era: Era) -> Vec<u8> 
     out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
     out.extend_from_slice(id.as_bytes());
     out.extend_from_slice(br#","result":{"_meta":{"#);
-    if era == Era::Modern {
+    if era == Era::R2026_07_28 {
         out.extend_from_slice(SERVER_INFO.as_bytes());
     }
     out.extend_from_slice(br#""otc-gateway/call_id":"#);
@@ -49,7 +49,7 @@ pub(crate) fn call_response(id: &str, result: &CallResult, era: Era) -> Vec<u8> 
             write_str(&mut out, value);
         }
         out.extend_from_slice(br#","type":"text"}],"isError":false"#);
-        if era == Era::Modern {
+        if era == Era::R2026_07_28 {
             out.extend_from_slice(br#","resultType":"complete""#);
         }
         if value.starts_with('{') {
@@ -70,7 +70,7 @@ pub(crate) fn call_response(id: &str, result: &CallResult, era: Era) -> Vec<u8> 
             out.extend_from_slice(br#","type":"text"}"#);
         }
         out.extend_from_slice(br#"],"isError":true"#);
-        if era == Era::Modern {
+        if era == Era::R2026_07_28 {
             out.extend_from_slice(br#","resultType":"complete""#);
         }
     }
@@ -91,7 +91,7 @@ mod tests {
     /// completed for 2026-07-28, serialised by serde_json.
     fn through_values(id: &Value, result: &CallResult, era: Era) -> Vec<u8> {
         let mut answer = tool_result(result);
-        if era == Era::Modern {
+        if era == Era::R2026_07_28 {
             answer = complete(answer);
         }
         OutgoingResponse::result(id.clone(), Value::Object(answer)).to_bytes().to_vec()
@@ -146,7 +146,7 @@ mod tests {
     /// the `Value` path, and byte for byte the same when the upstream wrote
     /// its value as serde_json would.
     fn assert_same(result: &CallResult, compact: bool) {
-        for era in [Era::Legacy, Era::Modern] {
+        for era in [Era::R2025_11_25, Era::R2026_07_28] {
             for id in ["7", "\"req-1\"", "12345678901234567890123", "-0", "1.000000000000000000001", "\"\\\"q\\\"\""] {
                 let id_value: Value = serde_json::from_str(id).expect("id");
                 let written = call_response(id, result, era);
@@ -193,7 +193,7 @@ mod tests {
         // Whitespace, key order and escapes as the upstream wrote them: the
         // same JSON value in `structuredContent`, and its text as written.
         let spelt = r#"{ "b": 1, "a": "\u00e9", "n": 1.50 }"#;
-        let written = call_response("1", &succeeded(Some(spelt)), Era::Modern);
+        let written = call_response("1", &succeeded(Some(spelt)), Era::R2026_07_28);
         let got: Value = serde_json::from_slice(&written).expect("JSON");
         let same: Value = serde_json::from_str(r#"{"a":"é","b":1,"n":1.50}"#).expect("JSON");
         assert_eq!(got["result"]["structuredContent"], same);
@@ -230,7 +230,7 @@ mod tests {
         ) {
             let value = serde_json::to_string(&json!({key.clone(): text.clone()})).expect("json");
             let result = CallResult { call_id: call_id.clone(), ..succeeded(Some(&value)) };
-            for era in [Era::Legacy, Era::Modern] {
+            for era in [Era::R2025_11_25, Era::R2026_07_28] {
                 let written = call_response("3", &result, era);
                 proptest::prop_assert_eq!(written, through_values(&json!(3), &result, era));
                 let as_string = CallResult { value: Some(RawJson::from(json!(text.clone()))), ..result.clone() };

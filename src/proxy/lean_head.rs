@@ -16,7 +16,7 @@ use http::Method;
 use super::front_door::{Head, Route};
 use crate::auth::{Credentials, API_KEY_HEADER};
 use crate::http1::{decimal, header_line_size};
-use crate::mcp::modern::{METHOD_HEADER, NAME_HEADER};
+use crate::mcp::v2026_07_28::{METHOD_HEADER, NAME_HEADER};
 use crate::mcp::{PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 use crate::mcp_endpoint::McpHead;
 

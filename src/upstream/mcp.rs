@@ -33,7 +33,7 @@ use crate::config::UpstreamConfig;
 use crate::dialect::{CatalogShapeError, CatalogTool, Skipped};
 use crate::mcp::client::{result_type, Exchange, McpClient, McpError, ToolListEvent, WatchSettings};
 use crate::mcp::mapping::{self, MappingSettings};
-use crate::mcp::modern::{ClientAsk, MISSING_REQUIRED_CLIENT_CAPABILITY};
+use crate::mcp::v2026_07_28::{ClientAsk, MISSING_REQUIRED_CLIENT_CAPABILITY};
 use crate::wire::{self, CallContext, UpstreamResult};
 
 /// An MCP upstream's client, and whose token it is sent.

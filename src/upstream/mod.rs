@@ -24,7 +24,7 @@ use serde_json::Value;
 use crate::circuit::Circuit;
 use crate::config::{self, Grants, SecretRef, UpstreamConfig};
 use crate::dialect::{CatalogShapeError, CatalogTool, Skipped};
-use crate::mcp::modern::{ClientAsk, Passthrough};
+use crate::mcp::v2026_07_28::{ClientAsk, Passthrough};
 use crate::trace::OutgoingTrace;
 use crate::wire::{CallContext, UpstreamResult};
 

@@ -109,11 +109,11 @@ impl McpClient {
             };
             let relinked = self.relinked.subscribe();
             let stream = match &*link {
-                Link::Legacy(session) if session.tools_list_changed => {
+                Channel::R2025_11_25(session) if session.tools_list_changed => {
                     self.session_stream(&link, session, &settings, deadline, on_event).await
                 }
-                Link::Modern(modern) if modern.tools_list_changed => {
-                    self.listen_stream(&link, modern, &settings, deadline, on_event).await
+                Channel::R2026_07_28(stateless) if stateless.tools_list_changed => {
+                    self.listen_stream(&link, stateless, &settings, deadline, on_event).await
                 }
                 _ => Stream::NotOffered,
             };
@@ -133,7 +133,7 @@ impl McpClient {
 
     /// Waits until the link is made anew (or dropped), the server offering no
     /// stream on `link`.
-    async fn until_relinked(&self, link: &Arc<Link>, mut relinked: tokio::sync::watch::Receiver<u64>) -> WatchEnd {
+    async fn until_relinked(&self, link: &Arc<Channel>, mut relinked: tokio::sync::watch::Receiver<u64>) -> WatchEnd {
         // The link may have changed before `relinked` was subscribed to.
         if !self.is_current(link) {
             return WatchEnd::Relinked;
@@ -147,14 +147,14 @@ impl McpClient {
     }
 
     /// Whether `link` is still the current link.
-    fn is_current(&self, link: &Arc<Link>) -> bool {
+    fn is_current(&self, link: &Arc<Channel>) -> bool {
         self.link.load().as_ref().is_some_and(|current| Arc::ptr_eq(current, link))
     }
 
     /// 2025-11-25: the session's standalone GET stream.
     async fn session_stream(
         &self,
-        link: &Arc<Link>,
+        link: &Arc<Channel>,
         session: &Session,
         settings: &WatchSettings<'_>,
         deadline: Instant,
@@ -209,20 +209,23 @@ impl McpClient {
     /// 2026-07-28: `subscriptions/listen` for tool list changes.
     async fn listen_stream(
         &self,
-        link: &Arc<Link>,
-        modern: &Modern,
+        link: &Arc<Channel>,
+        stateless: &Stateless,
         settings: &WatchSettings<'_>,
         deadline: Instant,
         on_event: &(dyn Fn(ToolListEvent) + Send + Sync),
     ) -> Stream {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let params = with_meta(&json!({"notifications": {"toolsListChanged": true}}), &modern.version, None);
+        let params = with_meta(&json!({"notifications": {"toolsListChanged": true}}), &stateless.version, None);
         let body = serialise(&OutgoingRequest::request(id, "subscriptions/listen", Some(&params)));
-        let request =
-            match self.build(&modern_headers(&modern.version, "subscriptions/listen"), body, settings.authorization) {
-                Ok(request) => request,
-                Err(e) => return dropped(e.to_string()),
-            };
+        let request = match self.build(
+            &headers_2026_07_28(&stateless.version, "subscriptions/listen"),
+            body,
+            settings.authorization,
+        ) {
+            Ok(request) => request,
+            Err(e) => return dropped(e.to_string()),
+        };
         let response = match tokio::time::timeout_at(deadline, self.http.request(request)).await {
             Err(_) => {
                 return dropped(format!("subscriptions/listen did not answer within {:?}", settings.open_timeout))

@@ -6,10 +6,10 @@ use base64::Engine;
 use serde_json::Value;
 
 /// The modern revisions the gateway speaks, newest first.
-pub const MODERN_PROTOCOL_VERSIONS: [&str; 1] = ["2026-07-28"];
+pub const REVISIONS_2026_07_28: [&str; 1] = ["2026-07-28"];
 
 /// The modern revision the gateway asks for.
-pub const MODERN_PROTOCOL_VERSION: &str = MODERN_PROTOCOL_VERSIONS[0];
+pub const REVISION_2026_07_28: &str = REVISIONS_2026_07_28[0];
 
 /// `_meta` key: the revision a request is in (required).
 pub const META_PROTOCOL_VERSION: &str = "io.modelcontextprotocol/protocolVersion";
@@ -63,8 +63,8 @@ pub enum ClientAsk {
 }
 
 /// Whether `version` is a modern revision the gateway speaks.
-pub fn is_modern_version(version: &str) -> bool {
-    MODERN_PROTOCOL_VERSIONS.contains(&version)
+pub fn is_2026_07_28_revision(version: &str) -> bool {
+    REVISIONS_2026_07_28.contains(&version)
 }
 
 /// The field a request's `Mcp-Name` header mirrors: `params.name` for
