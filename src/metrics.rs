@@ -158,17 +158,16 @@ pub struct Metrics {
     reload_success: IntCounter,
     reload_error: IntCounter,
     calls: RwLock<CallCache>,
-    /// The vault totals last synced, per backend (see `sync_vault_totals`).
-    vault_last_totals: std::sync::Mutex<HashMap<String, [u64; 3]>>,
+    /// `vault_requests` and `vault_stale_served` as the vault's own totals say.
+    vault_synced: Synced,
+    vault_stale_synced: Synced,
     /// `otc_gateway_idempotency_total`, synced from the store's own totals.
-    idempotency: IntCounterVec,
-    /// The idempotency totals last synced, by result.
-    idempotency_last_totals: std::sync::Mutex<HashMap<&'static str, u64>>,
+    idempotency: Synced,
     oauth_challenges: IntCounterVec,
     oauth_refreshes: IntCounterVec,
-    rate_limit_store: IntCounterVec,
-    /// The shared rate-limit failure totals last synced: (served, refused).
-    rate_limit_store_last: std::sync::Mutex<(u64, u64)>,
+    /// `otc_gateway_rate_limit_store_unavailable_total`, from the shared
+    /// buckets' totals.
+    rate_limit_store: Synced,
     searches: IntCounterVec,
     search_results: IntCounterVec,
     search_duration: HistogramVec,
@@ -183,6 +182,30 @@ impl Default for Metrics {
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// A counter brought up to running totals another part keeps (a store's own
+/// counts, read when `/metrics` is scraped): each sync adds what a total grew
+/// by since the last one. A total lower than before means a new store (a
+/// reload rebuilt it), which counts from zero again.
+struct Synced {
+    counter: IntCounterVec,
+    /// The total last synced, by label values.
+    last: std::sync::Mutex<HashMap<Vec<String>, u64>>,
+}
+
+impl Synced {
+    fn new(counter: IntCounterVec) -> Synced {
+        Synced { counter, last: Default::default() }
+    }
+
+    /// Brings the series of `labels` up to `total`.
+    fn sync(&self, labels: &[&str], total: u64) {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        let before = last.insert(labels.iter().map(|l| (*l).to_owned()).collect(), total).unwrap_or(0);
+        let grown = if total >= before { total - before } else { total };
+        self.counter.with_label_values(labels).inc_by(grown);
     }
 }
 
@@ -332,19 +355,18 @@ impl Metrics {
             upstream_up,
             catalog_tools,
             config_generation,
-            vault_requests,
-            vault_stale_served,
+            vault_requests: vault_requests.clone(),
+            vault_stale_served: vault_stale_served.clone(),
             http_cache,
             reload_success,
             reload_error,
             calls: RwLock::new(CallCache::default()),
-            vault_last_totals: std::sync::Mutex::new(HashMap::new()),
-            idempotency,
-            idempotency_last_totals: std::sync::Mutex::new(HashMap::new()),
+            vault_synced: Synced::new(vault_requests.clone()),
+            vault_stale_synced: Synced::new(vault_stale_served.clone()),
+            idempotency: Synced::new(idempotency),
             oauth_challenges,
             oauth_refreshes,
-            rate_limit_store,
-            rate_limit_store_last: std::sync::Mutex::new((0, 0)),
+            rate_limit_store: Synced::new(rate_limit_store),
             searches,
             search_results,
             search_duration,
@@ -471,12 +493,9 @@ impl Metrics {
     /// from its stats when /metrics is scraped). Totals that went down mean a
     /// new backend (the `[vault]` section changed): they count from zero.
     pub fn sync_vault_totals(&self, backend: &str, ok: u64, error: u64, stale: u64) {
-        let mut last = self.vault_last_totals.lock().unwrap_or_else(|p| p.into_inner());
-        let previous = last.insert(backend.to_owned(), [ok, error, stale]).unwrap_or([0; 3]);
-        let delta = |now: u64, before: u64| if now >= before { now - before } else { now };
-        self.vault_requests.with_label_values(&[backend, "ok"]).inc_by(delta(ok, previous[0]));
-        self.vault_requests.with_label_values(&[backend, "error"]).inc_by(delta(error, previous[1]));
-        self.vault_stale_served.with_label_values(&[backend]).inc_by(delta(stale, previous[2]));
+        self.vault_synced.sync(&[backend, "ok"], ok);
+        self.vault_synced.sync(&[backend, "error"], error);
+        self.vault_stale_synced.sync(&[backend], stale);
     }
 
     /// Counts an OAuth challenge event (`issued`, `completed`, `failed`) of
@@ -494,16 +513,8 @@ impl Metrics {
     /// Brings `otc_gateway_rate_limit_store_unavailable_total` up to the
     /// shared buckets' totals (a lower total: a new store, counting afresh).
     pub fn sync_rate_limit_store_failures(&self, served: u64, refused: u64) {
-        let mut last = self.rate_limit_store_last.lock().unwrap_or_else(|p| p.into_inner());
-        let delta = |now: u64, before: u64| if now >= before { now - before } else { now };
-        let (served_delta, refused_delta) = (delta(served, last.0), delta(refused, last.1));
-        *last = (served, refused);
-        if served_delta > 0 {
-            self.rate_limit_store.with_label_values(&["served"]).inc_by(served_delta);
-        }
-        if refused_delta > 0 {
-            self.rate_limit_store.with_label_values(&["refused"]).inc_by(refused_delta);
-        }
+        self.rate_limit_store.sync(&["served"], served);
+        self.rate_limit_store.sync(&["refused"], refused);
     }
 
     /// Brings `otc_gateway_idempotency_total` up to the store's totals
@@ -511,11 +522,8 @@ impl Metrics {
     /// lower than last time means the store was rebuilt by a reload: it
     /// counts from zero again.
     pub fn sync_idempotency_totals(&self, totals: &[(&'static str, u64)]) {
-        let mut last = self.idempotency_last_totals.lock().unwrap_or_else(|p| p.into_inner());
-        for &(result, now) in totals {
-            let before = last.insert(result, now).unwrap_or(0);
-            let delta = if now >= before { now - before } else { now };
-            self.idempotency.with_label_values(&[result]).inc_by(delta);
+        for &(result, total) in totals {
+            self.idempotency.sync(&[result], total);
         }
     }
 
