@@ -224,11 +224,7 @@ async fn no_secret_or_token_appears_in_output_responses_status_or_metrics() {
     );
     vault.unseal().await;
     vault.freeze();
-    record(
-        "Never.Fetched, vault hung",
-        call(&gw, &[("authorization", &alice_auth)], "Never.Fetched@1.0.0").await,
-        400,
-    );
+    record("Never.Fetched, vault hung", call(&gw, &[("authorization", &alice_auth)], "Never.Fetched@1.0.0").await, 400);
     vault.thaw();
     vault.revoke_token(&vault_token).await;
     record(

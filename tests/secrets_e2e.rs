@@ -220,7 +220,10 @@ async fn per_user_tokens_come_from_the_vault_for_the_authenticated_user_only() {
     assert_eq!(body["missing_requirements"]["authorization"][0]["url"], "https://auth.example.com/google?user=bob");
     assert_eq!(server.call_count(), calls, "bob's call never reaches the tool");
     let reads = vault.reads_by(&vault_token).await;
-    assert!(reads.iter().all(|p| p == "secret/data/oauth/google/alice" || p == "secret/data/oauth/google/bob"), "{reads:?}");
+    assert!(
+        reads.iter().all(|p| p == "secret/data/oauth/google/alice" || p == "secret/data/oauth/google/bob"),
+        "{reads:?}"
+    );
     assert!(!reads.iter().any(|p| p.ends_with("/mallory")), "a claimed user id is never looked up: {reads:?}");
 }
 

@@ -70,12 +70,7 @@ async fn twilio_from_vault_as(
 }
 
 /// The same with a gateway's token of its own, returned with the gateway.
-async fn twilio_from_vault(
-    server: &ToolServer,
-    vault: &OpenBao,
-    cache_ttl: &str,
-    timeout: &str,
-) -> (Gateway, String) {
+async fn twilio_from_vault(server: &ToolServer, vault: &OpenBao, cache_ttl: &str, timeout: &str) -> (Gateway, String) {
     let token = vault.gateway_token().await;
     (twilio_from_vault_as(server, vault, &token, cache_ttl, timeout).await, token)
 }

@@ -96,13 +96,8 @@ async fn a_bad_token_or_a_narrow_policy_is_forbidden() {
 #[tokio::test]
 async fn a_missing_path_is_not_found() {
     let bao = OpenBao::start().await;
-    let res = resolver_for(
-        &bao.url(),
-        bao.root_token(),
-        "OTC_VB_TOKEN_404",
-        Duration::from_secs(60),
-        Duration::from_secs(2),
-    );
+    let res =
+        resolver_for(&bao.url(), bao.root_token(), "OTC_VB_TOKEN_404", Duration::from_secs(60), Duration::from_secs(2));
     let err = res.resolve(&r("vault:secret/nope#x"), None).await.expect_err("404");
     assert!(matches!(err, VaultError::NotFound { .. }), "{err:?}");
     // An unknown mount is a 404 too ("no handler for route") for a token

@@ -137,7 +137,6 @@ impl Kv2Server {
     pub fn request_count(&self) -> usize {
         self.state.requests.load(Ordering::SeqCst)
     }
-
 }
 
 impl Drop for Kv2Server {
