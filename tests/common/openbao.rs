@@ -136,11 +136,10 @@ impl OpenBao {
             .arg(format!("-dev-root-token-id={root_token}"))
             .arg(format!("-dev-listen-address={addr}"))
             .arg(format!("-config={}", dir.join("config.hcl").display()))
-            // Nothing of the machine's own vault settings.
-            .env_remove("BAO_ADDR")
-            .env_remove("VAULT_ADDR")
-            .env_remove("BAO_TOKEN")
-            .env_remove("VAULT_TOKEN")
+            // Nothing of the test's environment (tokens the tests set), nor
+            // of the machine's own vault settings.
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("HOME", &dir)
             .stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone().unwrap()))
