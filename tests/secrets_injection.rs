@@ -396,6 +396,46 @@ async fn a_revoked_token_or_a_deleted_secret_is_not_papered_over_by_the_cache() 
 }
 
 #[tokio::test]
+async fn a_rotated_vault_token_file_is_used_without_a_restart() {
+    // docs/configuration.md: the token reference is "re-read on each request,
+    // so rotation works".
+    let server = tool_server(vec![twilio_tool()]).await;
+    let vault = OpenBao::start().await;
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-before-rotation"})).await;
+    let (old, new) = (vault.gateway_token().await, vault.gateway_token().await);
+    let token_file = temp_file("vault-token", "txt", &format!("{old}\n"));
+    let gw = config(
+        &server.url(),
+        &format!(
+            "[vault]\naddress = \"{}\"\ntoken = \"file:{}\"\ncache_ttl = \"200ms\"\ntimeout = \"1s\"\n\n\
+             [secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\n",
+            vault.url(),
+            token_file.display()
+        ),
+    )
+    .start()
+    .await;
+    gw.wait_for_tool(TWILIO).await;
+    call_anon(&gw, TWILIO, json!({})).await.result();
+    assert_eq!(vault.reads_by(&old).await.len(), 1);
+
+    // Rotated as an agent does it: the new token renamed into place, the
+    // old one revoked.
+    let next = temp_file("vault-token-next", "txt", &format!("{new}\n"));
+    std::fs::rename(&next, &token_file).expect("rename");
+    vault.revoke_token(&old).await;
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-after-rotation"})).await;
+    tokio::time::sleep(Duration::from_millis(400)).await; // past cache_ttl
+    call_anon(&gw, TWILIO, json!({})).await.result();
+    assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "AC-after-rotation");
+    assert_eq!(vault.reads_by(&new).await.len(), 1, "the gateway read with the new token");
+    assert_eq!(vault.reads_by(&old).await.len(), 1, "and not with the revoked one");
+    let logs = gw.logs();
+    assert!(!logs.contains(&old) && !logs.contains(&new), "no vault token in the gateway's log");
+    let _ = std::fs::remove_file(token_file);
+}
+
+#[tokio::test]
 async fn a_tool_gets_only_the_secrets_and_tokens_it_declares() {
     let server = tool_server(vec![
         needing("Sms.Send", json!({"secrets": [{"id": "SMS_KEY"}]})),
