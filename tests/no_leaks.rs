@@ -1,7 +1,8 @@
 //! Nothing leaked: the real gateway runs at `RUST_LOG=trace` while it injects
 //! secrets from env, file and vault, a per-user OAuth token and upstream
 //! bearer tokens, refuses real-looking bad credentials, and fails to reach a
-//! sealed, unreachable and token-rejecting vault. Then none of the secret
+//! sealed, hung and token-rejecting vault (a real OpenBao, `common::openbao`).
+//! Then none of the secret
 //! values, the vault token, the JWT secret, the API keys or the clients'
 //! tokens may appear in anything the gateway wrote (stdout and stderr), in any
 //! response body it gave a client, in the admin `/status` and `/metrics`, or
@@ -14,13 +15,12 @@ use std::time::{Duration, Instant};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use bytes::Bytes;
-use common::kv2::Kv2Server;
+use common::openbao::OpenBao;
 use common::{echo, needing, send_with_headers, temp_file, tool, Gateway, GatewayConfig, Resp, ToolServer};
 use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 
 // The gateway's secrets.
-const VAULT_TOKEN: &str = "hvs.CAESIleakcanaryvaulttoken6e6e";
 const JWT_SECRET: &str = "leak-canary-jwt-hs256-secret-0b0b0b0b";
 const VAULT_TWILIO: &str = "AC-leak-canary-vault-twilio-8f2a";
 const FILE_KEY: &str = "leak-canary-file-key-51c9";
@@ -79,11 +79,13 @@ async fn no_secret_or_token_appears_in_output_responses_status_or_metrics() {
     let mail = ToolServer::start(common::catalog(vec![tool("Mail.Send", "1.0.0", json!({"type": "object"}))])).await;
     mail.on_call(echo);
 
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
-    vault.put("secret/tools/twilio", json!({"api_key": VAULT_TWILIO}));
-    vault.put("secret/tools/never", json!({"key": NEVER_FETCHED}));
-    vault.put("secret/oauth/google/alice", json!({"access_token": ALICE_OAUTH}));
-    vault.put("secret/upstreams/mail", json!({"token": BEARER_VAULT}));
+    let vault = OpenBao::start().await;
+    vault.put("secret/tools/twilio", json!({"api_key": VAULT_TWILIO})).await;
+    vault.put("secret/tools/never", json!({"key": NEVER_FETCHED})).await;
+    vault.put("secret/oauth/google/alice", json!({"access_token": ALICE_OAUTH})).await;
+    vault.put("secret/upstreams/mail", json!({"token": BEARER_VAULT})).await;
+    // The gateway's vault token: issued by the vault, so random.
+    let vault_token = vault.gateway_token().await;
     let file_key = temp_file("leak-file-key", "txt", &format!("{FILE_KEY}\n"));
     let api_key_file = temp_file("leak-api-key", "txt", &format!("{API_KEY_FILE}\n"));
 
@@ -112,7 +114,7 @@ async fn no_secret_or_token_appears_in_output_responses_status_or_metrics() {
         &toml,
         &[
             ("RUST_LOG", "trace"),
-            ("NL_VAULT_TOKEN", VAULT_TOKEN),
+            ("NL_VAULT_TOKEN", vault_token.as_str()),
             ("NL_JWT_SECRET", JWT_SECRET),
             ("NL_ENV_KEY", ENV_KEY),
             ("NL_UPSTREAM_TOKEN", BEARER_ENV),
@@ -208,8 +210,8 @@ async fn no_secret_or_token_appears_in_output_responses_status_or_metrics() {
         record(&format!("GET /tools, {what}"), resp, 401);
     }
 
-    // --- a failing vault: sealed, unreachable, rejecting the token ----------
-    vault.set_down(true);
+    // --- a failing vault: sealed, hung, rejecting the token ----------------
+    vault.seal().await;
     record(
         "Never.Fetched, vault sealed",
         call(&gw, &[("authorization", &alice_auth)], "Never.Fetched@1.0.0").await,
@@ -220,15 +222,11 @@ async fn no_secret_or_token_appears_in_output_responses_status_or_metrics() {
         call(&gw, &[("authorization", &alice_auth)], "Sms.Send@1.0.0").await,
         200,
     );
-    vault.set_down(false);
-    vault.set_unreachable(true);
-    record(
-        "Never.Fetched, vault unreachable",
-        call(&gw, &[("authorization", &alice_auth)], "Never.Fetched@1.0.0").await,
-        400,
-    );
-    vault.set_unreachable(false);
-    vault.set_token("hvs.some-other-token-the-gateway-does-not-have");
+    vault.unseal().await;
+    vault.freeze();
+    record("Never.Fetched, vault hung", call(&gw, &[("authorization", &alice_auth)], "Never.Fetched@1.0.0").await, 400);
+    vault.thaw();
+    vault.revoke_token(&vault_token).await;
     record(
         "Never.Fetched, vault token rejected",
         call(&gw, &[("authorization", &alice_auth)], "Never.Fetched@1.0.0").await,
@@ -268,7 +266,7 @@ async fn no_secret_or_token_appears_in_output_responses_status_or_metrics() {
 
     // --- the search ------------------------------------------------------------
     let mut canaries: Vec<(String, String)> = [
-        ("the vault token", VAULT_TOKEN),
+        ("the vault token", vault_token.as_str()),
         ("the JWT secret", JWT_SECRET),
         ("the vault secret", VAULT_TWILIO),
         ("the file secret", FILE_KEY),
@@ -335,7 +333,8 @@ async fn no_oauth_token_or_client_secret_appears_anywhere() {
     use common::oidc::{Browser, OidcProvider};
     const CLIENT_SECRET: &str = "leak-canary-oauth-client-secret-6a6a";
     const KEY: &str = "leak-canary-alice-api-key-7b7b";
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    let vault = OpenBao::start().await;
+    let vault_token = vault.gateway_token().await;
     let idp = OidcProvider::start(json!({"access_token_ttl": 4, "scopes": ["mail.read"]})).await;
     let tools = ToolServer::start(common::catalog(vec![needing(
         "Mail.Read",
@@ -370,7 +369,7 @@ verifier_url = "{verifier}"
         &[
             ("RUST_LOG", "trace"),
             ("LEAK_ALICE_KEY", KEY),
-            ("LEAK_VAULT_TOKEN", VAULT_TOKEN),
+            ("LEAK_VAULT_TOKEN", vault_token.as_str()),
             ("LEAK_CLIENT_SECRET", CLIENT_SECRET),
         ],
     )
@@ -399,7 +398,7 @@ verifier_url = "{verifier}"
     bodies.push(("the confirmation".into(), confirmed.text()));
     let replayed = Browser::new().get_no_follow(&callback).await;
     bodies.push(("a replayed callback".into(), replayed.body));
-    let first = vault.latest("secret/oauth/idp/alice").expect("the grant");
+    let first = vault.latest("secret/oauth/idp/alice").await.expect("the grant");
     let resp = call(&gw, &alice, "Mail.Read@1.0.0").await;
     assert_eq!(resp.status, 200, "{}", resp.text());
     bodies.push(("a call".into(), resp.text()));
@@ -407,7 +406,7 @@ verifier_url = "{verifier}"
     let resp = call(&gw, &alice, "Mail.Read@1.0.0").await;
     assert_eq!(resp.status, 200, "{}", resp.text());
     bodies.push(("a call after a refresh".into(), resp.text()));
-    let second = vault.latest("secret/oauth/idp/alice").expect("the refreshed grant");
+    let second = vault.latest("secret/oauth/idp/alice").await.expect("the refreshed grant");
     assert_ne!(first["access_token"], second["access_token"], "a refresh happened");
     let resp = send_with_headers(gw.addr, "DELETE", "/oauth/idp", Bytes::new(), &alice).await;
     bodies.push(("the disconnect".into(), resp.text()));
@@ -430,7 +429,7 @@ verifier_url = "{verifier}"
         ("the refreshed access token".into(), text(&second, "access_token")),
         ("the authorization code".into(), code),
         ("alice's API key".into(), KEY.into()),
-        ("the vault token".into(), VAULT_TOKEN.into()),
+        ("the vault token".into(), vault_token.clone()),
     ];
     let mut found = Vec::new();
     // The link is the caller's to see (it is in the challenge), not the log's.

@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::kv2::Kv2Server;
 use common::oidc::{Browser, OidcProvider};
+use common::openbao::OpenBao;
 use common::{echo, needing, send_with_headers, temp_file, Gateway, GatewayConfig, Resp, ToolServer};
 use serde_json::{json, Value};
 
@@ -22,7 +22,6 @@ const ALICE: &str = "alice-key-6f1c0d";
 const BOB: &str = "bob-key-93ab27";
 const CLIENT_ID: &str = "otc-gateway-test";
 const CLIENT_SECRET: &str = "client-secret-4e9d8a1b";
-const VAULT_TOKEN: &str = "hvs.oauth-tests-vault-token";
 /// Access tokens of the refresh tests live this many seconds...
 const SHORT_TTL: u64 = 5;
 /// ...and are due for a refresh (1 s margin) after this long.
@@ -100,12 +99,15 @@ async fn confirm_at(gw: std::net::SocketAddr, key: &str, flow_id: &str) -> Resp 
     send_with_headers(gw, "POST", "/oauth/confirm", Bytes::from(body), &headers).await
 }
 
-const ENV: [(&str, &str); 4] = [
-    ("OAUTH_ALICE_KEY", ALICE),
-    ("OAUTH_BOB_KEY", BOB),
-    ("OAUTH_CLIENT_SECRET", CLIENT_SECRET),
-    ("OAUTH_VAULT_TOKEN", VAULT_TOKEN),
-];
+const ENV: [(&str, &str); 3] =
+    [("OAUTH_ALICE_KEY", ALICE), ("OAUTH_BOB_KEY", BOB), ("OAUTH_CLIENT_SECRET", CLIENT_SECRET)];
+
+/// [`ENV`] and the gateway's vault token, for `token = "env:OAUTH_VAULT_TOKEN"`.
+fn env_with_vault_token(token: &str) -> Vec<(&str, &str)> {
+    let mut env = ENV.to_vec();
+    env.push(("OAUTH_VAULT_TOKEN", token));
+    env
+}
 
 async fn start_gateway(config: &GatewayConfig, idp: &OidcProvider) -> Gateway {
     let gw = Gateway::start_with_env(&config.toml(), &ENV).await;
@@ -597,7 +599,9 @@ async fn the_mcp_endpoint_answers_a_challenge_as_a_tool_error_with_the_link() {
 
 #[tokio::test]
 async fn vault_kept_grants_are_shared_and_refreshed_once_across_replicas() {
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    let vault = OpenBao::start().await;
+    let vault_token = vault.gateway_token().await;
+    let env = env_with_vault_token(&vault_token);
     let vault_section =
         format!("\n[vault]\naddress = \"{}\"\ntoken = \"env:OAUTH_VAULT_TOKEN\"\ncache_ttl = \"30s\"\n", vault.url());
     let idp = OidcProvider::start(json!({"access_token_ttl": SHORT_TTL, "scopes": ["mail.read", "mail.send"]})).await;
@@ -605,8 +609,8 @@ async fn vault_kept_grants_are_shared_and_refreshed_once_across_replicas() {
     tools.on_call(echo);
     let extra = "refresh_margin = \"1s\"\nstore = \"vault:secret/oauth/idp/{user_id}\"";
     let config = config(&tools, &idp, &state_dir(), extra).raw(&vault_section);
-    let one = Gateway::start_with_env(&config.toml(), &ENV).await;
-    let two = Gateway::start_with_env(&config.toml(), &ENV).await;
+    let one = Gateway::start_with_env(&config.toml(), &env).await;
+    let two = Gateway::start_with_env(&config.toml(), &env).await;
     idp.register_client(
         CLIENT_ID,
         CLIENT_SECRET,
@@ -617,22 +621,27 @@ async fn vault_kept_grants_are_shared_and_refreshed_once_across_replicas() {
     two.wait_for_tool("Mail.Read@1.0.0").await;
     let w = World { idp, tools, gw: one, state_dir: state_dir(), extra: String::new() };
 
+    const ALICE_GRANT: &str = "secret/oauth/idp/alice";
     w.connect(ALICE, "alice", "Mail.Read").await;
-    let stored = vault.latest("secret/oauth/idp/alice").expect("the grant is in vault");
+    let stored = vault.latest(ALICE_GRANT).await.expect("the grant is in vault");
     for field in ["access_token", "refresh_token", "expires_at", "scope"] {
         assert!(stored.get(field).is_some(), "{field} missing from {stored}");
     }
-    assert!(vault.latest("secret/oauth/idp/bob").is_none());
+    assert!(vault.latest("secret/oauth/idp/bob").await.is_none());
+    assert_eq!(vault.metadata(ALICE_GRANT).await.expect("metadata")["current_version"], 1);
+    // From now on the vault refuses any write to alice's grant that does not
+    // carry the version it replaces: every write below is a check-and-set.
+    vault.require_cas(ALICE_GRANT).await;
 
     // The other replica serves alice from the same grant.
     w.call_as(&two, Some(ALICE), "Mail.Read").await.result();
     assert_eq!(w.last_token(), stored["access_token"].as_str().expect("token"));
     // Calls read the grant through the vault cache: no request per call.
-    let requests = vault.request_count();
+    let requests = vault.requests_by(&vault_token).await;
     for _ in 0..5 {
         w.call_as(&two, Some(ALICE), "Mail.Read").await.result();
     }
-    assert_eq!(vault.request_count(), requests, "the grant is read through the [vault] cache");
+    assert_eq!(vault.requests_by(&vault_token).await, requests, "the grant is read through the [vault] cache");
 
     // Expired: ten calls on each replica at once, one refresh in all.
     tokio::time::sleep(SHORT_TTL_PASSED).await;
@@ -641,15 +650,25 @@ async fn vault_kept_grants_are_shared_and_refreshed_once_across_replicas() {
     }
     let stats = w.idp.stats().await;
     assert_eq!(stats["token_requests"]["refresh_token"], 1, "{stats}");
-    let refreshed = vault.latest("secret/oauth/idp/alice").expect("grant");
+    let refreshed = vault.latest(ALICE_GRANT).await.expect("grant");
     assert_ne!(refreshed["access_token"], stored["access_token"]);
     assert!(refreshed.get("refreshing_until").is_none(), "the lease is given back: {refreshed}");
+    // The history: the grant (1), the lease on it (2), the refreshed grant
+    // (3). A replica that lost the race to the lease wrote nothing.
+    let metadata = vault.metadata(ALICE_GRANT).await.expect("metadata");
+    assert_eq!(metadata["current_version"], 3, "{metadata}");
+    let leased = vault.version(ALICE_GRANT, 2).await.expect("version 2");
+    assert_eq!(leased["access_token"], stored["access_token"], "{leased}");
+    let until = leased["refreshing_until"].as_u64();
+    assert!(until.is_some_and(|u| u > 0), "version 2 is the lease: {leased}");
 
-    // Disconnecting removes it from vault (the other replica's cached copy
-    // lives out its cache_ttl; the provider revoked it already).
+    // Disconnecting removes it from vault, every version and the metadata
+    // (the other replica's cached copy lives out its cache_ttl; the provider
+    // revoked it already).
     let resp = send_with_headers(w.gw.addr, "DELETE", "/oauth/idp", Bytes::new(), &[("oxp-api-key", ALICE)]).await;
     assert_eq!(resp.json()["disconnected"], true);
-    assert!(vault.latest("secret/oauth/idp/alice").is_none());
+    assert!(vault.latest(ALICE_GRANT).await.is_none());
+    assert!(vault.metadata(ALICE_GRANT).await.is_none(), "no version is left to undelete");
     w.challenge(ALICE, "Mail.Read").await;
 }
 
@@ -747,7 +766,9 @@ async fn the_demo_flow_can_be_clicked_through() {
 async fn behind_a_balancer_a_link_and_its_callback_may_reach_different_replicas() {
     use common::fleet::{Nginx, Redis};
     let redis = Redis::start();
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    let vault = OpenBao::start().await;
+    let vault_token = vault.gateway_token().await;
+    let env = env_with_vault_token(&vault_token);
     let idp = OidcProvider::start(json!({"scopes": ["mail.read", "mail.send"]})).await;
     let tools = ToolServer::start(common::catalog(mail_tools())).await;
     tools.on_call(echo);
@@ -756,8 +777,8 @@ async fn behind_a_balancer_a_link_and_its_callback_may_reach_different_replicas(
     // `[state]` is in the config already (its dir): add redis to it.
     let with_redis =
         |config: &GatewayConfig| config.toml().replace("[state]\n", &format!("[state]\nredis = \"{}\"\n", redis.url()));
-    let one = Gateway::start_with_env(&with_redis(&config), &ENV).await;
-    let two = Gateway::start_with_env(&with_redis(&config), &ENV).await;
+    let one = Gateway::start_with_env(&with_redis(&config), &env).await;
+    let two = Gateway::start_with_env(&with_redis(&config), &env).await;
     one.wait_for_tool("Mail.Read@1.0.0").await;
     two.wait_for_tool("Mail.Read@1.0.0").await;
     // The balancer's address is the fleet's public_url, given by a reload
@@ -804,9 +825,11 @@ async fn behind_a_balancer_a_link_and_its_callback_may_reach_different_replicas(
         let resp = send_with_headers(gw.addr, "GET", path, Bytes::new(), &[("oxp-api-key", BOB)]).await;
         assert_eq!(resp.status, 404, "nor does bob, on any replica");
     }
+    // Both replicas serve alice from the one grant in the vault.
     for _ in 0..4 {
         through(ALICE).await.result();
     }
+    assert!(vault.latest("secret/oauth/idp/alice").await.is_some_and(|g| g["access_token"].is_string()));
     through(BOB).await.server_error(400);
     // A completed link is spent for the whole fleet.
     let again = Browser::new().get_no_follow(url).await;

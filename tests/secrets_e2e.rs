@@ -1,19 +1,19 @@
 //! Secrets and authorization end to end: what the tool server receives in
 //! `context`, what a client gets when something is missing, and that no
-//! secret ever shows up in the gateway's output.
+//! secret ever shows up in the gateway's output. Vault is a real OpenBao
+//! (`common::openbao`), which the outage tests seal.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::kv2::Kv2Server;
+use common::openbao::OpenBao;
 use common::{echo, needing, send_with_headers, temp_file, tool, Gateway, Resp, ToolServer};
 use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 
 const JWT_SECRET: &str = "jwt-signing-secret-7f3a9c";
-const VAULT_TOKEN: &str = "hvs.vault-token-0b1d2e";
 
 async fn tool_server(tools: Vec<Value>) -> ToolServer {
     let server = ToolServer::start(common::catalog(tools)).await;
@@ -67,8 +67,9 @@ async fn secrets_come_from_env_file_and_vault_and_replace_what_the_client_sent()
         needing("Db.Query", json!({"secrets": [{"id": "DB_PASSWORD"}]})),
     ])
     .await;
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
-    vault.put("secret/tools/twilio", json!({"api_key": "twilio-from-vault-91ab"}));
+    let vault = OpenBao::start().await;
+    vault.put("secret/tools/twilio", json!({"api_key": "twilio-from-vault-91ab"})).await;
+    let vault_token = vault.gateway_token().await;
     let file = temp_file("sendgrid", "key", "sendgrid-from-file-55cd\n");
     let toml = config(
         &server.url(),
@@ -80,9 +81,11 @@ async fn secrets_come_from_env_file_and_vault_and_replace_what_the_client_sent()
             file.display()
         ),
     );
-    let gw =
-        Gateway::start_with_env(&toml, &[("TEST_VAULT_TOKEN", VAULT_TOKEN), ("TEST_DB_PASSWORD", "db-from-env-77ef")])
-            .await;
+    let gw = Gateway::start_with_env(
+        &toml,
+        &[("TEST_VAULT_TOKEN", vault_token.as_str()), ("TEST_DB_PASSWORD", "db-from-env-77ef")],
+    )
+    .await;
     gw.wait_for_tool("Db.Query@1.0.0").await;
 
     let resp = call_as(
@@ -103,9 +106,10 @@ async fn secrets_come_from_env_file_and_vault_and_replace_what_the_client_sent()
     assert_eq!(secret_value(&context_of(&server), "DB_PASSWORD").as_deref(), Some("db-from-env-77ef"));
 
     // Within cache_ttl the vault is not asked again.
-    let asked = vault.request_count();
+    let asked = vault.requests_by(&vault_token).await;
+    assert_eq!(asked.len(), 1, "{asked:?}");
     call_as(&gw, None, "Sms.Send@1.0.0", json!({})).await.expect_status(200);
-    assert_eq!(vault.request_count(), asked, "a cached value costs no vault request");
+    assert_eq!(vault.requests_by(&vault_token).await, asked, "a cached value costs no vault request");
 }
 
 #[tokio::test]
@@ -115,9 +119,10 @@ async fn a_vault_outage_serves_cached_values_and_fails_fast_for_values_never_fet
         needing("Maps.Find", json!({"secrets": [{"id": "MAPS_KEY"}]})),
     ])
     .await;
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
-    vault.put("secret/tools/twilio", json!({"api_key": "twilio-cached-3c"}));
-    vault.put("secret/tools/maps", json!({"key": "maps-never-fetched-8d"}));
+    let vault = OpenBao::start().await;
+    vault.put("secret/tools/twilio", json!({"api_key": "twilio-cached-3c"})).await;
+    vault.put("secret/tools/maps", json!({"key": "maps-never-fetched-8d"})).await;
+    let vault_token = vault.gateway_token().await;
     let toml = config(
         &server.url(),
         &format!(
@@ -126,11 +131,11 @@ async fn a_vault_outage_serves_cached_values_and_fails_fast_for_values_never_fet
             vault.url()
         ),
     );
-    let gw = Gateway::start_with_env(&toml, &[("TEST_VAULT_TOKEN", VAULT_TOKEN)]).await;
+    let gw = Gateway::start_with_env(&toml, &[("TEST_VAULT_TOKEN", vault_token.as_str())]).await;
     gw.wait_for_tool("Maps.Find@1.0.0").await;
     call_as(&gw, None, "Sms.Send@1.0.0", json!({})).await.expect_status(200);
 
-    vault.set_down(true);
+    vault.seal().await;
     tokio::time::sleep(Duration::from_millis(200)).await; // past cache_ttl
     call_as(&gw, None, "Sms.Send@1.0.0", json!({})).await.expect_status(200);
     assert_eq!(secret_value(&context_of(&server), "TWILIO_API_KEY").as_deref(), Some("twilio-cached-3c"));
@@ -180,8 +185,9 @@ async fn unmet_requirements_are_400s_that_name_them_and_never_reach_the_tool() {
 async fn per_user_tokens_come_from_the_vault_for_the_authenticated_user_only() {
     let server =
         tool_server(vec![needing("Gmail.Read", json!({"authorization": [{"id": "google"}], "user_id": true}))]).await;
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
-    vault.put("secret/oauth/google/alice", json!({"access_token": "ya29.alice-token-e4"}));
+    let vault = OpenBao::start().await;
+    vault.put("secret/oauth/google/alice", json!({"access_token": "ya29.alice-token-e4"})).await;
+    let vault_token = vault.gateway_token().await;
     let toml = config(
         &server.url(),
         &format!(
@@ -193,7 +199,8 @@ async fn per_user_tokens_come_from_the_vault_for_the_authenticated_user_only() {
         ),
     );
     let gw =
-        Gateway::start_with_env(&toml, &[("TEST_VAULT_TOKEN", VAULT_TOKEN), ("TEST_JWT_SECRET", JWT_SECRET)]).await;
+        Gateway::start_with_env(&toml, &[("TEST_VAULT_TOKEN", vault_token.as_str()), ("TEST_JWT_SECRET", JWT_SECRET)])
+            .await;
     let alice = jwt("alice", json!({}));
     let deadline = Instant::now() + Duration::from_secs(10);
     while call_as(&gw, Some(&alice), "Gmail.Read@1.0.0", json!({})).await.status != 200 {
@@ -212,6 +219,12 @@ async fn per_user_tokens_come_from_the_vault_for_the_authenticated_user_only() {
     assert_eq!(body["missing_requirements"]["authorization"][0]["id"], "google");
     assert_eq!(body["missing_requirements"]["authorization"][0]["url"], "https://auth.example.com/google?user=bob");
     assert_eq!(server.call_count(), calls, "bob's call never reaches the tool");
+    let reads = vault.reads_by(&vault_token).await;
+    assert!(
+        reads.iter().all(|p| p == "secret/data/oauth/google/alice" || p == "secret/data/oauth/google/bob"),
+        "{reads:?}"
+    );
+    assert!(!reads.iter().any(|p| p.ends_with("/mallory")), "a claimed user id is never looked up: {reads:?}");
 }
 
 #[tokio::test]
@@ -307,9 +320,10 @@ async fn no_secret_or_token_appears_in_logs_errors_status_or_metrics() {
         needing("Gmail.Read", json!({"authorization": [{"id": "google"}]})),
     ])
     .await;
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
-    vault.put("secret/tools/twilio", json!({"api_key": "leak-canary-vault-1"}));
-    vault.put("secret/oauth/google/dave", json!({"access_token": "leak-canary-oauth-2"}));
+    let vault = OpenBao::start().await;
+    vault.put("secret/tools/twilio", json!({"api_key": "leak-canary-vault-1"})).await;
+    vault.put("secret/oauth/google/dave", json!({"access_token": "leak-canary-oauth-2"})).await;
+    let vault_token = vault.gateway_token().await;
     let file = temp_file("filekey", "key", "leak-canary-file-3\n");
     let toml = config(
         &server.url(),
@@ -324,7 +338,7 @@ async fn no_secret_or_token_appears_in_logs_errors_status_or_metrics() {
         ),
     );
     let env = [
-        ("TEST_VAULT_TOKEN", VAULT_TOKEN),
+        ("TEST_VAULT_TOKEN", vault_token.as_str()),
         ("TEST_ENV_KEY", "leak-canary-env-4"),
         ("TEST_JWT_SECRET", JWT_SECRET),
         ("TEST_SVC_KEY", "leak-canary-apikey-5"),
@@ -342,7 +356,7 @@ async fn no_secret_or_token_appears_in_logs_errors_status_or_metrics() {
     bodies.push(call_as(&gw, Some("leak-canary-apikey-5"), "Gmail.Read@1.0.0", json!({})).await.text());
     bodies.push(call_as(&gw, Some("leak-canary-bad-token-6"), "Sms.Send@1.0.0", json!({})).await.text());
     bodies.push(call_as(&gw, Some(&jwt("eve", json!({}))), "Gmail.Read@1.0.0", json!({})).await.text());
-    vault.set_down(true);
+    vault.seal().await;
     bodies.push(call_as(&gw, Some(&jwt("frank", json!({}))), "Gmail.Read@1.0.0", json!({})).await.text());
     bodies.push(common::send(gw.admin, "GET", "/status", Bytes::new(), None).await.text());
     bodies.push(common::send(gw.admin, "GET", "/metrics", Bytes::new(), None).await.text());
@@ -355,7 +369,7 @@ async fn no_secret_or_token_appears_in_logs_errors_status_or_metrics() {
     tokio::time::sleep(Duration::from_millis(300)).await; // let the log writer flush
     let logs = gw.logs();
     assert!(logs.contains("TRACE") || logs.contains("DEBUG"), "the gateway logged at trace level");
-    for canary in ["leak-canary-", VAULT_TOKEN, JWT_SECRET, dave.as_str()] {
+    for canary in ["leak-canary-", vault_token.as_str(), JWT_SECRET, dave.as_str()] {
         if let Some(line) = logs.lines().find(|l| l.contains(canary)) {
             panic!("{canary} leaked into the logs: {line}");
         }

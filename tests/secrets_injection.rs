@@ -5,19 +5,21 @@
 //! header reaches an upstream.
 //!
 //! Secrets come from real environment variables of the gateway process, real
-//! files, and the KV v2 server of `common::kv2`; JWTs are signed here.
+//! files, and a real OpenBao (`common::openbao`), which the outage tests
+//! seal, freeze (SIGSTOP) and kill; the gateway reads it with a token of its
+//! own (`GATEWAY_POLICY`), whose requests the vault's audit log shows. JWTs
+//! are signed here.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::kv2::Kv2Server;
+use common::openbao::OpenBao;
 use common::{echo, needing, send_with_headers, temp_file, tool, Gateway, GatewayConfig, Resp, ToolServer};
 use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 
-const VAULT_TOKEN: &str = "hvs.CAESIinjection-vault-token-4d1f";
 const JWT_SECRET: &str = "injection-tests-hs256-secret-a7c2e9f04b";
 
 // ---------------------------------------------------------------------------
@@ -39,17 +41,23 @@ fn config(url: &str, extra: &str) -> GatewayConfig {
         .raw(extra)
 }
 
-/// The `[vault]` section for the fake server.
-fn vault_section(vault: &Kv2Server, cache_ttl: &str, timeout: &str) -> String {
+/// The `[vault]` section for `vault`, the token in `INJ_VAULT_TOKEN`.
+fn vault_section(vault: &OpenBao, cache_ttl: &str, timeout: &str) -> String {
     format!(
         "[vault]\naddress = \"{}\"\ntoken = \"env:INJ_VAULT_TOKEN\"\ncache_ttl = \"{cache_ttl}\"\ntimeout = \"{timeout}\"\n",
         vault.url()
     )
 }
 
-/// A gateway whose `TWILIO_API_KEY` is read from the fake vault with these
-/// `cache_ttl` and `timeout`.
-async fn twilio_from_vault(server: &ToolServer, vault: &Kv2Server, cache_ttl: &str, timeout: &str) -> Gateway {
+/// A gateway whose `TWILIO_API_KEY` is read from `vault` with these
+/// `cache_ttl` and `timeout`, with `token`.
+async fn twilio_from_vault_as(
+    server: &ToolServer,
+    vault: &OpenBao,
+    token: &str,
+    cache_ttl: &str,
+    timeout: &str,
+) -> Gateway {
     config(
         &server.url(),
         &format!(
@@ -57,12 +65,22 @@ async fn twilio_from_vault(server: &ToolServer, vault: &Kv2Server, cache_ttl: &s
             vault_section(vault, cache_ttl, timeout)
         ),
     )
-    .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN)])
+    .start_with_env(&[("INJ_VAULT_TOKEN", token)])
     .await
 }
 
-/// One of the fake vault's failure switches (`set_down`, `set_unreachable`, `set_hang`).
-type VaultSwitch = fn(&Kv2Server, bool);
+/// The same with a gateway's token of its own, returned with the gateway.
+async fn twilio_from_vault(server: &ToolServer, vault: &OpenBao, cache_ttl: &str, timeout: &str) -> (Gateway, String) {
+    let token = vault.gateway_token().await;
+    (twilio_from_vault_as(server, vault, &token, cache_ttl, timeout).await, token)
+}
+
+/// `otc_gateway_vault_stale_served_total` now.
+async fn stale_served(gw: &Gateway) -> f64 {
+    let metrics = common::send(gw.admin, "GET", "/metrics", Bytes::new(), None).await;
+    metrics.expect_status(200);
+    metric_value(&metrics.text(), "otc_gateway_vault_stale_served_total", &[])
+}
 
 /// `[auth]` in jwt mode with the HS256 secret from the environment.
 const JWT_AUTH: &str = "[auth]\nmode = \"jwt\"\nhs256_secret = \"env:INJ_JWT_SECRET\"\n";
@@ -202,25 +220,24 @@ async fn a_secret_from_a_file_is_injected_with_its_trailing_newline_trimmed() {
 #[tokio::test]
 async fn a_secret_from_vault_kv2_is_injected_and_cached_within_cache_ttl() {
     let server = tool_server(vec![twilio_tool()]).await;
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
-    vault.put("secret/tools/twilio", json!({"api_key": "AC-vault-value-5be0", "other": "not-this-one"}));
-    let gw = twilio_from_vault(&server, &vault, "60s", "2s").await;
+    let vault = OpenBao::start().await;
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-vault-value-5be0", "other": "not-this-one"})).await;
+    let (gw, token) = twilio_from_vault(&server, &vault, "60s", "2s").await;
     gw.wait_for_tool(TWILIO).await;
 
     call_anon(&gw, TWILIO, json!({})).await.result();
     assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "AC-vault-value-5be0");
+    let asked = vault.requests_by(&token).await;
     assert!(
-        vault.request_paths().iter().any(|p| p.starts_with("/v1/secret/data/tools/twilio")),
-        "read through the KV v2 data path: {:?}",
-        vault.request_paths()
+        asked.iter().any(|r| r.operation == "read" && r.path == "secret/data/tools/twilio"),
+        "read through the KV v2 data path: {asked:?}"
     );
 
     // A second call within cache_ttl does not ask the vault again, even
     // though the secret has a new version there.
-    let asked = vault.request_count();
-    vault.put("secret/tools/twilio", json!({"api_key": "AC-vault-rotated-0000"}));
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-vault-rotated-0000"})).await;
     call_anon(&gw, TWILIO, json!({})).await.result();
-    assert_eq!(vault.request_count(), asked, "a cached value costs no vault request");
+    assert_eq!(vault.requests_by(&token).await, asked, "a cached value costs no vault request");
     assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "AC-vault-value-5be0");
     assert_eq!(server.call_count(), 2);
 }
@@ -228,14 +245,14 @@ async fn a_secret_from_vault_kv2_is_injected_and_cached_within_cache_ttl() {
 #[tokio::test]
 async fn after_cache_ttl_the_vault_is_asked_again() {
     let server = tool_server(vec![twilio_tool()]).await;
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
-    vault.put("secret/tools/twilio", json!({"api_key": "AC-before-rotation"}));
-    let gw = twilio_from_vault(&server, &vault, "300ms", "2s").await;
+    let vault = OpenBao::start().await;
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-before-rotation"})).await;
+    let (gw, _) = twilio_from_vault(&server, &vault, "300ms", "2s").await;
     gw.wait_for_tool(TWILIO).await;
     call_anon(&gw, TWILIO, json!({})).await.result();
     assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "AC-before-rotation");
 
-    vault.put("secret/tools/twilio", json!({"api_key": "AC-after-rotation"}));
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-after-rotation"})).await;
     tokio::time::sleep(Duration::from_millis(600)).await;
     call_anon(&gw, TWILIO, json!({})).await.result();
     assert_eq!(
@@ -248,51 +265,57 @@ async fn after_cache_ttl_the_vault_is_asked_again() {
 #[tokio::test]
 async fn while_the_vault_is_down_the_cached_value_keeps_being_served() {
     let server = tool_server(vec![twilio_tool()]).await;
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
-    vault.put("secret/tools/twilio", json!({"api_key": "AC-cached-through-outage"}));
-    let gw = twilio_from_vault(&server, &vault, "200ms", "1s").await;
+    let mut vault = OpenBao::start().await;
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-cached-through-outage"})).await;
+    let (gw, _) = twilio_from_vault(&server, &vault, "200ms", "1s").await;
     gw.wait_for_tool(TWILIO).await;
     call_anon(&gw, TWILIO, json!({})).await.result();
 
-    // Sealed (503), then unreachable (connections dropped): each time past
-    // cache_ttl, so the gateway does go back to the vault.
-    // Then hung (requests never answered): served after at most `timeout`.
-    let modes: [(&str, VaultSwitch); 3] =
-        [("sealed", Kv2Server::set_down), ("unreachable", Kv2Server::set_unreachable), ("hung", Kv2Server::set_hang)];
-    for (what, set) in modes {
-        set(&vault, true);
+    // Sealed (503), hung (stopped: requests never answered, so served after
+    // at most `timeout`), then gone (killed: connections refused): each time
+    // past cache_ttl, so the gateway does go back to the vault, and each
+    // stale serve is counted (a value is served stale only after the vault
+    // was asked and could not answer).
+    for what in ["sealed", "hung", "gone"] {
+        match what {
+            "sealed" => vault.seal().await,
+            "hung" => vault.freeze(),
+            _ => vault.kill(),
+        }
         tokio::time::sleep(Duration::from_millis(400)).await;
-        let asked = vault.request_count();
+        let stale = stale_served(&gw).await;
         let started = Instant::now();
         let resp = call_anon(&gw, TWILIO, json!({})).await;
         assert_eq!(resp.status, 200, "vault {what}: the cached value is served: {}", resp.text());
         assert!(started.elapsed() < Duration::from_secs(5), "vault {what}: no hang ({:?})", started.elapsed());
         assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "AC-cached-through-outage", "vault {what}");
-        if what == "sealed" {
-            assert!(vault.request_count() > asked, "past cache_ttl the gateway asked the (sealed) vault again");
+        assert_eq!(stale_served(&gw).await, stale + 1.0, "vault {what}: asked the vault again, served stale");
+        match what {
+            "sealed" => vault.unseal().await,
+            "hung" => vault.thaw(),
+            _ => {}
         }
-        set(&vault, false);
     }
-    let metrics = common::send(gw.admin, "GET", "/metrics", Bytes::new(), None).await;
-    metrics.expect_status(200);
-    let stale = metric_value(&metrics.text(), "otc_gateway_vault_stale_served_total", &[]);
-    assert!(stale >= 3.0, "each stale serve is counted: {stale}\n{}", metrics.text());
 }
 
 #[tokio::test]
 async fn a_value_never_fetched_while_the_vault_is_down_is_a_prompt_400_naming_the_requirement() {
     let server = tool_server(vec![twilio_tool()]).await;
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
-    vault.put("secret/tools/twilio", json!({"api_key": "AC-never-fetched"}));
-    let gw = twilio_from_vault(&server, &vault, "60s", "1s").await;
+    let mut vault = OpenBao::start().await;
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-never-fetched"})).await;
+    // The root token: it is the one token a restarted dev server still has.
+    let root = vault.root_token().to_owned();
+    let gw = twilio_from_vault_as(&server, &vault, &root, "60s", "1s").await;
     gw.wait_for_tool(TWILIO).await;
 
-    // Sealed, unreachable, hung: each a 400 naming the secret, well under
-    // the 20 s call timeout, and the tool is never called.
-    let modes: [(&str, VaultSwitch); 3] =
-        [("sealed", Kv2Server::set_down), ("unreachable", Kv2Server::set_unreachable), ("hung", Kv2Server::set_hang)];
-    for (what, set) in modes {
-        set(&vault, true);
+    // Sealed, hung, gone: each a 400 naming the secret, well under the 20 s
+    // call timeout, and the tool is never called.
+    for what in ["sealed", "hung", "gone"] {
+        match what {
+            "sealed" => vault.seal().await,
+            "hung" => vault.freeze(),
+            _ => vault.kill(),
+        }
         let started = Instant::now();
         let resp = call_anon(&gw, TWILIO, json!({})).await;
         let elapsed = started.elapsed();
@@ -300,11 +323,18 @@ async fn a_value_never_fetched_while_the_vault_is_down_is_a_prompt_400_naming_th
         assert!(message(&body).contains("TWILIO_API_KEY"), "vault {what}: the message names the requirement: {body}");
         assert!(elapsed < Duration::from_secs(5), "vault {what}: answered in {elapsed:?}, not a hang");
         assert!(!resp.text().contains("AC-never-fetched"));
-        set(&vault, false);
+        match what {
+            "sealed" => vault.unseal().await,
+            "hung" => vault.thaw(),
+            _ => {}
+        }
     }
     assert_eq!(server.call_count(), 0, "the tool is never called without its secret");
 
-    // Once the vault is back, the same call goes through.
+    // Once the vault is back (restarted: a dev server comes back empty, so
+    // the secret is written again), the same call goes through.
+    vault.restart().await;
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-never-fetched"})).await;
     call_anon(&gw, TWILIO, json!({})).await.result();
     assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "AC-never-fetched");
 }
@@ -312,14 +342,14 @@ async fn a_value_never_fetched_while_the_vault_is_down_is_a_prompt_400_naming_th
 #[tokio::test]
 async fn a_managed_secret_missing_from_the_vault_is_a_400_naming_it() {
     let server = tool_server(vec![twilio_tool()]).await;
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
+    let vault = OpenBao::start().await;
     // The path exists but the field does not; then the path does not exist.
-    vault.put("secret/tools/twilio", json!({"wrong_field": "x"}));
-    let gw = twilio_from_vault(&server, &vault, "60s", "1s").await;
+    vault.put("secret/tools/twilio", json!({"wrong_field": "x"})).await;
+    let (gw, _) = twilio_from_vault(&server, &vault, "60s", "1s").await;
     gw.wait_for_tool(TWILIO).await;
     let body = call_anon(&gw, TWILIO, json!({})).await.server_error(400);
     assert!(message(&body).contains("TWILIO_API_KEY"), "missing field: {body}");
-    vault.purge("secret/tools/twilio");
+    vault.purge("secret/tools/twilio").await;
     let body = call_anon(&gw, TWILIO, json!({})).await.server_error(400);
     assert!(message(&body).contains("TWILIO_API_KEY"), "missing path: {body}");
     assert_eq!(server.call_count(), 0);
@@ -330,9 +360,10 @@ async fn a_revoked_token_or_a_deleted_secret_is_not_papered_over_by_the_cache() 
     // docs/configuration.md: while the vault is unreachable a cached value is served past
     // its ttl, but "a 403 or 404 is never papered over".
     let server = tool_server(vec![twilio_tool(), needing("Maps.Find", json!({"secrets": [{"id": "MAPS_KEY"}]}))]).await;
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
-    vault.put("secret/tools/twilio", json!({"api_key": "AC-deleted-later"}));
-    vault.put("secret/tools/maps", json!({"key": "maps-revoked-later"}));
+    let vault = OpenBao::start().await;
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-deleted-later"})).await;
+    vault.put("secret/tools/maps", json!({"key": "maps-revoked-later"})).await;
+    let token = vault.gateway_token().await;
     let gw = config(
         &server.url(),
         &format!(
@@ -340,7 +371,7 @@ async fn a_revoked_token_or_a_deleted_secret_is_not_papered_over_by_the_cache() 
             vault_section(&vault, "200ms", "1s")
         ),
     )
-    .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN)])
+    .start_with_env(&[("INJ_VAULT_TOKEN", token.as_str())])
     .await;
     gw.wait_for_tool("Maps.Find@1.0.0").await;
     call_anon(&gw, TWILIO, json!({})).await.result();
@@ -348,7 +379,7 @@ async fn a_revoked_token_or_a_deleted_secret_is_not_papered_over_by_the_cache() 
     let calls = server.call_count();
 
     // Deleted (404 with deletion_time), past cache_ttl.
-    vault.delete("secret/tools/twilio");
+    vault.delete("secret/tools/twilio").await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     let resp = call_anon(&gw, TWILIO, json!({})).await;
     let body = resp.server_error(400);
@@ -356,12 +387,52 @@ async fn a_revoked_token_or_a_deleted_secret_is_not_papered_over_by_the_cache() 
     assert!(!resp.text().contains("AC-deleted-later"));
 
     // The gateway's vault token revoked (403), past cache_ttl.
-    vault.set_token("hvs.rotated-token-the-gateway-lacks");
+    vault.revoke_token(&token).await;
     let resp = call_anon(&gw, "Maps.Find@1.0.0", json!({})).await;
     let body = resp.server_error(400);
     assert!(message(&body).contains("MAPS_KEY"), "{body}");
     assert!(!resp.text().contains("maps-revoked-later"));
     assert_eq!(server.call_count(), calls, "neither call reached the tool with a stale value");
+}
+
+#[tokio::test]
+async fn a_rotated_vault_token_file_is_used_without_a_restart() {
+    // docs/configuration.md: the token reference is "re-read on each request,
+    // so rotation works".
+    let server = tool_server(vec![twilio_tool()]).await;
+    let vault = OpenBao::start().await;
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-before-rotation"})).await;
+    let (old, new) = (vault.gateway_token().await, vault.gateway_token().await);
+    let token_file = temp_file("vault-token", "txt", &format!("{old}\n"));
+    let gw = config(
+        &server.url(),
+        &format!(
+            "[vault]\naddress = \"{}\"\ntoken = \"file:{}\"\ncache_ttl = \"200ms\"\ntimeout = \"1s\"\n\n\
+             [secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\n",
+            vault.url(),
+            token_file.display()
+        ),
+    )
+    .start()
+    .await;
+    gw.wait_for_tool(TWILIO).await;
+    call_anon(&gw, TWILIO, json!({})).await.result();
+    assert_eq!(vault.reads_by(&old).await.len(), 1);
+
+    // Rotated as an agent does it: the new token renamed into place, the
+    // old one revoked.
+    let next = temp_file("vault-token-next", "txt", &format!("{new}\n"));
+    std::fs::rename(&next, &token_file).expect("rename");
+    vault.revoke_token(&old).await;
+    vault.put("secret/tools/twilio", json!({"api_key": "AC-after-rotation"})).await;
+    tokio::time::sleep(Duration::from_millis(400)).await; // past cache_ttl
+    call_anon(&gw, TWILIO, json!({})).await.result();
+    assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "AC-after-rotation");
+    assert_eq!(vault.reads_by(&new).await.len(), 1, "the gateway read with the new token");
+    assert_eq!(vault.reads_by(&old).await.len(), 1, "and not with the revoked one");
+    let logs = gw.logs();
+    assert!(!logs.contains(&old) && !logs.contains(&new), "no vault token in the gateway's log");
+    let _ = std::fs::remove_file(token_file);
 }
 
 #[tokio::test]
@@ -372,8 +443,9 @@ async fn a_tool_gets_only_the_secrets_and_tokens_it_declares() {
         needing("Mail.Send", json!({"secrets": [{"id": "MAIL_KEY"}]})),
     ])
     .await;
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
-    vault.put("secret/oauth/google/alice", json!({"access_token": "ya29.scoped-alice-token"}));
+    let vault = OpenBao::start().await;
+    vault.put("secret/oauth/google/alice", json!({"access_token": "ya29.scoped-alice-token"})).await;
+    let token = vault.gateway_token().await;
     let gw = config(
         &server.url(),
         &format!(
@@ -383,7 +455,7 @@ async fn a_tool_gets_only_the_secrets_and_tokens_it_declares() {
         ),
     )
     .start_with_env(&[
-        ("INJ_VAULT_TOKEN", VAULT_TOKEN),
+        ("INJ_VAULT_TOKEN", token.as_str()),
         ("INJ_JWT_SECRET", JWT_SECRET),
         ("INJ_SMS_KEY", "sms-only-value"),
         ("INJ_MAIL_KEY", "mail-only-value"),
@@ -496,7 +568,7 @@ async fn requirements_user_id_without_a_user_is_a_400() {
 
 const GMAIL: &str = "Gmail.ListEmails@1.0.0";
 
-fn oauth_config(server: &ToolServer, vault: &Kv2Server, mode_jwt: bool) -> GatewayConfig {
+fn oauth_config(server: &ToolServer, vault: &OpenBao, mode_jwt: bool) -> GatewayConfig {
     let auth = if mode_jwt { JWT_AUTH } else { "" };
     config(
         &server.url(),
@@ -519,11 +591,12 @@ fn oauth_tools() -> Vec<Value> {
 #[tokio::test]
 async fn a_per_user_oauth_token_is_injected_for_its_user_only() {
     let server = tool_server(oauth_tools()).await;
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
-    vault.put("secret/oauth/google/alice", json!({"access_token": "ya29.alice-google-token-c0ffee"}));
-    vault.put("secret/oauth/google/carol", json!({"access_token": "ya29.carol-google-token-d00d"}));
+    let vault = OpenBao::start().await;
+    vault.put("secret/oauth/google/alice", json!({"access_token": "ya29.alice-google-token-c0ffee"})).await;
+    vault.put("secret/oauth/google/carol", json!({"access_token": "ya29.carol-google-token-d00d"})).await;
+    let token = vault.gateway_token().await;
     let gw = oauth_config(&server, &vault, true)
-        .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN), ("INJ_JWT_SECRET", JWT_SECRET)])
+        .start_with_env(&[("INJ_VAULT_TOKEN", token.as_str()), ("INJ_JWT_SECRET", JWT_SECRET)])
         .await;
     let (alice, bob) = (jwt("alice"), jwt("bob"));
     let alice_auth = format!("Bearer {alice}");
@@ -536,12 +609,9 @@ async fn a_per_user_oauth_token_is_injected_for_its_user_only() {
     let google = authorization_entries(&context, "google");
     assert_eq!(google, vec![json!({"id": "google", "token": "ya29.alice-google-token-c0ffee"})], "{context}");
     assert_eq!(context["user_id"], "alice");
-    assert!(
-        vault.request_paths().iter().any(|p| p.starts_with("/v1/secret/data/oauth/google/alice")),
-        "{:?}",
-        vault.request_paths()
-    );
-    assert!(!vault.request_paths().iter().any(|p| p.contains("carol")), "carol's token was never read");
+    let reads = vault.reads_by(&token).await;
+    assert!(reads.iter().any(|p| p == "secret/data/oauth/google/alice"), "{reads:?}");
+    assert!(!reads.iter().any(|p| p.contains("carol")), "carol's token was never read: {reads:?}");
 
     // bob has no stored token: 400 naming google, with the authorize url for
     // him, and the tool is not called (also when he sends a token of his own).
@@ -588,10 +658,11 @@ async fn an_unconfigured_provider_is_a_400_unless_the_client_sends_its_token() {
 #[tokio::test]
 async fn an_anonymous_caller_never_gets_a_per_user_token() {
     let server = tool_server(oauth_tools()).await;
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
-    vault.put("secret/oauth/google/alice", json!({"access_token": "ya29.alice-must-stay-home"}));
+    let vault = OpenBao::start().await;
+    vault.put("secret/oauth/google/alice", json!({"access_token": "ya29.alice-must-stay-home"})).await;
+    let token = vault.gateway_token().await;
     // mode none: callers are anonymous; a client-sent user_id is not an identity.
-    let gw = oauth_config(&server, &vault, false).start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN)]).await;
+    let gw = oauth_config(&server, &vault, false).start_with_env(&[("INJ_VAULT_TOKEN", token.as_str())]).await;
     gw.wait_for_tool(GMAIL).await;
 
     for extra in [json!({}), json!({"context": {"user_id": "alice"}})] {
@@ -601,10 +672,10 @@ async fn an_anonymous_caller_never_gets_a_per_user_token() {
         assert!(!resp.text().contains("alice-must-stay-home"), "{body}");
     }
     assert_eq!(server.call_count(), 0, "the tool is never called");
+    let requests = vault.requests_by(&token).await;
     assert!(
-        !vault.request_paths().iter().any(|p| p.contains("/alice")),
-        "an anonymous claim to be alice never reads her token: {:?}",
-        vault.request_paths()
+        !requests.iter().any(|r| r.path.contains("/alice")),
+        "an anonymous claim to be alice never reads her token: {requests:?}"
     );
 }
 
@@ -613,8 +684,11 @@ async fn a_user_id_cannot_walk_out_of_its_place_in_the_vault_path() {
     let server =
         tool_server(vec![twilio_tool(), needing("Gmail.ListEmails", json!({"authorization": [{"id": "google"}]}))])
             .await;
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
-    vault.put("secret/tools/twilio", json!({"api_key": "AC-not-for-users", "access_token": "AC-not-for-users-either"}));
+    let vault = OpenBao::start().await;
+    vault
+        .put("secret/tools/twilio", json!({"api_key": "AC-not-for-users", "access_token": "AC-not-for-users-either"}))
+        .await;
+    let token = vault.gateway_token().await;
     let gw = config(
         &server.url(),
         &format!(
@@ -623,7 +697,7 @@ async fn a_user_id_cannot_walk_out_of_its_place_in_the_vault_path() {
             vault_section(&vault, "60s", "1s")
         ),
     )
-    .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN), ("INJ_JWT_SECRET", JWT_SECRET)])
+    .start_with_env(&[("INJ_VAULT_TOKEN", token.as_str()), ("INJ_JWT_SECRET", JWT_SECRET)])
     .await;
     let ok = jwt("alice");
     let ok_auth = format!("Bearer {ok}");
@@ -643,20 +717,28 @@ async fn a_user_id_cannot_walk_out_of_its_place_in_the_vault_path() {
         assert!(!resp.text().contains("AC-not-for-users"), "sub {sub:?}: {}", resp.text());
     }
     assert_eq!(server.call_count(), 0, "no traversal attempt reaches the tool");
-    let paths = vault.request_paths();
-    assert!(!paths.iter().any(|p| p.contains("tools/twilio") || p.contains("tools%2Ftwilio")), "{paths:?}");
+    // What the vault was asked, as it decoded the paths: each one segment
+    // under oauth/google/ (an encoded `%2F` stays text in its segment), and
+    // never twilio's secret.
+    let requests = vault.requests_by(&token).await;
+    for r in &requests {
+        let user = r.path.strip_prefix("secret/data/oauth/google/").unwrap_or_else(|| panic!("{r:?}"));
+        assert!(!user.is_empty() && !user.contains('/'), "{r:?}");
+    }
+    assert!(!requests.iter().any(|r| r.path == "secret/data/tools/twilio"), "{requests:?}");
 }
 
 #[tokio::test]
 async fn user_ids_with_url_characters_find_exactly_their_own_token() {
     let server = tool_server(oauth_tools()).await;
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
-    vault.put("secret/oauth/google/alice", json!({"access_token": "ya29.plain-alice"}));
-    vault.put("secret/oauth/google/alice@example.com", json!({"access_token": "ya29.alice-at-example"}));
-    vault.put("secret/oauth/google/Alice Smith", json!({"access_token": "ya29.alice-with-a-space"}));
-    vault.put("secret/oauth/google/50%off", json!({"access_token": "ya29.fifty-percent"}));
+    let vault = OpenBao::start().await;
+    vault.put("secret/oauth/google/alice", json!({"access_token": "ya29.plain-alice"})).await;
+    vault.put("secret/oauth/google/alice@example.com", json!({"access_token": "ya29.alice-at-example"})).await;
+    vault.put("secret/oauth/google/Alice Smith", json!({"access_token": "ya29.alice-with-a-space"})).await;
+    vault.put("secret/oauth/google/50%off", json!({"access_token": "ya29.fifty-percent"})).await;
+    let token = vault.gateway_token().await;
     let gw = oauth_config(&server, &vault, true)
-        .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN), ("INJ_JWT_SECRET", JWT_SECRET)])
+        .start_with_env(&[("INJ_VAULT_TOKEN", token.as_str()), ("INJ_JWT_SECRET", JWT_SECRET)])
         .await;
     let auth = format!("Bearer {}", jwt("alice"));
     wait_listed(&gw, &[("authorization", auth.as_str())], GMAIL).await;
@@ -740,13 +822,14 @@ async fn without_a_bearer_token_the_clients_authorization_is_not_forwarded_eithe
 #[tokio::test]
 async fn a_jwt_authenticated_clients_token_is_not_forwarded_and_a_vault_bearer_token_is() {
     let server = tool_server(vec![tool("Calc.Echo", "1.0.0", json!({"type": "object"}))]).await;
-    let vault = Kv2Server::start(VAULT_TOKEN).await;
-    vault.put("secret/upstreams/calc", json!({"token": "upstream-from-vault-3f3f"}));
+    let vault = OpenBao::start().await;
+    vault.put("secret/upstreams/calc", json!({"token": "upstream-from-vault-3f3f"})).await;
+    let token = vault.gateway_token().await;
     let gw = GatewayConfig::new()
         .upstream_with("tools", &server.url(), "bearer_token = \"vault:secret/upstreams/calc#token\"")
         .raw(&vault_section(&vault, "60s", "1s"))
         .raw(JWT_AUTH)
-        .start_with_env(&[("INJ_VAULT_TOKEN", VAULT_TOKEN), ("INJ_JWT_SECRET", JWT_SECRET)])
+        .start_with_env(&[("INJ_VAULT_TOKEN", token.as_str()), ("INJ_JWT_SECRET", JWT_SECRET)])
         .await;
     let alice = jwt("alice");
     let auth = format!("Bearer {alice}");

@@ -1,12 +1,25 @@
-//! A fake HashiCorp Vault (or OpenBao) server speaking the KV version 2 HTTP
-//! API, for integration tests: a real server cannot be installed here, so
-//! this one answers exactly as the KV v2 documentation and real servers do.
+//! The KV v2 stand-in: a server answering as HashiCorp Vault's (and
+//! OpenBao's) KV version 2 HTTP API does, kept only for the one fault a
+//! real server cannot be made to produce. Every other Vault test talks to a
+//! real OpenBao (`openbao.rs`).
+//!
+//! Who still uses it, and why:
+//! - `tests/vault_backend.rs`,
+//!   `a_cached_value_is_served_stale_while_connections_are_dropped`:
+//!   connections accepted and closed without an answer
+//!   ([`Kv2Server::set_unreachable`]), as a proxy or firewall between the
+//!   gateway and its vault does. A real server answers, hangs when stopped
+//!   (SIGSTOP) or refuses when killed, and those are tested against OpenBao;
+//!   it never drops a request it read without answering.
+//! - `tests/vault_backend.rs`, `the_stand_in_answers_as_openbao_does`: sends
+//!   the same requests to the stand-in and to a real OpenBao and requires
+//!   the same answers, so the stand-in cannot drift from the real API.
 //!
 //! What it serves, on a real socket at 127.0.0.1:<random port>:
 //! - `GET /v1/{mount}/data/{path}[?version=N]` with `X-Vault-Token`:
-//!   200 with the full envelope (`request_id`, `lease_id`, `renewable`,
+//!   200 with the envelope (`request_id`, `lease_id`, `renewable`,
 //!   `lease_duration`, `data: {data, metadata}`, `wrap_info`, `warnings`,
-//!   `auth`, `mount_type`); a missing or wrong token: 403
+//!   `auth`, and Vault's `mount_type`); a missing or wrong token: 403
 //!   `{"errors":["permission denied"]}`; an unknown path: 404
 //!   `{"errors":[]}`; a soft-deleted latest version: 404 with
 //!   `data: {data: null, metadata: {deletion_time: ..}}`; an unknown mount:
@@ -18,19 +31,17 @@
 //! - `DELETE /v1/{mount}/data/{path}`: soft-deletes the latest version, 204.
 //! - `DELETE /v1/{mount}/metadata/{path}`: removes every version and the
 //!   metadata, 204.
-//! - `GET /v1/sys/health`: 200, or 503 while sealed.
 //!
-//! Failure modes: [`Kv2Server::set_down`] answers 503 `Vault is sealed` like a
-//! sealed vault; [`Kv2Server::set_unreachable`] drops connections without an
-//! answer; [`Kv2Server::set_hang`] accepts requests and never answers;
-//! [`Kv2Server::stop`] closes the listener (connection refused).
+//! Faults: [`Kv2Server::set_unreachable`] drops connections without an
+//! answer; [`Kv2Server::set_down`] answers 503 `Vault is sealed` as a sealed
+//! vault does (used to compare that answer with OpenBao's).
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -57,17 +68,13 @@ struct Secrets {
 }
 
 struct State {
-    token: Mutex<String>,
+    token: String,
     secrets: Mutex<Secrets>,
-    extra_mounts: Mutex<HashSet<String>>,
+    mounts: HashSet<String>,
     sealed: AtomicBool,
     unreachable: AtomicBool,
-    hang: AtomicBool,
     requests: AtomicUsize,
-    paths: Mutex<Vec<String>>,
     next_id: AtomicU64,
-    /// Writes through the API that were stored.
-    writes: AtomicUsize,
 }
 
 /// A running fake KV v2 server. Dropping it shuts it down.
@@ -85,25 +92,17 @@ impl Kv2Server {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
         let state = Arc::new(State {
-            token: Mutex::new(token.to_owned()),
+            token: token.to_owned(),
             secrets: Mutex::new(Secrets::default()),
-            extra_mounts: Mutex::new(HashSet::from(["secret".to_owned()])),
+            mounts: HashSet::from(["secret".to_owned()]),
             sealed: AtomicBool::new(false),
             unreachable: AtomicBool::new(false),
-            hang: AtomicBool::new(false),
             requests: AtomicUsize::new(0),
-            paths: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(1),
-            writes: AtomicUsize::new(0),
         });
         let (shutdown, rx) = watch::channel(false);
         let accept = tokio::spawn(accept_loop(listener, state.clone(), rx));
         Kv2Server { addr, state, shutdown, accept: Some(accept) }
-    }
-
-    /// The socket address.
-    pub fn addr(&self) -> SocketAddr {
-        self.addr
     }
 
     /// The base URL, e.g. `http://127.0.0.1:41234` (what `[vault] address`
@@ -113,48 +112,13 @@ impl Kv2Server {
     }
 
     /// Writes a new version of a secret, like `vault kv put`: `mount_path`
-    /// is `MOUNT/PATH` (e.g. `secret/tools/twilio`), `data` a JSON object.
-    /// The mount is created if needed.
+    /// is `MOUNT/PATH` under the `secret/` mount (e.g.
+    /// `secret/tools/twilio`), `data` a JSON object.
     pub fn put(&self, mount_path: &str, data: Value) {
         let (mount, path) = split_mount_path(mount_path);
+        assert!(self.state.mounts.contains(&mount), "no mount {mount}");
         assert!(data.is_object(), "KV v2 data must be a JSON object");
-        self.state.extra_mounts.lock().expect("lock").insert(mount.clone());
         write_version(&self.state, &mount, &path, data);
-    }
-
-    /// The latest data of a secret (`MOUNT/PATH`), deleted or not; `None`
-    /// when it has no version.
-    pub fn latest(&self, mount_path: &str) -> Option<Value> {
-        let (mount, path) = split_mount_path(mount_path);
-        let secrets = self.state.secrets.lock().expect("lock");
-        secrets.mounts.get(&mount).and_then(|m| m.get(&path)).and_then(|v| v.last()).map(|v| v.data.clone())
-    }
-
-    /// How many writes through the API were stored.
-    pub fn write_count(&self) -> usize {
-        self.state.writes.load(Ordering::SeqCst)
-    }
-
-    /// Soft-deletes the latest version, like `vault kv delete`: reads then
-    /// answer 404 with `data: null` and the version's `deletion_time`.
-    pub fn delete(&self, mount_path: &str) {
-        let (mount, path) = split_mount_path(mount_path);
-        soft_delete(&self.state, &mount, &path);
-    }
-
-    /// Removes every version and the metadata, like `vault kv metadata
-    /// delete`: reads then answer a bare 404 `{"errors":[]}`.
-    pub fn purge(&self, mount_path: &str) {
-        let (mount, path) = split_mount_path(mount_path);
-        let mut secrets = self.state.secrets.lock().expect("lock");
-        if let Some(m) = secrets.mounts.get_mut(&mount) {
-            m.remove(&path);
-        }
-    }
-
-    /// Mounts an (empty) KV v2 engine at `mount`.
-    pub fn mount(&self, mount: &str) {
-        self.state.extra_mounts.lock().expect("lock").insert(mount.to_owned());
     }
 
     /// While `down`, every request is answered 503 `{"errors":["Vault is
@@ -169,35 +133,9 @@ impl Kv2Server {
         self.state.unreachable.store(unreachable, Ordering::SeqCst);
     }
 
-    /// While set, requests are read and never answered (a hung vault).
-    pub fn set_hang(&self, hang: bool) {
-        self.state.hang.store(hang, Ordering::SeqCst);
-    }
-
-    /// Replaces the accepted token (a rotated or revoked token).
-    pub fn set_token(&self, token: &str) {
-        *self.state.token.lock().expect("lock") = token.to_owned();
-    }
-
     /// How many HTTP requests reached the server (any path, any answer).
     pub fn request_count(&self) -> usize {
         self.state.requests.load(Ordering::SeqCst)
-    }
-
-    /// The request paths (with query) seen so far, in order.
-    pub fn request_paths(&self) -> Vec<String> {
-        self.state.paths.lock().expect("lock").clone()
-    }
-
-    /// Closes the listener and every connection; returns once the port is
-    /// closed, so later connections are refused.
-    pub async fn stop(&mut self) {
-        let _ = self.shutdown.send(true);
-        if let Some(task) = self.accept.take() {
-            task.abort();
-            // The listener is dropped with the task; wait for that.
-            let _ = task.await;
-        }
     }
 }
 
@@ -222,11 +160,10 @@ fn now_rfc3339() -> String {
     humantime::format_rfc3339_nanos(SystemTime::now()).to_string()
 }
 
-fn write_version(state: &State, mount: &str, path: &str, data: Value) -> Value {
+fn write_version(state: &State, mount: &str, path: &str, data: Value) {
     let mut secrets = state.secrets.lock().expect("lock");
     let versions = secrets.mounts.entry(mount.to_owned()).or_default().entry(path.to_owned()).or_default();
     versions.push(Version { data, created_time: now_rfc3339(), deletion_time: String::new() });
-    metadata(versions.len(), &versions[versions.len() - 1])
 }
 
 /// A write with an optional check-and-set version; `None` when it does not
@@ -238,20 +175,15 @@ fn write_version_cas(state: &State, mount: &str, path: &str, data: Value, cas: O
         return None;
     }
     versions.push(Version { data, created_time: now_rfc3339(), deletion_time: String::new() });
-    state.writes.fetch_add(1, Ordering::SeqCst);
     Some(metadata(versions.len(), &versions[versions.len() - 1]))
 }
 
-fn soft_delete(state: &State, mount: &str, path: &str) -> bool {
+fn soft_delete(state: &State, mount: &str, path: &str) {
     let mut secrets = state.secrets.lock().expect("lock");
-    match secrets.mounts.get_mut(mount).and_then(|m| m.get_mut(path)).and_then(|v| v.last_mut()) {
-        Some(latest) => {
-            if latest.deletion_time.is_empty() {
-                latest.deletion_time = now_rfc3339();
-            }
-            true
+    if let Some(latest) = secrets.mounts.get_mut(mount).and_then(|m| m.get_mut(path)).and_then(|v| v.last_mut()) {
+        if latest.deletion_time.is_empty() {
+            latest.deletion_time = now_rfc3339();
         }
-        None => false,
     }
 }
 
@@ -331,39 +263,18 @@ fn envelope(state: &State, data: Value) -> Value {
 
 async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Full<Bytes>>, Unreachable> {
     state.requests.fetch_add(1, Ordering::SeqCst);
-    let path_and_query = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
-    state.paths.lock().expect("lock").push(path_and_query);
     if state.unreachable.load(Ordering::SeqCst) {
         return Err(Unreachable);
     }
-    if state.hang.load(Ordering::SeqCst) {
-        tokio::time::sleep(Duration::from_secs(3600)).await;
-    }
     let path = req.uri().path().to_owned();
-    if path == "/v1/sys/health" {
-        return Ok(if state.sealed.load(Ordering::SeqCst) {
-            json_response(
-                StatusCode::SERVICE_UNAVAILABLE,
-                json!({"initialized": true, "sealed": true, "standby": true}),
-            )
-        } else {
-            json_response(
-                StatusCode::OK,
-                json!({"initialized": true, "sealed": false, "standby": false,
-                       "version": "1.15.0", "cluster_name": "fake-kv2"}),
-            )
-        });
-    }
     if state.sealed.load(Ordering::SeqCst) {
         return Ok(errors(StatusCode::SERVICE_UNAVAILABLE, &["Vault is sealed"]));
     }
-    let token_ok = {
-        let expected = state.token.lock().expect("lock");
-        req.headers()
-            .get("x-vault-token")
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|t| !t.is_empty() && t == expected.as_str())
-    };
+    let token_ok = req
+        .headers()
+        .get("x-vault-token")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|t| !t.is_empty() && t == state.token);
     if !token_ok {
         return Ok(errors(StatusCode::FORBIDDEN, &["permission denied"]));
     }
@@ -374,7 +285,7 @@ async fn handle(state: Arc<State>, req: Request<Incoming>) -> Result<Response<Fu
         return Ok(no_handler(rest));
     };
     let mount = percent_decode(mount);
-    if !state.extra_mounts.lock().expect("lock").contains(&mount) {
+    if !state.mounts.contains(&mount) {
         return Ok(no_handler(rest));
     }
     if let Some(secret_path) = api_path.strip_prefix("metadata/") {

@@ -18,9 +18,13 @@
 //! `replies.rs` (what a tool server answers), `tool_server.rs` (a real OTC
 //! tool server), `config.rs` (gateway.toml for a test), `gateway.rs` (the
 //! real binary, started and driven), `http.rs` (a plain HTTP/1 client),
-//! `kv2.rs` (a server answering as Vault's KV v2 API does), `oidc.rs` (a
-//! real OpenID Connect provider, and a browser to click through it) and
-//! `fleet.rs` (redis-server and nginx, for replicas sharing state).
+//! `openbao.rs` (a real Vault-API server, OpenBao's `bao server -dev`, for
+//! every Vault test: secrets, tokens, policies, namespaces, its audit log,
+//! sealed, frozen or killed on demand), `kv2.rs` (a stand-in answering as
+//! Vault's KV v2 API does, only for the fault a real server cannot produce:
+//! connections dropped without an answer), `oidc.rs` (a real OpenID Connect
+//! provider, and a browser to click through it) and `fleet.rs`
+//! (redis-server and nginx, for replicas sharing state).
 
 #![allow(dead_code)]
 
@@ -31,6 +35,7 @@ mod gateway;
 mod http;
 pub mod kv2;
 pub mod oidc;
+pub mod openbao;
 mod replies;
 mod tool_server;
 
