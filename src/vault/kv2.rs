@@ -298,7 +298,9 @@ impl Kv2Source {
                 Ok(Written::Done)
             }
             // "check-and-set parameter did not match the current version"
-            400 if String::from_utf8_lossy(&answer).contains("check-and-set") => {
+            // (Not "check-and-set parameter required": a write without one
+            // to a secret that requires it is an error, not a lost race.)
+            400 if String::from_utf8_lossy(&answer).contains("did not match the current version") => {
                 self.lock_cache().remove(&(key.mount.clone(), key.path.clone()));
                 Ok(Written::CasMismatch)
             }
