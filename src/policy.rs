@@ -97,7 +97,7 @@ impl AccessPolicy {
 
     /// What a caller with these matching policies may search in `catalog`:
     /// each tool it may see at its latest version, or at exactly `version`.
-    /// Nothing outside it is ranked or counted (`catalog/search.rs`).
+    /// Nothing outside it is ranked or counted (`catalog/search/`).
     pub fn search_scope(&self, catalog: &Catalog, matching: Matching, version: Option<&Version>) -> Arc<Scope> {
         let index = catalog.search_index();
         if !self.is_active() {

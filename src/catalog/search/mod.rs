@@ -17,19 +17,29 @@
 //! are therefore exactly those of a catalog holding only its tools; tools it
 //! may not see change neither which tools it finds nor their order.
 //!
+//! Here: the index and the ranking. `query.rs` reads and checks a search
+//! request; `text.rs` turns text into search terms (words, common words,
+//! stems, two-word verbs, related words).
+//!
 //! Written here rather than on a crate: the `bm25` crate, measured on the
 //! same queries (benches/README.md, "Tool search"), ranks like BM25F alone
 //! and has no fields, no weighted query words and no statistics over a
 //! subset chosen per search; tantivy has none of the last either.
 
 use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use semver::Version;
 use serde_json::Value;
 
 use super::{Route, ToolMap};
+
+mod query;
+mod text;
+
+pub use query::{SearchError, SearchRequest, MAX_LIMIT};
+use text::{terms, weighted_terms};
 
 /// The fields of a tool that are searched, in the order of [`WEIGHTS`].
 const FIELDS: usize = 4;
@@ -46,124 +56,6 @@ const WEIGHTS: [f32; FIELDS] = [3.0, 1.5, 1.0, 1.0];
 const LENGTH_NORMALISATION: [f32; FIELDS] = [0.3, 0.3, 0.75, 0.75];
 /// BM25's term frequency saturation.
 const K1: f32 = 1.2;
-
-/// The most results one search returns.
-pub const MAX_LIMIT: usize = 100;
-/// Results when the request names no limit.
-pub const DEFAULT_LIMIT: usize = 10;
-/// The longest query accepted, in bytes.
-pub const MAX_QUERY_BYTES: usize = 1024;
-/// The most distinct words a query may have after common words are dropped.
-pub const MAX_QUERY_WORDS: usize = 32;
-/// Longer words are not indexed or searched (base64, hashes, URLs).
-const MAX_WORD_BYTES: usize = 64;
-
-/// Why a search request was refused (a 400 on `GET /tools/search`, a tool
-/// error on `/mcp`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SearchError {
-    /// No `q`, or only spaces.
-    #[error("the query is empty: send the words to search for in q")]
-    EmptyQuery,
-    /// A `q` over [`MAX_QUERY_BYTES`].
-    #[error("the query is longer than {MAX_QUERY_BYTES} bytes")]
-    QueryTooLong,
-    /// More than [`MAX_QUERY_WORDS`] distinct words.
-    #[error("the query has more than {MAX_QUERY_WORDS} distinct words")]
-    TooManyWords,
-    /// A `limit` that is not a whole number from 1 to [`MAX_LIMIT`].
-    #[error("limit must be a whole number from 1 to {MAX_LIMIT}, not {0}")]
-    BadLimit(String),
-    /// A `version` that is not `x.y.z` or `x`.
-    #[error("version must be x.y.z (or x, meaning x.0.0), not {0}")]
-    BadVersion(String),
-    /// A parameter given twice.
-    #[error("{0} is given more than once")]
-    Repeated(&'static str),
-    /// Percent-escapes that do not decode to UTF-8 (`%FF`).
-    #[error("the query string is not UTF-8 once decoded")]
-    NotUtf8,
-}
-
-/// One validated search: the words, how many results, which version.
-#[derive(Debug, Clone, PartialEq)]
-pub struct SearchRequest {
-    /// The query as sent (validated: not empty, not too long, not too many words).
-    pub text: String,
-    /// How many results at most, 1 to [`MAX_LIMIT`].
-    pub limit: usize,
-    /// Tools at exactly this version; `None`: each at its latest.
-    pub version: Option<Version>,
-}
-
-impl SearchRequest {
-    /// Checks a query's text and limit (`None`: [`DEFAULT_LIMIT`]).
-    pub fn new(text: &str, limit: Option<usize>, version: Option<Version>) -> Result<SearchRequest, SearchError> {
-        let text = text.trim();
-        if text.is_empty() {
-            return Err(SearchError::EmptyQuery);
-        }
-        if text.len() > MAX_QUERY_BYTES {
-            return Err(SearchError::QueryTooLong);
-        }
-        if query_terms(text).len() > MAX_QUERY_WORDS {
-            return Err(SearchError::TooManyWords);
-        }
-        let limit = match limit {
-            None => DEFAULT_LIMIT,
-            Some(n @ 1..=MAX_LIMIT) => n,
-            Some(n) => return Err(SearchError::BadLimit(n.to_string())),
-        };
-        Ok(SearchRequest { text: text.to_owned(), limit, version })
-    }
-
-    /// Reads `q`, `limit` and `version` from a URL query string
-    /// (`q=send+sms&limit=5`); other parameters are ignored.
-    pub fn from_query_string(query: Option<&str>) -> Result<SearchRequest, SearchError> {
-        // form_urlencoded decodes invalid UTF-8 to U+FFFD; such a query is refused instead.
-        let decodes = |part: &str| percent_encoding::percent_decode_str(part).decode_utf8().is_ok();
-        if !query.unwrap_or_default().split(['&', '=']).all(decodes) {
-            return Err(SearchError::NotUtf8);
-        }
-        let (mut text, mut limit, mut version) = (None, None, None);
-        for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
-            let (slot, name) = match name.as_ref() {
-                "q" => (&mut text, "q"),
-                "limit" => (&mut limit, "limit"),
-                "version" => (&mut version, "version"),
-                _ => continue,
-            };
-            if slot.replace(value).is_some() {
-                return Err(SearchError::Repeated(name));
-            }
-        }
-        let limit = match limit {
-            None => None,
-            Some(given) => Some(given.trim().parse::<usize>().map_err(|_| SearchError::BadLimit(quoted(&given)))?),
-        };
-        let version = match version {
-            None => None,
-            Some(given) => {
-                let bare = given.trim().trim_start_matches('@');
-                Some(
-                    crate::resolve::parse_requested_version(bare)
-                        .ok_or_else(|| SearchError::BadVersion(quoted(&given)))?,
-                )
-            }
-        };
-        SearchRequest::new(text.as_deref().unwrap_or_default(), limit, version)
-    }
-}
-
-/// A client's text, quoted and cut short for an error message.
-fn quoted(text: &str) -> String {
-    let short: String = text.chars().take(40).collect();
-    if short.len() < text.len() {
-        format!("{short:?}…")
-    } else {
-        format!("{short:?}")
-    }
-}
 
 /// The search index of one catalog.
 #[derive(Debug, Default)]
@@ -463,241 +355,9 @@ fn parameter_text(schema: &Value, depth: usize, out: &mut String) {
     }
 }
 
-/// A query's distinct search terms, in the order they first appear.
-fn query_terms(text: &str) -> Vec<String> {
-    let mut all = Vec::new();
-    push_terms(joined_phrases(words(text)), &mut all);
-    let mut seen = Vec::with_capacity(all.len());
-    for term in all {
-        if !seen.contains(&term) {
-            seen.push(term);
-        }
-    }
-    seen
-}
-
-/// Two-word verbs that mean something neither word does alone (`set up`
-/// a meeting is not its settings), as one word for [`RELATED`].
-const PHRASES: &[(&str, &str, &str)] = &[("set", "up", "setup"), ("sign", "up", "signup"), ("look", "up", "lookup")];
-
-/// `words` with each pair of [`PHRASES`] as one word.
-fn joined_phrases(words: Vec<String>) -> Vec<String> {
-    let mut joined = Vec::with_capacity(words.len());
-    let mut words = words.into_iter().peekable();
-    while let Some(word) = words.next() {
-        let phrase =
-            PHRASES.iter().find(|(first, second, _)| word == *first && words.peek().is_some_and(|w| w == second));
-        match phrase {
-            Some((_, _, one)) => {
-                words.next();
-                joined.push((*one).to_owned());
-            }
-            None => joined.push(word),
-        }
-    }
-    joined
-}
-
-/// A query's terms with their weights and the query word each stands for:
-/// its own words at 1, and the words people use for the same thing
-/// ([`RELATED`]) at [`RELATED_WEIGHT`].
-fn weighted_terms(text: &str) -> Vec<(String, f32, usize)> {
-    let own = query_terms(text);
-    let related = related_terms();
-    let mut weighted: Vec<(String, f32, usize)> =
-        own.iter().enumerate().map(|(word, term)| (term.clone(), 1.0, word)).collect();
-    for (word, term) in own.iter().enumerate() {
-        for other in related.get(term.as_str()).into_iter().flatten() {
-            if !weighted.iter().any(|(seen, _, _)| seen == other) {
-                weighted.push((other.clone(), RELATED_WEIGHT, word));
-            }
-        }
-    }
-    weighted
-}
-
-/// How much a related word counts against a word of the query itself.
-const RELATED_WEIGHT: f32 = 0.4;
-
-/// Each word of [`RELATED`], stemmed, with the other words of its groups.
-fn related_terms() -> &'static HashMap<String, Vec<String>> {
-    static RELATED_TERMS: OnceLock<HashMap<String, Vec<String>>> = OnceLock::new();
-    RELATED_TERMS.get_or_init(|| {
-        let mut map: HashMap<String, Vec<String>> = HashMap::new();
-        for group in RELATED {
-            let mut stems = Vec::new();
-            for word in group.split_whitespace() {
-                terms(word, &mut stems);
-            }
-            for stem in &stems {
-                let others = map.entry(stem.clone()).or_default();
-                for other in &stems {
-                    if other != stem && !others.contains(other) {
-                        others.push(other.clone());
-                    }
-                }
-            }
-        }
-        map
-    })
-}
-
-/// Words people use for the same thing when they ask for a tool, and the
-/// words tool descriptions use for it: a query word finds tools described
-/// with the others of its group, counting [`RELATED_WEIGHT`] as much.
-/// General vocabulary of messaging, scheduling, files, payments and the
-/// like, not of any one catalog (benches/README.md, "Tool search", has the
-/// recall with and without it, on queries written before it).
-const RELATED: &[&str] = &[
-    "text sms texting mms",
-    "email mail inbox gmail",
-    "dm direct private",
-    "bug issue defect ticket crash",
-    "meeting event appointment",
-    "schedule book calendar",
-    "remind reminder task todo",
-    "bill invoice",
-    "charge payment pay",
-    "refund reimburse",
-    "note notes page wiki",
-    "document doc file pdf",
-    "spreadsheet sheet excel",
-    "row rows record",
-    "folder directory",
-    "tweet post twitter",
-    "song track music tune",
-    "play playback listen",
-    "skip next",
-    "video zoom conference",
-    "recording recorded",
-    "flight fly plane airline",
-    "order purchase",
-    "shipped shipping fulfill delivery tracking",
-    "stock inventory quantity available units",
-    "discount coupon promo",
-    "contact person people",
-    "lead prospect",
-    "deal opportunity",
-    "translate translation language",
-    "language english spanish french german italian portuguese dutch russian chinese japanese korean arabic hindi",
-    "weather forecast temperature",
-    "rain precipitation umbrella",
-    "hot cold warm temperature",
-    "storm warning alert severe",
-    "coordinates latitude longitude geocode",
-    "near nearby place places",
-    "directions route travel commute",
-    "repo repository",
-    "pr pull",
-    "close closed resolve fix fixed",
-    "done complete completed finish",
-    "find search look lookup",
-    "share permission access",
-    "delete remove trash",
-    "create new add make open setup signup",
-    "list show",
-    "update change edit modify move reschedule",
-    "free available availability busy",
-    "reply respond answer",
-    "balance funds money",
-    "subscription membership recurring",
-    "customer client",
-    "channel room",
-    "log record",
-    "status delivered delivery",
-];
-
-/// The search terms of `text`: its [`words`] without common English words
-/// and single letters, stemmed.
-pub fn terms(text: &str, out: &mut Vec<String>) {
-    push_terms(words(text), out);
-}
-
-/// The search terms of these words (see [`terms`]).
-fn push_terms(words: Vec<String>, out: &mut Vec<String>) {
-    static STEMMER: OnceLock<rust_stemmers::Stemmer> = OnceLock::new();
-    let stemmer = STEMMER.get_or_init(|| rust_stemmers::Stemmer::create(rust_stemmers::Algorithm::English));
-    for word in words {
-        let single_letter = word.chars().count() == 1 && word.chars().all(char::is_alphabetic);
-        if single_letter || word.len() > MAX_WORD_BYTES || STOP_WORDS.binary_search(&word.as_str()).is_ok() {
-            continue;
-        }
-        out.push(stemmer.stem(&word).into_owned());
-    }
-}
-
-/// Words that say nothing about which tool is meant, sorted for
-/// `binary_search`.
-const STOP_WORDS: [&str; 71] = [
-    "about", "after", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be", "been", "but", "by", "can",
-    "could", "did", "do", "does", "for", "from", "had", "has", "have", "he", "her", "him", "his", "how", "if", "im",
-    "in", "into", "is", "it", "its", "just", "me", "my", "of", "on", "or", "our", "please", "she", "should", "so",
-    "some", "that", "the", "their", "them", "then", "there", "these", "they", "this", "those", "to", "us", "was", "we",
-    "were", "what", "which", "who", "will", "with", "would", "you",
-];
-
-/// Splits text into lower-case words: runs of letters and digits, cut
-/// where a lower-case letter meets an upper-case one (`SendSms`), before
-/// the last capital of a run of capitals followed by a lower-case letter
-/// (`HTTPServer`: "http", "server"), between letters and digits (`Tool007`),
-/// and at anything else (`snake_case`, `kebab-case`, spaces, punctuation).
-pub fn words(text: &str) -> Vec<String> {
-    #[derive(Clone, Copy, PartialEq)]
-    enum Kind {
-        Upper,
-        Lower,
-        Digit,
-        Other,
-    }
-    let kind = |c: char| {
-        if c.is_uppercase() {
-            Kind::Upper
-        } else if c.is_alphabetic() {
-            Kind::Lower
-        } else if c.is_numeric() {
-            Kind::Digit
-        } else {
-            Kind::Other
-        }
-    };
-    let chars: Vec<(char, Kind)> = text.chars().map(|c| (c, kind(c))).collect();
-    let mut out = Vec::new();
-    let mut current = String::new();
-    for (i, &(c, k)) in chars.iter().enumerate() {
-        let previous = i.checked_sub(1).map(|p| chars[p].1);
-        let next = chars.get(i + 1).map(|n| n.1);
-        let boundary = match (previous, k) {
-            (_, Kind::Other) => true,
-            (Some(Kind::Lower), Kind::Upper) => true,
-            (Some(Kind::Upper), Kind::Upper) => next == Some(Kind::Lower),
-            (Some(Kind::Digit), Kind::Upper | Kind::Lower) | (Some(Kind::Upper | Kind::Lower), Kind::Digit) => true,
-            _ => false,
-        };
-        if boundary && !current.is_empty() {
-            out.push(std::mem::take(&mut current));
-        }
-        if k != Kind::Other {
-            current.extend(c.to_lowercase());
-        }
-    }
-    if !current.is_empty() {
-        out.push(current);
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
 
-    #[test]
-    fn two_word_verbs_are_one_word() {
-        assert_eq!(joined_phrases(words("Set up a Zoom call")), ["setup", "a", "zoom", "call"]);
-        assert!(query_terms("set up a call").iter().all(|t| t != "set"), "not the word of `settings`");
-        let weighted = weighted_terms("set up a call");
-        assert!(weighted.iter().any(|(term, weight, _)| term == "creat" && *weight == RELATED_WEIGHT), "{weighted:?}");
-        assert_eq!(joined_phrases(words("set the volume up")), ["set", "the", "volume", "up"]);
-        assert_eq!(query_terms("SendSms"), ["send", "sms"], "words still split where the case changes");
-    }
     use super::*;
     use crate::dialect::{normalise_catalog, DialectDefaults};
     use proptest::prelude::*;
@@ -845,72 +505,5 @@ mod tests {
             };
             prop_assert_eq!(in_full, expected);
         }
-    }
-
-    #[test]
-    fn names_split_into_words() {
-        assert_eq!(words("SendSms"), ["send", "sms"]);
-        assert_eq!(words("send_sms"), ["send", "sms"]);
-        assert_eq!(words("get-weather"), ["get", "weather"]);
-        assert_eq!(words("GoogleCalendar"), ["google", "calendar"]);
-        assert_eq!(words("HTTPServer"), ["http", "server"]);
-        assert_eq!(words("getHTTPResponseCode"), ["get", "http", "response", "code"]);
-        assert_eq!(words("Tool007"), ["tool", "007"]);
-        assert_eq!(words("Kit03.Tool117@1.0.0"), ["kit", "03", "tool", "117", "1", "0", "0"]);
-        assert_eq!(words("SMS"), ["sms"]);
-        assert_eq!(words("  Text my landlord: I'm late! "), ["text", "my", "landlord", "i", "m", "late"]);
-        assert_eq!(words("Straße ÜBER naïve"), ["straße", "über", "naïve"]);
-        assert!(words("").is_empty() && words("_-. !").is_empty());
-    }
-
-    #[test]
-    fn terms_drop_common_words_and_stem() {
-        let mut out = Vec::new();
-        terms("Text my landlord that I'm texting about the late messages", &mut out);
-        assert_eq!(out, ["text", "landlord", "text", "late", "messag"]);
-        let mut out = Vec::new();
-        terms("SendSms send_sms", &mut out);
-        assert_eq!(out, ["send", "sms", "send", "sms"]);
-    }
-
-    #[test]
-    fn stop_words_are_sorted_for_binary_search() {
-        assert!(STOP_WORDS.windows(2).all(|w| w[0] < w[1]), "STOP_WORDS must be sorted and distinct");
-    }
-
-    #[test]
-    fn requests_are_checked() {
-        let ok = SearchRequest::from_query_string(Some("q=send+sms&limit=5&version=%401.0.0&other=x")).unwrap();
-        assert_eq!((ok.text.as_str(), ok.limit, ok.version), ("send sms", 5, Some(Version::new(1, 0, 0))));
-        assert_eq!(SearchRequest::from_query_string(Some("q=a")).unwrap().limit, DEFAULT_LIMIT);
-        assert_eq!(
-            SearchRequest::from_query_string(Some("q=x&version=2")).unwrap().version,
-            Some(Version::new(2, 0, 0))
-        );
-        for (query, error) in [
-            (None, SearchError::EmptyQuery),
-            (Some(""), SearchError::EmptyQuery),
-            (Some("q=+++"), SearchError::EmptyQuery),
-            (Some("limit=3"), SearchError::EmptyQuery),
-            (Some("q=a&limit=abc"), SearchError::BadLimit("\"abc\"".into())),
-            (Some("q=a&limit=0"), SearchError::BadLimit("0".into())),
-            (Some("q=a&limit=101"), SearchError::BadLimit("101".into())),
-            (Some("q=a&limit=-1"), SearchError::BadLimit("\"-1\"".into())),
-            (Some("q=a&version=latest"), SearchError::BadVersion("\"latest\"".into())),
-            (Some("q=a&q=b"), SearchError::Repeated("q")),
-        ] {
-            assert_eq!(SearchRequest::from_query_string(query), Err(error), "{query:?}");
-        }
-        let long = format!("q={}", "a".repeat(MAX_QUERY_BYTES + 1));
-        assert_eq!(SearchRequest::from_query_string(Some(&long)), Err(SearchError::QueryTooLong));
-        let many: Vec<String> = (0..=MAX_QUERY_WORDS).map(|i| format!("word{i}x")).collect();
-        let many = format!("q={}", many.join("+"));
-        assert_eq!(SearchRequest::from_query_string(Some(&many)), Err(SearchError::TooManyWords));
-        // Odd characters are words like any other; escapes that are not UTF-8 are refused.
-        assert!(SearchRequest::from_query_string(Some("q=%00abc%F0%9F%A6%80%E2%80%AE+caf%C3%A9")).is_ok());
-        assert_eq!(SearchRequest::from_query_string(Some("q=%FF%FEabc")), Err(SearchError::NotUtf8));
-        assert_eq!(SearchRequest::from_query_string(Some("q=ok&x%C3=1")), Err(SearchError::NotUtf8));
-        let huge_limit = SearchRequest::from_query_string(Some("q=a&limit=99999999999999999999999"));
-        assert!(matches!(huge_limit, Err(SearchError::BadLimit(_))));
     }
 }
