@@ -41,6 +41,7 @@ poll_interval = "300s"
 [[upstreams]]
 name = "bench"
 url = "http://127.0.0.1:{up_port}"
+secrets = ["BENCH_API_KEY"]
 
 [secrets]
 BENCH_API_KEY = "env:BENCH_API_KEY"
