@@ -21,7 +21,6 @@ pub(crate) mod http_client;
 pub mod idempotency;
 pub(crate) mod mcp;
 pub(crate) mod mcp_endpoint;
-pub(crate) mod mcp_search;
 pub(crate) mod metrics;
 pub(crate) mod oauth;
 pub(crate) mod oauth_endpoint;

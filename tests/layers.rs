@@ -41,7 +41,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("call pipeline", &["gateway", "tool_search", "reply", "error", "call"]),
-    ("fronts", &["mcp_search", "mcp_endpoint", "oauth_endpoint", "proxy", "admin", "server", "demo"]),
+    ("fronts", &["mcp_endpoint", "oauth_endpoint", "proxy", "admin", "server", "demo"]),
 ];
 
 /// Every module's position: (layer, place in the layer).

@@ -31,6 +31,7 @@ mod era;
 mod error;
 mod listen;
 mod read;
+mod search;
 mod tools;
 mod write;
 
@@ -60,7 +61,6 @@ use crate::mcp::v2026_07_28::{
 use crate::mcp::{
     is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS, PROTOCOL_VERSION_HEADER, SESSION_HEADER,
 };
-use crate::mcp_search;
 use crate::reply::Reply;
 use crate::wire::{CallContext, CallResult};
 
@@ -292,8 +292,8 @@ impl McpEndpoint {
     fn list(&self, gateway: &Gateway, caller: &Caller, params: &Value) -> Result<Map<String, Value>, RpcError> {
         let params = params_object(params).ok_or_else(|| RpcError::InvalidParams("params must be an object".into()))?;
         let runtime = gateway.runtime();
-        if mcp_search::enabled(&runtime) {
-            let Value::Object(meta_tools) = mcp_search::list() else { return Ok(Map::new()) };
+        if search::enabled(&runtime) {
+            let Value::Object(meta_tools) = search::list() else { return Ok(Map::new()) };
             return Ok(meta_tools);
         }
         let names = self.names.of(&gateway.catalog.load());
@@ -303,7 +303,7 @@ impl McpEndpoint {
     /// A call of a search-mode meta-tool (`search_tools`, `describe_tool`).
     fn meta_call(&self, gateway: &Gateway, caller: &Caller, params: &Value) -> Result<Map<String, Value>, RpcError> {
         let catalog = gateway.catalog.load();
-        match mcp_search::call(gateway, &catalog, caller, params, &*self.names.of(&catalog)) {
+        match search::call(gateway, &catalog, caller, params, &*self.names.of(&catalog)) {
             Ok(Value::Object(result)) => Ok(result),
             Ok(_) => Ok(Map::new()),
             Err(message) => Err(RpcError::InvalidParams(message)),
@@ -389,7 +389,7 @@ impl McpEndpoint {
         let Some(input) = request.input else {
             return Err(RpcError::InvalidParams("`arguments` must be an object".into()));
         };
-        if mcp_search::enabled(&runtime) && mcp_search::is_meta_tool(name) {
+        if search::enabled(&runtime) && search::is_meta_tool(name) {
             let params = json!({"name": name, "arguments": input});
             return self.meta_call(gateway, caller, &params).map(CallAnswer::Made);
         }
@@ -617,8 +617,8 @@ fn cache_hints(gateway: &Gateway) -> Map<String, Value> {
 /// What the gateway tells a model about using it: in search mode, to
 /// search first.
 fn instructions(gateway: &Gateway) -> &'static str {
-    if mcp_search::enabled(&gateway.runtime()) {
-        mcp_search::INSTRUCTIONS
+    if search::enabled(&gateway.runtime()) {
+        search::INSTRUCTIONS
     } else {
         INSTRUCTIONS
     }

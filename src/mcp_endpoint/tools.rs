@@ -18,7 +18,7 @@ use serde_json::{json, Map, Value};
 use super::error::RpcError;
 use crate::catalog::{Catalog, CatalogTool};
 use crate::error::RequestError;
-use crate::mcp_search::McpNames;
+use super::search::McpNames;
 use crate::policy::{AccessPolicy, Matching};
 use crate::resolve::{ToolRef, VersionRequest};
 
