@@ -18,7 +18,7 @@ use otc_gateway::catalog::merge::merge;
 use otc_gateway::catalog::Catalog;
 use otc_gateway::config::Config;
 use otc_gateway::dialect::{normalise_catalog, DialectDefaults};
-use otc_gateway::gateway::{Gateway, Runtime};
+use otc_gateway::gateway::{Gateway, Generation};
 use otc_gateway::resolve::parse_tool_id;
 use otc_gateway::validate::InputValidator;
 use otc_gateway::wire::{normalise_tool_response, upstream_call_body, CallResult, UpstreamCallRequest};
@@ -39,7 +39,7 @@ BENCH_API_KEY = "env:BENCH_API_KEY"
 "#;
 
 /// 10,000 tools (100 toolkits of 100), each requiring one secret.
-fn big_catalog(runtime: &Runtime) -> Catalog {
+fn big_catalog(generation: &Generation) -> Catalog {
     let tools: Vec<_> = (0..100)
         .flat_map(|kit| {
             (0..100).map(move |n| {
@@ -57,7 +57,7 @@ fn big_catalog(runtime: &Runtime) -> Catalog {
     let (tools, skipped) = normalise_catalog(&body, DialectDefaults::default()).expect("a catalog");
     assert!(skipped.is_empty());
     let tools = Arc::new(tools.into_iter().map(Arc::new).collect::<Vec<_>>());
-    merge(&[(runtime.upstreams[0].clone(), tools)])
+    merge(&[(generation.upstreams[0].clone(), tools)])
 }
 
 fn hot_path(c: &mut Criterion) {
@@ -65,8 +65,8 @@ fn hot_path(c: &mut Criterion) {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
     let config = Config::parse(CONFIG, "bench config").expect("config parses");
     let gateway = rt.block_on(Gateway::new(config)).expect("gateway builds");
-    let runtime = gateway.runtime_owned();
-    let catalog = big_catalog(&runtime);
+    let generation = gateway.generation_owned();
+    let catalog = big_catalog(&generation);
 
     let body = br#"{"$schema":"otc://1.0","request":{"tool_id":"Kit42.Tool042@1.0.0","call_id":"123e4567-e89b-12d3-a456-426614174000","input":{"a":10,"b":5}}}"#;
     c.bench_function("parse_call", |b| b.iter(|| parse_call(black_box(body))));
@@ -92,7 +92,7 @@ fn hot_path(c: &mut Criterion) {
         b.iter(|| {
             let call = parse_call(body).expect("parses");
             let context =
-                rt.block_on(inject_context(&gateway, &runtime, route, &caller, call.context)).expect("injects");
+                rt.block_on(inject_context(&gateway, &generation, route, &caller, call.context)).expect("injects");
             Bytes::from(upstream_call_body(&UpstreamCallRequest {
                 tool_id: &route.tool.definition.id,
                 call_id: &call.call_id,

@@ -2,7 +2,7 @@
 //! /health, and with `[server] admin_token` the admin actions (POST
 //! /reload).
 //!
-//! Kept off the data plane on its own small tokio runtime so that scrapes and
+//! Kept off the data plane on its own small tokio generation so that scrapes and
 //! status checks never compete with calls for pingora's workers. The data
 //! plane's browser policy applies here too (a DNS-rebinding page must not
 //! read `/status`), judged by this listener's address. Reads need no
@@ -27,7 +27,7 @@ use crate::browser::BrowserRefusal;
 use crate::catalog::poll::UpstreamStatus;
 use crate::catalog::search::IndexStats;
 use crate::catalog::{Conflict, RefusedTool, SharedToolkit, UngrantedRequirement};
-use crate::gateway::{Gateway, Runtime};
+use crate::gateway::{Gateway, Generation};
 
 /// Serves the admin endpoints on an already bound listener, forever;
 /// `config_path` is the file `POST /reload` reads (none in the demo).
@@ -120,19 +120,19 @@ async fn serve(
     config_path: Option<&std::path::Path>,
     request: &Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, AdminError> {
-    let runtime = gateway.runtime_owned();
-    check_browser(&runtime, request)?;
+    let generation = gateway.generation_owned();
+    check_browser(&generation, request)?;
     match (request.method(), request.uri().path()) {
         (&Method::GET, "/status") => Ok(json(StatusCode::OK, &status(gateway))),
-        (&Method::GET, "/metrics") => Ok(metrics(gateway, &runtime)),
+        (&Method::GET, "/metrics") => Ok(metrics(gateway, &generation)),
         (&Method::GET, "/health") => Ok(json(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
         (&Method::POST, "/reload") => {
-            authorize_action(&runtime, request)?;
+            authorize_action(&generation, request)?;
             let path = config_path.ok_or(AdminError::NoConfigFile)?;
             let outcome = gateway.reload(path).await;
             let body = serde_json::json!({
                 "ok": outcome.is_ok(),
-                "generation": gateway.generation(),
+                "generation": gateway.generation_number(),
                 "error": outcome.as_ref().err().map(ToString::to_string),
             });
             Ok(json(if outcome.is_ok() { StatusCode::OK } else { StatusCode::UNPROCESSABLE_ENTITY }, &body))
@@ -144,7 +144,7 @@ async fn serve(
 }
 
 /// The data plane's `Host` and `Origin` rules, for this listener.
-fn check_browser(runtime: &Runtime, request: &Request<Incoming>) -> Result<(), AdminError> {
+fn check_browser(generation: &Generation, request: &Request<Incoming>) -> Result<(), AdminError> {
     let headers = request.headers();
     // One Host (hyper takes an absolute target's authority as the request's
     // own), checked like the data plane's.
@@ -153,17 +153,17 @@ fn check_browser(runtime: &Runtime, request: &Request<Incoming>) -> Result<(), A
         .authority()
         .map(|a| a.as_str().as_bytes())
         .or_else(|| headers.get(http::header::HOST).map(|h| h.as_bytes()));
-    runtime.admin_browser.check_host(host)?;
+    generation.admin_browser.check_host(host)?;
     if headers.get_all(http::header::HOST).iter().count() > 1 {
         return Err(BrowserRefusal::MisdirectedHost.into());
     }
-    runtime.admin_browser.check_origin(headers.get(http::header::ORIGIN).map(http::HeaderValue::as_bytes), false)?;
+    generation.admin_browser.check_origin(headers.get(http::header::ORIGIN).map(http::HeaderValue::as_bytes), false)?;
     Ok(())
 }
 
 /// An action needs `admin_token` configured and presented.
-fn authorize_action(runtime: &Runtime, request: &Request<Incoming>) -> Result<(), AdminError> {
-    let expected = runtime.admin_token.as_ref().ok_or(AdminError::ActionsOff)?;
+fn authorize_action(generation: &Generation, request: &Request<Incoming>) -> Result<(), AdminError> {
+    let expected = generation.admin_token.as_ref().ok_or(AdminError::ActionsOff)?;
     let presented = request
         .headers()
         .get(http::header::AUTHORIZATION)
@@ -180,13 +180,13 @@ fn authorize_action(runtime: &Runtime, request: &Request<Incoming>) -> Result<()
     }
 }
 
-fn metrics(gateway: &Gateway, runtime: &Runtime) -> Response<Full<Bytes>> {
-    if runtime.secrets.has_vault() {
-        let stats = runtime.secrets.stats();
+fn metrics(gateway: &Gateway, generation: &Generation) -> Response<Full<Bytes>> {
+    if generation.secrets.has_vault() {
+        let stats = generation.secrets.stats();
         gateway.metrics.sync_vault_totals("vault", stats.requests_ok, stats.requests_error, stats.stale_served);
     }
-    gateway.metrics.sync_idempotency_totals(&runtime.idempotency.stats().by_result());
-    let (served, refused) = runtime.rate_limits.store_failures();
+    gateway.metrics.sync_idempotency_totals(&generation.idempotency.stats().by_result());
+    let (served, refused) = generation.rate_limits.store_failures();
     gateway.metrics.sync_rate_limit_store_failures(served, refused);
     let mut response = Response::new(Full::new(Bytes::from(gateway.metrics.render())));
     response
@@ -240,9 +240,9 @@ struct Granted {
 
 fn status(gateway: &Gateway) -> Status {
     let catalog = gateway.catalog.load();
-    let runtime = gateway.runtime();
+    let generation = gateway.generation();
     let mut statuses = gateway.catalog.statuses();
-    let upstreams = runtime
+    let upstreams = generation
         .upstreams
         .iter()
         .map(|u| UpstreamReport {
@@ -256,16 +256,16 @@ fn status(gateway: &Gateway) -> Status {
         })
         .collect();
     Status {
-        generation: gateway.generation(),
+        generation: gateway.generation_number(),
         last_reload: gateway.last_reload(),
         upstreams,
         tools: catalog.len(),
         conflicts: catalog.conflicts().to_vec(),
-        policy_warnings: runtime.access.unmatched_patterns(&catalog),
-        ungranted: catalog.ungranted(&runtime.config),
+        policy_warnings: generation.access.unmatched_patterns(&catalog),
+        ungranted: catalog.ungranted(&generation.config),
         refused_tools: catalog.refused().to_vec(),
         shared_toolkits: catalog.shared_toolkits().to_vec(),
-        security_warnings: runtime.config.security_warnings(),
+        security_warnings: generation.config.security_warnings(),
         catalog_build_ms: catalog.build_time().as_secs_f64() * 1000.0,
         search_index: catalog.search_index().stats(),
     }

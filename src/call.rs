@@ -15,7 +15,7 @@ use crate::auth::{Caller, CallerKind};
 use crate::catalog::{Catalog, Route, Target};
 use crate::circuit::Admission;
 use crate::error::{AuthorizationChallenge, MissingRequirements, RequestError, Ungranted};
-use crate::gateway::{upstream_bearer, Gateway, Runtime};
+use crate::gateway::{upstream_bearer, Gateway, Generation};
 use crate::idempotency::{CallerScope, Decision, Fingerprint, Pending, StoredCall};
 use crate::mcp::v2026_07_28::{ClientAsk, Passthrough};
 use crate::metrics::CallOutcome;
@@ -79,35 +79,35 @@ impl FinishedCall {
 }
 
 /// Handles `POST /tools/call` from the raw body to the response body, under
-/// `runtime` (the one the caller was authenticated with).
+/// `generation` (the one the caller was authenticated with).
 pub async fn call_tool(
     gateway: &Gateway,
-    runtime: Arc<Runtime>,
+    generation: Arc<Generation>,
     caller: &Caller,
     body: &[u8],
     traceparent: Option<String>,
 ) -> Result<(Bytes, FinishedCall), RequestError> {
-    let max_depth = runtime.config.server.max_json_depth;
+    let max_depth = generation.config.server.max_json_depth;
     if !wire::nesting_within(body, max_depth) {
         return Err(RequestError::TooDeep(max_depth));
     }
     let call = ParsedCall { traceparent, ..parse_call(body)? };
-    let completed = execute_call(gateway, runtime, caller, call).await?;
+    let completed = execute_call(gateway, generation, caller, call).await?;
     Ok((render_result(&completed.result), completed))
 }
 
-/// Runs a parsed call for a caller under `runtime`: the part of a call every
+/// Runs a parsed call for a caller under `generation`: the part of a call every
 /// front (OTC, MCP) shares.
 pub async fn execute_call(
     gateway: &Gateway,
-    runtime: Arc<Runtime>,
+    generation: Arc<Generation>,
     caller: &Caller,
     mut call: ParsedCall,
 ) -> Result<FinishedCall, RequestError> {
     let started = Instant::now();
     let catalog = gateway.catalog.load_owned();
     let route = resolve_tool(&catalog, &call.tool_id)?;
-    let finished = run_resolved_call(gateway, &runtime, route, caller, &mut call, started).await;
+    let finished = run_resolved_call(gateway, &generation, route, caller, &mut call, started).await;
     record_call(gateway, route, &call.call_id, call.trace_id.as_deref(), &finished, started);
     finished
 }
@@ -116,24 +116,24 @@ pub async fn execute_call(
 /// for its caller, forward, re-wrap.
 async fn run_resolved_call(
     gateway: &Gateway,
-    runtime: &Runtime,
+    generation: &Generation,
     route: &Route,
     caller: &Caller,
     call: &mut ParsedCall,
     started: Instant,
 ) -> Result<FinishedCall, RequestError> {
-    admit_call(runtime, route, caller).await?;
+    admit_call(generation, route, caller).await?;
     validate_input(route, &call.input)?;
     // A client's call_id is theirs: whose it is comes from the context as
     // they sent it, before anything is injected.
     let scope = call.client_call_id.then(|| CallerScope::of(caller, &call.context));
-    let context = inject_context(gateway, runtime, route, caller, std::mem::take(&mut call.context)).await?;
+    let context = inject_context(gateway, generation, route, caller, std::mem::take(&mut call.context)).await?;
     let claim =
-        match claim_call_id(runtime, route, scope.as_ref(), &call.call_id, &call.input, &context, started).await? {
+        match claim_call_id(generation, route, scope.as_ref(), &call.call_id, &call.input, &context, started).await? {
             Claimed::Replay(completed) => return Ok(completed),
             Claimed::Run(claim) => claim,
         };
-    let max_response = runtime.config.server.max_body_bytes.max(MIN_RESPONSE_LIMIT);
+    let max_response = generation.config.server.max_body_bytes.max(MIN_RESPONSE_LIMIT);
     let trace = OutgoingTrace { trace_id: call.trace_id.as_deref(), traceparent: call.traceparent.as_deref() };
     let scoped_id = scope.map(|scope| scope.forwarded_call_id(&call.call_id));
     let upstream_call_id = scoped_id.as_deref().unwrap_or(&call.call_id);
@@ -145,7 +145,7 @@ async fn run_resolved_call(
         context: &context,
         passthrough: call.passthrough.as_ref(),
     };
-    let forwarded = forward_call(runtime, route, request, max_response).await;
+    let forwarded = forward_call(generation, route, request, max_response).await;
     // The upstream's own token is the operator's secret too.
     let bearer = forwarded.as_ref().ok().and_then(|(_, _, bearer)| bearer.clone());
     let mut finished = forwarded.and_then(|(target, forwarded, _)| {
@@ -161,7 +161,7 @@ async fn run_resolved_call(
     });
     // What the gateway injected never reaches the caller, even when a tool
     // echoes it (before it is stored for duplicates too).
-    let mut injected = injected_values(runtime, &context);
+    let mut injected = injected_values(generation, &context);
     injected.extend(bearer.as_ref().and_then(|b| b.to_str().ok()).and_then(|b| b.strip_prefix("Bearer ")));
     redact_echoes(&mut finished, &injected);
     if let Some(claim) = claim {
@@ -188,7 +188,7 @@ enum Claimed {
 /// call run undeduplicated: refusing every call while Redis is down would be
 /// worse than a rare double run.
 async fn claim_call_id(
-    runtime: &Runtime,
+    generation: &Generation,
     route: &Route,
     scope: Option<&CallerScope>,
     call_id: &str,
@@ -201,7 +201,7 @@ async fn claim_call_id(
     let fingerprint = Fingerprint::of(tool, input, context);
     // A concurrent duplicate waits as long as the first call may take.
     let longest = route.targets.iter().map(|t| t.upstream.call_timeout).max().unwrap_or_default();
-    match runtime.idempotency.claim(&scope.key(call_id), &fingerprint, longest + Duration::from_secs(5)).await {
+    match generation.idempotency.claim(&scope.key(call_id), &fingerprint, longest + Duration::from_secs(5)).await {
         Ok(Decision::Run(claim)) => Ok(Claimed::Run(Some(claim))),
         Ok(Decision::Replay(stored)) => Ok(Claimed::Replay(FinishedCall {
             outcome: if stored.result.success { CallOutcome::Success } else { CallOutcome::ToolError },
@@ -317,14 +317,14 @@ pub fn resolve_tool<'c>(catalog: &'c Catalog, tool_id: &str) -> Result<&'c Route
 
 /// Admit: the caller's policies must allow the tool (a denied tool is
 /// answered as an unknown one), and its rate limits must have room.
-pub async fn admit_call(runtime: &Runtime, route: &Route, caller: &Caller) -> Result<(), RequestError> {
+pub async fn admit_call(generation: &Generation, route: &Route, caller: &Caller) -> Result<(), RequestError> {
     let key = route.tool.key.as_str();
-    let access = &runtime.access;
+    let access = &generation.access;
     if access.is_active() && !access.allows(access.matching(caller), key) {
         tracing::info!(user_id = caller.user_id.as_deref(), tool = key, "call denied by policy");
         return Err(RequestError::Denied(key.to_owned()));
     }
-    runtime
+    generation
         .rate_limits
         .check(caller, key)
         .await
@@ -354,7 +354,7 @@ pub fn validate_input(route: &Route, input: &Value) -> Result<(), RequestError> 
 ///   gets a challenge: a link to authorize and a `check_url`.
 pub async fn inject_context(
     gateway: &Gateway,
-    runtime: &Runtime,
+    generation: &Generation,
     route: &Route,
     caller: &Caller,
     mut context: CallContext,
@@ -362,11 +362,11 @@ pub async fn inject_context(
     if caller.kind != CallerKind::Anonymous {
         context.user_id = caller.user_id.clone();
     }
-    let managed = &runtime.config.secrets;
+    let managed = &generation.config.secrets;
     context.secrets.retain(|s| !managed.contains_key(&s.id));
-    context.authorization.retain(|a| !runtime.config.authorization.contains_key(&a.id));
+    context.authorization.retain(|a| !generation.config.authorization.contains_key(&a.id));
     let Some(requirements) = &route.tool.definition.requirements else { return Ok(context) };
-    check_grants(runtime, route, requirements)?;
+    check_grants(generation, route, requirements)?;
     let authenticated_user = caller.user_id.as_deref().filter(|_| caller.kind != CallerKind::Anonymous);
     let mut missing = MissingRequirements {
         user_id: requirements.user_id && context.user_id.is_none(),
@@ -376,7 +376,7 @@ pub async fn inject_context(
         match managed.get(&secret.id) {
             Some(reference) => {
                 let value =
-                    runtime.secrets.resolve(reference.get_ref(), authenticated_user).await.map_err(|source| {
+                    generation.secrets.resolve(reference.get_ref(), authenticated_user).await.map_err(|source| {
                         RequestError::RequirementUnavailable { requirement: format!("secret {}", secret.id), source }
                     })?;
                 context.secrets.push(SecretValue {
@@ -391,17 +391,17 @@ pub async fn inject_context(
     }
     for provider in &requirements.authorization {
         let id = &provider.id;
-        let token = match runtime.config.authorization.get(id) {
+        let token = match generation.config.authorization.get(id) {
             // Nobody can be challenged for a per-user grant but a caller the
             // gateway authenticated.
-            Some(_) if runtime.oauth.manages(id) => match authenticated_user {
+            Some(_) if generation.oauth.manages(id) => match authenticated_user {
                 Some(user) => {
                     let scopes: BTreeSet<String> = provider.scopes().map(str::to_owned).collect();
-                    match runtime.oauth.token(id, user, &scopes, &gateway.metrics).await {
+                    match generation.oauth.token(id, user, &scopes, &gateway.metrics).await {
                         Ok(token) => Some(token.into_exposed()),
                         Err(TokenError::Authorize(ask)) => {
-                            let public_url = gateway.public_url(runtime);
-                            let issued = runtime.oauth.challenge(id, user, ask, &public_url, &gateway.metrics).await;
+                            let public_url = gateway.public_url(generation);
+                            let issued = generation.oauth.challenge(id, user, ask, &public_url, &gateway.metrics).await;
                             let issued = issued.map_err(|source| RequestError::AuthorizationUnavailable {
                                 provider: id.clone(),
                                 source,
@@ -436,7 +436,7 @@ pub async fn inject_context(
                         continue;
                     }
                 };
-                match runtime.secrets.resolve(reference.get_ref(), user).await {
+                match generation.secrets.resolve(reference.get_ref(), user).await {
                     Ok(token) => Some(token.into_exposed()),
                     Err(e) if e.is_transient() => {
                         return Err(RequestError::RequirementUnavailable {
@@ -471,14 +471,14 @@ pub async fn inject_context(
 
 /// Refuses a call none of whose upstreams was granted everything the tool
 /// declares of what the gateway supplies; names what the first lacks.
-fn check_grants(runtime: &Runtime, route: &Route, requirements: &Requirements) -> Result<(), RequestError> {
-    let granted = |t: &Target| t.upstream.ungranted(requirements, &runtime.config).is_empty();
+fn check_grants(generation: &Generation, route: &Route, requirements: &Requirements) -> Result<(), RequestError> {
+    let granted = |t: &Target| t.upstream.ungranted(requirements, &generation.config).is_empty();
     if route.targets.iter().any(granted) {
         return Ok(());
     }
     let Some(first) = route.targets.first() else { return Ok(()) };
     let mut missing = MissingRequirements::default();
-    for requirement in first.upstream.ungranted(requirements, &runtime.config) {
+    for requirement in first.upstream.ungranted(requirements, &generation.config) {
         missing.ungranted.push(Ungranted {
             upstream: first.upstream.name.clone(),
             key: requirement.grant_key(),
@@ -495,8 +495,8 @@ fn check_grants(runtime: &Runtime, route: &Route, requirements: &Requirements) -
 
 /// The values the gateway injected into `context` (its secrets and user
 /// tokens, not what the client sent itself).
-fn injected_values<'c>(runtime: &Runtime, context: &'c CallContext) -> Vec<&'c str> {
-    let config = &runtime.config;
+fn injected_values<'c>(generation: &Generation, context: &'c CallContext) -> Vec<&'c str> {
+    let config = &generation.config;
     let secrets = context.secrets.iter().filter(|s| config.secrets.contains_key(&s.id)).map(|s| s.value.as_str());
     let tokens =
         context.authorization.iter().filter(|a| config.authorization.contains_key(&a.id)).map(|a| a.token.as_str());
@@ -547,7 +547,7 @@ fn challenge(provider: &str, authorize_url: Option<&str>, user: Option<&str>) ->
 /// sent again. Returns the target, its answer, and the upstream's own
 /// `Authorization` when it has a `bearer_token`.
 pub async fn forward_call<'r>(
-    runtime: &Runtime,
+    generation: &Generation,
     route: &'r Route,
     request: UpstreamCall<'_>,
     max_response: usize,
@@ -560,7 +560,7 @@ pub async fn forward_call<'r>(
             retry_after = Some(retry_after.map_or(wait, |w| w.min(wait)));
             continue;
         }
-        let authorization = upstream_bearer(runtime, &target.upstream).await.map_err(|source| {
+        let authorization = upstream_bearer(generation, &target.upstream).await.map_err(|source| {
             RequestError::RequirementUnavailable {
                 requirement: format!("bearer_token of upstream {}", target.upstream.name),
                 source,
@@ -572,7 +572,7 @@ pub async fn forward_call<'r>(
             .definition
             .requirements
             .as_ref()
-            .is_some_and(|r| !target.upstream.ungranted(r, &runtime.config).is_empty())
+            .is_some_and(|r| !target.upstream.ungranted(r, &generation.config).is_empty())
         {
             continue;
         }

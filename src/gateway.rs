@@ -1,7 +1,7 @@
-//! The gateway's shared state: the config-derived runtime and the catalog.
+//! The gateway's shared state: the config-derived generation and the catalog.
 //!
 //! Both are read on the hot path through atomic snapshots (arc-swap), never a
-//! lock. A reload swaps the whole runtime at once; in-flight calls keep the
+//! lock. A reload swaps the whole generation at once; in-flight calls keep the
 //! snapshot they started with.
 
 use std::path::Path;
@@ -25,7 +25,7 @@ use crate::secret::SecretString;
 use crate::upstream::{Upstream, WatchBounds, WatchEnd};
 use crate::vault::{SecretResolver, VaultError};
 
-/// Why a config could not be turned into a runtime.
+/// Why a config could not be turned into a generation.
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     /// The vault or a secret the config needs at start could not be read.
@@ -54,9 +54,12 @@ pub enum BuildError {
     },
 }
 
-/// Everything derived from one version of the config.
+/// One generation of the gateway: the state derived from one version of the
+/// config (upstreams, authentication, policies, limits, OAuth, ...), built
+/// whole and swapped whole on reload; a request keeps the one it started
+/// under.
 #[derive(Debug)]
-pub struct Runtime {
+pub struct Generation {
     /// The config it was built from.
     pub config: Config,
     /// The upstreams, in config order.
@@ -85,10 +88,10 @@ pub struct Runtime {
     idempotency_config: IdempotencyConfig,
 }
 
-impl Runtime {
-    /// Builds a runtime from a validated config: resolves what `[auth]`
-    /// needs and loads its keys, so it runs inside a tokio runtime.
-    pub async fn build(config: Config, previous: Option<&Runtime>) -> Result<Runtime, BuildError> {
+impl Generation {
+    /// Builds a generation from a validated config: resolves what `[auth]`
+    /// needs and loads its keys, so it runs inside a tokio generation.
+    pub async fn build(config: Config, previous: Option<&Generation>) -> Result<Generation, BuildError> {
         // The same [vault] keeps its resolver, and so its cache: values
         // fetched before a reload are still served while the vault is down.
         let secrets = match previous {
@@ -152,7 +155,7 @@ impl Runtime {
         // Links, flows and the open embedded store carry over a reload.
         let redis = shared_redis.as_ref().map(|url| url.expose());
         let oauth = Arc::new(OAuth::build(&config, secrets.clone(), previous.map(|old| &*old.oauth), redis).await?);
-        Ok(Runtime {
+        Ok(Generation {
             config,
             upstreams,
             poll,
@@ -182,8 +185,8 @@ async fn shared_redis_url(config: &Config, secrets: &SecretResolver) -> Result<O
     Ok(Some(url))
 }
 
-impl Runtime {
-    /// This runtime's upstream built from exactly `config` at `order`, if any.
+impl Generation {
+    /// This generation's upstream built from exactly `config` at `order`, if any.
     fn unchanged_upstream(&self, order: usize, config: &UpstreamConfig) -> Option<Arc<Upstream>> {
         let at = self.config.upstreams.iter().position(|old| old == config)?;
         (at == order).then(|| self.upstreams.get(at).cloned()).flatten()
@@ -192,13 +195,13 @@ impl Runtime {
 
 /// The state every part of the gateway shares.
 pub struct Gateway {
-    runtime: ArcSwap<Runtime>,
+    generation: ArcSwap<Generation>,
     /// The merged catalog and each upstream's last fetch.
     pub catalog: CatalogStore,
     /// Prometheus metrics, served on the admin listener.
     pub metrics: Metrics,
     /// How many configs have been applied (1 = the one started with).
-    generation: AtomicU64,
+    generation_number: AtomicU64,
     /// The last reload's outcome, for /status.
     last_reload: std::sync::Mutex<Option<ReloadReport>>,
     /// Serialises reloads: the file watcher and SIGHUP may fire together.
@@ -233,21 +236,21 @@ pub enum ReloadError {
 
 impl Gateway {
     /// A gateway for a config; no upstream is polled until
-    /// [`Gateway::start_polling`]. Must run inside a tokio runtime.
+    /// [`Gateway::start_polling`]. Must run inside a tokio generation.
     pub async fn new(config: Config) -> Result<Arc<Gateway>, BuildError> {
-        let runtime = Runtime::build(config, None).await?;
+        let generation = Generation::build(config, None).await?;
         let gateway = Arc::new(Gateway {
-            runtime: ArcSwap::from_pointee(runtime),
+            generation: ArcSwap::from_pointee(generation),
             catalog: CatalogStore::default(),
             metrics: Metrics::new(),
-            generation: AtomicU64::new(1),
+            generation_number: AtomicU64::new(1),
             last_reload: std::sync::Mutex::new(None),
             reloading: tokio::sync::Mutex::new(()),
             catalog_changed: tokio::sync::Notify::new(),
             listen: std::sync::OnceLock::new(),
         });
         gateway.metrics.set_generation(1);
-        gateway.catalog.publish(&gateway.runtime().upstreams);
+        gateway.catalog.publish(&gateway.generation().upstreams);
         // Idle until a poller rings; pollers start with `start_polling`.
         tokio::spawn(publish_changes(gateway.clone()));
         Ok(gateway)
@@ -261,8 +264,8 @@ impl Gateway {
 
     /// The base of every link the gateway hands out: `[server] public_url`,
     /// else `http://` and the bound address (loopback for a wildcard one).
-    pub fn public_url(&self, runtime: &Runtime) -> String {
-        if let Some(url) = &runtime.config.server.public_url {
+    pub fn public_url(&self, generation: &Generation) -> String {
+        if let Some(url) = &generation.config.server.public_url {
             return url.0.clone();
         }
         let mut addr = self.listen.get().copied().unwrap_or_else(|| ([127, 0, 0, 1], 8080).into());
@@ -273,8 +276,8 @@ impl Gateway {
     }
 
     /// The config generation: 1 at start, one more per applied reload.
-    pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
+    pub fn generation_number(&self) -> u64 {
+        self.generation_number.load(Ordering::Acquire)
     }
 
     /// The last reload's outcome, if there was one.
@@ -283,9 +286,9 @@ impl Gateway {
     }
 
     /// Reloads the config file: parses and validates the whole file and
-    /// builds the new runtime before anything changes; then swaps it in at
+    /// builds the new generation before anything changes; then swaps it in at
     /// once. On any error the old config keeps serving. In-flight calls
-    /// finish on the runtime they started with.
+    /// finish on the generation they started with.
     pub async fn reload(self: &Arc<Self>, path: &Path) -> Result<(), ReloadError> {
         let _one_at_a_time = self.reloading.lock().await;
         let outcome = self.apply(path).await;
@@ -297,7 +300,7 @@ impl Gateway {
         *self.last_reload.lock().unwrap_or_else(|p| p.into_inner()) = Some(report);
         self.metrics.record_reload(outcome.is_ok());
         match &outcome {
-            Ok(()) => tracing::info!(generation = self.generation(), "config reloaded"),
+            Ok(()) => tracing::info!(generation = self.generation_number(), "config reloaded"),
             Err(e) => tracing::error!(error = %e, "config reload refused; still serving the previous config"),
         }
         outcome
@@ -305,7 +308,7 @@ impl Gateway {
 
     async fn apply(self: &Arc<Self>, path: &Path) -> Result<(), ReloadError> {
         let config = Config::load(path)?;
-        let old = self.runtime();
+        let old = self.generation();
         for (key, old_value, new_value) in [
             ("server.listen", &old.config.server.listen, &config.server.listen),
             ("server.admin_listen", &old.config.server.admin_listen, &config.server.admin_listen),
@@ -319,22 +322,22 @@ impl Gateway {
                 );
             }
         }
-        let runtime = Runtime::build(config, Some(&old)).await?;
+        let generation = Generation::build(config, Some(&old)).await?;
         let removed: Vec<String> = old
             .upstreams
             .iter()
-            .filter(|u| !runtime.upstreams.iter().any(|n| n.name == u.name))
+            .filter(|u| !generation.upstreams.iter().any(|n| n.name == u.name))
             .map(|u| u.name.clone())
             .collect();
         // Instances not carried over (removed, or changed and built anew).
         let retired: Vec<Arc<Upstream>> =
-            old.upstreams.iter().filter(|u| !runtime.upstreams.iter().any(|n| Arc::ptr_eq(n, u))).cloned().collect();
-        self.runtime.store(Arc::new(runtime));
+            old.upstreams.iter().filter(|u| !generation.upstreams.iter().any(|n| Arc::ptr_eq(n, u))).cloned().collect();
+        self.generation.store(Arc::new(generation));
         // Their pollers and change streams end now, not at their next turn.
         for upstream in &retired {
             upstream.retire();
         }
-        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        let generation = self.generation_number.fetch_add(1, Ordering::AcqRel) + 1;
         self.metrics.set_generation(generation);
         for name in &removed {
             self.metrics.forget_upstream(name);
@@ -343,32 +346,32 @@ impl Gateway {
         // again. Removed upstreams' tools leave the catalog now; every
         // upstream (new ones included) is polled at once.
         self.catalog.forget_validators();
-        self.catalog.publish(&self.runtime().upstreams);
+        self.catalog.publish(&self.generation().upstreams);
         self.start_polling();
         Ok(())
     }
 
-    /// The current runtime: one atomic load.
-    pub fn runtime(&self) -> Guard<Arc<Runtime>> {
-        self.runtime.load()
+    /// The current generation: one atomic load.
+    pub fn generation(&self) -> Guard<Arc<Generation>> {
+        self.generation.load()
     }
 
-    /// The current runtime, owned: for holding across a call's awaits. A
+    /// The current generation, owned: for holding across a call's awaits. A
     /// thread has only a few slots for cheap `Guard`s; with many calls in
     /// flight each holding one, further loads took arc-swap's slower helping
     /// path (benches/HISTORY.md, "Figures behind the code"). An `Arc` costs one
     /// uncontended increment.
-    pub fn runtime_owned(&self) -> Arc<Runtime> {
-        self.runtime.load_full()
+    pub fn generation_owned(&self) -> Arc<Generation> {
+        self.generation.load_full()
     }
 
-    /// Starts one poller task per upstream of the current runtime on the
+    /// Starts one poller task per upstream of the current generation on the
     /// current tokio runtime, and for an upstream that announces tool list
     /// changes (MCP) one watcher of the announcements. Each first fetch
     /// happens at once. An upstream already tended (kept by a reload) keeps
     /// its tasks and is fetched at once.
     pub fn start_polling(self: &Arc<Self>) {
-        for upstream in self.runtime().upstreams.iter() {
+        for upstream in self.generation().upstreams.iter() {
             if upstream.start_tending() {
                 tokio::spawn(poll_upstream(self.clone(), upstream.clone()));
                 tokio::spawn(watch_upstream(self.clone(), upstream.clone()));
@@ -382,16 +385,16 @@ impl Gateway {
     /// merge: what `otc-gateway check` compares policy patterns against.
     /// Returns the upstreams whose catalog could not be fetched.
     pub async fn fetch_catalogs_once(self: &Arc<Self>) -> Vec<String> {
-        let runtime = self.runtime.load_full();
+        let generation = self.generation.load_full();
         let mut fetches = tokio::task::JoinSet::new();
-        for upstream in runtime.upstreams.iter() {
-            let (gateway, runtime, upstream) = (self.clone(), runtime.clone(), upstream.clone());
-            fetches.spawn(async move { gateway.refresh_upstream(&runtime, &upstream).await });
+        for upstream in generation.upstreams.iter() {
+            let (gateway, generation, upstream) = (self.clone(), generation.clone(), upstream.clone());
+            fetches.spawn(async move { gateway.refresh_upstream(&generation, &upstream).await });
         }
         while fetches.join_next().await.is_some() {}
-        self.catalog.publish(&runtime.upstreams);
+        self.catalog.publish(&generation.upstreams);
         let statuses = self.catalog.statuses();
-        runtime
+        generation
             .upstreams
             .iter()
             .filter(|u| !statuses.get(&u.name).is_some_and(|status| status.up))
@@ -401,9 +404,9 @@ impl Gateway {
 
     /// Fetches one upstream's catalog, with its bearer token. An unreadable
     /// bearer token is a failed fetch.
-    async fn refresh_upstream(&self, runtime: &Runtime, upstream: &Upstream) -> Refreshed {
-        match upstream_bearer(runtime, upstream).await {
-            Ok(bearer) => self.catalog.refresh(upstream, bearer, runtime.poll).await,
+    async fn refresh_upstream(&self, generation: &Generation, upstream: &Upstream) -> Refreshed {
+        match upstream_bearer(generation, upstream).await {
+            Ok(bearer) => self.catalog.refresh(upstream, bearer, generation.poll).await,
             Err(e) => {
                 tracing::warn!(upstream = upstream.name, error = %e, "cannot read the upstream's bearer_token; catalog not fetched");
                 Refreshed::Failed
@@ -413,7 +416,7 @@ impl Gateway {
 
     /// Whether `upstream` (this very instance) is still configured.
     fn is_current(&self, upstream: &Arc<Upstream>) -> bool {
-        self.runtime().upstreams.iter().any(|u| Arc::ptr_eq(u, upstream))
+        self.generation().upstreams.iter().any(|u| Arc::ptr_eq(u, upstream))
     }
 }
 
@@ -429,10 +432,10 @@ async fn publish_changes(gateway: Arc<Gateway>) {
     loop {
         gateway.catalog_changed.notified().await;
         tokio::time::sleep(PUBLISH_COALESCE).await;
-        let runtime = gateway.runtime();
-        gateway.catalog.publish(&runtime.upstreams);
+        let generation = gateway.generation();
+        gateway.catalog.publish(&generation.upstreams);
         crate::allocator::release_freed_memory();
-        for pattern in runtime.access.unmatched_patterns(&gateway.catalog.load()) {
+        for pattern in generation.access.unmatched_patterns(&gateway.catalog.load()) {
             tracing::warn!(pattern, "a policy pattern matches no tool in the catalog");
         }
     }
@@ -447,7 +450,7 @@ const FIRST_RETRY: Duration = Duration::from_secs(1);
 /// per announcement.
 const CHANGE_FETCH_GAP: Duration = Duration::from_secs(1);
 
-/// Polls one upstream until it is no longer part of the runtime: every
+/// Polls one upstream until it is no longer part of the generation: every
 /// `poll_interval` while its fetches work, sooner after one fails (1 s, 2 s,
 /// 4 s ... up to the interval), so that an upstream that starts after the
 /// gateway, or comes back, is picked up within seconds even when the
@@ -455,8 +458,8 @@ const CHANGE_FETCH_GAP: Duration = Duration::from_secs(1);
 /// tool list changed ([`watch_upstream`]).
 async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
     let (interval, jitter) = {
-        let runtime = gateway.runtime();
-        (runtime.poll.interval, runtime.poll.jitter)
+        let generation = gateway.generation();
+        (generation.poll.interval, generation.poll.jitter)
     };
     let mut retry = FIRST_RETRY;
     let mut asked = false;
@@ -466,7 +469,7 @@ async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
         }
         let fetched_at = tokio::time::Instant::now();
         upstream.close_stale_connections();
-        let refreshed = gateway.refresh_upstream(&gateway.runtime(), &upstream).await;
+        let refreshed = gateway.refresh_upstream(&gateway.generation(), &upstream).await;
         if !gateway.is_current(&upstream) {
             return;
         }
@@ -516,7 +519,7 @@ const WATCH_IDLE: Duration = Duration::from_secs(300);
 
 /// Watches one upstream's announcements that its tool list changed (an MCP
 /// server's `list_changed` notifications) until it is no longer part of the
-/// runtime; each one has its poller fetch the catalog at once. A stream that
+/// generation; each one has its poller fetch the catalog at once. A stream that
 /// drops is opened again after 1 s, 2 s, 4 s ... up to 30 s, and then the
 /// catalog is fetched once (changes may have been missed). Returns at once for
 /// an upstream that makes no announcements. Calls never wait on it: the
@@ -532,12 +535,12 @@ async fn watch_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
             return;
         }
         let (bearer, bounds) = {
-            let runtime = gateway.runtime_owned();
-            let bearer = upstream_bearer(&runtime, &upstream).await;
+            let generation = gateway.generation_owned();
+            let bearer = upstream_bearer(&generation, &upstream).await;
             let bounds = WatchBounds {
-                open_timeout: runtime.poll.timeout,
+                open_timeout: generation.poll.timeout,
                 idle_timeout: WATCH_IDLE,
-                max_event_bytes: runtime.poll.max_bytes,
+                max_event_bytes: generation.poll.max_bytes,
             };
             (bearer, bounds)
         };
@@ -583,9 +586,9 @@ async fn watch_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
 
 /// The `Authorization` header for an upstream with a `bearer_token`, read
 /// from its secret reference (the resolver caches vault values).
-pub async fn upstream_bearer(runtime: &Runtime, upstream: &Upstream) -> Result<Option<HeaderValue>, VaultError> {
+pub async fn upstream_bearer(generation: &Generation, upstream: &Upstream) -> Result<Option<HeaderValue>, VaultError> {
     let Some(reference) = &upstream.bearer_token else { return Ok(None) };
-    let token = runtime.secrets.resolve(reference, None).await?;
+    let token = generation.secrets.resolve(reference, None).await?;
     let mut value = HeaderValue::try_from(format!("Bearer {}", token.expose()))
         .map_err(|_| VaultError::Config(format!("{reference} holds characters a header cannot carry")))?;
     value.set_sensitive(true);

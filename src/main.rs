@@ -159,13 +159,13 @@ fn check_against_catalogs(mut config: Config) {
             eprintln!("warning: upstream {name}: catalog not fetched; its tools are not in the check");
         }
         let catalog = gateway.catalog.load();
-        for pattern in gateway.runtime().access.unmatched_patterns(&catalog) {
+        for pattern in gateway.generation().access.unmatched_patterns(&catalog) {
             eprintln!(
                 "warning: policy pattern {pattern:?} matches no tool in the current catalog ({} tools)",
                 catalog.len()
             );
         }
-        for u in catalog.ungranted(&gateway.runtime().config) {
+        for u in catalog.ungranted(&gateway.generation().config) {
             eprintln!(
                 "warning: tool {} declares {} {:?}, which upstream {} is not granted: its calls are refused; to grant it, add `{} = [\"{}\"]` to [[upstreams]] {:?}",
                 u.tool,

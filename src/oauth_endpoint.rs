@@ -22,7 +22,7 @@ use bytes::Bytes;
 
 use crate::auth::{Caller, CallerKind};
 use crate::error::{MissingRequirements, RequestError};
-use crate::gateway::{Gateway, Runtime};
+use crate::gateway::{Gateway, Generation};
 use crate::oauth::{Finished, FlowError, Opened};
 use crate::reply::Reply;
 
@@ -160,12 +160,12 @@ const SIGN_IN_MAX_AGE: u64 = 600;
 /// sign-in's callback.
 pub(crate) async fn browser_step(
     gateway: &Gateway,
-    runtime: &Runtime,
+    generation: &Generation,
     request: &OAuthRequest<'_>,
     browser: &BrowserRequest<'_>,
 ) -> Result<Reply, RequestError> {
-    let oauth = &runtime.oauth;
-    let public_url = gateway.public_url(runtime);
+    let oauth = &generation.oauth;
+    let public_url = gateway.public_url(generation);
     let cookies = Cookies::of(&public_url);
     let session_user = cookies.read(browser, SESSION).and_then(|value| oauth.session_user(value));
     let query = parse_query(browser.query);
@@ -187,7 +187,7 @@ pub(crate) async fn browser_step(
         }
         OAuthRequest::SignInCallback => {
             let binding = cookies.read(browser, SIGN_IN);
-            let authenticator = &runtime.authenticator;
+            let authenticator = &generation.authenticator;
             let signed_in = oauth
                 .signed_in(query.state(), query.code(), query.error(), binding, |user| {
                     authenticator.check_user_namespace(user).is_err()
@@ -265,12 +265,12 @@ struct ConfirmBody {
 /// disconnect, or a flow's confirmation (with its `body`).
 pub(crate) async fn caller_step(
     gateway: &Gateway,
-    runtime: &Runtime,
+    generation: &Generation,
     caller: &Caller,
     request: &OAuthRequest<'_>,
     body: &[u8],
 ) -> Result<Reply, RequestError> {
-    let oauth = &runtime.oauth;
+    let oauth = &generation.oauth;
     // Grants are per user: a caller the gateway did not authenticate has none.
     let user = caller.user_id.as_deref().filter(|_| caller.kind != CallerKind::Anonymous);
     let need_user = || RequestError::MissingRequirements(MissingRequirements { user_id: true, ..Default::default() });

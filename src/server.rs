@@ -86,7 +86,7 @@ pub fn run(
     let handle = control.handle().clone();
     let gateway = handle.block_on(Gateway::new(config))?;
     gateway.set_listen_addr(listen);
-    let admin_addr = gateway.runtime().config.server.admin_listen.clone();
+    let admin_addr = gateway.generation().config.server.admin_listen.clone();
     let admin = handle
         .block_on(tokio::net::TcpListener::bind(&admin_addr))
         .map_err(|e| StartError::Listen { addr: admin_addr.clone(), detail: e.to_string() })?;

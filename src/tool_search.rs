@@ -12,7 +12,7 @@ use serde::Serialize;
 use crate::auth::Caller;
 use crate::catalog::search::SearchRequest;
 use crate::catalog::{Catalog, Route};
-use crate::gateway::{Gateway, Runtime};
+use crate::gateway::{Gateway, Generation};
 
 /// The front a search came through, the `front` label of the search metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,14 +36,14 @@ impl Front {
 /// first: each at its latest version, or at exactly the version asked for.
 pub(crate) fn search_tools(
     gateway: &Gateway,
-    runtime: &Runtime,
+    generation: &Generation,
     catalog: &Catalog,
     caller: &Caller,
     request: &SearchRequest,
     front: Front,
 ) -> Vec<Arc<Route>> {
     let started = Instant::now();
-    let scope = runtime.access.search_scope(catalog, runtime.access.matching(caller), request.version.as_ref());
+    let scope = generation.access.search_scope(catalog, generation.access.matching(caller), request.version.as_ref());
     let found: Vec<Arc<Route>> = catalog
         .search_index()
         .search(&scope, &request.text, request.limit)

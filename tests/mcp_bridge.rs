@@ -88,7 +88,7 @@ impl McpPeer {
         self.restart();
     }
 
-    /// Adds a tool at runtime; the server tells its listening clients.
+    /// Adds a tool at run time; the server tells its listening clients.
     async fn add_tool(&self, name: &str) {
         let body = Bytes::from(json!({"name": name}).to_string());
         let resp =

@@ -5,7 +5,7 @@
 //! The identifier is `[auth] resource`, else `<server.public_url>/mcp`: the
 //! URL MCP clients connect to, which they send as the `resource` of their
 //! token requests. `public_url` defaults to the address the data plane
-//! bound, known only once it listens, so the resource of a runtime is fixed
+//! bound, known only once it listens, so the resource of a generation is fixed
 //! on first use ([`super::Authenticator::protected_resource`]).
 
 use std::sync::Arc;
@@ -30,7 +30,7 @@ pub(crate) struct ResourceSettings {
     pub scopes_supported: Option<Vec<String>>,
 }
 
-/// The gateway as a protected resource, under one runtime's config.
+/// The gateway as a protected resource, under one generation's config.
 #[derive(Debug)]
 pub struct ProtectedResource {
     resource: String,

@@ -48,7 +48,7 @@ pub const DEMO_USER_KEY: (&str, &str) = ("OTC_DEMO_ALICE_KEY", "demo-alice-key")
 /// The gateway's client secret at the stand-in provider, likewise.
 pub const DEMO_CLIENT_SECRET: (&str, &str) = ("OTC_DEMO_CLIENT_SECRET", demo_provider::CLIENT_SECRET);
 
-/// Starts the demo servers on the current runtime.
+/// Starts the demo servers on the current tokio runtime.
 pub async fn start_demo_servers() -> std::io::Result<DemoServers> {
     let calculator = serve(ToolServer { catalog: calculator_catalog(), answer: calculator_answer }).await?;
     let clock = serve(ToolServer { catalog: clock_catalog(), answer: clock_answer }).await?;

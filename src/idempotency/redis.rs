@@ -204,7 +204,7 @@ impl Store for RedisStore {
                     }
                 });
             }
-            Err(_) => tracing::debug!("no runtime to release an idempotency claim; it expires by itself"),
+            Err(_) => tracing::debug!("no tokio runtime to release an idempotency claim; it expires by itself"),
         }
     }
 }

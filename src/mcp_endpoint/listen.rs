@@ -88,9 +88,9 @@ impl Listen {
 
     /// The digest of the tools the caller may see now.
     fn digest(&self) -> u64 {
-        let runtime = self.gateway.runtime();
+        let generation = self.gateway.generation();
         let names = self.names.of(&self.gateway.catalog.load());
-        names.visible_digest(&runtime.access, runtime.access.matching(&self.caller))
+        names.visible_digest(&generation.access, generation.access.matching(&self.caller))
     }
 
     /// What the stream starts with: a modern stream's acknowledgment.

@@ -53,7 +53,7 @@ use self::tools::{error_result, invalid_arguments, list_page, NameCache, META};
 use crate::auth::Caller;
 use crate::call::{execute_call, new_call_id, FinishedCall, Native, ParsedCall};
 use crate::error::{AuthorizationChallenge, RequestError};
-use crate::gateway::{Gateway, Runtime};
+use crate::gateway::{Gateway, Generation};
 use crate::mcp::jsonrpc::{params_object, Message, OutgoingResponse};
 use crate::mcp::v2026_07_28::{
     ClientAsk, Passthrough, META_SERVER_INFO, METHOD_HEADER, NAME_HEADER, REVISIONS_2026_07_28,
@@ -158,16 +158,16 @@ struct Request {
 
 impl McpEndpoint {
     /// Answers one POST to `/mcp` (the body read whole, the caller
-    /// authenticated), under `runtime`.
+    /// authenticated), under `generation`.
     pub async fn handle_post(
         &self,
         gateway: &Arc<Gateway>,
-        runtime: Arc<Runtime>,
+        generation: Arc<Generation>,
         caller: &Caller,
         head: &McpHead<'_>,
         body: &[u8],
     ) -> McpAnswer {
-        let max_depth = runtime.config.server.max_json_depth;
+        let max_depth = generation.config.server.max_json_depth;
         if !crate::wire::nesting_within(body, max_depth) {
             let error = RpcError::Parse(format!("JSON nested deeper than {max_depth} levels"));
             return McpAnswer::Reply(error.reply(Value::Null, era_of(head, &Meta::default())));
@@ -175,7 +175,7 @@ impl McpEndpoint {
         // The call, the request agents send most, without a `Value` tree
         // for its envelope.
         if let Some(call) = read_tools_call(body) {
-            return McpAnswer::Reply(self.tools_call(gateway, runtime, caller, head, call).await);
+            return McpAnswer::Reply(self.tools_call(gateway, generation, caller, head, call).await);
         }
         let request = match read_request(body) {
             Ok(Some(request)) => request,
@@ -187,7 +187,7 @@ impl McpEndpoint {
             // One the call reader left (a member sent twice, an escape, an
             // error to answer): served by the same code.
             let call = ToolsCall::from_value(&request.id, request.params);
-            return McpAnswer::Reply(self.tools_call(gateway, runtime, caller, head, call).await);
+            return McpAnswer::Reply(self.tools_call(gateway, generation, caller, head, call).await);
         }
         match era_of(head, &Meta::of_value(meta(&request.params))) {
             Era::R2026_07_28 => self.request_2026_07_28(gateway, caller, head, request).await,
@@ -209,7 +209,7 @@ impl McpEndpoint {
     }
 
     fn stream_slot(&self, gateway: &Gateway, caller: &Caller) -> Result<listen::StreamSlot, RpcError> {
-        let mcp = &gateway.runtime().config.mcp;
+        let mcp = &gateway.generation().config.mcp;
         self.streams.take(caller, mcp.max_streams, mcp.max_streams_per_caller)
     }
 
@@ -291,13 +291,13 @@ impl McpEndpoint {
     /// (`[mcp] tool_listing = "search"`) the fixed meta-tools instead.
     fn list(&self, gateway: &Gateway, caller: &Caller, params: &Value) -> Result<Map<String, Value>, RpcError> {
         let params = params_object(params).ok_or_else(|| RpcError::InvalidParams("params must be an object".into()))?;
-        let runtime = gateway.runtime();
-        if search::enabled(&runtime) {
+        let generation = gateway.generation();
+        if search::enabled(&generation) {
             let Value::Object(meta_tools) = search::list() else { return Ok(Map::new()) };
             return Ok(meta_tools);
         }
         let names = self.names.of(&gateway.catalog.load());
-        list_page(&names, &runtime.access, runtime.access.matching(caller), params)
+        list_page(&names, &generation.access, generation.access.matching(caller), params)
     }
 
     /// A call of a search-mode meta-tool (`search_tools`, `describe_tool`).
@@ -324,7 +324,7 @@ impl McpEndpoint {
     async fn tools_call(
         &self,
         gateway: &Gateway,
-        runtime: Arc<Runtime>,
+        generation: Arc<Generation>,
         caller: &Caller,
         head: &McpHead<'_>,
         call: ToolsCall<'_>,
@@ -345,7 +345,7 @@ impl McpEndpoint {
                     input_responses,
                     request_state,
                 };
-                self.call(gateway, runtime, caller, head, request, envelope).await
+                self.call(gateway, generation, caller, head, request, envelope).await
             }
             Err(e) => Err(e),
         };
@@ -374,7 +374,7 @@ impl McpEndpoint {
     async fn call(
         &self,
         gateway: &Gateway,
-        runtime: Arc<Runtime>,
+        generation: Arc<Generation>,
         caller: &Caller,
         head: &McpHead<'_>,
         request: CallRequest<'_>,
@@ -389,7 +389,7 @@ impl McpEndpoint {
         let Some(input) = request.input else {
             return Err(RpcError::InvalidParams("`arguments` must be an object".into()));
         };
-        if search::enabled(&runtime) && search::is_meta_tool(name) {
+        if search::enabled(&generation) && search::is_meta_tool(name) {
             let params = json!({"name": name, "arguments": input});
             return self.meta_call(gateway, caller, &params).map(CallAnswer::Made);
         }
@@ -419,7 +419,7 @@ impl McpEndpoint {
             traceparent: head.traceparent.clone(),
             passthrough,
         };
-        match execute_call(gateway, runtime, caller, call).await {
+        match execute_call(gateway, generation, caller, call).await {
             // The tool's server asks the client (which sent its capabilities
             // on) for input, or for a capability: the question goes back as
             // the server put it.
@@ -605,9 +605,9 @@ fn capabilities(modern: bool) -> Value {
 /// Fresh for one catalog poll: a list can change no sooner, and list
 /// changes are also pushed to streams.
 fn cache_hints(gateway: &Gateway) -> Map<String, Value> {
-    let runtime = gateway.runtime();
-    let scope = if runtime.access.is_active() { "private" } else { "public" };
-    let ttl = u64::try_from(runtime.poll.interval.as_millis()).unwrap_or(u64::MAX);
+    let generation = gateway.generation();
+    let scope = if generation.access.is_active() { "private" } else { "public" };
+    let ttl = u64::try_from(generation.poll.interval.as_millis()).unwrap_or(u64::MAX);
     let mut hints = Map::new();
     hints.insert("ttlMs".into(), json!(ttl));
     hints.insert("cacheScope".into(), json!(scope));
@@ -617,7 +617,7 @@ fn cache_hints(gateway: &Gateway) -> Map<String, Value> {
 /// What the gateway tells a model about using it: in search mode, to
 /// search first.
 fn instructions(gateway: &Gateway) -> &'static str {
-    if search::enabled(&gateway.runtime()) {
+    if search::enabled(&gateway.generation()) {
         search::INSTRUCTIONS
     } else {
         INSTRUCTIONS
@@ -630,7 +630,7 @@ fn discover(gateway: &Gateway) -> Map<String, Value> {
     result.insert("supportedVersions".into(), json!(supported_versions()));
     result.insert("capabilities".into(), capabilities(true));
     result.insert("instructions".into(), json!(instructions(gateway)));
-    let ttl = u64::try_from(gateway.runtime().poll.interval.as_millis()).unwrap_or(u64::MAX);
+    let ttl = u64::try_from(gateway.generation().poll.interval.as_millis()).unwrap_or(u64::MAX);
     result.insert("ttlMs".into(), json!(ttl));
     result.insert("cacheScope".into(), json!("public"));
     result
@@ -640,7 +640,7 @@ fn discover(gateway: &Gateway) -> Map<String, Value> {
 fn empty_list(field: &str, gateway: &Gateway) -> Map<String, Value> {
     let mut result = Map::new();
     result.insert(field.into(), json!([]));
-    let ttl = u64::try_from(gateway.runtime().poll.interval.as_millis()).unwrap_or(u64::MAX);
+    let ttl = u64::try_from(gateway.generation().poll.interval.as_millis()).unwrap_or(u64::MAX);
     result.insert("ttlMs".into(), json!(ttl));
     result.insert("cacheScope".into(), json!("public"));
     result

@@ -23,7 +23,7 @@ use crate::auth::Caller;
 use crate::catalog::search::{SearchError, SearchRequest, MAX_LIMIT};
 use crate::catalog::Catalog;
 use crate::config::ToolListing;
-use crate::gateway::{Gateway, Runtime};
+use crate::gateway::{Gateway, Generation};
 use crate::tool_search::{search_tools, Front};
 
 /// The meta-tool that searches the catalog.
@@ -46,8 +46,8 @@ pub(crate) trait McpNames {
 }
 
 /// Whether `[mcp] tool_listing = "search"` is in force.
-pub(crate) fn enabled(runtime: &Runtime) -> bool {
-    runtime.config.mcp.tool_listing == ToolListing::Search
+pub(crate) fn enabled(generation: &Generation) -> bool {
+    generation.config.mcp.tool_listing == ToolListing::Search
 }
 
 /// Whether `name` is one of the meta-tools.
@@ -150,8 +150,8 @@ fn search(
         Ok(request) => request,
         Err(e) => return invalid(&e.to_string()),
     };
-    let runtime = gateway.runtime();
-    let found = search_tools(gateway, &runtime, catalog, caller, &request, Front::Mcp);
+    let generation = gateway.generation();
+    let found = search_tools(gateway, &generation, catalog, caller, &request, Front::Mcp);
     let tools: Vec<Value> = found
         .iter()
         .filter_map(|route| {
@@ -178,8 +178,8 @@ fn describe(gateway: &Gateway, caller: &Caller, arguments: &Map<String, Value>, 
     };
     // An MCP name, or the OTC key `tools/call` also takes.
     let key = names.key_of(name).unwrap_or(name);
-    let runtime = gateway.runtime();
-    let visible = runtime.access.allows(runtime.access.matching(caller), key);
+    let generation = gateway.generation();
+    let visible = generation.access.allows(generation.access.matching(caller), key);
     match names.tool_of(key).filter(|_| visible) {
         Some(tool) => {
             let mut tool = tool.clone();

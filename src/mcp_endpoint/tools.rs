@@ -16,9 +16,9 @@ use std::sync::{Arc, Mutex};
 use serde_json::{json, Map, Value};
 
 use super::error::RpcError;
+use super::search::McpNames;
 use crate::catalog::{Catalog, CatalogTool};
 use crate::error::RequestError;
-use super::search::McpNames;
 use crate::policy::{AccessPolicy, Matching};
 use crate::resolve::{ToolRef, VersionRequest};
 

@@ -159,7 +159,7 @@ pub struct OAuth {
 impl OAuth {
     /// The managed providers of `config`. Links, flows, refresh locks and
     /// the embedded store (when `[state]` is unchanged) carry over from the
-    /// runtime before a reload.
+    /// generation before a reload.
     ///
     /// With `redis` (`[state] redis`, resolved), challenges are kept there,
     /// so any replica can open a link or take its callback.

@@ -28,7 +28,7 @@ use crate::auth::{resource, AuthError, Caller, Credentials, Target};
 use crate::call::call_tool;
 use crate::catalog::search::SearchRequest;
 use crate::error::RequestError;
-use crate::gateway::{Gateway, Runtime};
+use crate::gateway::{Gateway, Generation};
 use crate::mcp_endpoint::{Listen, McpAnswer, McpEndpoint, McpHead};
 use crate::oauth_endpoint::{self, BrowserRequest, OAuthRequest};
 use crate::reply::Reply;
@@ -147,11 +147,11 @@ impl Answer {
 }
 
 /// The last `Host` the browser policy accepted on a connection, under
-/// which runtime: a client sends the same one with every request, and the
+/// which generation: a client sends the same one with every request, and the
 /// check parses it (benches/HISTORY.md, "Figures behind the code"). The
-/// `Weak` keeps the runtime's allocation, so its address cannot be reused
+/// `Weak` keeps the generation's allocation, so its address cannot be reused
 /// by another.
-pub(super) type AcceptedHost = Option<(Weak<Runtime>, Vec<u8>)>;
+pub(super) type AcceptedHost = Option<(Weak<Generation>, Vec<u8>)>;
 
 /// Counts a request until dropped: being served (for graceful shutdown) or
 /// admitted (against `max_in_flight`).
@@ -190,17 +190,17 @@ impl FrontDoor {
         FrontDoor { gateway, serving, admitted: Arc::default(), mcp: McpEndpoint::default() }
     }
 
-    /// Serves one request under `runtime` (loaded once its head was in):
+    /// Serves one request under `generation` (loaded once its head was in):
     /// the steps of the module doc, then the metrics. `accepted` is the
     /// connection's last accepted `Host`.
     pub(super) async fn serve<B: RequestBody>(
         &self,
-        runtime: Arc<Runtime>,
+        generation: Arc<Generation>,
         head: &Head<'_>,
         body: &mut B,
         accepted: &mut AcceptedHost,
     ) -> Answer {
-        let answer = match self.answer(runtime, head, body, accepted).await {
+        let answer = match self.answer(generation, head, body, accepted).await {
             Ok(answer) => answer,
             Err(e) => Answer::Reply(e.to_reply()),
         };
@@ -210,41 +210,43 @@ impl FrontDoor {
 
     async fn answer<B: RequestBody>(
         &self,
-        runtime: Arc<Runtime>,
+        generation: Arc<Generation>,
         head: &Head<'_>,
         body: &mut B,
         accepted: &mut AcceptedHost,
     ) -> Result<Answer, RequestError> {
-        check_browser(&runtime, head, accepted)?;
+        check_browser(&generation, head, accepted)?;
         let reply = match (head.route, &head.method) {
-            (Route::Health, &Method::GET | &Method::HEAD) => self.admit(&runtime).map(|_admitted| self.health())?,
+            (Route::Health, &Method::GET | &Method::HEAD) => self.admit(&generation).map(|_admitted| self.health())?,
             (Route::Tools, &Method::GET | &Method::HEAD) => {
-                let caller = self.authenticate(&runtime, head, Target::Otc)?;
-                let _admitted = self.admit(&runtime)?;
+                let caller = self.authenticate(&generation, head, Target::Otc)?;
+                let _admitted = self.admit(&generation)?;
                 let catalog = self.gateway.catalog.load();
-                Reply::ok(runtime.access.listing(&catalog, runtime.access.matching(&caller)))
+                Reply::ok(generation.access.listing(&catalog, generation.access.matching(&caller)))
             }
             (Route::Search, &Method::GET | &Method::HEAD) => {
-                let caller = self.authenticate(&runtime, head, Target::Otc)?;
-                let _admitted = self.admit(&runtime)?;
+                let caller = self.authenticate(&generation, head, Target::Otc)?;
+                let _admitted = self.admit(&generation)?;
                 let request = SearchRequest::from_query_string(head.query)?;
                 let catalog = self.gateway.catalog.load();
-                let found = tool_search::search_tools(&self.gateway, &runtime, &catalog, &caller, &request, Front::Otc);
+                let found =
+                    tool_search::search_tools(&self.gateway, &generation, &catalog, &caller, &request, Front::Otc);
                 Reply::ok(tool_search::otc_body(&found))
             }
             (Route::Call, &Method::POST) => {
                 // Credentials first: an unauthenticated client's body is not read.
-                let caller = self.authenticate(&runtime, head, Target::Otc)?;
-                let body = read_body(&runtime, body).await?;
-                let _admitted = self.admit(&runtime)?;
-                let (reply, _completed) = call_tool(&self.gateway, runtime, &caller, &body, traceparent(head)).await?;
+                let caller = self.authenticate(&generation, head, Target::Otc)?;
+                let body = read_body(&generation, body).await?;
+                let _admitted = self.admit(&generation)?;
+                let (reply, _completed) =
+                    call_tool(&self.gateway, generation, &caller, &body, traceparent(head)).await?;
                 Reply::ok(reply)
             }
-            (Route::Mcp, _) => return self.mcp(runtime, head, body).await,
-            (Route::OAuth, _) => self.oauth(runtime, head, body).await?,
+            (Route::Mcp, _) => return self.mcp(generation, head, body).await,
+            (Route::OAuth, _) => self.oauth(generation, head, body).await?,
             (Route::ResourceMetadata, &Method::GET | &Method::HEAD) => {
-                let _admitted = self.admit(&runtime)?;
-                self.resource_metadata(&runtime, head.path)?
+                let _admitted = self.admit(&generation)?;
+                self.resource_metadata(&generation, head.path)?
             }
             (Route::Health | Route::Tools | Route::Search | Route::ResourceMetadata, _) => {
                 return Err(RequestError::MethodNotAllowed { allow: "GET, HEAD" })
@@ -259,9 +261,9 @@ impl FrontDoor {
     /// refuses it over `server.max_in_flight`. Requests still arriving are
     /// not counted: a client that sends a head and stalls holds no slot
     /// (slow connections are bounded by `server.max_connections`).
-    fn admit(&self, runtime: &Runtime) -> Result<Counted, RequestError> {
+    fn admit(&self, generation: &Generation) -> Result<Counted, RequestError> {
         let (admitted, count) = Counted::enter(&self.admitted);
-        let limit = runtime.config.server.max_in_flight;
+        let limit = generation.config.server.max_in_flight;
         if count > limit {
             return Err(RequestError::Overloaded(limit));
         }
@@ -269,16 +271,16 @@ impl FrontDoor {
     }
 
     /// Who is calling, from the request's credentials, for `target`.
-    fn authenticate(&self, runtime: &Runtime, head: &Head<'_>, target: Target) -> Result<Caller, RequestError> {
-        let authenticator = &runtime.authenticator;
-        let public_url = || self.gateway.public_url(runtime);
+    fn authenticate(&self, generation: &Generation, head: &Head<'_>, target: Target) -> Result<Caller, RequestError> {
+        let authenticator = &generation.authenticator;
+        let public_url = || self.gateway.public_url(generation);
         let authenticated = match head.credentials {
             Some(credentials) => authenticator.authenticate_credentials(credentials, target, public_url),
             None => Err(AuthError::Invalid("a credential header came more than once".into())),
         };
         authenticated.map_err(|error| {
             tracing::debug!(%error, "request refused: bad or missing credentials");
-            let resource_metadata = authenticator.resource_metadata_url(|| self.gateway.public_url(runtime));
+            let resource_metadata = authenticator.resource_metadata_url(|| self.gateway.public_url(generation));
             RequestError::Unauthenticated { error, resource_metadata }
         })
     }
@@ -292,19 +294,19 @@ impl FrontDoor {
     /// message per POST, or (GET) a 2025-11-25 client's event stream.
     async fn mcp<B: RequestBody>(
         &self,
-        runtime: Arc<Runtime>,
+        generation: Arc<Generation>,
         head: &Head<'_>,
         body: &mut B,
     ) -> Result<Answer, RequestError> {
-        let caller = self.authenticate(&runtime, head, Target::Mcp)?;
+        let caller = self.authenticate(&generation, head, Target::Mcp)?;
         let mcp_head = McpHead { traceparent: traceparent(head), ..head.mcp.clone() };
         let answer = match head.method {
             Method::POST => {
-                let body = read_body(&runtime, body).await?;
+                let body = read_body(&generation, body).await?;
                 // A stream holds no admission slot: it is bounded by `[mcp]
                 // max_streams` instead.
-                let _admitted = self.admit(&runtime)?;
-                self.mcp.handle_post(&self.gateway, runtime, &caller, &mcp_head, &body).await
+                let _admitted = self.admit(&generation)?;
+                self.mcp.handle_post(&self.gateway, generation, &caller, &mcp_head, &body).await
             }
             Method::GET => self.mcp.handle_get(&self.gateway, &caller, &mcp_head),
             // Sessions hold no state to end (DELETE).
@@ -321,21 +323,21 @@ impl FrontDoor {
     /// confirmations and disconnects.
     async fn oauth<B: RequestBody>(
         &self,
-        runtime: Arc<Runtime>,
+        generation: Arc<Generation>,
         head: &Head<'_>,
         body: &mut B,
     ) -> Result<Reply, RequestError> {
         let request = OAuthRequest::parse(&head.method, head.path)?;
         if request.needs_caller() {
-            let caller = self.authenticate(&runtime, head, Target::Otc)?;
+            let caller = self.authenticate(&generation, head, Target::Otc)?;
             let body = match request {
-                OAuthRequest::Confirm => body.read(CONFIRM_BODY_LIMIT, runtime.config.server.body_timeout.0).await?,
+                OAuthRequest::Confirm => body.read(CONFIRM_BODY_LIMIT, generation.config.server.body_timeout.0).await?,
                 _ => Bytes::new(),
             };
-            let _admitted = self.admit(&runtime)?;
-            oauth_endpoint::caller_step(&self.gateway, &runtime, &caller, &request, &body).await
+            let _admitted = self.admit(&generation)?;
+            oauth_endpoint::caller_step(&self.gateway, &generation, &caller, &request, &body).await
         } else {
-            let _admitted = self.admit(&runtime)?;
+            let _admitted = self.admit(&generation)?;
             let cookies = head.headers.into_iter().flat_map(|h| h.get_all(http::header::COOKIE));
             let browser = BrowserRequest {
                 method: &head.method,
@@ -343,16 +345,16 @@ impl FrontDoor {
                 query: head.query,
                 cookies: cookies.filter_map(|v| v.to_str().ok()).collect(),
             };
-            oauth_endpoint::browser_step(&self.gateway, &runtime, &request, &browser).await
+            oauth_endpoint::browser_step(&self.gateway, &generation, &request, &browser).await
         }
     }
 
     /// The protected resource metadata (RFC 9728), public: in `mode = "jwt"`
     /// only, at the paths [`resource::ProtectedResource::serves`].
-    fn resource_metadata(&self, runtime: &Runtime, path: &str) -> Result<Reply, RequestError> {
-        let metadata = runtime
+    fn resource_metadata(&self, generation: &Generation, path: &str) -> Result<Reply, RequestError> {
+        let metadata = generation
             .authenticator
-            .protected_resource(|| self.gateway.public_url(runtime))
+            .protected_resource(|| self.gateway.public_url(generation))
             .filter(|r| r.serves(path))
             .ok_or_else(|| RequestError::NotFound(path.chars().take(200).collect()))?;
         let mut reply = Reply::ok(metadata.document());
@@ -363,24 +365,28 @@ impl FrontDoor {
 }
 
 /// The browser policy (`browser.rs`): `Host`, skipped when this connection's
-/// last accepted one was the same under the same runtime, then `Origin`.
-fn check_browser(runtime: &Arc<Runtime>, head: &Head<'_>, accepted: &mut AcceptedHost) -> Result<(), RequestError> {
+/// last accepted one was the same under the same generation, then `Origin`.
+fn check_browser(
+    generation: &Arc<Generation>,
+    head: &Head<'_>,
+    accepted: &mut AcceptedHost,
+) -> Result<(), RequestError> {
     let known = match (&*accepted, head.host) {
-        (Some((under, seen)), Some(host)) => std::ptr::eq(under.as_ptr(), Arc::as_ptr(runtime)) && seen == host,
+        (Some((under, seen)), Some(host)) => std::ptr::eq(under.as_ptr(), Arc::as_ptr(generation)) && seen == host,
         _ => false,
     };
     if !known {
-        runtime.browser.check_host(head.host)?;
+        generation.browser.check_host(head.host)?;
         if let Some(host) = head.host {
-            *accepted = Some((Arc::downgrade(runtime), host.to_vec()));
+            *accepted = Some((Arc::downgrade(generation), host.to_vec()));
         }
     }
-    Ok(runtime.browser.check_origin(head.origin, head.route == Route::Mcp)?)
+    Ok(generation.browser.check_origin(head.origin, head.route == Route::Mcp)?)
 }
 
 /// The request's body within `server.max_body_bytes` and `body_timeout`.
-async fn read_body<B: RequestBody>(runtime: &Runtime, body: &mut B) -> Result<Bytes, RequestError> {
-    let server = &runtime.config.server;
+async fn read_body<B: RequestBody>(generation: &Generation, body: &mut B) -> Result<Bytes, RequestError> {
+    let server = &generation.config.server;
     body.read(server.max_body_bytes, server.body_timeout.0).await
 }
 

@@ -82,7 +82,7 @@ impl DataPlane {
     /// `open_files` descriptors (unknown: no cap but the config's).
     pub fn new(door: Arc<FrontDoor>, open_files: Option<u64>) -> DataPlane {
         let fd_room = open_files.map_or(usize::MAX, |n| usize::try_from(n / 2).unwrap_or(usize::MAX).max(1));
-        let configured = door.gateway.runtime().config.server.max_connections;
+        let configured = door.gateway.generation().config.server.max_connections;
         if configured > fd_room {
             // (Info, not a warning: the default is above what many hosts allow.)
             tracing::info!(
@@ -171,7 +171,7 @@ impl ServerApp for DataPlane {
         // nothing read into it yet, is closed.
         drop(stream);
         let mut conn = Connection::new(socket, shutdown);
-        let max_connections = self.pingora.door.gateway.runtime().config.server.max_connections.min(self.fd_room);
+        let max_connections = self.pingora.door.gateway.generation().config.server.max_connections.min(self.fd_room);
         conn.registered = Some(self.open.register(max_connections, conn.stream.as_raw_fd()));
         loop {
             match self.serve_next(&mut conn, shutdown).await {
@@ -236,7 +236,7 @@ impl DataPlane {
     async fn serve_next(&self, conn: &mut Connection, shutdown: &ShutdownWatch) -> Next {
         let door = &self.pingora.door;
         let (max_header_bytes, max_body, header_timeout) = {
-            let server = &door.gateway.runtime().config.server;
+            let server = &door.gateway.generation().config.server;
             (server.max_header_bytes, server.max_body_bytes, server.header_timeout.0)
         };
         let call = match read_call_head(conn, max_header_bytes, max_body, header_timeout).await {
@@ -255,15 +255,15 @@ impl DataPlane {
         }
         // Being served, for graceful shutdown: from its head to its reply.
         let (serving, _) = Counted::enter(&door.serving);
-        // The runtime the request is served under: loaded once its head is
+        // The generation the request is served under: loaded once its head is
         // in (not while the connection idled), and kept to its end.
-        let runtime = door.gateway.runtime_owned();
+        let generation = door.gateway.generation_owned();
         // The head is kept aside (no copy) while the body is read behind it.
         let bytes = conn.buf.split_to(call.len);
         let head = call.head(&bytes);
         let mut accepted = std::mem::take(&mut conn.accepted_host);
         let mut body = LeanBody { conn, len: call.body_len, gone: false };
-        let answer = door.serve(runtime, &head, &mut body, &mut accepted).await;
+        let answer = door.serve(generation, &head, &mut body, &mut accepted).await;
         let gone = body.gone;
         conn.accepted_host = accepted;
         conn.set_busy(false);

@@ -38,10 +38,10 @@ impl PingoraPath {
 
     /// One request whose head pingora read: framing, then the front door.
     async fn answer(&self, session: &mut Session) -> Answer {
-        let runtime = self.door.gateway.runtime_owned();
+        let generation = self.door.gateway.generation_owned();
         let route = Route::of(session.req_header().uri.path());
         let raw = session.to_h1_raw();
-        let framed = match check_framing(&runtime.config.server, session, &raw) {
+        let framed = match check_framing(&generation.config.server, session, &raw) {
             Ok(framed) => framed,
             Err(e) => {
                 let reply = e.to_reply();
@@ -67,7 +67,7 @@ impl PingoraPath {
             headers: Some(headers),
         };
         let mut body = SessionBody { session, expect: framed.expect };
-        self.door.serve(runtime, &head, &mut body, &mut None).await
+        self.door.serve(generation, &head, &mut body, &mut None).await
     }
 }
 
@@ -167,7 +167,7 @@ impl PingoraPath {
     ) -> Option<send::Reusable> {
         send::allow_pipelining(&mut session);
         let gateway = &self.door.gateway;
-        let header_timeout = gateway.runtime().config.server.header_timeout.0;
+        let header_timeout = gateway.generation().config.server.header_timeout.0;
         // An idle keep-alive connection stops waiting when shutdown begins.
         let mut stopping = shutdown.clone();
         let head = tokio::select! {

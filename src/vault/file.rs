@@ -18,7 +18,7 @@ const MAX_FILE_BYTES: u64 = 1 << 20;
 pub struct FileSource;
 
 impl FileSource {
-    /// Reads `path` now, without blocking the runtime.
+    /// Reads `path` now, without blocking the tokio runtime.
     pub async fn read(&self, path: &Path) -> Result<SecretString, VaultError> {
         let shown = || path.display().to_string();
         let unreadable = |kind| VaultError::FileUnreadable { path: shown(), kind };

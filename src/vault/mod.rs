@@ -132,7 +132,7 @@ impl VaultError {
 
 /// A source of secrets: one implementation per backend.
 ///
-/// `fetch` returns a `Send` future so resolution can run on any runtime
+/// `fetch` returns a `Send` future so resolution can run on any tokio runtime
 /// thread; the trait avoids `async-trait` boxing because it is only used
 /// statically (the resolver holds each backend by type).
 pub trait SecretSource: Send + Sync {
