@@ -2,7 +2,7 @@
 //! /health, and with `[server] admin_token` the admin actions (POST
 //! /reload).
 //!
-//! Kept off the data plane on its own small tokio generation so that scrapes and
+//! Kept off the data plane on its own small tokio runtime so that scrapes and
 //! status checks never compete with calls for pingora's workers. The data
 //! plane's browser policy applies here too (a DNS-rebinding page must not
 //! read `/status`), judged by this listener's address. Reads need no

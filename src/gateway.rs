@@ -90,7 +90,7 @@ pub struct Generation {
 
 impl Generation {
     /// Builds a generation from a validated config: resolves what `[auth]`
-    /// needs and loads its keys, so it runs inside a tokio generation.
+    /// needs and loads its keys, so it runs inside a tokio runtime.
     pub async fn build(config: Config, previous: Option<&Generation>) -> Result<Generation, BuildError> {
         // The same [vault] keeps its resolver, and so its cache: values
         // fetched before a reload are still served while the vault is down.
@@ -236,7 +236,7 @@ pub enum ReloadError {
 
 impl Gateway {
     /// A gateway for a config; no upstream is polled until
-    /// [`Gateway::start_polling`]. Must run inside a tokio generation.
+    /// [`Gateway::start_polling`]. Must run inside a tokio runtime.
     pub async fn new(config: Config) -> Result<Arc<Gateway>, BuildError> {
         let generation = Generation::build(config, None).await?;
         let gateway = Arc::new(Gateway {
