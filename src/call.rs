@@ -472,8 +472,7 @@ pub async fn inject_context(
 /// Refuses a call none of whose upstreams was granted everything the tool
 /// declares of what the gateway supplies; names what the first lacks.
 fn check_grants(generation: &Generation, route: &Route, requirements: &Requirements) -> Result<(), RequestError> {
-    let granted = |t: &Target| t.upstream.ungranted(requirements, &generation.config).is_empty();
-    if route.targets.iter().any(granted) {
+    if route.targets.iter().any(|t| t.upstream.granted(requirements, &generation.config)) {
         return Ok(());
     }
     let Some(first) = route.targets.first() else { return Ok(()) };
@@ -567,12 +566,7 @@ pub async fn forward_call<'r>(
             }
         })?;
         // Only an upstream granted all the tool declares gets its context.
-        if route
-            .tool
-            .definition
-            .requirements
-            .as_ref()
-            .is_some_and(|r| !target.upstream.ungranted(r, &generation.config).is_empty())
+        if route.tool.definition.requirements.as_ref().is_some_and(|r| !target.upstream.granted(r, &generation.config))
         {
             continue;
         }

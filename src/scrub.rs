@@ -18,29 +18,32 @@ pub const REDACTED: &str = "[redacted]";
 /// Injected values shorter than this are not looked for.
 pub const MIN_SCRUBBED_LEN: usize = 6;
 
+/// Whether a value is long enough to be looked for.
+fn looked_for(secret: &&str) -> bool {
+    secret.len() >= MIN_SCRUBBED_LEN
+}
+
 /// Replaces every copy of the `secrets` in `value`.
 pub fn value(value: &mut Value, secrets: &[&str]) {
-    let secrets: Vec<&str> = secrets.iter().copied().filter(|s| s.len() >= MIN_SCRUBBED_LEN).collect();
-    if !secrets.is_empty() {
-        walk(value, &secrets);
+    if secrets.iter().any(looked_for) {
+        walk(value, secrets);
     }
 }
 
 /// Replaces every copy of the `secrets` in a value kept as JSON text: read,
 /// scrubbed and written again only when it held one.
 pub fn raw_json(raw: &mut RawJson, secrets: &[&str]) {
-    let secrets: Vec<&str> = secrets.iter().copied().filter(|s| s.len() >= MIN_SCRUBBED_LEN).collect();
-    if secrets.is_empty() {
-        return;
-    }
     // Most answers hold no escape and no copy: a scan of the text says so.
     // A copy escaped in the text (`\u0041…`) is found once it is read.
+    if !secrets.iter().any(looked_for) {
+        return;
+    }
     let text = raw.get();
-    if !text.contains('\\') && !secrets.iter().any(|s| text.contains(s)) {
+    if !text.contains('\\') && !secrets.iter().copied().filter(looked_for).any(|s| text.contains(s)) {
         return;
     }
     let Ok(mut parsed) = serde_json::from_str::<Value>(text) else { return };
-    if walk(&mut parsed, &secrets) {
+    if walk(&mut parsed, secrets) {
         *raw = RawJson::from_value(&parsed);
     }
 }
@@ -51,7 +54,7 @@ fn walk(value: &mut Value, secrets: &[&str]) -> bool {
         Value::String(text) => replace(text, secrets),
         Value::Number(n) => {
             let text = n.to_string();
-            let found = secrets.iter().any(|s| text.contains(s));
+            let found = secrets.iter().copied().filter(looked_for).any(|s| text.contains(s));
             if found {
                 *value = Value::String(REDACTED.to_owned());
             }
@@ -60,7 +63,7 @@ fn walk(value: &mut Value, secrets: &[&str]) -> bool {
         Value::Array(items) => items.iter_mut().fold(false, |any, item| walk(item, secrets) | any),
         Value::Object(map) => {
             let mut any = false;
-            if map.keys().any(|k| secrets.iter().any(|s| k.contains(s))) {
+            if map.keys().any(|k| secrets.iter().copied().filter(looked_for).any(|s| k.contains(s))) {
                 let old = std::mem::take(map);
                 *map = old
                     .into_iter()
@@ -80,7 +83,7 @@ fn walk(value: &mut Value, secrets: &[&str]) -> bool {
 /// Replaces every copy of the secrets in `text`; whether there was one.
 fn replace(text: &mut String, secrets: &[&str]) -> bool {
     let mut found = false;
-    for secret in secrets {
+    for secret in secrets.iter().copied().filter(looked_for) {
         if text.contains(secret) {
             *text = text.replace(secret, REDACTED);
             found = true;

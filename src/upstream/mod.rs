@@ -288,21 +288,28 @@ impl Upstream {
     /// `[secrets]` or `[authorization]`) and this upstream was not granted:
     /// a tool never receives what its upstream was not granted.
     pub fn ungranted<'r>(
-        &self,
+        &'r self,
         requirements: &'r crate::wire::Requirements,
-        config: &config::Config,
-    ) -> Vec<Requirement<'r>> {
+        config: &'r config::Config,
+    ) -> impl Iterator<Item = Requirement<'r>> + 'r {
+        let (secrets, providers) = (&self.secret_grants, &self.authorization_grants);
         let secrets = requirements
             .secrets
             .iter()
-            .filter(|s| config.secrets.contains_key(&s.id) && !self.secret_grants.allows(&s.id))
+            .filter(move |s| !secrets.allows(&s.id) && config.secrets.contains_key(&s.id))
             .map(|s| Requirement::Secret(&s.id));
         let providers = requirements
             .authorization
             .iter()
-            .filter(|a| config.authorization.contains_key(&a.id) && !self.authorization_grants.allows(&a.id))
+            .filter(move |a| !providers.allows(&a.id) && config.authorization.contains_key(&a.id))
             .map(|a| Requirement::Authorization(&a.id));
-        secrets.chain(providers).collect()
+        secrets.chain(providers)
+    }
+
+    /// Whether this upstream was granted all of `requirements` that the
+    /// gateway supplies (see [`Upstream::ungranted`]).
+    pub fn granted(&self, requirements: &crate::wire::Requirements, config: &config::Config) -> bool {
+        self.ungranted(requirements, config).next().is_none()
     }
 
     /// Fetches the catalog as the upstream publishes it (OTC: GET /tools,
