@@ -21,6 +21,7 @@ use crate::metrics::Metrics;
 use crate::oauth::{OAuth, OAuthError};
 use crate::policy::AccessPolicy;
 use crate::ratelimit::{RateLimits, SharedBuckets};
+use crate::redis_client::SharedRedis;
 use crate::secret::SecretString;
 use crate::upstream::{Upstream, WatchBounds, WatchEnd};
 use crate::vault::{SecretResolver, VaultError};
@@ -86,6 +87,8 @@ pub struct Generation {
     pub oauth: Arc<OAuth>,
     /// `[idempotency]` as in force (its store filled in from `[state] redis`).
     idempotency_config: IdempotencyConfig,
+    /// `[state] redis`: the one connection its stores share.
+    redis: Option<Arc<SharedRedis>>,
 }
 
 impl Generation {
@@ -103,6 +106,15 @@ impl Generation {
         };
         let authenticator = Authenticator::new(&config.auth, &secrets).await?;
         let shared_redis = shared_redis_url(&config, &secrets).await?;
+        // One connection to `[state] redis` for every store in it, kept
+        // across reloads that keep the same Redis.
+        let redis = match &shared_redis {
+            None => None,
+            Some(url) => Some(match previous.and_then(|old| old.redis.clone()).filter(|r| r.is_for(url.expose())) {
+                Some(kept) => kept,
+                None => Arc::new(SharedRedis::connect(url.expose()).map_err(BuildError::SharedState)?),
+            }),
+        };
         // `[idempotency]` without a store of its own uses `[state] redis`.
         let mut idempotency_config = config.idempotency.clone();
         if idempotency_config.store.is_none() {
@@ -111,18 +123,14 @@ impl Generation {
         // An unchanged [idempotency] keeps its entries across reloads.
         let idempotency = match previous {
             Some(old) if old.idempotency_config == idempotency_config => old.idempotency.clone(),
-            _ => Arc::new(IdempotencyStore::build(&idempotency_config).await?),
+            _ => Arc::new(IdempotencyStore::build_sharing(&idempotency_config, redis.as_ref()).await?),
         };
-        // The same Redis keeps its connection across reloads.
-        let shared_buckets = match &shared_redis {
-            None => None,
-            Some(url) => Some(match previous.and_then(|old| old.rate_limits.shared_for(url.expose())) {
-                Some(kept) => kept,
-                None => {
-                    Arc::new(SharedBuckets::connect(url.expose()).map_err(|e| BuildError::SharedState(e.to_string()))?)
-                }
-            }),
-        };
+        let shared_buckets = redis.as_ref().map(|redis| {
+            previous.and_then(|old| old.rate_limits.shared_in(redis)).unwrap_or_else(|| {
+                let shown = crate::config::redact(shared_redis.as_ref().map_or("", |u| u.expose()));
+                Arc::new(SharedBuckets::new(redis.clone(), shown))
+            })
+        });
         let upstreams = config
             .upstreams
             .iter()
@@ -153,8 +161,8 @@ impl Generation {
             None => None,
         };
         // Links, flows and the open embedded store carry over a reload.
-        let redis = shared_redis.as_ref().map(|url| url.expose());
-        let oauth = Arc::new(OAuth::build(&config, secrets.clone(), previous.map(|old| &*old.oauth), redis).await?);
+        let oauth =
+            Arc::new(OAuth::build(&config, secrets.clone(), previous.map(|old| &*old.oauth), redis.as_ref()).await?);
         Ok(Generation {
             config,
             upstreams,
@@ -169,6 +177,7 @@ impl Generation {
             admin_token,
             oauth,
             idempotency_config,
+            redis,
         })
     }
 }

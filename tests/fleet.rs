@@ -249,3 +249,50 @@ async fn a_redis_that_accepts_and_never_answers_holds_no_call_up() {
     // tries: twenty calls in well under 20 x 250 ms.
     assert!(started.elapsed() < Duration::from_secs(4), "calls waited on Redis: {:?}", started.elapsed());
 }
+
+#[tokio::test]
+async fn one_connection_to_redis_serves_every_shared_store() {
+    let redis = Redis::start();
+    let server = ToolServer::start(catalog(vec![
+        tool("Calc.Add", "1.0.0", add_schema()),
+        common::needing("Mail.Read", serde_json::json!({"authorization": [{"id": "idp"}]})),
+    ]))
+    .await;
+    server.on_call(add);
+    // Rate-limit buckets, call_ids and OAuth challenges, all in [state] redis.
+    let config = GatewayConfig::new().upstream_with("calc", &server.url(), "authorization = [\"idp\"]").raw(&format!(
+        r#"
+[auth]
+api_keys = [{{ key = "env:FLEET_ALICE_KEY", user_id = "alice" }}, {{ key = "env:FLEET_BOB_KEY", user_id = "bob" }}]
+
+[authorization.idp]
+authorize_endpoint = "http://127.0.0.1:9/authorize"
+token_endpoint = "http://127.0.0.1:9/token"
+client_id = "fleet"
+user_verification = "none"
+
+[state]
+redis = "{}"
+
+[[rate_limit]]
+name = "per-user"
+tools = ["Calc.*"]
+per = "user"
+rate = "100/s"
+"#,
+        redis.url()
+    ));
+    let gw = Gateway::start_with_env(&config.toml(), &ENV).await;
+    gw.wait_for_tool("Mail.Read@1.0.0").await;
+    call(gw.addr, ALICE, "Calc.Add", Some("c-1")).await.result();
+    call(gw.addr, ALICE, "Mail.Read", None).await.server_error(400);
+    let client = redis::Client::open(redis.url()).expect("a redis URL");
+    let mut connection = client.get_connection().expect("redis answers");
+    let keys: Vec<String> = redis::cmd("KEYS").arg("otc-gateway:*").query(&mut connection).expect("KEYS");
+    for store in ["otc-gateway:idem:", "otc-gateway:rl:", "otc-gateway:oauth:"] {
+        assert!(keys.iter().any(|k| k.starts_with(store)), "nothing of {store} in {keys:?}");
+    }
+    let clients: String = redis::cmd("CLIENT").arg("LIST").query(&mut connection).expect("CLIENT LIST");
+    // The gateway's one connection, and this test's.
+    assert_eq!(clients.lines().count(), 2, "{clients}");
+}

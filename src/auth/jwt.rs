@@ -312,10 +312,8 @@ impl JwtVerifier {
         if token.split('.').count() != 3 {
             return Err(AuthError::Invalid("not a JWT".into()));
         }
-        refuse_critical_extensions(token)?;
         // The header is unauthenticated: it only chooses among keys we trust.
-        let header = jsonwebtoken::decode_header(token)
-            .map_err(|_| AuthError::Invalid("malformed header or algorithm not supported".into()))?;
+        let header = read_header(token)?;
         let claims = match header.alg {
             Algorithm::HS256 => {
                 let Some(key) = &self.hs256 else {
@@ -422,24 +420,37 @@ fn numeric_date(value: &Value) -> Option<u64> {
     })
 }
 
-/// RFC 7515 section 4.1.11: a recipient must refuse a JWS whose `crit` header
-/// names an extension it does not understand. The gateway understands none,
-/// so a header with `crit` at all (an empty list, `null` or a malformed value
-/// included) is refused, before any key is chosen. `jsonwebtoken` reads
-/// `crit` but does not act on it, so the protected header is decoded here
-/// (bounded: the whole token is at most [`MAX_TOKEN_LEN`]).
-fn refuse_critical_extensions(token: &str) -> Result<(), AuthError> {
+/// The protected header of a JWT: its algorithm and key id.
+struct Header {
+    alg: Algorithm,
+    kid: Option<String>,
+}
+
+/// Reads `token`'s protected header, decoded once: its algorithm and key id,
+/// refusing one with `crit`. RFC 7515 section 4.1.11: a recipient must
+/// refuse a JWS whose `crit` names an extension it does not understand, and
+/// the gateway understands none, so any `crit` (even empty or malformed) is
+/// refused.
+fn read_header(token: &str) -> Result<Header, AuthError> {
     use base64::Engine;
     let malformed = || AuthError::Invalid("malformed header or algorithm not supported".into());
     let encoded = token.split('.').next().unwrap_or_default();
-    let header = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(encoded).map_err(|_| malformed())?;
-    // Keys only: every value is skipped unread.
-    let fields: std::collections::BTreeMap<String, serde::de::IgnoredAny> =
-        serde_json::from_slice(&header).map_err(|_| malformed())?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(encoded).map_err(|_| malformed())?;
+    let mut fields: serde_json::Map<String, Value> = serde_json::from_slice(&bytes).map_err(|_| malformed())?;
     if fields.contains_key("crit") {
         return Err(AuthError::Invalid("the header names critical extensions (crit), which are not supported".into()));
     }
-    Ok(())
+    let alg = fields
+        .remove("alg")
+        .map(serde_json::from_value::<Algorithm>)
+        .ok_or_else(malformed)?
+        .map_err(|_| malformed())?;
+    let kid = match fields.remove("kid") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(kid)) => Some(kid),
+        Some(_) => return Err(malformed()),
+    };
+    Ok(Header { alg, kid })
 }
 
 fn decode(token: &str, key: &DecodingKey, validation: &Validation) -> Result<Value, AuthError> {

@@ -32,6 +32,7 @@ use sha2::{Digest, Sha256};
 
 use crate::auth::{Caller, CallerKind};
 use crate::config::IdempotencyConfig;
+use crate::redis_client::SharedRedis;
 use crate::wire::{CallContext, CallResult};
 
 /// Who a `call_id` belongs to: the authenticated caller (how they were
@@ -308,12 +309,27 @@ impl IdempotencyStore {
     /// is not an error (see [`redis::RedisStore::connect`]); a URL that is
     /// not one is.
     pub async fn build(config: &IdempotencyConfig) -> Result<IdempotencyStore, IdempotencyError> {
-        match &config.store {
-            None => Ok(IdempotencyStore::memory(config.ttl.0, config.max_entries, config.max_bytes)),
-            Some(url) => {
-                Ok(IdempotencyStore::with(Arc::new(redis::RedisStore::connect(url, config.ttl.0).await?), "redis"))
+        IdempotencyStore::build_sharing(config, None).await
+    }
+
+    /// As [`IdempotencyStore::build`], in `shared` when the store is that
+    /// Redis (`[state] redis`): one connection for every store in it.
+    pub(crate) async fn build_sharing(
+        config: &IdempotencyConfig,
+        shared: Option<&Arc<SharedRedis>>,
+    ) -> Result<IdempotencyStore, IdempotencyError> {
+        let Some(url) = &config.store else {
+            return Ok(IdempotencyStore::memory(config.ttl.0, config.max_entries, config.max_bytes));
+        };
+        let shown = crate::config::redact(url);
+        let redis = match shared.filter(|r| r.is_for(url)) {
+            Some(shared) => shared.clone(),
+            None if url.starts_with("redis://") => {
+                Arc::new(SharedRedis::connect(url).map_err(|e| IdempotencyError::BadStore(format!("{shown}: {e}")))?)
             }
-        }
+            None => return Err(IdempotencyError::BadStore(shown)),
+        };
+        Ok(IdempotencyStore::with(Arc::new(redis::RedisStore::connect(redis, shown, config.ttl.0).await), "redis"))
     }
 
     /// An in-memory store.

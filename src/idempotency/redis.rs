@@ -22,12 +22,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
 use redis::FromRedisValue;
 
 use super::{Claim, Fingerprint, IdempotencyError, Store, StoredCall, Token};
-use crate::config::redact;
-use crate::redis_client;
+use crate::redis_client::{self, SharedRedis};
 
 /// Every key this store writes starts with this. `v2`: keys are scoped to
 /// their caller; entries written before (`otc-gateway:idem:<call_id>`, for
@@ -65,26 +63,20 @@ return 0
 
 /// The Redis store.
 pub struct RedisStore {
-    connection: ConnectionManager,
+    redis: Arc<SharedRedis>,
     ttl: Duration,
     /// Until when claims skip Redis after a failure.
     down_until: Mutex<Option<Instant>>,
 }
 
 impl RedisStore {
-    /// Sets the connection up. A URL that is not one is an error; a Redis
-    /// that does not answer yet is not: it is logged, and calls run without
-    /// deduplication until it answers (the connection manager reconnects).
-    /// Refusing to start would make a cache outage stop deploys and restarts
-    /// of a gateway that works fine without it.
-    pub async fn connect(url: &str, ttl: Duration) -> Result<RedisStore, IdempotencyError> {
-        let shown = redact(url);
-        if !url.starts_with("redis://") {
-            return Err(IdempotencyError::BadStore(shown));
-        }
-        let connection = redis_client::connect(url, COMMAND_TIMEOUT, 2)
-            .map_err(|e| IdempotencyError::BadStore(format!("{shown}: {e}")))?;
-        let store = RedisStore { connection, ttl, down_until: Mutex::new(None) };
+    /// The store in `redis` (`shown`: its URL without password, for the
+    /// log). A Redis that does not answer yet is not an error: it is logged,
+    /// and calls run without deduplication until it answers (the connection
+    /// manager reconnects). Refusing to start would make a cache outage stop
+    /// deploys and restarts of a gateway that works fine without it.
+    pub(crate) async fn connect(redis: Arc<SharedRedis>, shown: String, ttl: Duration) -> RedisStore {
+        let store = RedisStore { redis, ttl, down_until: Mutex::new(None) };
         match store.run::<String>(&redis::cmd("PING")).await {
             Ok(_) => tracing::info!(store = %shown, "idempotency store connected"),
             Err(e) => tracing::error!(
@@ -93,12 +85,12 @@ impl RedisStore {
                 "idempotency store unreachable; calls run without deduplication until it answers"
             ),
         }
-        Ok(store)
+        store
     }
 
     /// Runs one command within [`COMMAND_TIMEOUT`]; a failure pauses claims.
     async fn run<T: FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, IdempotencyError> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.redis.connection();
         let error = match redis_client::bounded(COMMAND_TIMEOUT, command.query_async::<T>(&mut connection)).await {
             Ok(value) => return Ok(value),
             Err(e) => IdempotencyError::Unavailable(e),
@@ -236,7 +228,7 @@ mod tests {
         assert!(matches!(parse(&pending), Stored::Pending(f) if f == fp.as_str()));
         assert!(matches!(parse("D abc {\"x\": 1}"), Stored::Done("abc", "{\"x\": 1}")));
         assert!(matches!(parse("junk"), Stored::Other));
-        assert_eq!(redact("redis://:hunter2@cache:6379/1"), "redis://***@cache:6379/1");
-        assert_eq!(redact("redis://cache:6379"), "redis://cache:6379");
+        assert_eq!(crate::config::redact("redis://:hunter2@cache:6379/1"), "redis://***@cache:6379/1");
+        assert_eq!(crate::config::redact("redis://cache:6379"), "redis://cache:6379");
     }
 }

@@ -10,16 +10,16 @@
 //! useless without the provider's code.
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use redis::aio::ConnectionManager;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::links::{LinkStatus, OpenLink, Refusal, STATUS_KEPT};
 use super::seal::random_id;
 use super::OAuthError;
-use crate::redis_client;
+use crate::redis_client::{self, SharedRedis};
 
 /// The longest one Redis command of the flow may take.
 const TIMEOUT: Duration = Duration::from_secs(2);
@@ -56,8 +56,7 @@ struct StoredLink {
 
 /// The links and records of every provider, in Redis.
 pub(super) struct RedisLinks {
-    url_digest: [u8; 32],
-    connection: ConnectionManager,
+    redis: Arc<SharedRedis>,
     finish: redis::Script,
 }
 
@@ -88,24 +87,18 @@ fn ms(d: Duration) -> u64 {
 }
 
 impl RedisLinks {
-    /// Links in the Redis at `url` (connected lazily).
-    pub(super) fn connect(url: &str) -> Result<RedisLinks, OAuthError> {
-        let connection =
-            redis_client::connect(url, TIMEOUT, 1).map_err(|e| OAuthError::Setup(format!("[state] redis: {e}")))?;
-        Ok(RedisLinks {
-            url_digest: Sha256::digest(url.as_bytes()).into(),
-            connection,
-            finish: redis::Script::new(FINISH),
-        })
+    /// Links in `redis`.
+    pub(super) fn new(redis: Arc<SharedRedis>) -> RedisLinks {
+        RedisLinks { redis, finish: redis::Script::new(FINISH) }
     }
 
-    /// Whether these are the links of the Redis at `url`.
-    pub(super) fn is_for(&self, url: &str) -> bool {
-        self.url_digest == <[u8; 32]>::from(Sha256::digest(url.as_bytes()))
+    /// Whether these are the links of `redis`.
+    pub(super) fn is_in(&self, redis: &Arc<SharedRedis>) -> bool {
+        Arc::ptr_eq(&self.redis, redis)
     }
 
     async fn run<T: redis::FromRedisValue>(&self, command: &redis::Cmd) -> Result<T, OAuthError> {
-        let mut connection = self.connection.clone();
+        let mut connection = self.redis.connection();
         redis_client::bounded(TIMEOUT, command.query_async::<T>(&mut connection)).await.map_err(store_error)
     }
 
@@ -122,7 +115,7 @@ impl RedisLinks {
         for a in args {
             invocation.arg(a);
         }
-        let mut connection = self.connection.clone();
+        let mut connection = self.redis.connection();
         redis_client::bounded(TIMEOUT, invocation.invoke_async::<T>(&mut connection)).await.map_err(store_error)
     }
 
@@ -160,7 +153,7 @@ impl RedisLinks {
             .arg("PX")
             .arg(keep)
             .ignore();
-        let mut connection = self.connection.clone();
+        let mut connection = self.redis.connection();
         redis_client::bounded(TIMEOUT, pipe.query_async::<()>(&mut connection)).await.map_err(store_error)?;
         Ok((link_id, check_id))
     }

@@ -39,6 +39,7 @@ use self::seal::Sealer;
 use self::store::{now, EmbeddedStore, GrantStore};
 use crate::config::{Config, StateConfig, UserVerification};
 use crate::metrics::Metrics;
+use crate::redis_client::SharedRedis;
 use crate::secret::SecretString;
 use crate::vault::SecretResolver;
 
@@ -161,21 +162,21 @@ impl OAuth {
     /// the embedded store (when `[state]` is unchanged) carry over from the
     /// generation before a reload.
     ///
-    /// With `redis` (`[state] redis`, resolved), challenges are kept there,
-    /// so any replica can open a link or take its callback.
-    pub async fn build(
+    /// With `redis` (`[state] redis`), challenges are kept there, so any
+    /// replica can open a link or take its callback.
+    pub(crate) async fn build(
         config: &Config,
         secrets: Arc<SecretResolver>,
         previous: Option<&OAuth>,
-        redis: Option<&str>,
+        redis: Option<&Arc<SharedRedis>>,
     ) -> Result<OAuth, OAuthError> {
         let shared = previous.map(|p| p.shared.clone()).unwrap_or_default();
         let any_managed = config.authorization.values().any(|s| s.is_managed()) || config.login.is_some();
         let redis_links = match redis.filter(|_| any_managed) {
             None => None,
-            Some(url) => match previous.and_then(|p| p.redis_links.as_ref()).filter(|l| l.is_for(url)) {
+            Some(redis) => match previous.and_then(|p| p.redis_links.as_ref()).filter(|l| l.is_in(redis)) {
                 Some(kept) => Some(kept.clone()),
-                None => Some(Arc::new(RedisLinks::connect(url)?)),
+                None => Some(Arc::new(RedisLinks::new(redis.clone()))),
             },
         };
         let mut providers = HashMap::new();

@@ -137,10 +137,10 @@ impl RateLimits {
         RateLimits { limits, checks: AtomicU64::new(0), epoch, shared }
     }
 
-    /// The Redis store, when it is the one for `url` (to keep its connection
-    /// across a reload).
-    pub(crate) fn shared_for(&self, url: &str) -> Option<Arc<SharedBuckets>> {
-        self.shared.as_ref().filter(|s| s.is_for(url)).cloned()
+    /// The shared buckets, when they are in `redis` (to keep them across a
+    /// reload).
+    pub(crate) fn shared_in(&self, redis: &Arc<crate::redis_client::SharedRedis>) -> Option<Arc<SharedBuckets>> {
+        self.shared.as_ref().filter(|s| s.is_in(redis)).cloned()
     }
 
     /// Calls decided without Redis while it could not answer: (served,

@@ -14,15 +14,14 @@
 //! no time. What a call gets then is each limit's `fail` mode.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
 use sha2::{Digest, Sha256};
 
 use super::Bucket;
-use crate::config::{redact, RateLimitConfig};
-use crate::redis_client;
+use crate::config::RateLimitConfig;
+use crate::redis_client::{self, SharedRedis};
 
 /// The longest a check waits for Redis, connecting included.
 pub(crate) const CHECK_TIMEOUT: Duration = Duration::from_millis(250);
@@ -59,9 +58,6 @@ return {0, 0}
 /// Why the shared buckets could not answer.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SharedError {
-    /// The URL is not a Redis URL.
-    #[error("[state] redis {0}: not a usable redis:// URL")]
-    BadUrl(String),
     /// Redis did not answer in time, or answered with an error.
     #[error("redis: {0}")]
     Unavailable(String),
@@ -79,8 +75,7 @@ pub(crate) enum Taken {
 pub struct SharedBuckets {
     /// The URL without its password, to compare and to show.
     shown: String,
-    url_digest: [u8; 32],
-    connection: ConnectionManager,
+    redis: Arc<SharedRedis>,
     script: redis::Script,
     down_until: Mutex<Option<Instant>>,
     last_logged: Mutex<Option<Instant>>,
@@ -97,31 +92,25 @@ impl std::fmt::Debug for SharedBuckets {
 }
 
 impl SharedBuckets {
-    /// Sets the connection up lazily: a Redis that does not answer yet is
-    /// not an error (checks then follow each limit's `fail` mode until it
-    /// does, and the connection manager reconnects by itself).
-    pub(crate) fn connect(url: &str) -> Result<SharedBuckets, SharedError> {
-        let shown = redact(url);
-        if !url.starts_with("redis://") {
-            return Err(SharedError::BadUrl(shown));
-        }
-        let connection =
-            redis_client::connect(url, CHECK_TIMEOUT, 1).map_err(|_| SharedError::BadUrl(shown.clone()))?;
-        Ok(SharedBuckets {
+    /// The buckets in `redis` (`shown` its URL without password, for the
+    /// log). A Redis that does not answer yet is not an error: checks then
+    /// follow each limit's `fail` mode until it does, and the connection
+    /// manager reconnects by itself.
+    pub(crate) fn new(redis: Arc<SharedRedis>, shown: String) -> SharedBuckets {
+        SharedBuckets {
             shown,
-            url_digest: Sha256::digest(url.as_bytes()).into(),
-            connection,
+            redis,
             script: redis::Script::new(TAKE),
             down_until: Mutex::new(None),
             last_logged: Mutex::new(None),
             failed_open: AtomicU64::new(0),
             failed_closed: AtomicU64::new(0),
-        })
+        }
     }
 
-    /// Whether this is the store for `url`.
-    pub(crate) fn is_for(&self, url: &str) -> bool {
-        self.url_digest == <[u8; 32]>::from(Sha256::digest(url.as_bytes()))
+    /// Whether these are the buckets in `redis`.
+    pub(crate) fn is_in(&self, redis: &Arc<SharedRedis>) -> bool {
+        Arc::ptr_eq(&self.redis, redis)
     }
 
     /// Counts one call in every bucket of `buckets` (limit, interval and
@@ -138,7 +127,7 @@ impl SharedBuckets {
             invocation.key(key(limit, *bucket));
             invocation.arg(interval / 1000).arg(tolerance / 1000);
         }
-        let mut connection = self.connection.clone();
+        let mut connection = self.redis.connection();
         let answer = redis_client::bounded(CHECK_TIMEOUT, invocation.invoke_async::<(u64, u64)>(&mut connection)).await;
         let failure = match answer {
             Ok((0, _)) => return Ok(Taken::Counted),
