@@ -1,7 +1,7 @@
 //! The life of a tool call, top to bottom: parse, resolve, admit, validate,
 //! inject, claim the call id, forward, re-wrap. Each step is a function named
 //! for what it does. The caller arrives authenticated: the fronts
-//! (`proxy/`, `mcp_endpoint.rs`) authenticate before the body is read.
+//! (`proxy/`, `mcp_endpoint/`) authenticate before the body is read.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

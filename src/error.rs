@@ -198,7 +198,7 @@ impl From<BrowserRefusal> for RequestError {
 }
 
 impl RequestError {
-    /// The HTTP status for this error (seed 003's 400 / 422 taxonomy).
+    /// The HTTP status for this error (docs/api.md, "What happens on each kind of error").
     pub fn status(&self) -> u16 {
         match self {
             RequestError::NotFound(_) => 404,

@@ -1,10 +1,9 @@
 //! HTTP/1.1 reading helpers that both of the gateway's readers share: the
-//! data plane's request reader (`proxy/connection.rs`) and the upstream call
+//! data plane's lean request reader (`proxy/lean.rs`) and the upstream call
 //! client (`upstream/call_client.rs`).
 
 use bytes::BytesMut;
-use tokio::io::AsyncReadExt;
-use tokio::net::TcpStream;
+use tokio::io::{AsyncRead, AsyncReadExt};
 
 /// Decimal digits as a number, as Content-Length's grammar has them (no
 /// sign): at most 19, so it never overflows. Written out because
@@ -26,7 +25,11 @@ pub(crate) fn header_line_size(name: &str, value: &[u8]) -> usize {
 
 /// Reads into `buf`'s spare room, growing it by `grow` bytes when less than
 /// 1 KiB is left; 0 at the end of the stream.
-pub(crate) async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut, grow: usize) -> std::io::Result<usize> {
+pub(crate) async fn read_more<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut BytesMut,
+    grow: usize,
+) -> std::io::Result<usize> {
     if buf.capacity() - buf.len() < 1024 {
         buf.reserve(grow);
     }

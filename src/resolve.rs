@@ -8,7 +8,7 @@ use semver::Version;
 pub enum VersionRequest {
     /// No `@`: the highest version any upstream serves.
     Latest,
-    /// `@x.y.z`, or `@x` meaning `x.0.0` (seed 003, never "latest x").
+    /// `@x.y.z`, or `@x` meaning `x.0.0`, never "latest x" (docs/api.md, "The API").
     Exact(Version),
 }
 

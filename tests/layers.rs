@@ -7,6 +7,10 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use proc_macro2::{Delimiter, TokenStream, TokenTree};
+use quote::ToTokens;
+use syn::visit_mut::{self, VisitMut};
+
 /// The layers, bottom first; within a layer, a module may import only the
 /// ones listed before it.
 const LAYERS: &[(&str, &[&str])] = &[
@@ -55,28 +59,109 @@ fn positions() -> BTreeMap<&'static str, (usize, usize)> {
     positions
 }
 
-/// The crate modules a source file names (`crate::x`, `crate::{x, y::z}`),
-/// outside its unit tests.
+/// The crate modules a source file names (`crate::x`, `crate::{x, y::z}`,
+/// inside macros too), outside its test code: items under `#[cfg(test)]`
+/// are dropped wherever they stand, and everything else is read.
 fn imports(source: &str) -> Vec<String> {
-    let code = source.split("#[cfg(test)]").next().unwrap_or_default();
+    let mut file = syn::parse_file(source).expect("the source parses");
+    DropTests.visit_file_mut(&mut file);
     let mut found = Vec::new();
-    for (at, _) in code.match_indices("crate::") {
-        let rest = &code[at + "crate::".len()..];
-        if let Some(group) = rest.strip_prefix('{') {
-            let group = &group[..group.find('}').unwrap_or(group.len())];
-            for item in group.split(',') {
-                found.push(first_segment(item.trim()));
-            }
-        } else {
-            found.push(first_segment(rest));
-        }
-    }
+    crate_paths(file.to_token_stream(), &mut found);
     found.retain(|m| !m.is_empty());
     found
 }
 
-fn first_segment(path: &str) -> String {
-    path.chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '_').collect()
+/// Removes every item, impl item and statement marked `#[cfg(test)]`.
+struct DropTests;
+
+fn is_test(attrs: &[syn::Attribute]) -> bool {
+    attrs
+        .iter()
+        .any(|a| a.path().is_ident("cfg") && a.meta.to_token_stream().to_string().replace(' ', "") == "cfg(test)")
+}
+
+fn item_attrs(item: &syn::Item) -> &[syn::Attribute] {
+    match item {
+        syn::Item::Const(i) => &i.attrs,
+        syn::Item::Enum(i) => &i.attrs,
+        syn::Item::Fn(i) => &i.attrs,
+        syn::Item::Impl(i) => &i.attrs,
+        syn::Item::Macro(i) => &i.attrs,
+        syn::Item::Mod(i) => &i.attrs,
+        syn::Item::Static(i) => &i.attrs,
+        syn::Item::Struct(i) => &i.attrs,
+        syn::Item::Trait(i) => &i.attrs,
+        syn::Item::Type(i) => &i.attrs,
+        syn::Item::Use(i) => &i.attrs,
+        _ => &[],
+    }
+}
+
+impl VisitMut for DropTests {
+    fn visit_file_mut(&mut self, file: &mut syn::File) {
+        file.items.retain(|item| !is_test(item_attrs(item)));
+        visit_mut::visit_file_mut(self, file);
+    }
+
+    fn visit_item_mod_mut(&mut self, module: &mut syn::ItemMod) {
+        if let Some((_, items)) = &mut module.content {
+            items.retain(|item| !is_test(item_attrs(item)));
+        }
+        visit_mut::visit_item_mod_mut(self, module);
+    }
+
+    fn visit_item_impl_mut(&mut self, block: &mut syn::ItemImpl) {
+        block.items.retain(|item| match item {
+            syn::ImplItem::Fn(f) => !is_test(&f.attrs),
+            syn::ImplItem::Const(c) => !is_test(&c.attrs),
+            _ => true,
+        });
+        visit_mut::visit_item_impl_mut(self, block);
+    }
+
+    fn visit_block_mut(&mut self, block: &mut syn::Block) {
+        block.stmts.retain(|stmt| match stmt {
+            syn::Stmt::Item(item) => !is_test(item_attrs(item)),
+            syn::Stmt::Local(local) => !is_test(&local.attrs),
+            _ => true,
+        });
+        visit_mut::visit_block_mut(self, block);
+    }
+}
+
+/// The first segment after each `crate::` in `tokens`, each member's of a
+/// `crate::{…}` group.
+fn crate_paths(tokens: TokenStream, found: &mut Vec<String>) {
+    let tokens: Vec<TokenTree> = tokens.into_iter().collect();
+    for (i, token) in tokens.iter().enumerate() {
+        match token {
+            TokenTree::Group(group) => crate_paths(group.stream(), found),
+            TokenTree::Ident(ident) if ident == "crate" => {
+                let colons = tokens
+                    .get(i + 1..i + 3)
+                    .is_some_and(|pair| pair.iter().all(|t| matches!(t, TokenTree::Punct(p) if p.as_char() == ':')));
+                match tokens.get(i + 3) {
+                    Some(TokenTree::Ident(first)) if colons => found.push(first.to_string()),
+                    Some(TokenTree::Group(group)) if colons && group.delimiter() == Delimiter::Brace => {
+                        let mut at_start = true;
+                        for member in group.stream() {
+                            match member {
+                                TokenTree::Ident(first) if at_start => found.push(first.to_string()),
+                                TokenTree::Punct(p) if p.as_char() == ',' => {
+                                    at_start = true;
+                                    continue;
+                                }
+                                _ => {}
+                            }
+                            at_start = false;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            _ => {}
+        }
+    }
 }
 
 /// Every `.rs` file under `dir`, with the top-level module it belongs to.
@@ -143,7 +228,25 @@ fn every_module_of_lib_rs_is_placed() {
 }
 
 #[test]
-fn the_scanner_sees_grouped_and_plain_imports() {
-    let source = "use crate::a::B;\nuse crate::{c, d::E};\nfn f() { crate::g::h(); }\n#[cfg(test)]\nuse crate::z;";
-    assert_eq!(imports(source), ["a", "c", "d", "g"]);
+fn the_scanner_reads_every_item_but_test_code() {
+    let source = r#"
+use crate::a::B;
+use crate::{c, d::E};
+fn f() { crate::g::h(); format!("{}", crate::m::N); }
+#[cfg(test)]
+mod tests { use crate::z; }
+#[cfg(test)]
+use crate::y;
+fn after_the_tests() { crate::k::l(); }
+impl S {
+    #[cfg(test)]
+    fn only_in_tests() { crate::x::w(); }
+    pub(crate) fn kept() { crate::n::o(); }
+}
+fn body() {
+    #[cfg(test)]
+    use crate::v;
+}
+"#;
+    assert_eq!(imports(source), ["a", "c", "d", "g", "m", "k", "n"]);
 }

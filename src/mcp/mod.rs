@@ -1,6 +1,6 @@
 //! The Model Context Protocol: its messages, and the client the gateway
 //! talks to MCP upstreams with. A building block: the MCP upstream
-//! (`upstream/mcp.rs`) and the `/mcp` endpoint (`mcp_endpoint.rs`) both use
+//! (`upstream/mcp.rs`) and the `/mcp` endpoint (`mcp_endpoint/`) both use
 //! it, and it uses neither.
 //!
 //! Both directions speak the streamable HTTP transport of MCP revisions

@@ -167,4 +167,119 @@ mod tests {
         assert!(p.push(b"data: half").is_empty());
         assert!(p.push(b"\n").is_empty());
     }
+
+    mod properties {
+        use proptest::prelude::*;
+
+        use super::*;
+
+        /// An event as a server would write it.
+        #[derive(Debug, Clone)]
+        struct Written {
+            event: Option<String>,
+            data: Vec<String>,
+            id: Option<String>,
+            comment: bool,
+        }
+
+        fn written() -> impl Strategy<Value = Written> {
+            (
+                prop::option::of("[a-z]{1,8}"),
+                prop::collection::vec("[a-zA-Z0-9 {}\":,éß→]{0,12}", 0..4),
+                prop::option::of("[a-z0-9]{0,6}"),
+                any::<bool>(),
+            )
+                .prop_map(|(event, data, id, comment)| Written { event, data, id, comment })
+        }
+
+        /// Writes the events with one line ending, a final comment line
+        /// ending the stream (a CR at the very end waits for a possible LF).
+        fn stream(events: &[Written], ending: &str) -> Vec<u8> {
+            let mut out = String::new();
+            for written in events {
+                if written.comment {
+                    out.push_str(": keep-alive");
+                    out.push_str(ending);
+                    out.push_str("retry: 10");
+                    out.push_str(ending);
+                }
+                if let Some(id) = &written.id {
+                    out.push_str(&format!("id: {id}{ending}"));
+                }
+                if let Some(event) = &written.event {
+                    out.push_str(&format!("event: {event}{ending}"));
+                }
+                for line in &written.data {
+                    out.push_str(&format!("data: {line}{ending}"));
+                }
+                out.push_str(ending);
+            }
+            out.push_str(":\n");
+            out.into_bytes()
+        }
+
+        /// The events a reader must hand back: those with data, each with the
+        /// last id seen so far.
+        fn expected(events: &[Written]) -> Vec<Event> {
+            let mut last_id = None;
+            let mut out = Vec::new();
+            for written in events {
+                if written.id.is_some() {
+                    last_id.clone_from(&written.id);
+                }
+                let data = written.data.join("\n");
+                if !written.data.is_empty() && !data.is_empty() {
+                    out.push(Event { event: written.event.clone(), data, id: last_id.clone() });
+                }
+            }
+            out
+        }
+
+        fn parse_in_pieces(bytes: &[u8], sizes: &[usize]) -> Vec<Event> {
+            let mut parser = SseParser::new();
+            let mut events = Vec::new();
+            let mut rest = bytes;
+            for &size in sizes.iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                let (piece, tail) = rest.split_at(size.clamp(1, rest.len()));
+                events.extend(parser.push(piece));
+                rest = tail;
+            }
+            events
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+            /// Written events come back as written, whatever the line endings
+            /// and however the bytes are split (inside a CRLF or a UTF-8
+            /// character included).
+            #[test]
+            fn written_events_are_read_back_in_any_pieces(
+                events in prop::collection::vec(written(), 0..6),
+                ending in prop::sample::select(vec!["\n", "\r\n", "\r"]),
+                sizes in prop::collection::vec(1usize..40, 1..8),
+            ) {
+                let bytes = stream(&events, ending);
+                prop_assert_eq!(parse_in_pieces(&bytes, &sizes), expected(&events));
+            }
+
+            /// Any bytes give the same events however they are split, and
+            /// nothing is held once the stream's lines have all ended.
+            #[test]
+            fn any_bytes_give_the_same_events_in_any_pieces(
+                bytes in prop::collection::vec(prop::sample::select(b"data: x\r\n:ide\xC3\xA9vt".to_vec()), 0..200),
+                sizes in prop::collection::vec(1usize..40, 1..8),
+            ) {
+                let whole = parse_in_pieces(&bytes, &[bytes.len().max(1)]);
+                prop_assert_eq!(parse_in_pieces(&bytes, &sizes), whole);
+                let mut parser = SseParser::new();
+                parser.push(&bytes);
+                parser.push(b"\n\n");
+                prop_assert_eq!(parser.buffered(), 0);
+            }
+        }
+    }
 }

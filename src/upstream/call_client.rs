@@ -23,7 +23,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use http::StatusCode;
 use thread_local::ThreadLocal;
-use tokio::io::{AsyncWriteExt, Interest};
+use tokio::io::{AsyncRead, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
@@ -270,7 +270,10 @@ struct Head {
 
 /// Reads one answer (skipping interim 1xx ones); whether the connection may
 /// carry another request.
-async fn read_answer(stream: &mut TcpStream, max_body: usize) -> Result<(HttpResponse, bool), ExchangeError> {
+async fn read_answer<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    max_body: usize,
+) -> Result<(HttpResponse, bool), ExchangeError> {
     // Room for a typical answer's head and body in one read; larger ones grow
     // it. (At 8 KB, only eight buffers shared a mimalloc page: pages emptied
     // and were purged and faulted in again under load, (benches/HISTORY.md, "Figures behind the code").)
@@ -391,7 +394,7 @@ fn mentions_json(value: &[u8]) -> bool {
 }
 
 /// Reads more of the answer; 0 at the end of the stream.
-async fn read_more(stream: &mut TcpStream, buf: &mut BytesMut) -> Result<usize, ExchangeError> {
+async fn read_more<S: AsyncRead + Unpin>(stream: &mut S, buf: &mut BytesMut) -> Result<usize, ExchangeError> {
     http1::read_more(stream, buf, 8 * 1024).await.map_err(|e| ExchangeError::Broken(format!("reading the answer: {e}")))
 }
 
@@ -400,8 +403,8 @@ fn closed_early() -> ExchangeError {
 }
 
 /// A `content-length` body; whether nothing followed it.
-async fn read_length(
-    stream: &mut TcpStream,
+async fn read_length<S: AsyncRead + Unpin>(
+    stream: &mut S,
     mut buf: BytesMut,
     len: usize,
     max_body: usize,
@@ -422,8 +425,8 @@ async fn read_length(
 }
 
 /// A chunked body, de-chunked; whether nothing followed it.
-async fn read_chunked(
-    stream: &mut TcpStream,
+async fn read_chunked<S: AsyncRead + Unpin>(
+    stream: &mut S,
     mut buf: BytesMut,
     max_body: usize,
 ) -> Result<(Bytes, bool), ExchangeError> {
@@ -479,7 +482,11 @@ async fn read_chunked(
 }
 
 /// A body that runs until the server closes the connection.
-async fn read_until_close(stream: &mut TcpStream, mut buf: BytesMut, max_body: usize) -> Result<Bytes, ExchangeError> {
+async fn read_until_close<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    mut buf: BytesMut,
+    max_body: usize,
+) -> Result<Bytes, ExchangeError> {
     loop {
         if buf.len() > max_body {
             return Err(ExchangeError::TooLarge);
@@ -759,5 +766,181 @@ mod tests {
         assert_eq!(CallClient::new("tools.internal", "/", Duration::from_secs(1)).address, "tools.internal:80");
         assert_eq!(CallClient::new("[::1]", "/", Duration::from_secs(1)).address, "[::1]:80");
         assert_eq!(CallClient::new("[::1]:81", "/", Duration::from_secs(1)).address, "[::1]:81");
+    }
+
+    /// The answer reader's properties, over generated answers fed in pieces
+    /// of every size (as TCP may deliver them).
+    mod properties {
+        use std::collections::VecDeque;
+
+        use proptest::prelude::*;
+        use tokio::io::ReadBuf;
+
+        use super::*;
+
+        /// A stream that hands out its pieces one read at a time, then ends.
+        struct Pieces(VecDeque<Vec<u8>>);
+
+        impl AsyncRead for Pieces {
+            fn poll_read(
+                mut self: Pin<&mut Self>,
+                _: &mut Context<'_>,
+                buf: &mut ReadBuf<'_>,
+            ) -> Poll<std::io::Result<()>> {
+                if let Some(mut piece) = self.0.pop_front() {
+                    let n = piece.len().min(buf.remaining());
+                    buf.put_slice(&piece[..n]);
+                    if n < piece.len() {
+                        self.0.push_front(piece.split_off(n));
+                    }
+                }
+                Poll::Ready(Ok(()))
+            }
+        }
+
+        fn pieces(bytes: &[u8], sizes: &[usize]) -> Pieces {
+            let mut out = VecDeque::new();
+            let mut rest = bytes;
+            for &size in sizes.iter().cycle() {
+                if rest.is_empty() {
+                    break;
+                }
+                let (piece, tail) = rest.split_at(size.clamp(1, rest.len()));
+                out.push_back(piece.to_vec());
+                rest = tail;
+            }
+            Pieces(out)
+        }
+
+        fn read(bytes: &[u8], sizes: &[usize], max_body: usize) -> Result<(HttpResponse, bool), ExchangeError> {
+            let runtime = tokio::runtime::Builder::new_current_thread().build().expect("runtime");
+            runtime.block_on(read_answer(&mut pieces(bytes, sizes), max_body))
+        }
+
+        /// One generated answer and what reading it must give.
+        #[derive(Debug, Clone)]
+        struct Answer {
+            bytes: Vec<u8>,
+            status: u16,
+            body: Vec<u8>,
+            is_json: bool,
+            keep_alive: bool,
+        }
+
+        fn answer() -> impl Strategy<Value = Answer> {
+            (
+                any::<bool>(),
+                prop::sample::select(vec![200u16, 201, 400, 404, 500, 502]),
+                any::<bool>(),
+                0usize..3,
+                0usize..3,
+                prop::collection::vec(any::<u8>(), 0..300),
+                prop::option::of(prop::collection::vec(1usize..64, 1..8)),
+                any::<bool>(),
+            )
+                .prop_map(|(interim, status, http11, content_type, connection, body, chunks, trailers)| {
+                    let mut bytes = Vec::new();
+                    if interim {
+                        bytes.extend_from_slice(b"HTTP/1.1 100 Continue\r\n\r\n");
+                    }
+                    let version = if http11 { "1.1" } else { "1.0" };
+                    bytes.extend_from_slice(format!("HTTP/{version} {status} X\r\n").as_bytes());
+                    let content_type =
+                        ["", "Content-Type: application/problem+JSON\r\n", "content-type: text/plain\r\n"]
+                            [content_type];
+                    bytes.extend_from_slice(content_type.as_bytes());
+                    let connection = ["", "Connection: close\r\n", "connection: keep-alive\r\n"][connection];
+                    bytes.extend_from_slice(connection.as_bytes());
+                    match &chunks {
+                        None => {
+                            bytes.extend_from_slice(format!("Content-Length: {}\r\n\r\n", body.len()).as_bytes());
+                            bytes.extend_from_slice(&body);
+                        }
+                        Some(sizes) => {
+                            bytes.extend_from_slice(b"Transfer-Encoding: gzip, chunked\r\n\r\n");
+                            let mut rest = &body[..];
+                            for &size in sizes.iter().cycle() {
+                                if rest.is_empty() {
+                                    break;
+                                }
+                                let (chunk, tail) = rest.split_at(size.min(rest.len()));
+                                bytes.extend_from_slice(format!("{:X};ext=1\r\n", chunk.len()).as_bytes());
+                                bytes.extend_from_slice(chunk);
+                                bytes.extend_from_slice(b"\r\n");
+                                rest = tail;
+                            }
+                            bytes.extend_from_slice(b"0\r\n");
+                            if trailers {
+                                bytes.extend_from_slice(b"Checksum: abc\r\nMore: x\r\n");
+                            }
+                            bytes.extend_from_slice(b"\r\n");
+                        }
+                    }
+                    let keep_alive = match connection {
+                        "" => http11,
+                        c if c.contains("close") => false,
+                        _ => true,
+                    };
+                    Answer { bytes, status, body, is_json: content_type.contains("JSON"), keep_alive }
+                })
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+            /// However the bytes arrive, the answer read is the answer sent.
+            #[test]
+            fn an_answer_read_in_any_pieces_is_the_answer_sent(
+                answer in answer(),
+                sizes in prop::collection::vec(1usize..80, 1..10),
+            ) {
+                let (read, reusable) = read(&answer.bytes, &sizes, 1024).expect("a well-formed answer");
+                prop_assert_eq!(read.status.as_u16(), answer.status);
+                prop_assert_eq!(&read.body[..], &answer.body[..]);
+                prop_assert_eq!(read.is_json, answer.is_json);
+                prop_assert_eq!(reusable, answer.keep_alive);
+            }
+
+            /// Bytes after the answer make its connection unusable.
+            #[test]
+            fn bytes_after_an_answer_close_its_connection(answer in answer(), extra in prop::collection::vec(any::<u8>(), 1..16)) {
+                let mut bytes = answer.bytes.clone();
+                bytes.extend_from_slice(&extra);
+                let (read, reusable) = read(&bytes, &[4096], 1024).expect("a well-formed answer");
+                prop_assert_eq!(&read.body[..], &answer.body[..]);
+                prop_assert!(!reusable);
+            }
+
+            /// An answer cut short is an error, never a shorter body.
+            #[test]
+            fn an_answer_cut_short_is_an_error(answer in answer(), cut in any::<prop::sample::Index>()) {
+                let cut = cut.index(answer.bytes.len());
+                prop_assert!(read(&answer.bytes[..cut], &[7], 1024).is_err());
+            }
+
+            /// A body over the limit is refused however it is framed.
+            #[test]
+            fn a_body_over_the_limit_is_refused(answer in answer(), sizes in prop::collection::vec(1usize..80, 1..4)) {
+                prop_assume!(!answer.body.is_empty());
+                let result = read(&answer.bytes, &sizes, answer.body.len() - 1);
+                prop_assert!(matches!(result, Err(ExchangeError::TooLarge)), "{:?}", result.map(|(a, _)| a.status));
+            }
+
+            /// Any bytes at all, in any pieces, end in an answer or an error:
+            /// no panic and no hang.
+            #[test]
+            fn any_bytes_end_in_an_answer_or_an_error(
+                answer in answer(),
+                flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..6),
+                sizes in prop::collection::vec(1usize..80, 1..6),
+            ) {
+                let mut bytes = answer.bytes;
+                for (at, byte) in flips {
+                    let at = at.index(bytes.len());
+                    bytes[at] = byte;
+                }
+                let _ = read(&bytes, &sizes, 1024);
+            }
+        }
     }
 }

@@ -40,7 +40,7 @@ pub struct ToolDefinition {
     pub requirements: Option<Requirements>,
 }
 
-/// `requirements` of a tool definition (seed 001, section 4.1).
+/// `requirements` of a tool definition (OTC 1.0, the tool definition's schema).
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct Requirements {
     /// Per-user authorization providers (OAuth 2.0 and alike).

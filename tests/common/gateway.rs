@@ -51,7 +51,13 @@ impl Gateway {
         let toml = std::fs::read_to_string(&config_path).unwrap_or_default();
         let log_path = temp_file("stderr", "log", "");
         let log = std::fs::File::create(&log_path).unwrap();
+        // Its own working directory, so a relative path in the config (the
+        // default `[state] dir`) is never the repository's, nor another
+        // gateway's.
+        let work_dir = config_path.with_extension("cwd");
+        std::fs::create_dir_all(&work_dir).unwrap();
         let mut cmd = Command::new(gateway_bin());
+        cmd.current_dir(&work_dir);
         cmd.arg("--config").arg(&config_path).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::from(log));
         for (k, v) in env {
             cmd.env(k, v);
@@ -268,6 +274,7 @@ impl Drop for Gateway {
             eprintln!("---- end of otc-gateway stderr ----");
         }
         let _ = std::fs::remove_file(&self.config_path);
+        let _ = std::fs::remove_dir_all(self.config_path.with_extension("cwd"));
         let _ = std::fs::remove_file(&self.log_path);
     }
 }
