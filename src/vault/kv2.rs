@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use http::{HeaderName, HeaderValue, StatusCode, Uri};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::{env, FileSource, SecretSource};
 use super::{VaultError, VaultStats};
@@ -477,16 +478,11 @@ fn metadata_url(base: &str, mount: &str, path: &str) -> Result<Uri, http::uri::I
     format!("{base}/v1/{}/metadata{}", encode_segment(mount), &data[prefix.len()..]).parse()
 }
 
+/// What a path segment keeps unescaped: RFC 3986's unreserved characters.
+const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+
 fn encode_segment(seg: &str) -> String {
-    let mut out = String::with_capacity(seg.len());
-    for b in seg.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    utf8_percent_encode(seg, UNRESERVED).to_string()
 }
 
 /// Turns the vault's answer into data or a classified failure.

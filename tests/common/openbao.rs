@@ -27,6 +27,7 @@
 //! with garbage) stays with the stand-in in `kv2.rs`.
 
 use super::*;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 /// The policy a gateway's token gets from [`OpenBao::gateway_token`]: what a
 /// deployment grants it. Read any secret under `secret/`, write the grants
@@ -59,17 +60,11 @@ fn random_hex() -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// One segment of a vault path, percent-encoded as the gateway encodes it.
+/// One segment of a vault path, percent-encoded as the gateway encodes it
+/// (RFC 3986's unreserved characters kept).
 fn encode_segment(seg: &str) -> String {
-    let mut out = String::with_capacity(seg.len());
-    for b in seg.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    const UNRESERVED: &AsciiSet = &NON_ALPHANUMERIC.remove(b'-').remove(b'.').remove(b'_').remove(b'~');
+    utf8_percent_encode(seg, UNRESERVED).to_string()
 }
 
 /// `MOUNT/PATH` split at its first `/`, each part encoded: `(mount, path)`.
