@@ -28,6 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "reload",
             "browser",
             "dialect",
+            "openapi",
             "vault",
             "auth",
             "mcp",
