@@ -104,7 +104,6 @@ const VALUE_KEYWORDS: &[&str] = &[
     "deprecated",
     "readOnly",
     "writeOnly",
-    "examples",
     "contentEncoding",
     "contentMediaType",
 ];
@@ -199,11 +198,20 @@ impl<'d> Resolver<'d> {
                     converted.insert(name.clone(), self.walk(schema, expanding, depth + 1, budget)?);
                 }
                 out.insert(key.into(), Value::Object(converted));
+            } else if key == "examples" {
+                // Some documents write a reference to `components/examples`
+                // where a value belongs: no value, so nothing to list.
+                if let Value::Array(values) = value {
+                    let values: Vec<Value> = values.iter().filter(|v| !is_reference(v)).cloned().collect();
+                    if !values.is_empty() {
+                        out.insert(key.into(), Value::Array(values));
+                    }
+                }
             } else if VALUE_KEYWORDS.contains(&key) {
                 out.insert(key.into(), value.clone());
             } else if matches!(key, "exclusiveMinimum" | "exclusiveMaximum") {
                 exclusive_bound(key, value, fields, &mut out);
-            } else if key == "example" && !fields.contains_key("examples") {
+            } else if key == "example" && !fields.contains_key("examples") && !is_reference(value) {
                 out.insert("examples".into(), Value::Array(vec![value.clone()]));
             }
         }
@@ -340,6 +348,11 @@ fn exclusive_bound(key: &str, value: &Value, fields: &Map<String, Value>, out: &
     }
 }
 
+/// Whether an example is a `{"$ref": …}` rather than a value.
+fn is_reference(value: &Value) -> bool {
+    value.as_object().is_some_and(|fields| fields.contains_key("$ref"))
+}
+
 /// What stands in for a schema not expanded: its `type`, and why.
 fn stub(target: &Map<String, Value>, why: &str) -> Value {
     let mut stub = Map::new();
@@ -359,4 +372,125 @@ fn stub(target: &Map<String, Value>, why: &str) -> Value {
 /// A reference as shown in a reason: bounded, printable.
 fn shown(reference: &str) -> String {
     reference.chars().take(200).map(|c| if c.is_control() { '?' } else { c }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn resolve(root: &Value, version: SpecVersion, schema: &Value) -> Result<Value, String> {
+        Resolver::new(root, version).schema(schema, &mut Budget::new(20_000))
+    }
+
+    #[test]
+    fn openapi_3_0_schemas_become_2020_12() {
+        let root = json!({});
+        let v30 = |schema: Value| resolve(&root, SpecVersion::V30, &schema).expect("resolves");
+        assert_eq!(v30(json!({"type": "string", "nullable": true})), json!({"type": ["string", "null"]}));
+        assert_eq!(
+            v30(json!({"type": "string", "enum": ["a"], "nullable": true})),
+            json!({"type": ["string", "null"], "enum": ["a", null]})
+        );
+        assert_eq!(
+            v30(json!({"allOf": [{"type": "integer"}], "nullable": true, "description": "d"})),
+            json!({"description": "d", "anyOf": [{"allOf": [{"type": "integer"}]}, {"type": "null"}]})
+        );
+        assert_eq!(
+            v30(
+                json!({"type": "number", "minimum": 0, "exclusiveMinimum": true, "maximum": 9, "exclusiveMaximum": false})
+            ),
+            json!({"type": "number", "exclusiveMinimum": 0, "maximum": 9})
+        );
+        assert_eq!(
+            v30(json!({"type": "string", "example": "x", "x-internal": 1, "xml": {}})),
+            json!({"type": "string", "examples": ["x"]})
+        );
+        // 3.1: `nullable` means nothing, and is left out.
+        assert_eq!(
+            resolve(&root, SpecVersion::V31, &json!({"type": "string", "nullable": true})).expect("ok"),
+            json!({"type": "string"})
+        );
+    }
+
+    #[test]
+    fn references_are_resolved_in_place() {
+        let root = json!({"components": {"schemas": {
+            "Book": {"type": "object", "properties": {"author": {"$ref": "#/components/schemas/Author"},
+                                                       "tags": {"type": "array", "items": {"$ref": "#/components/schemas/a~1b"}}}},
+            "Author": {"type": "object", "properties": {"name": {"type": "string"}}, "example": {"$ref": "#/components/examples/x"}},
+            "a/b": {"type": "string", "enum": [{"$ref": "not followed"}]},
+            "Node": {"type": "object", "properties": {"next": {"$ref": "#/components/schemas/Node"}, "v": {"type": "integer"}}},
+        }}});
+        let book = resolve(&root, SpecVersion::V31, &json!({"$ref": "#/components/schemas/Book"})).expect("book");
+        assert_eq!(book["properties"]["author"]["properties"]["name"]["type"], "string");
+        assert_eq!(book["properties"]["tags"]["items"]["enum"], json!([{"$ref": "not followed"}]), "data stays data");
+        assert!(book["properties"]["author"].get("examples").is_none(), "a reference is no example");
+        let node = resolve(&root, SpecVersion::V31, &json!({"$ref": "#/components/schemas/Node"})).expect("node");
+        assert_eq!(node["properties"]["v"]["type"], "integer");
+        let again = &node["properties"]["next"];
+        assert_eq!(again["type"], "object");
+        assert!(again.get("properties").is_none() && again["description"].as_str().expect("why").contains("recursive"));
+        // 3.1: siblings of a $ref apply.
+        let described =
+            resolve(&root, SpecVersion::V31, &json!({"$ref": "#/components/schemas/Author", "description": "who"}))
+                .expect("described");
+        assert_eq!(described["description"], "who");
+        let constrained =
+            resolve(&root, SpecVersion::V31, &json!({"$ref": "#/components/schemas/Author", "required": ["name"]}))
+                .expect("c");
+        assert_eq!(constrained["required"], json!(["name"]));
+        assert_eq!(constrained["allOf"][0]["type"], "object");
+    }
+
+    #[test]
+    fn what_cannot_be_resolved_is_refused_with_a_reason() {
+        let root = json!({"components": {"schemas": {"Loop": {"$ref": "#/components/schemas/Loop"}}}});
+        for (schema, expected) in [
+            (json!({"$ref": "other.yaml#/components/schemas/A"}), "outside the document"),
+            (json!({"$ref": "https://evil.example/schema.json"}), "outside the document"),
+            (json!({"$ref": "#/components/schemas/Missing"}), "points at nothing"),
+            (json!({"properties": {"a": 5}}), "not an object"),
+        ] {
+            let e = resolve(&root, SpecVersion::V31, &schema).expect_err("refused");
+            assert!(e.contains(expected), "{schema}: {e}");
+        }
+        // A reference to itself is a stub, not a loop.
+        let looped = resolve(&root, SpecVersion::V31, &json!({"$ref": "#/components/schemas/Loop"})).expect("bounded");
+        assert!(looped["description"].as_str().expect("why").contains("recursive"), "{looped}");
+    }
+
+    #[test]
+    fn expansion_is_bounded_in_size_and_depth() {
+        // Ten levels, each referring to the next ten times: 10^10 schemas
+        // if expanded in full.
+        let mut schemas = Map::new();
+        for level in 0..10 {
+            let properties: Map<String, Value> = (0..10)
+                .map(|i| (format!("p{i}"), json!({"$ref": format!("#/components/schemas/L{}", level + 1)})))
+                .collect();
+            schemas.insert(format!("L{level}"), json!({"type": "object", "properties": properties}));
+        }
+        schemas.insert("L10".into(), json!({"type": "string"}));
+        let root = json!({"components": {"schemas": schemas}});
+        let started = std::time::Instant::now();
+        let mut budget = Budget::new(5_000);
+        let expanded = Resolver::new(&root, SpecVersion::V31)
+            .schema(&json!({"$ref": "#/components/schemas/L0"}), &mut budget)
+            .expect("bounded");
+        assert!(budget.truncated);
+        assert!(expanded.to_string().len() < 2_000_000, "{} bytes", expanded.to_string().len());
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        // Deep nesting: stubs past MAX_DEPTH, and the text stays readable
+        // by serde_json's parser (128 levels).
+        let mut deep = json!({"type": "string"});
+        for _ in 0..200 {
+            deep = json!({"type": "object", "properties": {"x": deep}});
+        }
+        let mut budget = Budget::new(20_000);
+        let expanded = Resolver::new(&root, SpecVersion::V31).schema(&deep, &mut budget).expect("bounded");
+        assert!(budget.truncated);
+        let text = expanded.to_string();
+        assert!(serde_json::from_str::<Value>(&text).is_ok(), "readable back");
+    }
 }

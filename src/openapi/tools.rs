@@ -740,17 +740,18 @@ fn alternative_credentials(
     let mut secrets: Vec<Value> = Vec::new();
     let mut providers: Vec<Value> = Vec::new();
     for (scheme, scopes) in schemes {
-        let Some(source) = security.get(scheme) else {
-            return Err(format!(
-                "the security scheme {scheme:?} is not mapped (add {scheme} = {{ secret = \"…\" }} or {{ authorization = \"…\" }} to the upstream's `security`)"
-            ));
-        };
         let definition = document
             .security_schemes()
             .and_then(|all| all.get(scheme))
             .ok_or_else(|| format!("the security scheme {scheme:?} is not in components.securitySchemes"))?;
         let definition = resolver.object(definition)?;
+        // A kind the gateway cannot present says so, mapped or not.
         let kind = scheme_kind(scheme, definition)?;
+        let Some(source) = security.get(scheme) else {
+            return Err(format!(
+                "the security scheme {scheme:?} is not mapped (add {scheme} = {{ secret = \"…\" }} or {{ authorization = \"…\" }} to the upstream's `security`)"
+            ));
+        };
         let is_oauth = matches!(definition.get("type").and_then(Value::as_str), Some("oauth2" | "openIdConnect"));
         match source {
             SecuritySource::Secret(id) => {
@@ -848,4 +849,158 @@ pub(crate) fn pascal(text: &str) -> String {
 /// Text from the document as shown in a reason: bounded, printable.
 fn shown(text: &str) -> String {
     text.chars().take(200).map(|c| if c.is_control() { '?' } else { c }).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn settings<'a>(
+        security: &'a SecurityMap,
+        operations: &'a [OperationPattern],
+        exclude: &'a [OperationPattern],
+    ) -> ImportSettings<'a> {
+        ImportSettings { toolkit: None, version: None, operations, exclude, security }
+    }
+
+    fn document(paths: Value) -> Value {
+        json!({"openapi": "3.1.0", "info": {"title": "Library API", "version": "2.3.0"}, "paths": paths,
+               "components": {"securitySchemes": {
+                   "Key": {"type": "apiKey", "in": "header", "name": "X-Key"},
+                   "OAuth": {"type": "oauth2", "flows": {}},
+                   "Unmapped": {"type": "http", "scheme": "bearer"},
+                   "Mtls": {"type": "mutualTLS"}}}})
+    }
+
+    fn import_doc(doc: &Value, security: &SecurityMap) -> Imported {
+        import(doc.to_string().as_bytes(), settings(security, &[], &[])).expect("imports")
+    }
+
+    fn ids(imported: &Imported) -> Vec<String> {
+        let mut ids: Vec<String> = imported.tools.iter().map(|t| t.definition.id.clone()).collect();
+        ids.sort();
+        ids
+    }
+
+    #[test]
+    fn names_come_from_operation_ids_or_methods_and_paths() {
+        assert_eq!(pascal("listBooks"), "ListBooks");
+        assert_eq!(pascal("issues/create"), "IssuesCreate");
+        assert_eq!(pascal("get_user-by.id"), "GetUserById");
+        let ok = json!({"responses": {"200": {"description": "ok"}}});
+        let doc = document(json!({
+            "/books": {"get": ok.clone(), "post": {"operationId": "books/create", "responses": {}}},
+            "/books/{id}": {"get": {"parameters": [{"name": "id", "in": "path", "required": true}], "responses": {}}},
+            "/other": {"get": {"operationId": "books-create", "responses": {}}},
+        }));
+        let imported = import_doc(&doc, &SecurityMap::new());
+        assert_eq!(
+            ids(&imported),
+            ["LibraryAPI.BooksCreate@2.3.0", "LibraryAPI.GetBooks@2.3.0", "LibraryAPI.GetBooksById@2.3.0"]
+        );
+        assert!(imported.skipped[0].reason.contains("already taken"), "{:?}", imported.skipped);
+        let tool =
+            imported.tools.iter().find(|t| t.definition.id.starts_with("LibraryAPI.GetBooksById")).expect("tool");
+        assert_eq!(tool.upstream_id, "GET /books/{id}");
+        assert!(imported.operations.contains_key("GET /books/{id}"));
+    }
+
+    #[test]
+    fn bodies_merge_unless_a_name_collides() {
+        let body = |schema: Value| json!({"required": true, "content": {"application/json": {"schema": schema}}});
+        let object = json!({"type": "object", "properties": {"title": {"type": "string"}, "id": {"type": "integer"}},
+                            "required": ["title"]});
+        let id = json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "integer"}}]);
+        let doc = document(json!({
+            "/books": {"post": {"operationId": "create", "requestBody": body(object.clone()), "responses": {}}},
+            "/books/{id}": {"put": {"operationId": "update", "parameters": id, "requestBody": body(object), "responses": {}}},
+            "/bulk": {"post": {"operationId": "bulk", "requestBody": body(json!({"type": "array"})), "responses": {}}},
+            "/upload": {"post": {"operationId": "upload", "requestBody": {"required": true, "content": {"multipart/form-data": {}}}, "responses": {}}},
+        }));
+        let imported = import_doc(&doc, &SecurityMap::new());
+        let schema = |id: &str| {
+            imported.tools.iter().find(|t| t.definition.id.contains(id)).expect(id).definition.input_schema.to_value()
+        };
+        assert_eq!(schema(".Create@")["required"], json!(["title"]));
+        assert!(schema(".Create@").get("additionalProperties").is_none(), "other inputs go into the body");
+        assert_eq!(schema(".Update@")["required"], json!(["id", "body"]));
+        assert_eq!(schema(".Update@")["additionalProperties"], false);
+        assert_eq!(schema(".Bulk@")["properties"]["body"]["type"], "array");
+        assert_eq!(imported.operations["PUT /books/{id}"].body.as_ref().expect("body").shape, BodyShape::Property);
+        let skipped = &imported.skipped;
+        assert!(skipped.iter().any(|s| s.what.contains("POST /upload") && s.reason.contains("multipart/form-data")));
+    }
+
+    #[test]
+    fn security_becomes_requirements_or_a_reason() {
+        let secured = |security: Value| json!({"operationId": "op", "security": security, "responses": {}});
+        let mut security = SecurityMap::new();
+        security.insert("Key".into(), SecuritySource::Secret("LIB_KEY".into()));
+        security.insert("OAuth".into(), SecuritySource::Authorization("github".into()));
+        let doc = document(json!({
+            "/a": {"get": secured(json!([{"Key": []}]))},
+            "/b": {"get": secured(json!([{"Mtls": []}, {"OAuth": ["repo", "read:org"]}]))},
+            "/c": {"get": secured(json!([{"Unmapped": []}]))},
+            "/d": {"get": secured(json!([{"Unmapped": []}, {}]))},
+            "/e": {"get": secured(json!([{"Mtls": []}]))},
+        }));
+        let doc = {
+            let mut doc = doc;
+            for (path, id) in [("/a", "a"), ("/b", "b"), ("/c", "c"), ("/d", "d"), ("/e", "e")] {
+                doc["paths"][path]["get"]["operationId"] = json!(id);
+            }
+            doc
+        };
+        let imported = import_doc(&doc, &security);
+        let requirements = |id: &str| {
+            let tool =
+                imported.tools.iter().find(|t| t.definition.id.starts_with(&format!("LibraryAPI.{id}@"))).expect(id);
+            serde_json::to_value(&tool.definition.requirements).expect("json")
+        };
+        assert_eq!(requirements("A"), json!({"secrets": [{"id": "LIB_KEY"}]}));
+        assert_eq!(
+            requirements("B"),
+            json!({"authorization": [{"id": "github", "oauth2": {"scopes": ["repo", "read:org"]}}]})
+        );
+        assert_eq!(requirements("D"), Value::Null, "{{}} lets it through unauthenticated");
+        let reasons: Vec<&str> = imported.skipped.iter().map(|s| s.reason.as_str()).collect();
+        assert!(reasons.iter().any(|r| r.contains("\"Unmapped\" is not mapped")), "{reasons:?}");
+        assert!(reasons.iter().any(|r| r.contains("mutualTLS")), "{reasons:?}");
+        assert_eq!(imported.operations["GET /b"].credentials[0].kind, SchemeKind::Bearer);
+    }
+
+    #[test]
+    fn paths_that_could_go_elsewhere_are_skipped() {
+        let op = json!({"responses": {}});
+        let doc = document(
+            json!({"/a/../admin": {"get": op.clone()}, "x": {"get": op.clone()}, "/q?x=1": {"get": op.clone()},
+                                  "/ok/{p}": {"get": {"parameters": [{"name": "p", "in": "path"}], "responses": {}}}}),
+        );
+        let imported = import_doc(&doc, &SecurityMap::new());
+        assert_eq!(ids(&imported), ["LibraryAPI.GetOk@2.3.0"]);
+        assert_eq!(imported.skipped.len(), 3, "{:?}", imported.skipped);
+    }
+
+    #[test]
+    fn patterns_select_operations_and_the_document_names_toolkit_and_version() {
+        let op = |id: &str| json!({"operationId": id, "responses": {}});
+        let doc = document(
+            json!({"/books": {"get": op("listBooks"), "delete": op("purge")}, "/admin": {"get": op("admin")}}),
+        );
+        let body = doc.to_string();
+        let only = [OperationPattern("*Books".into()), OperationPattern("DELETE *".into())];
+        let except = [OperationPattern("DELETE /books".into())];
+        let imported = import(body.as_bytes(), settings(&SecurityMap::new(), &only, &except)).expect("imports");
+        assert_eq!(ids(&imported), ["LibraryAPI.ListBooks@2.3.0"]);
+        let none = SecurityMap::new();
+        let custom = ImportSettings { toolkit: Some("Lib"), version: Some("9.0.0"), ..settings(&none, &[], &[]) };
+        assert!(ids(&import(body.as_bytes(), custom).expect("imports")).contains(&"Lib.Admin@9.0.0".to_owned()));
+        let unversioned = body.replace("2.3.0", "2023-11-28");
+        let e = import(unversioned.as_bytes(), settings(&SecurityMap::new(), &[], &[])).expect_err("no version");
+        assert!(e.to_string().contains("set `version`"), "{e}");
+        let untitled = body.replace("Library API", "!!!");
+        let e = import(untitled.as_bytes(), settings(&SecurityMap::new(), &[], &[])).expect_err("no toolkit");
+        assert!(e.to_string().contains("set `toolkit`"), "{e}");
+    }
 }
