@@ -99,11 +99,14 @@ toolkit = "GitHub"
     }
     assert_eq!(create["input_schema"]["required"], serde_json::json!(["owner", "repo", "title"]));
 
-    // Tool search finds operations by what people ask.
-    let found = search(&gw, "create+an+issue").await;
-    assert_eq!(found.first().map(String::as_str), Some("GitHub.IssuesCreate@23.0.2"), "{found:?}");
-    let found = search(&gw, "list+pull+requests").await;
-    assert!(found.iter().take(3).any(|id| id == "GitHub.PullsList@23.0.2"), "{found:?}");
-    let found = search(&gw, "star+a+repository").await;
-    assert!(found.iter().take(5).any(|id| id.starts_with("GitHub.ActivityStarRepo")), "{found:?}");
+    // Tool search finds operations by what people ask (among the first
+    // five; benches/README.md has the ranks over every summary).
+    for (query, wanted) in [
+        ("create+an+issue", "GitHub.IssuesCreate@23.0.2"),
+        ("merge+a+pull+request", "GitHub.PullsMerge@23.0.2"),
+        ("star+a+repository", "GitHub.ActivityStarRepoForAuthenticatedUser@23.0.2"),
+    ] {
+        let found = search(&gw, query).await;
+        assert!(found.iter().take(5).any(|id| id == wanted), "{query}: {found:?}");
+    }
 }

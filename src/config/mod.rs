@@ -900,6 +900,42 @@ mod tests {
     }
 
     #[test]
+    fn openapi_upstreams_take_their_keys_and_https() {
+        let base = "[secrets]\nK = \"env:K\"\n[authorization.gh]\ntoken = \"env:T_{user_id}\"\n\
+                    [[upstreams]]\nname = \"lib\"\nprotocol = \"openapi\"\nurl = \"https://lib.example\"\n";
+        let c = Config::parse(
+            &format!(
+                "{base}spec = \"file:/etc/lib.yaml\"\noperations = [\"*\"]\nexclude = [\"DELETE *\"]\n\
+                 security = {{ Key = {{ secret = \"K\" }}, OAuth = {{ authorization = \"gh\" }} }}\n"
+            ),
+            "t",
+        )
+        .expect("valid");
+        let upstream = &c.upstreams[0];
+        assert_eq!(*upstream.protocol.get_ref(), Protocol::OpenApi);
+        assert_eq!(
+            upstream.spec.as_ref().map(|s| s.get_ref().clone()),
+            Some(SpecLocation::File("/etc/lib.yaml".into()))
+        );
+        assert_eq!(upstream.security.as_ref().map(|s| s.get_ref().len()), Some(2));
+        let e = err(base);
+        assert!(e.contains("line 7") && e.contains("`spec`"), "{e}");
+        let e = err(&format!("{base}spec = \"file:/x\"\nsecurity = {{ Key = {{ secret = \"NOPE\" }} }}\n"));
+        assert!(e.contains("line 10") && e.contains("security.Key") && e.contains("NOPE"), "{e}");
+        let e = err(&format!("{base}spec = \"file:/x\"\nsecurity = {{ O = {{ authorization = \"nope\" }} }}\n"));
+        assert!(e.contains("security.O") && e.contains("[authorization.<provider>]"), "{e}");
+        let e = err(&format!("{base}spec = \"ftp://x/y\"\n"));
+        assert!(e.contains("line 9") && e.contains("spec"), "{e}");
+        // Other protocols: no https, no openapi keys.
+        let e = err("[[upstreams]]\nname = \"a\"\nurl = \"https://x\"\n");
+        assert!(e.contains("line 3") && e.contains("https") && e.contains("openapi"), "{e}");
+        let e = err("[[upstreams]]\nname = \"a\"\nurl = \"http://x\"\nexclude = [\"x\"]\n");
+        assert!(e.contains("line 4") && e.contains("upstreams[0].exclude") && e.contains("only for"), "{e}");
+        let e = err("[[upstreams]]\nname = \"a\"\nurl = \"http://x\"\nprotocol = \"mcp\"\ntoolkit = \"K\"\nversion = \"1.0.0\"\nspec = \"file:/x\"\n");
+        assert!(e.contains("line 7") && e.contains("spec"), "{e}");
+    }
+
+    #[test]
     fn mcp_upstreams_need_toolkit_and_version() {
         let e = err("[[upstreams]]\nname = \"m\"\nurl = \"http://x/mcp\"\nprotocol = \"mcp\"\ntoolkit = \"K\"\n");
         assert!(e.contains("line 4") && e.contains("toolkit") && e.contains("version"), "{e}");

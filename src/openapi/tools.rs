@@ -230,7 +230,7 @@ pub(crate) fn import(body: &[u8], settings: ImportSettings<'_>) -> Result<Import
             Ok((definition, operation, annotations)) => {
                 let mut definition = definition;
                 definition["id"] = Value::String(format!("{toolkit}.{name}@{version}"));
-                definition["name"] = Value::String(format!("{toolkit}_{name}").chars().take(64).collect());
+                definition["name"] = Value::String(name.chars().take(64).collect());
                 definition["version"] = Value::String(version.clone());
                 match normalise_tool(definition, DialectDefaults::default()) {
                     Ok(mut tool) => {
