@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -155,7 +155,16 @@ impl OpenApiUpstream {
             exclude: &self.exclude,
             security: &self.security,
         };
+        let started = Instant::now();
         let imported = openapi::import(body, settings).map_err(|e| CatalogShapeError::Document(e.to_string()))?;
+        tracing::info!(
+            upstream = upstream.name,
+            tools = imported.tools.len(),
+            skipped = imported.skipped.len(),
+            bytes = body.len(),
+            took_ms = started.elapsed().as_secs_f64() * 1000.0,
+            "OpenAPI document read"
+        );
         self.plans.store(Arc::new(imported.operations));
         Ok((imported.tools, imported.skipped))
     }
