@@ -80,6 +80,18 @@ impl Library {
         all.into_iter().filter(|r| r["raw_path"] != "/openapi.json").collect()
     }
 
+    /// The gateway's fetches of the document, since the last clear.
+    async fn document_fetches(&self) -> Vec<Value> {
+        let resp = send_with_headers(self.addr, "GET", "/test/log", Bytes::new(), &[]).await;
+        let all = resp.json().as_array().cloned().unwrap_or_default();
+        all.into_iter().filter(|r| r["raw_path"] == "/openapi.json").collect()
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     async fn clear_log(&self) {
         send_with_headers(self.addr, "DELETE", "/test/log", Bytes::new(), &[]).await.expect_status(200);
     }
@@ -91,8 +103,7 @@ impl Library {
 
 impl Drop for Library {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.stop();
     }
 }
 
@@ -500,8 +511,18 @@ async fn answers_map_to_tool_outcomes() {
 
 #[tokio::test]
 async fn the_document_is_a_catalog_that_changes_and_reloads() {
-    let library = Library::start();
+    let mut library = Library::start();
     let gw = start(&library, ALL_SECRETS, "").await;
+    // Polled with the ETag it came with: an unchanged document is a 304.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let fetches = library.document_fetches().await;
+        if fetches.iter().any(|f| f["if_none_match"].is_string() && f["status"] == 304) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never revalidated: {fetches:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // A route added while running: the document changes, and so do the tools.
     assert!(find_tool(&gw.tools().await, "Library.LateArrival@2.3.0").is_none());
     library.add_route().await;
@@ -514,6 +535,20 @@ async fn the_document_is_a_catalog_that_changes_and_reloads() {
     gw.wait_for_log(&["config reloaded"]).await;
     assert!(find_tool(&gw.tools().await, "Library.GetBook@2.3.0").is_some());
     assert_eq!(value(&gw, "Library.GetBook", json!({"book_id": 1})).await["id"], 1);
+
+    // The API goes away: its last good document's tools stay listed, the
+    // failure is in /status, and a call is "temporarily unavailable".
+    library.stop();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while upstream_status(&gw, "library").await["up"] != false {
+        assert!(Instant::now() < deadline, "the failure never showed in /status");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let status = upstream_status(&gw, "library").await;
+    assert!(status["last_error"].as_str().is_some_and(|e| e.contains("cannot reach")), "{status}");
+    assert!(find_tool(&gw.tools().await, "Library.LateArrival@2.3.0").is_some(), "the last good tools stay");
+    let body = gw.call("Library.GetBook", json!({"book_id": 1})).await.server_error(400);
+    assert!(body["message"].as_str().expect("message").contains("temporarily unavailable"), "{body}");
 }
 
 #[tokio::test]
@@ -684,4 +719,82 @@ components:
     let skipped = upstream_status(&gw, "yaml").await["skipped"].to_string();
     assert!(skipped.contains("POST /books") && skipped.contains("multipart/form-data"), "{skipped}");
     let _ = std::fs::remove_file(path);
+}
+
+#[tokio::test]
+async fn hostile_documents_are_bounded_and_the_gateway_keeps_serving() {
+    let library = Library::start();
+    // One document with what a hostile or careless author writes: a $ref to
+    // another file and to a URL (never fetched), a schema referring to
+    // itself, one referring to the next ten times over ten levels (10^10
+    // schemas if expanded), and one operation that is fine.
+    let mut schemas = serde_json::Map::new();
+    for level in 0..10 {
+        let properties: serde_json::Map<String, Value> = (0..10)
+            .map(|i| (format!("p{i}"), json!({"$ref": format!("#/components/schemas/L{}", level + 1)})))
+            .collect();
+        schemas.insert(format!("L{level}"), json!({"type": "object", "properties": properties}));
+    }
+    schemas.insert("L10".into(), json!({"type": "string"}));
+    schemas
+        .insert("Self".into(), json!({"type": "object", "properties": {"me": {"$ref": "#/components/schemas/Self"}}}));
+    let body = |schema: Value| json!({"required": true, "content": {"application/json": {"schema": schema}}});
+    let op = |id: &str, schema: Value| json!({"operationId": id, "requestBody": body(schema), "responses": {"200": {"description": "ok"}}});
+    let document = json!({
+        "openapi": "3.1.0",
+        "info": {"title": "Hostile", "version": "1.0.0"},
+        "paths": {
+            "/file": {"post": op("fromFile", json!({"$ref": "other.yaml#/components/schemas/X"}))},
+            "/url": {"post": op("fromUrl", json!({"$ref": format!("{}/stolen#/x", library.url())}))},
+            "/self": {"post": op("selfish", json!({"$ref": "#/components/schemas/Self"}))},
+            "/wide": {"post": op("wide", json!({"$ref": "#/components/schemas/L0"}))},
+            "/books/{book_id}": {"get": {"operationId": "getBook", "parameters": [
+                {"name": "book_id", "in": "path", "required": true, "schema": {"type": "integer"}}],
+                "responses": {"200": {"description": "ok"}}}},
+        },
+        "components": {"schemas": schemas},
+    });
+    let path = temp_file("hostile", "json", &document.to_string());
+    // Larger than catalog.max_catalog_bytes (32 MiB): refused whole.
+    let big = temp_file("huge", "json", &format!("{{\"openapi\": \"3.1.0\", \"x\": \"{}\"}}", "x".repeat(40 << 20)));
+    let url = library.url();
+    let extra = format!(
+        "[[upstreams]]\nname = \"hostile\"\nprotocol = \"openapi\"\nurl = \"{url}\"\nspec = \"file:{}\"\n\n\
+         [[upstreams]]\nname = \"huge\"\nprotocol = \"openapi\"\nurl = \"{url}\"\nspec = \"file:{}\"\n",
+        path.display(),
+        big.display()
+    );
+    library.clear_log().await;
+    let started = Instant::now();
+    let gw = Gateway::start_with_env(&config(&library, ALL_SECRETS, &extra), ENV).await;
+    let get = gw.wait_for_tool("Hostile.GetBook@1.0.0").await;
+    assert!(started.elapsed() < Duration::from_secs(15), "took {:?}", started.elapsed());
+    assert_eq!(get["input_schema"]["properties"]["book_id"]["type"], "integer");
+    let tools = gw.tools().await;
+    // The wide one is listed, bounded; the recursive one too, as a stub.
+    let wide = find_tool(&tools, "Hostile.Wide@1.0.0").expect("bounded, not refused");
+    assert!(wide.to_string().len() < 4 << 20, "{} bytes", wide.to_string().len());
+    let selfish = find_tool(&tools, "Hostile.Selfish@1.0.0").expect("listed");
+    assert!(selfish["input_schema"]["properties"]["me"]["description"].as_str().expect("stub").contains("recursive"));
+    // The external references: skipped with their reasons, nothing fetched.
+    let skipped = upstream_status(&gw, "hostile").await["skipped"].to_string();
+    assert!(skipped.contains("POST /file") && skipped.contains("outside the document"), "{skipped}");
+    assert!(skipped.contains("POST /url"), "{skipped}");
+    let sent = library.log().await;
+    assert!(!sent.iter().any(|r| r["raw_path"] == "/stolen"), "a $ref was fetched: {sent:?}");
+    // A document over catalog.max_catalog_bytes (32 MiB) is refused whole.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let huge = loop {
+        let huge = upstream_status(&gw, "huge").await;
+        if huge["last_error"].is_string() {
+            break huge;
+        }
+        assert!(Instant::now() < deadline, "{huge}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(huge["last_error"].as_str().expect("error").contains("larger than"), "{huge}");
+    // And the gateway serves on.
+    assert_eq!(value(&gw, "Hostile.GetBook", json!({"book_id": 9})).await["id"], 9);
+    let _ = std::fs::remove_file(path);
+    let _ = std::fs::remove_file(big);
 }

@@ -25,6 +25,8 @@ taken out of the document, to be named from its method and path):
   instead of `127.0.0.1`), a slow answer;
 - change while running: `POST /test/add-route` adds `GET /late` and the
   document changes with it;
+- the document, at /openapi.json, with an ETag (304 to a matching
+  If-None-Match), and `servers` naming another place, where no call must go;
 - `GET /test/log`: every request the API received (method, raw path, query,
   the headers that matter), for the test to see what was sent;
 - `GET /swagger.json`: a Swagger 2.0 document, for the refusal.
@@ -33,7 +35,8 @@ The routes under /test and /swagger.json are not in the document.
 """
 
 import asyncio
-import base64
+import hashlib
+import json
 import sys
 from typing import Annotated, List, Optional
 
@@ -62,23 +65,32 @@ BEARER_TOKEN = "bearer-tok-77a1f0e3"
 BASIC_USER, BASIC_PASSWORD = "librarian", "s3cret-pa55word"
 USER_TOKENS = {"tok-alice-4b8e2d17": "alice", "tok-carol-93c0a5f1": "carol"}
 
-app = FastAPI(title="Library", version="2.3.0", description="A small library API.")
+# `servers` names another place: calls must not go there (the gateway calls
+# its configured `url`). The document is served by the route below, with an
+# ETag.
+app = FastAPI(title="Library", version="2.3.0", description="A small library API.",
+              servers=[{"url": "http://127.0.0.1:9/elsewhere"}], openapi_url=None)
 received: list = []
 
 
 @app.middleware("http")
 async def record(request: Request, call_next):
-    if not request.url.path.startswith("/test/"):
-        headers = {k: v for k, v in request.headers.items() if k in ("x-request-id", "cookie", "content-type", "accept", "traceparent", "user-agent")}
-        received.append({
-            "method": request.method,
-            "raw_path": request.scope.get("raw_path", b"").decode("latin-1"),
-            "query": request.scope.get("query_string", b"").decode("latin-1"),
-            "host": request.headers.get("host"),
-            "headers": headers,
-            "has_authorization": "authorization" in request.headers,
-        })
-    return await call_next(request)
+    if request.url.path.startswith("/test/"):
+        return await call_next(request)
+    headers = {k: v for k, v in request.headers.items() if k in ("x-request-id", "cookie", "content-type", "accept", "traceparent", "user-agent")}
+    entry = {
+        "method": request.method,
+        "if_none_match": request.headers.get("if-none-match"),
+        "raw_path": request.scope.get("raw_path", b"").decode("latin-1"),
+        "query": request.scope.get("query_string", b"").decode("latin-1"),
+        "host": request.headers.get("host"),
+        "headers": headers,
+        "has_authorization": "authorization" in request.headers,
+    }
+    received.append(entry)
+    response = await call_next(request)
+    entry["status"] = response.status_code
+    return response
 
 
 class Author(BaseModel):
@@ -289,13 +301,24 @@ def openapi():
     # named from its method and path.
     if app.openapi_schema is None:
         from fastapi.openapi.utils import get_openapi
-        schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+        schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                             routes=app.routes, servers=app.servers)
         schema["paths"]["/authors/{author_id}"]["get"].pop("operationId", None)
         app.openapi_schema = schema
     return app.openapi_schema
 
 
 app.openapi = openapi
+
+
+@app.get("/openapi.json", include_in_schema=False)
+def openapi_json(request: Request):
+    # As a static file server would: an ETag, and 304 when it still matches.
+    body = json.dumps(app.openapi()).encode()
+    etag = '"%s"' % hashlib.sha256(body).hexdigest()[:16]
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=304, headers={"ETag": etag})
+    return Response(content=body, media_type="application/json", headers={"ETag": etag})
 
 if __name__ == "__main__":
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
