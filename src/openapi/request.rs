@@ -396,6 +396,23 @@ mod tests {
     }
 
     #[test]
+    fn json_parameters_and_text_bodies() {
+        let mut json_param = param("filter", Location::Query, Style::Form, true);
+        json_param.json = true;
+        let mut operation = op(vec![PathPart::Literal("/x".into())], vec![json_param]);
+        operation.body =
+            Some(Body { media_type: "text/markdown".into(), json: false, shape: BodyShape::Property, required: true });
+        let built =
+            prepare(&operation, &input(json!({"filter": {"a": [1]}, "body": "# Title"})), &CallContext::default())
+                .expect("built");
+        assert_eq!(built.path_and_query, "/x?filter=%7B%22a%22%3A%5B1%5D%7D");
+        let (content_type, bytes) = built.body.expect("a body");
+        assert_eq!((content_type.to_str().expect("ascii"), &bytes[..]), ("text/markdown", &b"# Title"[..]));
+        let e = prepare(&operation, &input(json!({"body": 5})), &CallContext::default()).expect_err("not text");
+        assert!(matches!(e, BuildError::TextBody(_)));
+    }
+
+    #[test]
     fn merged_bodies_take_what_is_not_a_parameter() {
         let mut operation =
             op(vec![PathPart::Literal("/x".into())], vec![param("q", Location::Query, Style::Form, true)]);

@@ -695,7 +695,6 @@ fn success_answer(resolver: &Resolver<'_>, op: &Map<String, Value>) -> Result<(V
 /// (`security`, else the document's) whose every scheme the config maps.
 /// An operation whose requirements list `{}` needs nothing when none is
 /// mapped; one whose schemes are not mapped is skipped, saying which.
-#[allow(clippy::type_complexity)]
 fn credentials(
     document: &Document,
     resolver: &Resolver<'_>,
@@ -729,7 +728,6 @@ fn credentials(
 
 /// One security requirement (all of its schemes) as credentials and
 /// requirements, or why it cannot be met.
-#[allow(clippy::type_complexity)]
 fn alternative_credentials(
     document: &Document,
     resolver: &Resolver<'_>,
