@@ -503,6 +503,9 @@ async fn answers_map_to_tool_outcomes() {
     // No answer within call_timeout: retryable.
     let error = tool_error(&gw, "Library.Slow", json!({})).await;
     assert_eq!(error["can_retry"], true, "{error}");
+    // An answer past the limit is cut off, as from any upstream.
+    let error = tool_error(&gw, "Library.Big", json!({})).await;
+    assert!(error["developer_message"].as_str().expect("dev").contains("more than"), "{error}");
     // Through /mcp a failure is an error result.
     let result = mcp_call(&gw, None, "Library_GetBook", json!({"book_id": 404})).await;
     assert_eq!(result["isError"], true, "{result}");
@@ -549,6 +552,16 @@ async fn the_document_is_a_catalog_that_changes_and_reloads() {
     assert!(find_tool(&gw.tools().await, "Library.LateArrival@2.3.0").is_some(), "the last good tools stay");
     let body = gw.call("Library.GetBook", json!({"book_id": 1})).await.server_error(400);
     assert!(body["message"].as_str().expect("message").contains("temporarily unavailable"), "{body}");
+    // Its circuit opens after repeated connection failures, as any upstream's.
+    let mut opened = false;
+    for _ in 0..10 {
+        let body = gw.call("Library.GetBook", json!({"book_id": 1})).await.server_error(400);
+        if body["developer_message"].as_str().is_some_and(|d| d.contains("circuit open")) {
+            opened = true;
+            break;
+        }
+    }
+    assert!(opened, "the circuit never opened");
 }
 
 #[tokio::test]

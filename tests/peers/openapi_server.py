@@ -22,7 +22,7 @@ taken out of the document, to be named from its method and path):
   gateway scrubs it);
 - each answer: 201 JSON, 204, text/plain, 404, 422, 429 with Retry-After,
   503, 500 (an exception), a redirect to another origin (`localhost`
-  instead of `127.0.0.1`), a slow answer;
+  instead of `127.0.0.1`), a slow answer, one too large;
 - change while running: `POST /test/add-route` adds `GET /late` and the
   document changes with it;
 - the document, at /openapi.json, with an ETag (304 to a matching
@@ -198,6 +198,12 @@ def moved(request: Request):
 @app.get("/stolen", include_in_schema=False)
 def stolen():
     return {"stolen": True}
+
+
+@app.get("/big", operation_id="big", response_class=PlainTextResponse)
+def big():
+    # Past the gateway's limit on an answer (16 MiB at least).
+    return "x" * (17 * 1024 * 1024)
 
 
 @app.get("/slow", operation_id="slow")
