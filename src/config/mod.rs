@@ -624,57 +624,6 @@ impl Config {
 }
 
 impl Config {
-    /// https only for OpenAPI upstreams; their keys only on them, with
-    /// `spec` required and `security` naming what exists.
-    fn check_openapi_keys(&self, i: usize, upstream: &UpstreamConfig, text: &str) -> Result<(), String> {
-        let line = |at: usize| line_of(text, at);
-        let keys = openapi::OpenApiKeys {
-            spec: upstream.spec.as_ref(),
-            operations: upstream.operations.as_ref(),
-            exclude: upstream.exclude.as_ref(),
-            security: upstream.security.as_ref(),
-        };
-        if *upstream.protocol.get_ref() != Protocol::OpenApi {
-            if upstream.url.get_ref().is_https() {
-                return Err(format!(
-                    "line {}: upstreams[{i}].url: {:?}: https upstreams are not supported yet for \"otc\" and \"mcp\" (only \"openapi\"); terminate TLS in front of the tool server or use http on a private network",
-                    line(upstream.url.span().start),
-                    upstream.url.get_ref().0
-                ));
-            }
-            if let Some((key, at)) = keys.first_written() {
-                return Err(format!("line {}: upstreams[{i}].{key}: only for \"openapi\" upstreams", line(at)));
-            }
-            return Ok(());
-        }
-        if upstream.spec.is_none() {
-            return Err(format!(
-                "line {}: upstreams[{i}]: an \"openapi\" upstream needs `spec`, where its OpenAPI document is (\"https://…/openapi.json\" or \"file:/path/openapi.yaml\")",
-                line(upstream.protocol.span().start)
-            ));
-        }
-        if let Some(security) = &upstream.security {
-            for (scheme, source) in security.get_ref() {
-                let missing = match source {
-                    SecuritySource::Secret(id) if !self.secrets.contains_key(id) => {
-                        Some(format!("{{ secret = {id:?} }} is not in [secrets]"))
-                    }
-                    SecuritySource::Authorization(p) if !self.authorization.contains_key(p) => {
-                        Some(format!("{{ authorization = {p:?} }} is not an [authorization.<provider>] section"))
-                    }
-                    _ => None,
-                };
-                if let Some(missing) = missing {
-                    return Err(format!(
-                        "line {}: upstreams[{i}].security.{scheme}: {missing}",
-                        line(security.span().start)
-                    ));
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// A managed provider must say how the browser finishing its flow is
     /// proven to be the link's user: the error names the three choices.
     fn check_user_verification(
@@ -897,42 +846,6 @@ mod tests {
         assert!(e.contains("line 3") && e.contains("max_body"), "{e}");
         let e = err("[[upstreams]]\nname = \"Bad Name\"\nurl = \"http://x\"\n");
         assert!(e.contains("line 2") && e.contains("upstream name"), "{e}");
-    }
-
-    #[test]
-    fn openapi_upstreams_take_their_keys_and_https() {
-        let base = "[secrets]\nK = \"env:K\"\n[authorization.gh]\ntoken = \"env:T_{user_id}\"\n\
-                    [[upstreams]]\nname = \"lib\"\nprotocol = \"openapi\"\nurl = \"https://lib.example\"\n";
-        let c = Config::parse(
-            &format!(
-                "{base}spec = \"file:/etc/lib.yaml\"\noperations = [\"*\"]\nexclude = [\"DELETE *\"]\n\
-                 security = {{ Key = {{ secret = \"K\" }}, OAuth = {{ authorization = \"gh\" }} }}\n"
-            ),
-            "t",
-        )
-        .expect("valid");
-        let upstream = &c.upstreams[0];
-        assert_eq!(*upstream.protocol.get_ref(), Protocol::OpenApi);
-        assert_eq!(
-            upstream.spec.as_ref().map(|s| s.get_ref().clone()),
-            Some(SpecLocation::File("/etc/lib.yaml".into()))
-        );
-        assert_eq!(upstream.security.as_ref().map(|s| s.get_ref().len()), Some(2));
-        let e = err(base);
-        assert!(e.contains("line 7") && e.contains("`spec`"), "{e}");
-        let e = err(&format!("{base}spec = \"file:/x\"\nsecurity = {{ Key = {{ secret = \"NOPE\" }} }}\n"));
-        assert!(e.contains("line 10") && e.contains("security.Key") && e.contains("NOPE"), "{e}");
-        let e = err(&format!("{base}spec = \"file:/x\"\nsecurity = {{ O = {{ authorization = \"nope\" }} }}\n"));
-        assert!(e.contains("security.O") && e.contains("[authorization.<provider>]"), "{e}");
-        let e = err(&format!("{base}spec = \"ftp://x/y\"\n"));
-        assert!(e.contains("line 9") && e.contains("spec"), "{e}");
-        // Other protocols: no https, no openapi keys.
-        let e = err("[[upstreams]]\nname = \"a\"\nurl = \"https://x\"\n");
-        assert!(e.contains("line 3") && e.contains("https") && e.contains("openapi"), "{e}");
-        let e = err("[[upstreams]]\nname = \"a\"\nurl = \"http://x\"\nexclude = [\"x\"]\n");
-        assert!(e.contains("line 4") && e.contains("upstreams[0].exclude") && e.contains("only for"), "{e}");
-        let e = err("[[upstreams]]\nname = \"a\"\nurl = \"http://x\"\nprotocol = \"mcp\"\ntoolkit = \"K\"\nversion = \"1.0.0\"\nspec = \"file:/x\"\n");
-        assert!(e.contains("line 7") && e.contains("spec"), "{e}");
     }
 
     #[test]

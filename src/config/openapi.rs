@@ -9,6 +9,8 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use toml::Spanned;
 
+use super::{line_of, Config, Protocol, UpstreamConfig};
+
 /// Where an OpenAPI document is read from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SpecLocation {
@@ -132,17 +134,17 @@ pub type SecurityMap = BTreeMap<String, SecuritySource>;
 
 /// The `openapi` keys of one `[[upstreams]]` entry, as written.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct OpenApiKeys<'a> {
-    pub(super) spec: Option<&'a Spanned<SpecLocation>>,
-    pub(super) operations: Option<&'a Spanned<Vec<OperationPattern>>>,
-    pub(super) exclude: Option<&'a Spanned<Vec<OperationPattern>>>,
-    pub(super) security: Option<&'a Spanned<SecurityMap>>,
+struct OpenApiKeys<'a> {
+    spec: Option<&'a Spanned<SpecLocation>>,
+    operations: Option<&'a Spanned<Vec<OperationPattern>>>,
+    exclude: Option<&'a Spanned<Vec<OperationPattern>>>,
+    security: Option<&'a Spanned<SecurityMap>>,
 }
 
 impl OpenApiKeys<'_> {
     /// The first key written, with its start: what an upstream of another
     /// protocol must not have.
-    pub(super) fn first_written(&self) -> Option<(&'static str, usize)> {
+    fn first_written(&self) -> Option<(&'static str, usize)> {
         [
             ("spec", self.spec.map(|s| s.span().start)),
             ("operations", self.operations.map(|s| s.span().start)),
@@ -151,6 +153,59 @@ impl OpenApiKeys<'_> {
         ]
         .into_iter()
         .find_map(|(key, at)| at.map(|at| (key, at)))
+    }
+}
+
+impl Config {
+    /// https only for OpenAPI upstreams; their keys only on them, with
+    /// `spec` required and `security` naming what exists.
+    pub(super) fn check_openapi_keys(&self, i: usize, upstream: &UpstreamConfig, text: &str) -> Result<(), String> {
+        let line = |at: usize| line_of(text, at);
+        let keys = OpenApiKeys {
+            spec: upstream.spec.as_ref(),
+            operations: upstream.operations.as_ref(),
+            exclude: upstream.exclude.as_ref(),
+            security: upstream.security.as_ref(),
+        };
+        if *upstream.protocol.get_ref() != Protocol::OpenApi {
+            if upstream.url.get_ref().is_https() {
+                return Err(format!(
+                    "line {}: upstreams[{i}].url: {:?}: https upstreams are not supported yet for \"otc\" and \"mcp\" (only \"openapi\"); terminate TLS in front of the tool server or use http on a private network",
+                    line(upstream.url.span().start),
+                    upstream.url.get_ref().0
+                ));
+            }
+            if let Some((key, at)) = keys.first_written() {
+                return Err(format!("line {}: upstreams[{i}].{key}: only for \"openapi\" upstreams", line(at)));
+            }
+            return Ok(());
+        }
+        if upstream.spec.is_none() {
+            return Err(format!(
+                "line {}: upstreams[{i}]: an \"openapi\" upstream needs `spec`, where its OpenAPI document is (\"https://…/openapi.json\" or \"file:/path/openapi.yaml\")",
+                line(upstream.protocol.span().start)
+            ));
+        }
+        if let Some(security) = &upstream.security {
+            for (scheme, source) in security.get_ref() {
+                let missing = match source {
+                    SecuritySource::Secret(id) if !self.secrets.contains_key(id) => {
+                        Some(format!("{{ secret = {id:?} }} is not in [secrets]"))
+                    }
+                    SecuritySource::Authorization(p) if !self.authorization.contains_key(p) => {
+                        Some(format!("{{ authorization = {p:?} }} is not an [authorization.<provider>] section"))
+                    }
+                    _ => None,
+                };
+                if let Some(missing) = missing {
+                    return Err(format!(
+                        "line {}: upstreams[{i}].security.{scheme}: {missing}",
+                        line(security.span().start)
+                    ));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -206,5 +261,48 @@ mod tests {
         for bad in ["ftp://x/y", "file:", "/etc/a.yaml", "openapi.json"] {
             assert!(parse(bad).is_err(), "{bad}");
         }
+    }
+
+    fn err(text: &str) -> String {
+        match Config::parse(text, "gateway.toml") {
+            Ok(_) => panic!("expected an error for:\n{text}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn openapi_upstreams_take_their_keys_and_https() {
+        let base = "[secrets]\nK = \"env:K\"\n[authorization.gh]\ntoken = \"env:T_{user_id}\"\n\
+                    [[upstreams]]\nname = \"lib\"\nprotocol = \"openapi\"\nurl = \"https://lib.example\"\n";
+        let c = Config::parse(
+            &format!(
+                "{base}spec = \"file:/etc/lib.yaml\"\noperations = [\"*\"]\nexclude = [\"DELETE *\"]\n\
+                 security = {{ Key = {{ secret = \"K\" }}, OAuth = {{ authorization = \"gh\" }} }}\n"
+            ),
+            "t",
+        )
+        .expect("valid");
+        let upstream = &c.upstreams[0];
+        assert_eq!(*upstream.protocol.get_ref(), Protocol::OpenApi);
+        assert_eq!(
+            upstream.spec.as_ref().map(|s| s.get_ref().clone()),
+            Some(SpecLocation::File("/etc/lib.yaml".into()))
+        );
+        assert_eq!(upstream.security.as_ref().map(|s| s.get_ref().len()), Some(2));
+        let e = err(base);
+        assert!(e.contains("line 7") && e.contains("`spec`"), "{e}");
+        let e = err(&format!("{base}spec = \"file:/x\"\nsecurity = {{ Key = {{ secret = \"NOPE\" }} }}\n"));
+        assert!(e.contains("line 10") && e.contains("security.Key") && e.contains("NOPE"), "{e}");
+        let e = err(&format!("{base}spec = \"file:/x\"\nsecurity = {{ O = {{ authorization = \"nope\" }} }}\n"));
+        assert!(e.contains("security.O") && e.contains("[authorization.<provider>]"), "{e}");
+        let e = err(&format!("{base}spec = \"ftp://x/y\"\n"));
+        assert!(e.contains("line 9") && e.contains("spec"), "{e}");
+        // Other protocols: no https, no openapi keys.
+        let e = err("[[upstreams]]\nname = \"a\"\nurl = \"https://x\"\n");
+        assert!(e.contains("line 3") && e.contains("https") && e.contains("openapi"), "{e}");
+        let e = err("[[upstreams]]\nname = \"a\"\nurl = \"http://x\"\nexclude = [\"x\"]\n");
+        assert!(e.contains("line 4") && e.contains("upstreams[0].exclude") && e.contains("only for"), "{e}");
+        let e = err("[[upstreams]]\nname = \"a\"\nurl = \"http://x\"\nprotocol = \"mcp\"\ntoolkit = \"K\"\nversion = \"1.0.0\"\nspec = \"file:/x\"\n");
+        assert!(e.contains("line 7") && e.contains("spec"), "{e}");
     }
 }
