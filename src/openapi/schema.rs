@@ -36,6 +36,10 @@ const MAX_REF_CHAIN: usize = 16;
 pub(crate) struct Resolver<'d> {
     root: &'d Value,
     version: SpecVersion,
+    /// `readOnly` for what a client sends, `writeOnly` for what it gets:
+    /// properties so marked are left out (and out of `required`), as
+    /// OpenAPI says they do not apply there.
+    omit: Option<&'static str>,
 }
 
 /// How many schema objects one expansion may still produce. Past it,
@@ -115,7 +119,19 @@ const ANNOTATIONS: &[&str] = &["title", "description", "default", "examples", "d
 impl<'d> Resolver<'d> {
     /// A resolver for the document `root`.
     pub(crate) fn new(root: &'d Value, version: SpecVersion) -> Resolver<'d> {
-        Resolver { root, version }
+        Resolver { root, version, omit: None }
+    }
+
+    /// The same resolver for what a client sends (parameters, bodies):
+    /// `readOnly` properties are left out.
+    pub(crate) fn for_requests(self) -> Resolver<'d> {
+        Resolver { omit: Some("readOnly"), ..self }
+    }
+
+    /// The same resolver for what an API answers: `writeOnly` properties
+    /// are left out.
+    pub(crate) fn for_responses(self) -> Resolver<'d> {
+        Resolver { omit: Some("writeOnly"), ..self }
     }
 
     /// The value a local reference (`#/components/schemas/Book`) points at.
@@ -176,6 +192,7 @@ impl<'d> Resolver<'d> {
             return Ok(stub(fields, "nested too deep or too large to list"));
         }
         let mut out = Map::new();
+        let mut omitted: Vec<&str> = Vec::new();
         for (key, value) in fields {
             let key = key.as_str();
             if SCHEMA_KEYWORDS.contains(&key) {
@@ -195,7 +212,13 @@ impl<'d> Resolver<'d> {
                 let Value::Object(entries) = value else { return Err(format!("`{key}` is not an object")) };
                 let mut converted = Map::new();
                 for (name, schema) in entries {
-                    converted.insert(name.clone(), self.walk(schema, expanding, depth + 1, budget)?);
+                    let schema = self.walk(schema, expanding, depth + 1, budget)?;
+                    if key == "properties" && self.omit.is_some_and(|omit| schema.get(omit) == Some(&Value::Bool(true)))
+                    {
+                        omitted.push(name.as_str());
+                        continue;
+                    }
+                    converted.insert(name.clone(), schema);
                 }
                 out.insert(key.into(), Value::Object(converted));
             } else if key == "examples" {
@@ -214,6 +237,9 @@ impl<'d> Resolver<'d> {
             } else if key == "example" && !fields.contains_key("examples") && !is_reference(value) {
                 out.insert("examples".into(), Value::Array(vec![value.clone()]));
             }
+        }
+        if let Some(Value::Array(required)) = out.get_mut("required") {
+            required.retain(|name| !name.as_str().is_some_and(|name| omitted.contains(&name)));
         }
         // 3.0: `exclusiveMinimum: true` made `minimum` exclusive.
         for (exclusive, bound) in [("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")] {
@@ -441,6 +467,21 @@ mod tests {
                 .expect("c");
         assert_eq!(constrained["required"], json!(["name"]));
         assert_eq!(constrained["allOf"][0]["type"], "object");
+    }
+
+    #[test]
+    fn read_only_properties_are_not_inputs_and_write_only_ones_not_answers() {
+        let root = json!({"components": {"schemas": {"Id": {"type": "integer", "readOnly": true}}}});
+        let user = json!({"type": "object", "required": ["id", "name", "password"], "properties": {
+            "id": {"$ref": "#/components/schemas/Id"}, "name": {"type": "string"},
+            "password": {"type": "string", "writeOnly": true}}});
+        let resolver = Resolver::new(&root, SpecVersion::V30);
+        let sent = resolver.for_requests().schema(&user, &mut Budget::new(100)).expect("request");
+        assert_eq!(sent["required"], json!(["name", "password"]));
+        assert!(sent["properties"].get("id").is_none());
+        let got = resolver.for_responses().schema(&user, &mut Budget::new(100)).expect("response");
+        assert_eq!(got["required"], json!(["id", "name"]));
+        assert!(got["properties"].get("password").is_none());
     }
 
     #[test]

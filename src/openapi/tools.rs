@@ -554,13 +554,14 @@ fn parameter(resolver: &Resolver<'_>, item: &Value) -> Result<Option<(Param, Val
     let explode = item.get("explode").and_then(Value::as_bool).unwrap_or(style == Style::Form);
     let mut budget = Budget::new(INPUT_BUDGET);
     let (schema, json) = match (item.get("schema"), item.get("content")) {
-        (Some(schema), _) => (resolver.schema(schema, &mut budget)?, false),
+        (Some(schema), _) => (resolver.for_requests().schema(schema, &mut budget)?, false),
         (None, Some(Value::Object(content))) => {
             let (media_type, media) = content.iter().next().ok_or(format!("parameter {name:?}: empty `content`"))?;
             if !is_json(media_type) {
                 return Err(format!("parameter {name:?}: content {media_type:?} is not supported (JSON only)"));
             }
-            let schema = media.get("schema").map_or(Ok(json!({})), |s| resolver.schema(s, &mut budget))?;
+            let schema =
+                media.get("schema").map_or(Ok(json!({})), |s| resolver.for_requests().schema(s, &mut budget))?;
             (schema, true)
         }
         _ => (json!({}), false),
@@ -622,7 +623,7 @@ fn request_body(
     };
     let mut budget = Budget::new(INPUT_BUDGET);
     let schema = match media.get("schema") {
-        Some(schema) => resolver.schema(schema, &mut budget)?,
+        Some(schema) => resolver.for_requests().schema(schema, &mut budget)?,
         None if json => json!({}),
         None => json!({"type": "string"}),
     };
@@ -682,7 +683,7 @@ fn success_answer(resolver: &Resolver<'_>, op: &Map<String, Value>) -> Result<(V
         let accept = (!content.is_empty()).then(|| content.keys().cloned().collect::<Vec<_>>().join(", "));
         let json = content.iter().find(|(media_type, _)| is_json(media_type));
         let schema = match json.and_then(|(_, media)| media.get("schema")) {
-            Some(schema) => resolver.schema(schema, &mut Budget::new(OUTPUT_BUDGET))?,
+            Some(schema) => resolver.for_responses().schema(schema, &mut Budget::new(OUTPUT_BUDGET))?,
             None => Value::Null,
         };
         return Ok((schema, accept));
