@@ -18,6 +18,8 @@
 //!   `x-…` extensions, `$id`, `$schema`, `$comment`, `$defs` once inlined)
 //!   is left out.
 
+use std::cell::Cell;
+
 use serde_json::{Map, Value};
 
 use super::document::SpecVersion;
@@ -40,6 +42,9 @@ pub(crate) struct Resolver<'d> {
     /// properties so marked are left out (and out of `required`), as
     /// OpenAPI says they do not apply there.
     omit: Option<&'static str>,
+    /// What the whole document may still expand to, in schema objects:
+    /// each schema's own budget is bounded, and so is their sum.
+    allowance: Option<&'d Cell<usize>>,
 }
 
 /// How many schema objects one expansion may still produce. Past it,
@@ -119,7 +124,12 @@ const ANNOTATIONS: &[&str] = &["title", "description", "default", "examples", "d
 impl<'d> Resolver<'d> {
     /// A resolver for the document `root`.
     pub(crate) fn new(root: &'d Value, version: SpecVersion) -> Resolver<'d> {
-        Resolver { root, version, omit: None }
+        Resolver { root, version, omit: None, allowance: None }
+    }
+
+    /// The same resolver, every expansion also taken from `allowance`.
+    pub(crate) fn with_allowance(self, allowance: &'d Cell<usize>) -> Resolver<'d> {
+        Resolver { allowance: Some(allowance), ..self }
     }
 
     /// The same resolver for what a client sends (parameters, bodies):
@@ -167,8 +177,16 @@ impl<'d> Resolver<'d> {
 
     /// A schema as self-contained JSON Schema 2020-12.
     pub(crate) fn schema(&self, schema: &Value, budget: &mut Budget) -> Result<Value, String> {
+        if let Some(allowance) = self.allowance {
+            budget.left = budget.left.min(allowance.get());
+        }
+        let before = budget.left;
         let mut expanding = Vec::new();
-        self.walk(schema, &mut expanding, 0, budget)
+        let expanded = self.walk(schema, &mut expanding, 0, budget);
+        if let Some(allowance) = self.allowance {
+            allowance.set(allowance.get().saturating_sub(before - budget.left));
+        }
+        expanded
     }
 
     fn walk(

@@ -8,6 +8,7 @@
 //! `$ref`, a security scheme the config does not map...) is skipped with
 //! its reason; the others are served.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -29,6 +30,12 @@ const INPUT_BUDGET: usize = 20_000;
 /// are described in great depth (GitHub's repository object, inside each
 /// issue, inside each...).
 const OUTPUT_BUDGET: usize = 1_000;
+
+/// Schema objects a whole document may expand to (GitHub's description
+/// takes about 100,000): past it, the operations left are skipped, so a
+/// document of many operations each referring to a large schema costs at
+/// most this much time and memory.
+const DOCUMENT_BUDGET: usize = 1_000_000;
 
 /// The methods an operation may have, in the order tools are made.
 const METHODS: &[(&str, Method)] = &[
@@ -221,11 +228,19 @@ pub(crate) fn import(body: &[u8], settings: ImportSettings<'_>) -> Result<Import
             .map(|v| v.to_string())
             .ok_or_else(|| DocumentError::NoVersion(document.info_version().chars().take(100).collect()))?,
     };
-    let resolver = Resolver::new(&document.root, document.version);
+    let allowance = Cell::new(DOCUMENT_BUDGET);
+    let resolver = Resolver::new(&document.root, document.version).with_allowance(&allowance);
     let mut imported = Imported::default();
     let candidates = candidates(&document, &resolver, settings, &mut imported.skipped);
     for (candidate, name) in named(candidates, &mut imported.skipped) {
         let what = candidate.label();
+        if allowance.get() == 0 {
+            let reason = format!(
+                "the document's schemas expand to more than {DOCUMENT_BUDGET} schema objects in all; the operations after this point are not listed"
+            );
+            imported.skipped.push(Skipped { what, reason });
+            continue;
+        }
         match tool(&document, &resolver, &candidate, settings.security) {
             Ok((definition, operation, annotations)) => {
                 let mut definition = definition;
@@ -1001,5 +1016,51 @@ mod tests {
         let untitled = body.replace("Library API", "!!!");
         let e = import(untitled.as_bytes(), settings(&SecurityMap::new(), &[], &[])).expect_err("no toolkit");
         assert!(e.to_string().contains("set `toolkit`"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_document_of_many_large_operations_is_bounded_in_all() {
+        // Each operation's body refers to a schema of 10^10 objects if
+        // expanded: each is cut at its own budget, and their sum at the
+        // document's.
+        let mut schemas = Map::new();
+        for level in 0..10 {
+            let properties: Map<String, Value> = (0..10)
+                .map(|i| (format!("p{i}"), json!({"$ref": format!("#/components/schemas/L{}", level + 1)})))
+                .collect();
+            schemas.insert(format!("L{level}"), json!({"type": "object", "properties": properties}));
+        }
+        schemas.insert("L10".into(), json!({"type": "string"}));
+        let body =
+            json!({"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/L0"}}}});
+        let paths: Map<String, Value> = (0..100)
+            .map(|i| {
+                (
+                    format!("/op{i:03}"),
+                    json!({"post": {"operationId": format!("op{i:03}"), "requestBody": body, "responses": {}}}),
+                )
+            })
+            .collect();
+        let doc = json!({"openapi": "3.1.0", "info": {"title": "Wide", "version": "1.0.0"}, "paths": paths,
+                         "components": {"schemas": schemas}});
+        let started = std::time::Instant::now();
+        let none = SecurityMap::new();
+        let settings = ImportSettings { toolkit: None, version: None, operations: &[], exclude: &[], security: &none };
+        let imported = import(doc.to_string().as_bytes(), settings).expect("imports");
+        assert!(started.elapsed() < std::time::Duration::from_secs(60), "{:?}", started.elapsed());
+        let listed = imported.tools.len();
+        assert!(listed > 10 && listed < 100, "{listed} listed");
+        assert_eq!(listed + imported.skipped.len(), 100);
+        assert!(
+            imported.skipped.iter().all(|s| s.reason.contains("more than 1000000 schema objects")),
+            "{:?}",
+            imported.skipped[0]
+        );
     }
 }
