@@ -561,7 +561,11 @@ fn parameter(resolver: &Resolver<'_>, item: &Value) -> Result<Option<(Param, Val
         other => return Err(format!("parameter {name:?}: `in` {other:?} is not path, query, header or cookie")),
     };
     if location == Location::Header {
-        if ["accept", "content-type", "authorization"].contains(&name.to_ascii_lowercase().as_str()) {
+        // OpenAPI says to ignore these three; the others frame or route the
+        // request, which is the gateway's to write, never the input's.
+        if ["accept", "content-type", "authorization"].contains(&name.to_ascii_lowercase().as_str())
+            || reserved_header(name)
+        {
             return Ok(None);
         }
         HeaderName::try_from(name).map_err(|_| format!("header parameter {name:?} is not a header name"))?;
@@ -830,6 +834,11 @@ fn scheme_kind(scheme: &str, definition: &Value) -> Result<SchemeKind, String> {
                 Some("header") => {
                     HeaderName::try_from(name)
                         .map_err(|_| format!("apiKey scheme {scheme:?}: {name:?} is not a header name"))?;
+                    if reserved_header(name) {
+                        return Err(format!(
+                            "apiKey scheme {scheme:?}: {name:?} is a header the gateway writes itself"
+                        ));
+                    }
                     KeyLocation::Header
                 }
                 Some("query") => KeyLocation::Query,
@@ -848,6 +857,27 @@ fn scheme_kind(scheme: &str, definition: &Value) -> Result<SchemeKind, String> {
         Some("oauth2" | "openIdConnect") => Ok(SchemeKind::Bearer),
         other => Err(format!("security scheme {scheme:?} of type {other:?} is not supported")),
     }
+}
+
+/// Headers that frame or route a request (`Host`, `Content-Length`,
+/// hop-by-hop headers, `Cookie`, which cookie parameters build): the
+/// gateway writes them, a parameter or an API key never does.
+fn reserved_header(name: &str) -> bool {
+    const RESERVED: &[&str] = &[
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "proxy-authorization",
+        "proxy-connection",
+        "cookie",
+        "expect",
+    ];
+    RESERVED.contains(&name.to_ascii_lowercase().as_str())
 }
 
 /// Whether a media type is JSON: `application/json`, `…+json`, with or
@@ -1006,6 +1036,24 @@ mod tests {
         let imported = import_doc(&doc, &SecurityMap::new());
         assert_eq!(ids(&imported), ["LibraryAPI.GetOk@2.3.0"]);
         assert_eq!(imported.skipped.len(), 3, "{:?}", imported.skipped);
+    }
+
+    #[test]
+    fn headers_that_frame_or_route_a_request_are_not_inputs() {
+        let header = |name: &str| json!({"name": name, "in": "header", "schema": {"type": "string"}});
+        let params = json!([header("Host"), header("Content-Length"), header("Transfer-Encoding"), header("X-Ok")]);
+        let doc = document(json!({"/h": {"get": {"operationId": "h", "parameters": params, "responses": {}}}}));
+        let imported = import_doc(&doc, &SecurityMap::new());
+        let schema = imported.tools[0].definition.input_schema.to_value();
+        let names: Vec<&String> = schema["properties"].as_object().expect("properties").keys().collect();
+        assert_eq!(names, ["X-Ok"]);
+        let mut doc = doc;
+        doc["components"]["securitySchemes"]["Key"]["name"] = json!("Host");
+        doc["paths"]["/h"]["get"]["security"] = json!([{"Key": []}]);
+        let mut security = SecurityMap::new();
+        security.insert("Key".into(), SecuritySource::Secret("K".into()));
+        let imported = import_doc(&doc, &security);
+        assert!(imported.skipped[0].reason.contains("writes itself"), "{:?}", imported.skipped);
     }
 
     #[test]
