@@ -1085,6 +1085,20 @@ mod budget_tests {
     use serde_json::json;
 
     #[test]
+    fn a_document_gives_at_most_max_tools() {
+        let paths: Map<String, Value> = (0..MAX_TOOLS + 5)
+            .map(|i| (format!("/op{i:05}"), json!({"get": {"operationId": format!("op{i:05}"), "responses": {}}})))
+            .collect();
+        let doc = json!({"openapi": "3.1.0", "info": {"title": "Many", "version": "1.0.0"}, "paths": paths});
+        let none = SecurityMap::new();
+        let settings = ImportSettings { toolkit: None, version: None, operations: &[], exclude: &[], security: &none };
+        let imported = import(doc.to_string().as_bytes(), settings).expect("imports");
+        assert_eq!(imported.tools.len(), MAX_TOOLS);
+        assert_eq!(imported.skipped.len(), 1, "one entry for the rest");
+        assert!(imported.skipped[0].reason.contains("the 4 after it"), "{:?}", imported.skipped[0]);
+    }
+
+    #[test]
     fn a_document_of_many_large_operations_is_bounded_in_all() {
         // Each operation's body refers to a schema of 10^10 objects if
         // expanded: each is cut at its own budget, and their sum at the
