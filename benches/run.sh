@@ -7,7 +7,8 @@
 #   micro  criterion, the hot path's pieces      (benches/hot_path.rs)
 #   instructions  instructions per call under callgrind, gateway and nginx (not in `all`)
 #   search  tool search at 10,000 tools: recall, latency, index size (benches/load/search.py; not in `all`)
-# Usage: benches/run.sh [--plain] [load|scale|micro|instructions|shared-limits|search|all] [extra args for the python script]
+#   openapi  GitHub's OpenAPI description imported: time, memory, search (benches/load/openapi.py; not in `all`)
+# Usage: benches/run.sh [--plain] [load|scale|micro|instructions|shared-limits|search|openapi|all] [extra args for the python script]
 #   --plain  measure `cargo build --release`'s binary instead (no profile-guided step)
 #   OTC_BENCH_GATEWAY=path  measure that binary, building nothing (e.g. target/pgo/otc-gateway again)
 # Results and how to read them: benches/README.md. criterion (micro) builds
@@ -37,10 +38,11 @@ case "$what" in
   instructions) apt_install valgrind; python3 benches/load/instructions.py "$@" ;;
   shared-limits) apt_install redis-server; python3 benches/load/shared_limits.py "$@" ;;
   search) python3 benches/load/search.py "$@" ;;
+  openapi) need_octokit_openapi; python3 benches/load/openapi.py "$@" ;;
   all)
     python3 benches/load/proxy_vs_nginx.py
     python3 benches/load/scale.py
     cargo bench --locked --bench hot_path
     ;;
-  *) echo "usage: benches/run.sh [--plain] [load|scale|micro|instructions|shared-limits|search|all]" >&2; exit 2 ;;
+  *) echo "usage: benches/run.sh [--plain] [load|scale|micro|instructions|shared-limits|search|openapi|all]" >&2; exit 2 ;;
 esac

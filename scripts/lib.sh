@@ -106,3 +106,18 @@ need_oidc_provider() {
   npm install --prefix "$dir" --no-audit --no-fund --loglevel=error $OIDC_PROVIDER_PACKAGES >&2
   echo "$OIDC_PROVIDER_PACKAGES" > "$dir/.installed"
 }
+
+# GitHub's REST API description (npm @octokit/openapi, pinned), for the
+# OpenAPI scale test and benchmark (tests/openapi_scale.rs,
+# benches/openapi): in .octokit-openapi/ (gitignored).
+OCTOKIT_OPENAPI_PACKAGES="@octokit/openapi@23.0.2"
+need_octokit_openapi() {
+  local dir="$ROOT/.octokit-openapi"
+  if [ -f "$dir/.installed" ] && [ "$(cat "$dir/.installed")" = "$OCTOKIT_OPENAPI_PACKAGES" ]; then return 0; fi
+  command -v npm >/dev/null 2>&1 || apt_install npm
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  # shellcheck disable=SC2086 # the list is words on purpose
+  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error $OCTOKIT_OPENAPI_PACKAGES >&2
+  echo "$OCTOKIT_OPENAPI_PACKAGES" > "$dir/.installed"
+}

@@ -12,6 +12,7 @@ need_openbao
 need_deploy_tools
 need_conformance
 need_oidc_provider
+need_octokit_openapi
 cd "$ROOT"
 # Guardrails before any test: the tree is formatted (rustfmt.toml) and
 # clippy-clean, warnings refused.

@@ -86,6 +86,10 @@ pub enum CatalogShapeError {
     /// JSON, but not a list of tools in any known shape.
     #[error("catalog is not a list of tools (expected `items`, `tools` or a JSON array)")]
     NotAList,
+    /// An OpenAPI document that gives no tools at all (Swagger 2.0, not
+    /// OpenAPI, no version to publish them with).
+    #[error("{0}")]
+    Document(String),
 }
 
 /// Reads a catalog body in any dialect and checks each definition.
@@ -118,8 +122,8 @@ pub fn normalise_catalog(
     Ok((tools, skipped))
 }
 
-/// Checks and normalises one definition.
-fn normalise_tool(item: Value, defaults: DialectDefaults<'_>) -> Result<CatalogTool, String> {
+/// Checks and normalises one definition (an OpenAPI operation's too).
+pub(crate) fn normalise_tool(item: Value, defaults: DialectDefaults<'_>) -> Result<CatalogTool, String> {
     let Value::Object(mut obj) = item else {
         return Err("a definition must be a JSON object".into());
     };

@@ -1,6 +1,6 @@
 //! The pooled HTTP(S) client for the gateway's own requests to services
-//! that are not tool servers: the Vault backend, the JWKS fetcher and OAuth
-//! providers.
+//! that are not tool servers (the Vault backend, the JWKS fetcher, OAuth
+//! providers), and for OpenAPI upstreams, which are REST APIs.
 
 use std::sync::Arc;
 use std::time::Duration;

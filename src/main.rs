@@ -101,7 +101,7 @@ fn main() -> ExitCode {
 fn run_demo(listen: &str, admin_listen: &str) -> ExitCode {
     // The demo's own credentials, read through env: references as a real
     // config would (set before any thread starts).
-    for (name, value) in [demo::DEMO_USER_KEY, demo::DEMO_CLIENT_SECRET] {
+    for (name, value) in [demo::DEMO_USER_KEY, demo::DEMO_CLIENT_SECRET, demo::DEMO_NOTES_KEY] {
         std::env::set_var(name, value);
     }
     let state_dir = std::env::temp_dir().join(format!("otc-gateway-demo-{}", std::process::id()));

@@ -32,6 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "reload",
             "browser",
             "dialect",
+            "openapi",
             "vault",
             "auth",
             "mcp",

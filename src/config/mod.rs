@@ -22,6 +22,7 @@ mod idempotency;
 mod login;
 mod mcp;
 mod oauth;
+mod openapi;
 mod policy;
 mod secret_ref;
 mod vault;
@@ -35,6 +36,7 @@ pub use mcp::{McpConfig, ToolListing};
 pub use oauth::{
     scope_ok, AuthorizationProvider, EndpointUrl, GrantStoreRef, StateConfig, UserVerification, RESERVED_PROVIDER_NAMES,
 };
+pub use openapi::{OperationPattern, SecurityMap, SecuritySource, SpecLocation};
 pub use policy::{FailMode, Per, PolicyConfig, Rate, RateLimitConfig, ToolPattern, When, MAX_POLICIES};
 pub use secret_ref::{SecretRef, SecretRefError, USER_ID_TEMPLATE};
 pub use vault::{check_token_ref, VaultConfig};
@@ -259,9 +261,10 @@ pub struct UpstreamConfig {
     /// Unique, `[a-z0-9_-]+`; appears in metrics and /status.
     pub name: Spanned<UpstreamName>,
     /// Base URL. OTC: `/tools` and `/tools/call` are appended. MCP: the
-    /// MCP endpoint itself (e.g. `http://127.0.0.1:8000/mcp`).
-    pub url: UpstreamUrl,
-    /// `otc` (default) or `mcp`.
+    /// MCP endpoint itself (e.g. `http://127.0.0.1:8000/mcp`). OpenAPI: where
+    /// every call goes (the operation's path appended), http or https.
+    pub url: Spanned<UpstreamUrl>,
+    /// `otc` (default), `mcp` or `openapi`.
     #[serde(default = "default_protocol")]
     pub protocol: Spanned<Protocol>,
     /// The higher wins when two upstreams serve the same tool id.
@@ -308,6 +311,18 @@ pub struct UpstreamConfig {
     /// them are neither listed nor callable.
     #[serde(default)]
     pub toolkits: Vec<Spanned<Toolkit>>,
+    /// OpenAPI only: where the document is (`https://…`, `file:/path`).
+    #[serde(default)]
+    pub spec: Option<Spanned<SpecLocation>>,
+    /// OpenAPI only: the operations that become tools (all when absent).
+    #[serde(default)]
+    pub operations: Option<Spanned<Vec<OperationPattern>>>,
+    /// OpenAPI only: operations left out, even when `operations` matches.
+    #[serde(default)]
+    pub exclude: Option<Spanned<Vec<OperationPattern>>>,
+    /// OpenAPI only: what each security scheme of the document is given.
+    #[serde(default)]
+    pub security: Option<Spanned<SecurityMap>>,
 }
 
 impl UpstreamConfig {
@@ -363,6 +378,9 @@ pub enum Protocol {
     Otc,
     /// Model Context Protocol over streamable HTTP.
     Mcp,
+    /// A REST API described by an OpenAPI 3.0 or 3.1 document.
+    #[serde(rename = "openapi")]
+    OpenApi,
 }
 
 /// An upstream name: `[a-z0-9_-]+`, so it is safe as a metrics label.
@@ -388,23 +406,25 @@ impl fmt::Display for UpstreamName {
     }
 }
 
-/// An upstream's base URL: `http://host:port[/path]`, no trailing slash.
+/// An upstream's base URL: `http://host:port[/path]` (https only for
+/// `openapi` upstreams, checked with the protocol), no trailing slash.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct UpstreamUrl(pub String);
+
+impl UpstreamUrl {
+    /// Whether it is an `https://` URL.
+    pub fn is_https(&self) -> bool {
+        self.0.starts_with("https://")
+    }
+}
 
 impl<'de> Deserialize<'de> for UpstreamUrl {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let text = String::deserialize(d)?;
         let uri: http::Uri =
             text.parse().map_err(|e| D::Error::custom(format!("invalid upstream url {text:?}: {e}")))?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some("https") => {
-                return Err(D::Error::custom(format!(
-                    "upstream url {text:?}: https upstreams are not supported yet; terminate TLS in front of the tool server or use http on a private network"
-                )))
-            }
-            _ => return Err(D::Error::custom(format!("upstream url {text:?} must start with http://"))),
+        if !matches!(uri.scheme_str(), Some("http" | "https")) {
+            return Err(D::Error::custom(format!("upstream url {text:?} must start with http://")));
         }
         if uri.host().is_none() {
             return Err(D::Error::custom(format!("upstream url {text:?} has no host")));
@@ -487,6 +507,7 @@ impl Config {
                     line(upstream.protocol.span())
                 ));
             }
+            self.check_openapi_keys(i, upstream, text)?;
             if let Some(provider) = &upstream.user_token {
                 if *upstream.protocol.get_ref() != Protocol::Mcp || !self.authorization.contains_key(provider.get_ref())
                 {
@@ -792,7 +813,7 @@ mod tests {
     fn a_minimal_config_gets_defaults() {
         let c =
             Config::parse("[[upstreams]]\nname = \"calc\"\nurl = \"http://127.0.0.1:9001/\"\n", "t").expect("valid");
-        assert_eq!(c.upstreams[0].url.0, "http://127.0.0.1:9001");
+        assert_eq!(c.upstreams[0].url.get_ref().0, "http://127.0.0.1:9001");
         assert_eq!(c.catalog.poll_interval.0, Duration::from_secs(10));
         assert_eq!(c.server.max_body_bytes, 1 << 20);
         assert_eq!(*c.upstreams[0].protocol.get_ref(), Protocol::Otc);

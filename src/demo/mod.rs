@@ -9,7 +9,11 @@
 //! `calculator` also serves `Mail.ListInbox`, which needs the calling user's
 //! authorization with `demo-mail`: a stand-in OAuth provider (`demo_provider.rs`)
 //! on loopback, so the whole per-user flow can be clicked through.
+//!
+//! `notes` is a REST API with an OpenAPI document (`demo_notes.rs`), an
+//! `openapi` upstream: its operations are tools, its API key injected.
 
+mod demo_notes;
 mod demo_provider;
 
 use std::convert::Infallible;
@@ -40,6 +44,8 @@ pub struct DemoServers {
     pub clock: SocketAddr,
     /// The stand-in OAuth provider.
     pub provider: SocketAddr,
+    /// The notes REST API (an OpenAPI upstream).
+    pub notes: SocketAddr,
 }
 
 /// The demo user's API key (`OXP-API-Key`), in the environment variable
@@ -47,20 +53,24 @@ pub struct DemoServers {
 pub const DEMO_USER_KEY: (&str, &str) = ("OTC_DEMO_ALICE_KEY", "demo-alice-key");
 /// The gateway's client secret at the stand-in provider, likewise.
 pub const DEMO_CLIENT_SECRET: (&str, &str) = ("OTC_DEMO_CLIENT_SECRET", demo_provider::CLIENT_SECRET);
+/// The notes API's key, likewise.
+pub const DEMO_NOTES_KEY: (&str, &str) = ("OTC_DEMO_NOTES_KEY", demo_notes::NOTES_KEY);
 
 /// Starts the demo servers on the current tokio runtime.
 pub async fn start_demo_servers() -> std::io::Result<DemoServers> {
     let calculator = serve(ToolServer { catalog: calculator_catalog(), answer: calculator_answer }).await?;
     let clock = serve(ToolServer { catalog: clock_catalog(), answer: clock_answer }).await?;
     let provider = demo_provider::serve().await?;
-    Ok(DemoServers { calculator, clock, provider })
+    let notes = demo_notes::serve().await?;
+    Ok(DemoServers { calculator, clock, provider, notes })
 }
 
 /// The demo's gateway.toml, pointing at the servers; grants are kept under
 /// `state_dir`.
 pub fn demo_config(listen: &str, admin: &str, servers: DemoServers, state_dir: &std::path::Path) -> String {
-    let DemoServers { calculator, clock, provider } = servers;
+    let DemoServers { calculator, clock, provider, notes } = servers;
     let (key_var, _) = DEMO_USER_KEY;
+    let (notes_var, _) = DEMO_NOTES_KEY;
     let (secret_var, _) = DEMO_CLIENT_SECRET;
     let state_dir = state_dir.display().to_string().replace('\\', "/");
     format!(
@@ -83,6 +93,19 @@ toolkits = ["Mail"]
 [[upstreams]]
 name = "clock"
 url = "http://{clock}"
+
+# A REST API with an OpenAPI document: each operation is a tool, and the
+# gateway sends the API key its security scheme asks for.
+[[upstreams]]
+name = "notes"
+protocol = "openapi"
+url = "http://{notes}"
+spec = "http://{notes}/openapi.json"
+security = {{ NotesKey = {{ secret = "NOTES_API_KEY" }} }}
+secrets = ["NOTES_API_KEY"]
+
+[secrets]
+NOTES_API_KEY = "env:{notes_var}"
 
 # Anyone may call; the demo user is whoever sends this key.
 [auth]
@@ -115,7 +138,7 @@ pub fn demo_banner(listen: SocketAddr) -> String {
     let base = format!("http://{listen}");
     format!(
         r#"
-The demo gateway fronts two example tool servers. Try:
+The demo gateway fronts two example tool servers and a REST API. Try:
 
   curl -s {base}/tools
   curl -s {base}/tools/call -H 'content-type: application/json' \
@@ -128,6 +151,16 @@ The demo gateway fronts two example tool servers. Try:
     -d '{{"request": {{"tool_id": "Calculator.Divide", "input": {{"a": 1, "b": 0}}}}}}'    # tool error
   curl -s {base}/tools/call -H 'content-type: application/json' \
     -d '{{"request": {{"tool_id": "System.GetTimestamp"}}}}'
+
+A REST API with an OpenAPI document (notes) is an upstream too: each
+operation is a tool, and the gateway adds the API key its document asks for:
+
+  curl -s {base}/tools/call -H 'content-type: application/json' \
+    -d '{{"request": {{"tool_id": "Notes.CreateNote", "input": {{"title": "Buy milk", "tags": ["home"]}}}}}}'
+  curl -s {base}/tools/call -H 'content-type: application/json' \
+    -d '{{"request": {{"tool_id": "Notes.ListNotes", "input": {{"tag": "home"}}}}}}'
+  curl -s {base}/tools/call -H 'content-type: application/json' \
+    -d '{{"request": {{"tool_id": "Notes.GetNote", "input": {{"note_id": 99}}}}}}'   # the API's 404: a tool error
 
 Per-user OAuth: Mail.ListInbox needs alice's authorization with demo-mail.
 The first call answers 400 with a link; open it in a browser, click Allow,

@@ -49,7 +49,7 @@ impl McpUpstream {
     /// The client for the MCP endpoint at `config.url`.
     pub(super) fn new(config: &UpstreamConfig) -> Result<McpUpstream, http::uri::InvalidUri> {
         Ok(McpUpstream {
-            client: McpClient::new(config.url.0.parse()?, config.connect_timeout.0),
+            client: McpClient::new(config.url.get_ref().0.parse()?, config.connect_timeout.0),
             user_token: config.user_token.as_ref().map(|p| p.get_ref().clone()),
         })
     }

@@ -1,17 +1,19 @@
 //! One tool server behind the gateway: its settings, and the one place that
-//! knows whether it speaks OTC or MCP.
+//! knows whether it speaks OTC, MCP or OpenAPI.
 //!
 //! An [`Upstream`] is built from its config entry once (and kept across
 //! reloads that leave it unchanged, with its circuit and pools). Everything
 //! protocol-specific sits behind [`Protocol`]: [`otc`] (GET /tools, POST
-//! /tools/call over the lean [`call_client`]) and [`mcp`] (tools/list and
-//! tools/call through the MCP client). The catalog poller and the call
+//! /tools/call over the lean [`call_client`]), [`mcp`] (tools/list and
+//! tools/call through the MCP client) and [`openapi`] (a REST API's OpenAPI
+//! document, its operations called over HTTP). The catalog poller and the call
 //! pipeline only see the three questions every upstream answers: fetch the
 //! catalog, read it into tool definitions, run a call; and, for the upstreams
 //! that announce tool list changes (MCP), a fourth: watch for them.
 
 mod call_client;
 mod mcp;
+mod openapi;
 mod otc;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -67,7 +69,7 @@ pub struct Upstream {
 }
 
 /// The protocol an upstream speaks, with its clients: the one place the
-/// gateway tells OTC and MCP upstreams apart.
+/// gateway tells OTC, MCP and OpenAPI upstreams apart.
 #[derive(Debug)]
 // One per upstream, inside its `Arc`: the OTC variant's size costs nothing,
 // where boxing it would add a pointer hop to every call.
@@ -77,6 +79,8 @@ enum Protocol {
     Otc(otc::OtcUpstream),
     /// Model Context Protocol over streamable HTTP.
     Mcp(mcp::McpUpstream),
+    /// A REST API described by an OpenAPI document.
+    OpenApi(openapi::OpenApiUpstream),
 }
 
 /// Why a catalog could not be fetched.
@@ -264,6 +268,7 @@ impl Upstream {
         let protocol = match config.protocol.get_ref() {
             config::Protocol::Otc => Protocol::Otc(otc::OtcUpstream::new(config)?),
             config::Protocol::Mcp => Protocol::Mcp(mcp::McpUpstream::new(config)?),
+            config::Protocol::OpenApi => Protocol::OpenApi(openapi::OpenApiUpstream::new(config)?),
         };
         Ok(Upstream {
             name: config.name.get_ref().0.clone(),
@@ -325,6 +330,7 @@ impl Upstream {
         match &self.protocol {
             Protocol::Otc(otc) => otc.fetch_catalog(self, authorization, etag, timeout, max_bytes).await,
             Protocol::Mcp(mcp) => mcp.fetch_catalog(self, authorization, timeout, max_bytes).await,
+            Protocol::OpenApi(api) => api.fetch_catalog(self, authorization, etag, timeout, max_bytes).await,
         }
     }
 
@@ -333,6 +339,7 @@ impl Upstream {
         match &self.protocol {
             Protocol::Otc(_) => otc::read_catalog(self, body),
             Protocol::Mcp(mcp) => mcp.read_catalog(self, body),
+            Protocol::OpenApi(api) => api.read_catalog(self, body),
         }
     }
 
@@ -348,6 +355,7 @@ impl Upstream {
         match &self.protocol {
             Protocol::Otc(otc) => otc.call(self, call, authorization, max_bytes).await.map(UpstreamReply::Http),
             Protocol::Mcp(mcp) => mcp.call(self, call, authorization, max_bytes).await,
+            Protocol::OpenApi(api) => api.call(self, call, authorization, max_bytes).await,
         }
     }
 
@@ -361,7 +369,7 @@ impl Upstream {
     /// the stream ends, asking for a catalog fetch ([`Upstream::refresh_soon`])
     /// at each, and when the stream opens if `refresh_on_open` (changes may
     /// have been missed while it was closed). `None` for an upstream that
-    /// makes no announcements (OTC).
+    /// makes no announcements (OTC, OpenAPI).
     pub async fn watch_tool_list(
         &self,
         authorization: Option<HeaderValue>,
@@ -369,7 +377,7 @@ impl Upstream {
         refresh_on_open: bool,
     ) -> Option<Watched> {
         match &self.protocol {
-            Protocol::Otc(_) => None,
+            Protocol::Otc(_) | Protocol::OpenApi(_) => None,
             Protocol::Mcp(mcp) => Some(mcp.watch_tool_list(self, authorization, bounds, refresh_on_open).await),
         }
     }
@@ -378,7 +386,7 @@ impl Upstream {
     /// OTC upstreams).
     pub fn mcp_protocol_version(&self) -> Option<String> {
         match &self.protocol {
-            Protocol::Otc(_) => None,
+            Protocol::Otc(_) | Protocol::OpenApi(_) => None,
             Protocol::Mcp(mcp) => mcp.protocol_version(),
         }
     }

@@ -39,7 +39,7 @@ pub(super) struct OtcUpstream {
 impl OtcUpstream {
     /// The clients for the upstream at `config.url`.
     pub(super) fn new(config: &UpstreamConfig) -> Result<OtcUpstream, http::uri::InvalidUri> {
-        let base = &config.url.0;
+        let base = &config.url.get_ref().0;
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(config.connect_timeout.0));
         connector.set_nodelay(true);
