@@ -251,3 +251,18 @@ fn body() {
 "#;
     assert_eq!(imports(source), ["a", "c", "d", "g", "m", "k", "n"]);
 }
+
+/// A file does one job: none of `src/` is over 700 lines before its tests.
+#[test]
+fn no_source_file_is_over_700_lines_before_its_tests() {
+    let mut files = Vec::new();
+    sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), None, &mut files);
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|(path, _, text)| {
+            let lines = text.lines().take_while(|line| line.trim() != "#[cfg(test)]").count();
+            (lines > 700).then(|| format!("{path}: {lines} lines"))
+        })
+        .collect();
+    assert!(long.is_empty(), "split these:\n{}", long.join("\n"));
+}

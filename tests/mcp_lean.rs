@@ -1,7 +1,7 @@
 //! `POST /mcp` on both of the gateway's readers, over real sockets. A plain
 //! request (Content-Length, HTTP/1.1) is read by the gateway's own reader
-//! (`proxy/connection.rs`); the same request with `Expect: 100-continue`, or
-//! with a chunked body, is handed to pingora's session (`proxy/router.rs`).
+//! (`proxy/lean.rs`); the same request with `Expect: 100-continue`, or
+//! with a chunked body, is handed to pingora's session (`proxy/pingora_path.rs`).
 //! Every request here is sent all three ways and must get the same answer.
 //! `subscriptions/listen`, whose answer is an event stream, is always
 //! pingora's, and still streams.

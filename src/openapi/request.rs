@@ -14,7 +14,7 @@ use http::header::{HeaderName, HeaderValue, ACCEPT, AUTHORIZATION, COOKIE};
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{Map, Value};
 
-use super::tools::{BodyShape, KeyLocation, Location, Operation, PathPart, SchemeKind, Style};
+use super::plan::{BodyShape, KeyLocation, Location, Operation, PathPart, SchemeKind, Style};
 use crate::config::SecuritySource;
 use crate::wire::CallContext;
 
@@ -294,7 +294,7 @@ fn encode(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::super::tools::{Body, Credential, Param};
+    use super::super::plan::{Body, Credential, Param};
     use super::*;
     use http::Method;
     use serde_json::json;

@@ -17,8 +17,10 @@ use http::Method;
 use serde_json::{json, Map, Value};
 
 use super::document::{Document, DocumentError};
+use super::plan::{Body, BodyShape, Location, Operation, Param, PathPart, Style};
 use super::schema::{Budget, Resolver};
-use crate::config::{OperationPattern, SecurityMap, SecuritySource};
+use super::security::{credentials, reserved_header};
+use crate::config::{OperationPattern, SecurityMap};
 use crate::dialect::{normalise_tool, CatalogTool, DialectDefaults, Skipped};
 use crate::resolve::{is_id_part, parse_tool_version};
 
@@ -78,142 +80,6 @@ pub(crate) struct Imported {
     pub(crate) skipped: Vec<Skipped>,
     /// The plan of each tool's call, by the tool's `upstream_id`.
     pub(crate) operations: HashMap<String, Arc<Operation>>,
-}
-
-/// Where a parameter goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Location {
-    /// A segment of the path.
-    Path,
-    /// The query string.
-    Query,
-    /// A request header.
-    Header,
-    /// The `Cookie` header.
-    Cookie,
-}
-
-/// How a parameter's value is written (OpenAPI's `style`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Style {
-    /// `a,b` (path and header default).
-    Simple,
-    /// `.a.b` in a path.
-    Label,
-    /// `;name=a` in a path.
-    Matrix,
-    /// `name=a&name=b` (query and cookie default).
-    Form,
-    /// `name=a%20b`.
-    SpaceDelimited,
-    /// `name=a|b`.
-    PipeDelimited,
-    /// `name[key]=value`.
-    DeepObject,
-}
-
-/// One parameter of an operation.
-#[derive(Debug, Clone)]
-pub(crate) struct Param {
-    /// Its name, which is also the input property.
-    pub(crate) name: String,
-    /// Where it goes.
-    pub(crate) location: Location,
-    /// How it is written.
-    pub(crate) style: Style,
-    /// `explode`.
-    pub(crate) explode: bool,
-    /// Written as JSON text (a parameter with `content: application/json`).
-    pub(crate) json: bool,
-}
-
-/// How the input becomes the request body.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum BodyShape {
-    /// The body object's properties are top-level inputs: every input that
-    /// is not a parameter goes into the body.
-    Merged,
-    /// The input `body` is the whole body.
-    Property,
-}
-
-/// An operation's request body.
-#[derive(Debug, Clone)]
-pub(crate) struct Body {
-    /// The media type sent as `Content-Type`.
-    pub(crate) media_type: String,
-    /// JSON (else text: the input's string as it is).
-    pub(crate) json: bool,
-    /// Where it comes from in the input.
-    pub(crate) shape: BodyShape,
-    /// Sent even when the input has nothing for it.
-    pub(crate) required: bool,
-}
-
-/// Where an API key goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum KeyLocation {
-    /// A header of that name.
-    Header,
-    /// A query parameter of that name.
-    Query,
-    /// A cookie of that name.
-    Cookie,
-}
-
-/// How a security scheme presents its credential.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum SchemeKind {
-    /// `apiKey`: the value under `name`, in a header, the query or a cookie.
-    ApiKey {
-        /// Where.
-        location: KeyLocation,
-        /// The header, parameter or cookie name.
-        name: String,
-    },
-    /// `http` `bearer`, `oauth2`, `openIdConnect`: `Authorization: Bearer`.
-    Bearer,
-    /// `http` `basic`: `Authorization: Basic`, from a `user:password` value.
-    Basic,
-}
-
-/// One credential a call carries: how, and from which injected value.
-#[derive(Debug, Clone)]
-pub(crate) struct Credential {
-    /// The scheme's name in the document, for messages.
-    pub(crate) scheme: String,
-    /// How it is presented.
-    pub(crate) kind: SchemeKind,
-    /// The `[secrets]` id or provider whose value it is.
-    pub(crate) source: SecuritySource,
-}
-
-/// One piece of a path template.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum PathPart {
-    /// Text written as it is.
-    Literal(String),
-    /// The path parameter of that name.
-    Param(String),
-}
-
-/// The plan of one operation's calls.
-#[derive(Debug, Clone)]
-pub(crate) struct Operation {
-    /// `GET /books/{id}`: for messages, and the tool's `upstream_id`.
-    pub(crate) label: String,
-    /// The method.
-    pub(crate) method: Method,
-    /// The path template, in pieces.
-    pub(crate) path: Vec<PathPart>,
-    /// Its parameters.
-    pub(crate) params: Vec<Param>,
-    /// Its body, if it takes one the gateway can send.
-    pub(crate) body: Option<Body>,
-    /// The credentials it carries (one security requirement's schemes).
-    pub(crate) credentials: Vec<Credential>,
-    /// The media types of its successful answers, for `Accept`.
-    pub(crate) accept: Option<String>,
 }
 
 /// Reads a document into tools. Whole-document trouble (not OpenAPI 3, no
@@ -722,164 +588,6 @@ fn success_answer(resolver: &Resolver<'_>, op: &Map<String, Value>) -> Result<(V
     Ok((Value::Null, None))
 }
 
-/// The credentials an operation's calls carry, and the requirements that
-/// make the gateway inject them: the first of its security requirements
-/// (`security`, else the document's) whose every scheme the config maps.
-/// An operation whose requirements list `{}` needs nothing when none is
-/// mapped; one whose schemes are not mapped is skipped, saying which.
-fn credentials(
-    document: &Document,
-    resolver: &Resolver<'_>,
-    op: &Map<String, Value>,
-    security: &SecurityMap,
-) -> Result<(Vec<Credential>, Option<Value>), String> {
-    let requirements = op.get("security").or_else(|| document.root.get("security"));
-    let Some(requirements) = requirements else { return Ok((Vec::new(), None)) };
-    let Value::Array(alternatives) = requirements else { return Err("`security` is not a list".into()) };
-    if alternatives.is_empty() {
-        return Ok((Vec::new(), None));
-    }
-    let mut anonymous = false;
-    let mut unusable = Vec::new();
-    for alternative in alternatives {
-        let Value::Object(schemes) = alternative else { return Err("a security requirement is not an object".into()) };
-        if schemes.is_empty() {
-            anonymous = true;
-            continue;
-        }
-        match alternative_credentials(document, resolver, schemes, security) {
-            Ok(found) => return Ok(found),
-            Err(why) => unusable.push(why),
-        }
-    }
-    if anonymous {
-        return Ok((Vec::new(), None));
-    }
-    Err(format!("its security cannot be met: {}", unusable.join("; or ")))
-}
-
-/// One security requirement (all of its schemes) as credentials and
-/// requirements, or why it cannot be met.
-fn alternative_credentials(
-    document: &Document,
-    resolver: &Resolver<'_>,
-    schemes: &Map<String, Value>,
-    security: &SecurityMap,
-) -> Result<(Vec<Credential>, Option<Value>), String> {
-    let mut credentials = Vec::new();
-    let mut secrets: Vec<Value> = Vec::new();
-    let mut providers: Vec<Value> = Vec::new();
-    for (scheme, scopes) in schemes {
-        let definition = document
-            .security_schemes()
-            .and_then(|all| all.get(scheme))
-            .ok_or_else(|| format!("the security scheme {scheme:?} is not in components.securitySchemes"))?;
-        let definition = resolver.object(definition)?;
-        // A kind the gateway cannot present says so, mapped or not.
-        let kind = scheme_kind(scheme, definition)?;
-        let Some(source) = security.get(scheme) else {
-            return Err(format!(
-                "the security scheme {scheme:?} is not mapped (add {scheme} = {{ secret = \"…\" }} or {{ authorization = \"…\" }} to the upstream's `security`)"
-            ));
-        };
-        let is_oauth = matches!(definition.get("type").and_then(Value::as_str), Some("oauth2" | "openIdConnect"));
-        match source {
-            SecuritySource::Secret(id) => {
-                if !secrets.iter().any(|s| s["id"] == id.as_str()) {
-                    secrets.push(json!({"id": id}));
-                }
-            }
-            SecuritySource::Authorization(provider) => {
-                let scopes: Vec<&Value> = scopes.as_array().into_iter().flatten().filter(|s| s.is_string()).collect();
-                let mut requirement = json!({"id": provider});
-                if is_oauth && !scopes.is_empty() {
-                    requirement["oauth2"] = json!({"scopes": scopes});
-                }
-                match providers.iter_mut().find(|p| p["id"] == provider.as_str()) {
-                    // The same provider for two schemes: the scopes of both.
-                    Some(earlier) => {
-                        if let (Some(Value::Array(have)), Some(Value::Array(more))) =
-                            (earlier.pointer_mut("/oauth2/scopes"), requirement.pointer("/oauth2/scopes"))
-                        {
-                            for scope in more {
-                                if !have.contains(scope) {
-                                    have.push(scope.clone());
-                                }
-                            }
-                        }
-                    }
-                    None => providers.push(requirement),
-                }
-            }
-        }
-        credentials.push(Credential { scheme: scheme.clone(), kind, source: source.clone() });
-    }
-    let mut requirements = Map::new();
-    if !secrets.is_empty() {
-        requirements.insert("secrets".into(), Value::Array(secrets));
-    }
-    if !providers.is_empty() {
-        requirements.insert("authorization".into(), Value::Array(providers));
-    }
-    Ok((credentials, Some(Value::Object(requirements))))
-}
-
-/// How a security scheme presents its credential.
-fn scheme_kind(scheme: &str, definition: &Value) -> Result<SchemeKind, String> {
-    let text = |key: &str| definition.get(key).and_then(Value::as_str);
-    match text("type") {
-        Some("apiKey") => {
-            let name = text("name").filter(|n| !n.is_empty()).ok_or(format!("apiKey scheme {scheme:?} has no name"))?;
-            let location = match text("in") {
-                Some("header") => {
-                    HeaderName::try_from(name)
-                        .map_err(|_| format!("apiKey scheme {scheme:?}: {name:?} is not a header name"))?;
-                    if reserved_header(name) {
-                        return Err(format!(
-                            "apiKey scheme {scheme:?}: {name:?} is a header the gateway writes itself"
-                        ));
-                    }
-                    KeyLocation::Header
-                }
-                Some("query") => KeyLocation::Query,
-                Some("cookie") => KeyLocation::Cookie,
-                other => {
-                    return Err(format!("apiKey scheme {scheme:?}: `in` {other:?} is not header, query or cookie"))
-                }
-            };
-            Ok(SchemeKind::ApiKey { location, name: name.to_owned() })
-        }
-        Some("http") => match text("scheme").map(str::to_ascii_lowercase).as_deref() {
-            Some("bearer") => Ok(SchemeKind::Bearer),
-            Some("basic") => Ok(SchemeKind::Basic),
-            other => Err(format!("http scheme {scheme:?}: {other:?} is not supported (bearer and basic are)")),
-        },
-        Some("oauth2" | "openIdConnect") => Ok(SchemeKind::Bearer),
-        other => Err(format!("security scheme {scheme:?} of type {other:?} is not supported")),
-    }
-}
-
-/// Headers that frame or route a request (`Host`, `Content-Length`,
-/// hop-by-hop headers, `Cookie`, which cookie parameters build): the
-/// gateway writes them, a parameter or an API key never does.
-fn reserved_header(name: &str) -> bool {
-    const RESERVED: &[&str] = &[
-        "host",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "keep-alive",
-        "te",
-        "trailer",
-        "upgrade",
-        "proxy-authorization",
-        "proxy-connection",
-        "cookie",
-        "expect",
-    ];
-    RESERVED.contains(&name.to_ascii_lowercase().as_str())
-}
-
 /// Whether a media type is JSON: `application/json`, `…+json`, with or
 /// without parameters.
 pub(crate) fn is_json(media_type: &str) -> bool {
@@ -910,6 +618,8 @@ fn shown(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::SecuritySource;
+    use crate::openapi::plan::SchemeKind;
     use serde_json::json;
 
     fn settings<'a>(
