@@ -1,5 +1,5 @@
 //! `POST /mcp` on both of the gateway's readers, over real sockets. A plain
-//! request (Content-Length, HTTP/1.1) is read by the gateway's own reader
+//! request (Content-Length, HTTP/1.1) is read by the lean reader
 //! (`proxy/lean.rs`); the same request with `Expect: 100-continue`, or
 //! with a chunked body, is handed to pingora's session (`proxy/pingora_path.rs`).
 //! Every request here is sent all three ways and must get the same answer.
@@ -19,7 +19,7 @@ use tokio::net::TcpStream;
 /// How a request's body is framed.
 #[derive(Debug, Clone, Copy)]
 enum Framing {
-    /// Content-Length: the gateway's own reader.
+    /// Content-Length: the lean reader.
     Plain,
     /// Content-Length after `100 Continue`: pingora's session.
     Expect,
@@ -131,7 +131,7 @@ async fn post(gw: &Gateway, headers: &[(&str, &str)], body: &str, framing: Frami
 }
 
 /// Sends the request all three ways; the answers must be the same. Returns
-/// the one the gateway's own reader gave.
+/// the one the lean reader gave.
 async fn same_both_ways(gw: &Gateway, headers: &[(&str, &str)], body: &str) -> Answer {
     let lean = post(gw, headers, body, Framing::Plain).await;
     for framing in [Framing::Expect, Framing::Chunked] {

@@ -14,8 +14,9 @@
 //! while an unrecognised `Authorization` header is ignored.
 //!
 //! [`Authenticator::authenticate_credentials`] runs on every request (the
-//! gateway's own reader passes the header values it found; pingora's path
-//! goes through [`Authenticator::authenticate`]): it is synchronous,
+//! front door, `proxy/front_door.rs`, passes the credential header values
+//! either reader found; [`Authenticator::authenticate`] takes a whole
+//! `HeaderMap`): it is synchronous,
 //! takes no lock (the JWKS sits behind an `ArcSwap`) and allocates little.
 //! Turning an [`AuthError`] into `401` + `WWW-Authenticate` is the HTTP
 //! layer's job; [`AuthError::public_message`] is what a client may see.

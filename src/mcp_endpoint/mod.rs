@@ -592,8 +592,8 @@ fn server_info() -> Value {
 }
 
 /// What the gateway serves, for both eras.
-fn capabilities(modern: bool) -> Value {
-    if modern {
+fn capabilities(since_2026_07_28: bool) -> Value {
+    if since_2026_07_28 {
         json!({"tools": {"listChanged": true}, "prompts": {}, "resources": {}})
     } else {
         json!({"tools": {"listChanged": true}})

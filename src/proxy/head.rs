@@ -1,5 +1,5 @@
 //! The framing checks every request head passes (RFC 9112), on pingora's
-//! path: the gateway's own reader serves only heads that pass them
+//! path: the lean reader serves only heads that pass them
 //! trivially (one Content-Length, one Host, no Transfer-Encoding or
 //! Expect); every other head goes to pingora's path, which runs
 //! [`check_raw_head`] on the raw head it read: pingora itself drops a
