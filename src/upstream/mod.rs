@@ -12,6 +12,7 @@
 //! that announce tool list changes (MCP), a fourth: watch for them.
 
 mod call_client;
+mod fetch;
 mod mcp;
 mod openapi;
 mod otc;

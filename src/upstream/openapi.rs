@@ -18,11 +18,12 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, ETAG, IF_NONE_MATCH, USER_AGENT};
+use http::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, USER_AGENT};
 use http::uri::{Authority, Scheme};
-use http::{HeaderValue, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http::{HeaderValue, Request, Uri};
+use http_body_util::Full;
 
+use super::fetch::{conditional_get, read_limited, Limit};
 use super::{FetchError, Fetched, ForwardError, Upstream, UpstreamCall, UpstreamReply};
 use crate::config::{OperationPattern, SecurityMap, SpecLocation, UpstreamConfig};
 use crate::dialect::{CatalogShapeError, CatalogTool, Skipped};
@@ -107,38 +108,13 @@ impl OpenApiUpstream {
         };
         let client = self.document_client.as_ref().map_err(|e| FetchError::Unreachable(e.clone()))?;
         let mut request = Request::get(url.as_str()).header(ACCEPT, DOCUMENT_ACCEPT).header(USER_AGENT, "otc-gateway");
-        if let Some(etag) = etag {
-            request = request.header(IF_NONE_MATCH, etag);
-        }
-        // The upstream's own token goes only to its own origin.
+        // The upstream's own token goes only to its own origin, and only
+        // there does a failed fetch count against its circuit.
         if let Some(authorization) = authorization.filter(|_| self.spec_same_origin) {
             request = request.header(AUTHORIZATION, authorization);
         }
-        let request = request.body(Full::new(Bytes::new())).map_err(|e| FetchError::Unreachable(e.to_string()))?;
-        let exchange = async {
-            let response = client.request(request).await.map_err(|e| {
-                if e.is_connect() && self.spec_same_origin {
-                    upstream.circuit.record_failure();
-                }
-                FetchError::Unreachable(error_chain(&e))
-            })?;
-            if self.spec_same_origin {
-                upstream.circuit.record_success();
-            }
-            match response.status() {
-                StatusCode::NOT_MODIFIED => return Ok(Fetched::NotModified),
-                StatusCode::OK => {}
-                // A redirect included: the document is where `spec` says.
-                other => return Err(FetchError::Status(other.as_u16())),
-            }
-            let etag = response.headers().get(ETAG).and_then(|v| v.to_str().ok()).map(str::to_owned);
-            let body = read_limited(response.into_body(), max_bytes).await.map_err(|e| match e {
-                Limit::TooLarge => FetchError::TooLarge(max_bytes),
-                Limit::Broken(detail) => FetchError::Unreachable(detail),
-            })?;
-            Ok(Fetched::Body { body, etag })
-        };
-        tokio::time::timeout(timeout, exchange).await.map_err(|_| FetchError::Timeout(timeout))?
+        let circuit = Some(&upstream.circuit).filter(|_| self.spec_same_origin);
+        conditional_get(client, request, etag, circuit, timeout, max_bytes).await
     }
 
     /// The document's operations as tools; their plans replace the ones of
@@ -267,25 +243,6 @@ fn failure(message: &str, detail: String) -> UpstreamReply {
         success: false,
         value: None,
         error: Some(wire::tool_error(message, &detail, false)),
-    })
-}
-
-/// Why a body was not read whole.
-enum Limit {
-    /// Larger than allowed.
-    TooLarge,
-    /// The connection broke.
-    Broken(String),
-}
-
-/// A response body, at most `max_bytes`.
-async fn read_limited(body: hyper::body::Incoming, max_bytes: usize) -> Result<Bytes, Limit> {
-    Limited::new(body, max_bytes).collect().await.map(|b| b.to_bytes()).map_err(|e| {
-        if e.is::<http_body_util::LengthLimitError>() {
-            Limit::TooLarge
-        } else {
-            Limit::Broken(e.to_string())
-        }
     })
 }
 

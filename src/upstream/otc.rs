@@ -9,18 +9,18 @@
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{ACCEPT, AUTHORIZATION, ETAG, IF_NONE_MATCH};
-use http::{HeaderValue, Request, StatusCode, Uri};
-use http_body_util::{BodyExt, Full, Limited};
+use http::header::{ACCEPT, AUTHORIZATION};
+use http::{HeaderValue, Request, Uri};
+use http_body_util::Full;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 
 use super::call_client::{CallClient, ExchangeError};
+use super::fetch::conditional_get;
 use super::{FetchError, Fetched, ForwardError, HttpResponse, Upstream, UpstreamCall};
 use crate::config::UpstreamConfig;
 use crate::dialect::{normalise_catalog, CatalogShapeError, CatalogTool, DialectDefaults, Skipped};
-use crate::http_client::error_chain;
 use crate::wire::{self, UpstreamCallRequest};
 
 /// An OTC upstream's clients.
@@ -65,41 +65,10 @@ impl OtcUpstream {
         max_bytes: usize,
     ) -> Result<Fetched, FetchError> {
         let mut request = Request::get(self.tools_uri.clone()).header(ACCEPT, "application/json");
-        if let Some(etag) = etag {
-            request = request.header(IF_NONE_MATCH, etag);
-        }
         if let Some(authorization) = authorization {
             request = request.header(AUTHORIZATION, authorization);
         }
-        let request = request.body(Full::new(Bytes::new())).map_err(|e| FetchError::Unreachable(e.to_string()))?;
-        let exchange = async {
-            let response = self.catalog_client.request(request).await.map_err(|e| {
-                if e.is_connect() {
-                    upstream.circuit.record_failure();
-                }
-                FetchError::Unreachable(error_chain(&e))
-            })?;
-            upstream.circuit.record_success();
-            match response.status() {
-                StatusCode::NOT_MODIFIED => return Ok(Fetched::NotModified),
-                StatusCode::OK => {}
-                other => return Err(FetchError::Status(other.as_u16())),
-            }
-            let etag = response.headers().get(ETAG).and_then(|v| v.to_str().ok()).map(str::to_owned);
-            let body = Limited::new(response.into_body(), max_bytes)
-                .collect()
-                .await
-                .map_err(|e| {
-                    if e.is::<http_body_util::LengthLimitError>() {
-                        FetchError::TooLarge(max_bytes)
-                    } else {
-                        FetchError::Unreachable(e.to_string())
-                    }
-                })?
-                .to_bytes();
-            Ok(Fetched::Body { body, etag })
-        };
-        tokio::time::timeout(timeout, exchange).await.map_err(|_| FetchError::Timeout(timeout))?
+        conditional_get(&self.catalog_client, request, etag, Some(&upstream.circuit), timeout, max_bytes).await
     }
 
     /// POST /tools/call: the call's body written here, the answer returned
