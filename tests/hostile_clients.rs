@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{add, add_schema, catalog, tool, Gateway, ToolServer};
+use common::{calculator, Gateway, ToolServer};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -20,12 +20,6 @@ fn config(server_extra: &str, upstream_url: &str, extra: &str) -> String {
          [catalog]\npoll_interval = \"200ms\"\nrequest_timeout = \"1s\"\n\n\
          [[upstreams]]\nname = \"calc\"\nurl = \"{upstream_url}\"\n\n{extra}"
     )
-}
-
-async fn calculator() -> ToolServer {
-    let server = ToolServer::start(catalog(vec![tool("Calculator.Add", "1.0.0", add_schema())])).await;
-    server.on_call(add);
-    server
 }
 
 async fn gateway(calc: &ToolServer, server_extra: &str, extra: &str) -> Gateway {

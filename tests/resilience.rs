@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{add, add_schema, catalog, tool, Gateway, ToolServer};
+use common::{add_schema, calculator, catalog, tool, wait_until, Gateway, ToolServer};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -21,12 +21,6 @@ fn config(server_extra: &str, upstreams: &str) -> String {
 
 fn upstream(name: &str, url: &str, extra: &str) -> String {
     format!("[[upstreams]]\nname = \"{name}\"\nurl = \"{url}\"\n{extra}\n")
-}
-
-async fn calculator() -> ToolServer {
-    let server = ToolServer::start(catalog(vec![tool("Calculator.Add", "1.0.0", add_schema())])).await;
-    server.on_call(add);
-    server
 }
 
 /// A gateway (`server_extra` in its `[server]` table) in front of `calc`,
@@ -79,16 +73,16 @@ async fn an_upstream_refusing_connections_opens_its_circuit_and_a_probe_closes_i
 
     server.restart().await;
     // After the cooldown one probe goes through, succeeds, and closes it.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let resp = wait_until("the circuit closes again", async || {
         let resp = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await;
         if resp.status == 200 {
-            assert_eq!(resp.result()["value"], json!(3));
-            break;
+            Ok(resp)
+        } else {
+            Err(resp.text())
         }
-        assert!(Instant::now() < deadline, "the circuit never closed again: {}", resp.text());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    assert_eq!(resp.result()["value"], json!(3));
     assert!(server.call_count() >= 1);
 }
 
@@ -287,17 +281,17 @@ async fn a_call_refused_after_a_served_one_on_the_same_connection_gets_its_401()
     let good = "Authorization: Bearer ck-lean-path-5d5d\r\n";
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     // (The tool may not be listed yet: wait for it on this connection.)
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let answer = wait_until("the tool is callable on this connection", async || {
         stream.write_all(call_request(&add_call_body(), good).as_bytes()).await.expect("write");
         let answer = read_answers(&mut stream, 1).await.remove(0);
         if answer.0 == "200" {
-            assert_eq!(answer.1["result"]["value"], 3);
-            break;
+            Ok(answer)
+        } else {
+            Err(format!("{answer:?}"))
         }
-        assert!(Instant::now() < deadline, "never listed: {answer:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    assert_eq!(answer.1["result"]["value"], 3);
     let calls_before = calc.call_count();
     // A refused call on the same connection, a good one pipelined behind it.
     // Its body is left unread (an unauthenticated client's body is not

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::openbao::OpenBao;
-use common::{echo, needing, send_with_headers, temp_file, tool, Gateway, Resp, ToolServer};
-use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
+use common::{echo, jwt, needing, send_with_headers, temp_file, tool, wait_until, Gateway, Resp, ToolServer};
 use serde_json::{json, Value};
 
 const JWT_SECRET: &str = "jwt-signing-secret-7f3a9c";
@@ -29,12 +28,9 @@ fn config(upstream_url: &str, extra: &str) -> String {
     )
 }
 
-fn jwt(sub: &str, extra: Value) -> String {
-    let mut claims = json!({"sub": sub, "exp": get_current_timestamp() + 600, "aud": "otc-gateway"});
-    if let (Value::Object(c), Value::Object(e)) = (&mut claims, extra) {
-        c.extend(e);
-    }
-    encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(JWT_SECRET.as_bytes())).expect("sign")
+/// A token for `sub`, for audience `otc-gateway`, with `extra` claims.
+fn user_token(sub: &str, extra: Value) -> String {
+    jwt::hs256(&jwt::claims(sub, jwt::merged(json!({"aud": "otc-gateway"}), extra)), JWT_SECRET.as_bytes())
 }
 
 async fn call_as(gw: &Gateway, token: Option<&str>, tool_id: &str, request_extra: Value) -> Resp {
@@ -201,12 +197,11 @@ async fn per_user_tokens_come_from_the_vault_for_the_authenticated_user_only() {
     let gw =
         Gateway::start_with_env(&toml, &[("TEST_VAULT_TOKEN", vault_token.as_str()), ("TEST_JWT_SECRET", JWT_SECRET)])
             .await;
-    let alice = jwt("alice", json!({}));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while call_as(&gw, Some(&alice), "Gmail.Read@1.0.0", json!({})).await.status != 200 {
-        assert!(Instant::now() < deadline, "the tool never became callable");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let alice = user_token("alice", json!({}));
+    wait_until("Gmail.Read is callable", async || {
+        call_as(&gw, Some(&alice), "Gmail.Read@1.0.0", json!({})).await.status == 200
+    })
+    .await;
     let resp = call_as(&gw, Some(&alice), "Gmail.Read@1.0.0", json!({"context": {"user_id": "mallory"}})).await;
     resp.expect_status(200);
     let context = context_of(&server);
@@ -214,7 +209,7 @@ async fn per_user_tokens_come_from_the_vault_for_the_authenticated_user_only() {
     assert_eq!(context["authorization"][0], json!({"id": "google", "token": "ya29.alice-token-e4"}));
 
     let calls = server.call_count();
-    let body = call_as(&gw, Some(&jwt("bob", json!({}))), "Gmail.Read@1.0.0", json!({})).await.server_error(400);
+    let body = call_as(&gw, Some(&user_token("bob", json!({}))), "Gmail.Read@1.0.0", json!({})).await.server_error(400);
     assert!(body["message"].as_str().unwrap().contains("google"), "{body}");
     assert_eq!(body["missing_requirements"]["authorization"][0]["id"], "google");
     assert_eq!(body["missing_requirements"]["authorization"][0]["url"], "https://auth.example.com/google?user=bob");
@@ -240,35 +235,21 @@ async fn jwt_mode_refuses_bad_credentials_with_401_and_keeps_health_open() {
     assert_eq!(gw.get("/health").await.status, 200, "/health needs no credentials");
     assert_eq!(gw.get("/tools").await.status, 401, "/tools does");
 
-    let good = jwt("carol", json!({"iss": "https://auth.example.com"}));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while call_as(&gw, Some(&good), "Calc.Echo@1.0.0", json!({})).await.status != 200 {
-        assert!(Instant::now() < deadline, "a good token never got through");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let good = user_token("carol", json!({"iss": "https://auth.example.com"}));
+    wait_until("a good token gets through", async || {
+        call_as(&gw, Some(&good), "Calc.Echo@1.0.0", json!({})).await.status == 200
+    })
+    .await;
     assert_eq!(context_of(&server)["user_id"], "carol");
 
-    let expired = encode(
-        &Header::new(Algorithm::HS256),
-        &json!({"sub": "carol", "exp": get_current_timestamp() - 3600, "iss": "https://auth.example.com", "aud": "otc-gateway"}),
-        &EncodingKey::from_secret(JWT_SECRET.as_bytes()),
-    )
-    .expect("sign");
-    let wrong_key = encode(
-        &Header::new(Algorithm::HS256),
-        &json!({"sub": "carol", "exp": get_current_timestamp() + 600, "iss": "https://auth.example.com", "aud": "otc-gateway"}),
-        &EncodingKey::from_secret(b"another-secret"),
-    )
-    .expect("sign");
-    let wrong_aud = jwt("carol", json!({"iss": "https://auth.example.com", "aud": "someone-else"}));
-    let wrong_iss = jwt("carol", json!({"iss": "https://evil.example.com"}));
-    let alg_none = format!(
-        "{}.{}.",
-        base64_url(br#"{"alg":"none","typ":"JWT"}"#),
-        base64_url(
-            json!({"sub": "carol", "exp": get_current_timestamp() + 600, "aud": "otc-gateway"}).to_string().as_bytes()
-        )
-    );
+    let carol = |extra: Value| {
+        jwt::claims("carol", jwt::merged(json!({"iss": "https://auth.example.com", "aud": "otc-gateway"}), extra))
+    };
+    let expired = jwt::hs256(&carol(json!({"exp": jwt::now() - 3600})), JWT_SECRET.as_bytes());
+    let wrong_key = jwt::hs256(&carol(json!({})), b"another-secret");
+    let wrong_aud = user_token("carol", json!({"iss": "https://auth.example.com", "aud": "someone-else"}));
+    let wrong_iss = user_token("carol", json!({"iss": "https://evil.example.com"}));
+    let alg_none = jwt::unsigned("none", &carol(json!({"iss": null})));
     let calls = server.call_count();
     for (what, token) in [
         ("missing", None),
@@ -345,19 +326,18 @@ async fn no_secret_or_token_appears_in_logs_errors_status_or_metrics() {
         ("RUST_LOG", "trace"),
     ];
     let gw = Gateway::start_with_env(&toml, &env).await;
-    let dave = jwt("dave", json!({}));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while call_as(&gw, Some(&dave), "Sms.Send@1.0.0", json!({})).await.status != 200 {
-        assert!(Instant::now() < deadline, "the tool never became callable");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let dave = user_token("dave", json!({}));
+    wait_until("Sms.Send is callable", async || {
+        call_as(&gw, Some(&dave), "Sms.Send@1.0.0", json!({})).await.status == 200
+    })
+    .await;
     let mut bodies = Vec::new();
     bodies.push(call_as(&gw, Some(&dave), "Gmail.Read@1.0.0", json!({})).await.text());
     bodies.push(call_as(&gw, Some("leak-canary-apikey-5"), "Gmail.Read@1.0.0", json!({})).await.text());
     bodies.push(call_as(&gw, Some("leak-canary-bad-token-6"), "Sms.Send@1.0.0", json!({})).await.text());
-    bodies.push(call_as(&gw, Some(&jwt("eve", json!({}))), "Gmail.Read@1.0.0", json!({})).await.text());
+    bodies.push(call_as(&gw, Some(&user_token("eve", json!({}))), "Gmail.Read@1.0.0", json!({})).await.text());
     vault.seal().await;
-    bodies.push(call_as(&gw, Some(&jwt("frank", json!({}))), "Gmail.Read@1.0.0", json!({})).await.text());
+    bodies.push(call_as(&gw, Some(&user_token("frank", json!({}))), "Gmail.Read@1.0.0", json!({})).await.text());
     bodies.push(common::send(gw.admin, "GET", "/status", Bytes::new(), None).await.text());
     bodies.push(common::send(gw.admin, "GET", "/metrics", Bytes::new(), None).await.text());
     // The tool did get the values: the canaries are real.
@@ -377,9 +357,4 @@ async fn no_secret_or_token_appears_in_logs_errors_status_or_metrics() {
             assert!(!body.contains(canary), "{canary} leaked into a response: {body}");
         }
     }
-}
-
-fn base64_url(bytes: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }

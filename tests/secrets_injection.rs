@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::openbao::OpenBao;
-use common::{echo, needing, send_with_headers, temp_file, tool, Gateway, GatewayConfig, Resp, ToolServer};
-use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
+use common::{echo, jwt, needing, send_with_headers, temp_file, tool, Gateway, GatewayConfig, Resp, ToolServer};
 use serde_json::{json, Value};
 
 const JWT_SECRET: &str = "injection-tests-hs256-secret-a7c2e9f04b";
@@ -85,9 +84,8 @@ async fn stale_served(gw: &Gateway) -> f64 {
 /// `[auth]` in jwt mode with the HS256 secret from the environment.
 const JWT_AUTH: &str = "[auth]\nmode = \"jwt\"\nhs256_secret = \"env:INJ_JWT_SECRET\"\n";
 
-fn jwt(sub: &str) -> String {
-    let claims = json!({"sub": sub, "exp": get_current_timestamp() + 600, "iat": get_current_timestamp()});
-    encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(JWT_SECRET.as_bytes())).expect("sign")
+fn user_token(sub: &str) -> String {
+    jwt::hs256(&jwt::claims(sub, json!({})), JWT_SECRET.as_bytes())
 }
 
 /// POST /tools/call for `tool_id` with `{}` input, `request_extra` merged into
@@ -112,20 +110,6 @@ async fn call_as(gw: &Gateway, token: &str, tool_id: &str, request_extra: Value)
 /// A call without credentials.
 async fn call_anon(gw: &Gateway, tool_id: &str, request_extra: Value) -> Resp {
     call_with(gw, &[], tool_id, request_extra).await
-}
-
-/// Polls GET /tools with these headers until `id` is listed.
-async fn wait_listed(gw: &Gateway, headers: &[(&str, &str)], id: &str) {
-    let deadline = Instant::now() + common::WAIT_TIMEOUT;
-    loop {
-        let resp = send_with_headers(gw.addr, "GET", "/tools", Bytes::new(), headers).await;
-        if resp.status == 200 && common::find_tool(resp.json()["items"].as_array().unwrap_or(&Vec::new()), id).is_some()
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{id} never listed; last GET /tools: {} {}", resp.status, resp.text());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The `context` of the last call the tool server received.
@@ -461,9 +445,9 @@ async fn a_tool_gets_only_the_secrets_and_tokens_it_declares() {
         ("INJ_MAIL_KEY", "mail-only-value"),
     ])
     .await;
-    let alice = jwt("alice");
+    let alice = user_token("alice");
     let auth = format!("Bearer {alice}");
-    wait_listed(&gw, &[("authorization", auth.as_str())], "Mail.Send@1.0.0").await;
+    gw.wait_listed(&[("authorization", auth.as_str())], "Mail.Send@1.0.0").await;
 
     call_as(&gw, &alice, "Sms.Send@1.0.0", json!({})).await.result();
     let context = last_context(&server);
@@ -540,9 +524,9 @@ async fn a_client_sent_secret_for_a_managed_id_is_replaced_by_the_gateways_value
 async fn a_client_sent_user_id_is_replaced_by_the_authenticated_one() {
     let server = tool_server(vec![needing("Who.AmI", json!({"user_id": true}))]).await;
     let gw = config(&server.url(), JWT_AUTH).start_with_env(&[("INJ_JWT_SECRET", JWT_SECRET)]).await;
-    let alice = jwt("alice");
+    let alice = user_token("alice");
     let auth = format!("Bearer {alice}");
-    wait_listed(&gw, &[("authorization", auth.as_str())], "Who.AmI@1.0.0").await;
+    gw.wait_listed(&[("authorization", auth.as_str())], "Who.AmI@1.0.0").await;
 
     call_as(&gw, &alice, "Who.AmI@1.0.0", json!({"context": {"user_id": "mallory"}})).await.result();
     assert_eq!(last_context(&server)["user_id"], "alice", "the JWT's sub wins over the client's claim");
@@ -598,9 +582,9 @@ async fn a_per_user_oauth_token_is_injected_for_its_user_only() {
     let gw = oauth_config(&server, &vault, true)
         .start_with_env(&[("INJ_VAULT_TOKEN", token.as_str()), ("INJ_JWT_SECRET", JWT_SECRET)])
         .await;
-    let (alice, bob) = (jwt("alice"), jwt("bob"));
+    let (alice, bob) = (user_token("alice"), user_token("bob"));
     let alice_auth = format!("Bearer {alice}");
-    wait_listed(&gw, &[("authorization", alice_auth.as_str())], GMAIL).await;
+    gw.wait_listed(&[("authorization", alice_auth.as_str())], GMAIL).await;
 
     // alice: her own token, whatever she sends.
     let forged = json!({"authorization": [{"id": "google", "token": "ya29.forged-by-alice"}], "user_id": "carol"});
@@ -699,9 +683,9 @@ async fn a_user_id_cannot_walk_out_of_its_place_in_the_vault_path() {
     )
     .start_with_env(&[("INJ_VAULT_TOKEN", token.as_str()), ("INJ_JWT_SECRET", JWT_SECRET)])
     .await;
-    let ok = jwt("alice");
+    let ok = user_token("alice");
     let ok_auth = format!("Bearer {ok}");
-    wait_listed(&gw, &[("authorization", ok_auth.as_str())], GMAIL).await;
+    gw.wait_listed(&[("authorization", ok_auth.as_str())], GMAIL).await;
 
     for sub in [
         "../../tools/twilio",
@@ -712,7 +696,7 @@ async fn a_user_id_cannot_walk_out_of_its_place_in_the_vault_path() {
         "..",
         "a#b",
     ] {
-        let resp = call_as(&gw, &jwt(sub), GMAIL, json!({})).await;
+        let resp = call_as(&gw, &user_token(sub), GMAIL, json!({})).await;
         assert_eq!(resp.status, 400, "sub {sub:?}: {}", resp.text());
         assert!(!resp.text().contains("AC-not-for-users"), "sub {sub:?}: {}", resp.text());
     }
@@ -740,8 +724,8 @@ async fn user_ids_with_url_characters_find_exactly_their_own_token() {
     let gw = oauth_config(&server, &vault, true)
         .start_with_env(&[("INJ_VAULT_TOKEN", token.as_str()), ("INJ_JWT_SECRET", JWT_SECRET)])
         .await;
-    let auth = format!("Bearer {}", jwt("alice"));
-    wait_listed(&gw, &[("authorization", auth.as_str())], GMAIL).await;
+    let auth = format!("Bearer {}", user_token("alice"));
+    gw.wait_listed(&[("authorization", auth.as_str())], GMAIL).await;
 
     for (sub, token) in [
         ("alice@example.com", "ya29.alice-at-example"),
@@ -749,7 +733,7 @@ async fn user_ids_with_url_characters_find_exactly_their_own_token() {
         ("50%off", "ya29.fifty-percent"),
         ("alice", "ya29.plain-alice"),
     ] {
-        call_as(&gw, &jwt(sub), GMAIL, json!({})).await.result();
+        call_as(&gw, &user_token(sub), GMAIL, json!({})).await.result();
         let context = last_context(&server);
         assert_eq!(
             authorization_entries(&context, "google"),
@@ -761,7 +745,7 @@ async fn user_ids_with_url_characters_find_exactly_their_own_token() {
     // Ids that would read alice's path if the user id were not encoded.
     let calls = server.call_count();
     for sub in ["alice?", "alice?x", "alice%3F", "alice;x", "%61lice"] {
-        let resp = call_as(&gw, &jwt(sub), GMAIL, json!({})).await;
+        let resp = call_as(&gw, &user_token(sub), GMAIL, json!({})).await;
         assert_eq!(resp.status, 400, "sub {sub:?} has no token of its own: {}", resp.text());
         assert!(!resp.text().contains("ya29."), "{}", resp.text());
     }
@@ -831,9 +815,9 @@ async fn a_jwt_authenticated_clients_token_is_not_forwarded_and_a_vault_bearer_t
         .raw(JWT_AUTH)
         .start_with_env(&[("INJ_VAULT_TOKEN", token.as_str()), ("INJ_JWT_SECRET", JWT_SECRET)])
         .await;
-    let alice = jwt("alice");
+    let alice = user_token("alice");
     let auth = format!("Bearer {alice}");
-    wait_listed(&gw, &[("authorization", auth.as_str())], "Calc.Echo@1.0.0").await;
+    gw.wait_listed(&[("authorization", auth.as_str())], "Calc.Echo@1.0.0").await;
     call_as(&gw, &alice, "Calc.Echo@1.0.0", json!({})).await.result();
 
     let requests = server.requests();

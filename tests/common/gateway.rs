@@ -139,15 +139,14 @@ impl Gateway {
     /// Waits up to `limit` for the process to exit; its status, or None.
     pub async fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + limit;
-        loop {
+        // (Not `wait_within`: running on is an answer here, not a failure.)
+        while Instant::now() < deadline {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return Some(status);
             }
-            if Instant::now() > deadline {
-                return None;
-            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        self.child.try_wait().unwrap()
     }
 
     /// Whether the process is still running.
@@ -172,17 +171,15 @@ impl Gateway {
 
     /// Waits until the gateway's stderr contains every one of `needles`.
     pub async fn wait_for_log(&self, needles: &[&str]) -> String {
-        let deadline = Instant::now() + WAIT_TIMEOUT;
-        loop {
+        wait_until(&format!("the gateway logged all of {needles:?}"), async || {
             let logs = self.logs();
             if needles.iter().all(|n| logs.contains(n)) {
-                return logs;
+                Ok(logs)
+            } else {
+                Err(format!("stderr:\n{logs}"))
             }
-            if Instant::now() > deadline {
-                panic!("the gateway never logged all of {needles:?}; stderr:\n{logs}");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     /// `http://ADDR` of the front.
@@ -227,20 +224,29 @@ impl Gateway {
 
     /// Polls GET /tools until `pred(items)` holds; returns those items.
     pub async fn wait_for_tools(&self, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        let deadline = Instant::now() + WAIT_TIMEOUT;
-        loop {
+        wait_until(what, async || {
             let items = self.tools().await;
             if pred(&items) {
-                return items;
+                Ok(items)
+            } else {
+                Err(format!("GET /tools items: {}", serde_json::to_string_pretty(&items).unwrap()))
             }
-            if Instant::now() > deadline {
-                panic!(
-                    "timed out waiting until {what}; GET /tools items: {}",
-                    serde_json::to_string_pretty(&items).unwrap()
-                );
+        })
+        .await
+    }
+
+    /// Polls GET /tools, sent with these headers (a token, an API key), until
+    /// it answers 200 and lists `id`; returns the items.
+    pub async fn wait_listed(&self, headers: &[(&str, &str)], id: &str) -> Vec<Value> {
+        wait_until(&format!("{id} is listed"), async || {
+            let resp = send_with_headers(self.addr, "GET", "/tools", Bytes::new(), headers).await;
+            let items = (resp.status == 200).then(|| resp.json()["items"].as_array().cloned()).flatten();
+            match items {
+                Some(items) if find_tool(&items, id).is_some() => Ok(items),
+                _ => Err(format!("GET /tools: {} {}", resp.status, resp.text())),
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     /// Waits until GET /tools lists `id`; returns its definition.
