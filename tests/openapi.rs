@@ -238,13 +238,6 @@ async fn mcp_names(gw: &Gateway, key: &str) -> Vec<String> {
     result["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect()
 }
 
-/// One upstream's entry in `/status`.
-async fn upstream_status(gw: &Gateway, name: &str) -> Value {
-    let status = send_with_headers(gw.admin, "GET", "/status", Bytes::new(), &[]).await.json();
-    let upstreams = status["upstreams"].as_array().cloned().unwrap_or_default();
-    upstreams.into_iter().find(|u| u["name"] == name).unwrap_or_else(|| panic!("no upstream {name} in {status}"))
-}
-
 /// Whether any string in `value` points into `#/components`.
 fn points_into_components(value: &Value) -> bool {
     value.to_string().contains("#/components")
@@ -539,7 +532,7 @@ async fn the_document_is_a_catalog_that_changes_and_reloads() {
     // failure is in /status, and a call is "temporarily unavailable".
     library.stop();
     let status = wait_until("the failure shows in /status", async || {
-        let status = upstream_status(&gw, "library").await;
+        let status = gw.upstream_status("library").await;
         if status["up"] == false {
             Ok(status)
         } else {
@@ -621,7 +614,7 @@ async fn a_swagger_2_document_is_a_clear_error_and_the_gateway_keeps_serving() {
     let mut gw = Gateway::start_with_env(&config(&library, ALL_SECRETS, &extra), ENV).await;
     gw.wait_for_tool("Library.GetBook@2.3.0").await;
     let status = wait_until("the error shows in /status", async || {
-        let old = upstream_status(&gw, "old").await;
+        let old = gw.upstream_status("old").await;
         if old["last_error"].is_string() {
             Ok(old)
         } else {
@@ -728,7 +721,7 @@ components:
     assert!(!ids.iter().any(|i| i.starts_with("Shelf.AdminPanel")), "not selected: {ids:?}");
     // A multipart body is not supported: skipped with the reason in /status.
     assert!(!ids.iter().any(|i| i.starts_with("Shelf.CreateBook")), "{ids:?}");
-    let skipped = upstream_status(&gw, "yaml").await["skipped"].to_string();
+    let skipped = gw.upstream_status("yaml").await["skipped"].to_string();
     assert!(skipped.contains("POST /books") && skipped.contains("multipart/form-data"), "{skipped}");
     let _ = std::fs::remove_file(path);
 }
@@ -789,14 +782,14 @@ async fn hostile_documents_are_bounded_and_the_gateway_keeps_serving() {
     let selfish = find_tool(&tools, "Hostile.Selfish@1.0.0").expect("listed");
     assert!(selfish["input_schema"]["properties"]["me"]["description"].as_str().expect("stub").contains("recursive"));
     // The external references: skipped with their reasons, nothing fetched.
-    let skipped = upstream_status(&gw, "hostile").await["skipped"].to_string();
+    let skipped = gw.upstream_status("hostile").await["skipped"].to_string();
     assert!(skipped.contains("POST /file") && skipped.contains("outside the document"), "{skipped}");
     assert!(skipped.contains("POST /url"), "{skipped}");
     let sent = library.log().await;
     assert!(!sent.iter().any(|r| r["raw_path"] == "/stolen"), "a $ref was fetched: {sent:?}");
     // A document over catalog.max_catalog_bytes (32 MiB) is refused whole.
     let huge = wait_within(Duration::from_secs(20), "the huge document's error shows in /status", async || {
-        let huge = upstream_status(&gw, "huge").await;
+        let huge = gw.upstream_status("huge").await;
         if huge["last_error"].is_string() {
             Ok(huge)
         } else {

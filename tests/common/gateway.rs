@@ -222,6 +222,14 @@ impl Gateway {
         body["items"].as_array().unwrap_or_else(|| panic!("GET /tools has no items array: {body}")).clone()
     }
 
+    /// One upstream's entry in the admin `/status` (`up`, `last_error`,
+    /// `tools`, ...).
+    pub async fn upstream_status(&self, name: &str) -> Value {
+        let status = send(self.admin, "GET", "/status", Bytes::new(), None).await.json();
+        let upstreams = status["upstreams"].as_array().cloned().unwrap_or_default();
+        upstreams.into_iter().find(|u| u["name"] == name).unwrap_or_else(|| panic!("no upstream {name} in {status}"))
+    }
+
     /// Polls GET /tools until `pred(items)` holds; returns those items.
     pub async fn wait_for_tools(&self, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
         wait_until(what, async || {
