@@ -192,6 +192,12 @@ impl Gateway {
         send(self.addr, method, path, body.into(), content_type).await
     }
 
+    /// Writes raw bytes on a new connection to the front and reads until the
+    /// gateway closes it (or 5 s pass): what came back, and whether it closed.
+    pub async fn exchange(&self, request: &[u8]) -> (String, bool) {
+        raw_exchange(self.addr, request, Duration::from_secs(5)).await
+    }
+
     /// GET `path`.
     pub async fn get(&self, path: &str) -> Resp {
         self.request("GET", path, Bytes::new(), None).await
