@@ -3,9 +3,9 @@
 //! last seen.
 //!
 //! ```ignore
-//! let items = wait_until("Calc.Echo is listed", async || {
+//! let listing = wait_until("Calc.Echo is listed", async || {
 //!     let resp = gw.get("/tools").await;
-//!     if resp.text().contains("Calc.Echo") { Ok(resp.json()) } else { Err(resp.text()) }
+//!     if resp.text().contains("Calc.Echo") { Ok(resp) } else { Err(resp.text()) }
 //! })
 //! .await;
 //! ```
