@@ -44,8 +44,11 @@ async fn content_length_with_transfer_encoding_is_refused_and_the_connection_clo
     let server = calculator().await;
     let gw = gateway_for(&server, "").await;
     let body = add_call_body();
+    // A well-formed chunked call whose Content-Length reads less: one reader
+    // would take the call, the other a prefix and then "another request".
+    let chunked = format!("{:x}\r\n{body}\r\n0\r\n\r\n", body.len());
     let request = format!(
-        "POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n{body}",
+        "POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n{chunked}",
         body.len()
     );
     let (answer, closed) = gw.exchange(request.as_bytes()).await;
