@@ -12,32 +12,12 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    add_call_body, calculator, call_request, call_with_headers, catalog, echo, raw_exchange, read_answers,
-    read_one_answer, read_until_closed, status_of, tool, wait_until, Gateway, GatewayConfig, ToolServer,
+    add_call_body, calculator, call_request, call_with_headers, catalog, echo, gateway_for, raw_exchange, read_answers,
+    read_one_answer, read_until_closed, status_of, tool, wait_until, GatewayConfig, ToolServer,
 };
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// A gateway config with every listener on port 0 and fast polling.
-fn config(server_extra: &str, upstreams: &str) -> String {
-    format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{server_extra}\n\
-         [catalog]\npoll_interval = \"200ms\"\nrequest_timeout = \"1s\"\n\n{upstreams}"
-    )
-}
-
-fn upstream(name: &str, url: &str, extra: &str) -> String {
-    format!("[[upstreams]]\nname = \"{name}\"\nurl = \"{url}\"\n{extra}\n")
-}
-
-/// A gateway (`server_extra` in its `[server]` table) in front of `calc`,
-/// started once `Calculator.Add@1.0.0` is listed.
-async fn gateway_for(calc: &ToolServer, server_extra: &str) -> Gateway {
-    let gw = Gateway::start(&config(server_extra, &upstream("calc", &calc.url(), ""))).await;
-    gw.wait_for_tool("Calculator.Add@1.0.0").await;
-    gw
-}
 
 #[tokio::test]
 async fn content_length_with_transfer_encoding_is_refused_and_the_connection_closed() {
@@ -127,7 +107,7 @@ async fn ambiguous_framing_is_refused_on_every_route_and_never_reaches_the_upstr
 
 #[tokio::test]
 async fn an_unparsable_request_head_gets_a_json_400_and_the_connection_closed() {
-    let gw = Gateway::start(&config("", "")).await;
+    let gw = GatewayConfig::new().start().await;
     let (answer, closed) = gw.exchange(b"GARBAGE\x01 / HTTP/9\r\n\0\0\r\n\r\n").await;
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
@@ -152,7 +132,7 @@ async fn a_malformed_head_is_refused_without_quoting_its_credentials() {
 
 #[tokio::test]
 async fn oversized_headers_are_431() {
-    let gw = Gateway::start(&config("max_header_bytes = 4096", "")).await;
+    let gw = GatewayConfig::new().server_line("max_header_bytes = 4096").start().await;
     let request = format!("GET /tools HTTP/1.1\r\nHost: localhost\r\nX-Padding: {}\r\n\r\n", "a".repeat(8000));
     let (answer, _) = gw.exchange(request.as_bytes()).await;
     assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
@@ -179,7 +159,7 @@ async fn too_many_header_lines_get_431() {
 
 #[tokio::test]
 async fn keep_alive_carries_several_requests_and_http_1_0_closes_after_one() {
-    let gw = Gateway::start(&config("", "")).await;
+    let gw = GatewayConfig::new().start().await;
     // Two requests, one after the other, on one connection.
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     for last in [false, true] {
@@ -271,7 +251,7 @@ async fn a_call_refused_after_a_served_one_on_the_same_connection_gets_its_401()
         jwt_secret.display(),
         key_file.display()
     );
-    let gw = Gateway::start(&config("", &format!("{auth}\n{}", upstream("calc", &calc.url(), "")))).await;
+    let gw = GatewayConfig::new().upstream("calc", &calc.url()).raw(&auth).start().await;
     let good = "Authorization: Bearer ck-lean-path-5d5d\r\n";
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     // (The tool may not be listed yet: wait for it on this connection.)
@@ -309,7 +289,7 @@ async fn a_call_refused_after_a_served_one_on_the_same_connection_gets_its_401()
 
 #[tokio::test]
 async fn a_head_answer_has_no_body_and_the_connection_stays_usable() {
-    let gw = Gateway::start(&config("", "")).await;
+    let gw = GatewayConfig::new().start().await;
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     stream.write_all(b"HEAD /tools HTTP/1.1\r\nHost: localhost\r\n\r\n").await.expect("write");
     let mut buf = [0u8; 4096];

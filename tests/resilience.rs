@@ -8,41 +8,20 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    add_call_body, add_schema, calculator, call_request, catalog, raw_exchange, read_answers, tool, wait_until,
-    Gateway, ToolServer,
+    add_call_body, add_schema, calculator, call_request, catalog, gateway_for, raw_exchange, read_answers, tool,
+    wait_until, GatewayConfig,
 };
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// A gateway config with every listener on port 0 and fast polling.
-fn config(server_extra: &str, upstreams: &str) -> String {
-    format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{server_extra}\n\
-         [catalog]\npoll_interval = \"200ms\"\nrequest_timeout = \"1s\"\n\n{upstreams}"
-    )
-}
-
-fn upstream(name: &str, url: &str, extra: &str) -> String {
-    format!("[[upstreams]]\nname = \"{name}\"\nurl = \"{url}\"\n{extra}\n")
-}
-
-/// A gateway (`server_extra` in its `[server]` table) in front of `calc`,
-/// started once `Calculator.Add@1.0.0` is listed.
-async fn gateway_for(calc: &ToolServer, server_extra: &str) -> Gateway {
-    let gw = Gateway::start(&config(server_extra, &upstream("calc", &calc.url(), ""))).await;
-    gw.wait_for_tool("Calculator.Add@1.0.0").await;
-    gw
-}
-
 #[tokio::test]
 async fn an_upstream_refusing_connections_opens_its_circuit_and_a_probe_closes_it() {
     let mut server = calculator().await;
-    let gw = Gateway::start(&config(
-        "",
-        &upstream("calc", &server.url(), "circuit_failures = 2\ncircuit_cooldown = \"700ms\""),
-    ))
-    .await;
+    let gw = GatewayConfig::new()
+        .upstream_with("calc", &server.url(), "circuit_failures = 2\ncircuit_cooldown = \"700ms\"")
+        .start()
+        .await;
     gw.wait_for_tool("Calculator.Add@1.0.0").await;
 
     server.stop().await;
@@ -218,7 +197,7 @@ async fn lying_upstream() -> std::net::SocketAddr {
 #[tokio::test]
 async fn an_upstream_that_resets_mid_answer_is_a_200_failure_and_not_retried() {
     let addr = lying_upstream().await;
-    let gw = Gateway::start(&config("", &upstream("liar", &format!("http://{addr}"), ""))).await;
+    let gw = GatewayConfig::new().upstream("liar", &format!("http://{addr}")).start().await;
     gw.wait_for_tool("Calculator.Add@1.0.0").await;
     let resp = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await;
     let result = resp.result();

@@ -275,6 +275,14 @@ impl Gateway {
     }
 }
 
+/// A gateway in front of `calc` (upstream `calc`), `server_lines` added to
+/// its `[server]` table (may be empty), once `Calculator.Add@1.0.0` is listed.
+pub async fn gateway_for(calc: &ToolServer, server_lines: &str) -> Gateway {
+    let gw = GatewayConfig::new().server_line(server_lines).upstream("calc", &calc.url()).start().await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    gw
+}
+
 impl Drop for Gateway {
     fn drop(&mut self) {
         // Whether it was still running tells a crash from a wrong answer.
