@@ -3,19 +3,15 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use bytes::Bytes;
-use common::{echo, ids, send_with_headers, tool, Gateway, Resp, ToolServer};
-use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
+use common::{echo, ids, jwt, send_with_headers, tool, wait_until, Gateway, Resp, ToolServer};
 use serde_json::{json, Value};
 
 const SECRET: &str = "policy-test-secret";
 
-fn jwt(claims: Value) -> String {
-    let mut claims = claims;
-    claims["exp"] = json!(get_current_timestamp() + 600);
-    encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(SECRET.as_bytes())).expect("sign")
+/// A token for `sub` (with any `extra` claims), signed with the gateway's secret.
+fn token(sub: &str, extra: Value) -> String {
+    jwt::hs256(&jwt::claims(sub, extra), SECRET.as_bytes())
 }
 
 async fn org_tools() -> ToolServer {
@@ -63,12 +59,11 @@ async fn start(rules: &str) -> (ToolServer, Gateway) {
     let server = org_tools().await;
     let gw = Gateway::start_with_env(&config(&server.url(), rules), &[("TEST_POLICY_SECRET", SECRET)]).await;
     // The catalog is in once someone allowed everything... wait via a caller who sees Calculator.
-    let everyone = jwt(json!({"sub": "probe"}));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !listing(&gw, &everyone).await.contains(&"Calculator.Add@1.0.0".to_owned()) {
-        assert!(Instant::now() < deadline, "the catalog never arrived");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let everyone = token("probe", json!({}));
+    wait_until("the catalog arrived", async || {
+        listing(&gw, &everyone).await.contains(&"Calculator.Add@1.0.0".to_owned())
+    })
+    .await;
     (server, gw)
 }
 
@@ -97,9 +92,9 @@ async fn call(gw: &Gateway, token: &str, tool_id: &str) -> Resp {
 #[tokio::test]
 async fn two_callers_see_different_catalogs_by_their_claims() {
     let (_server, gw) = start(TEAM_POLICIES).await;
-    let mail = jwt(json!({"sub": "ann", "groups": ["eng", "mail"]}));
-    let scoped = jwt(json!({"sub": "bob", "scope": "openid calendar:read"}));
-    let nothing = jwt(json!({"sub": "cid"}));
+    let mail = token("ann", json!({"groups": ["eng", "mail"]}));
+    let scoped = token("bob", json!({"scope": "openid calendar:read"}));
+    let nothing = token("cid", json!({}));
     assert_eq!(listing(&gw, &mail).await, ["Calculator.Add@1.0.0", "Calendar.List@1.0.0", "Gmail.Read@1.0.0"]);
     assert_eq!(listing(&gw, &scoped).await, ["Calculator.Add@1.0.0", "Calendar.List@1.0.0"]);
     assert_eq!(listing(&gw, &nothing).await, ["Calculator.Add@1.0.0"], "claims missing: only what everyone gets");
@@ -108,7 +103,7 @@ async fn two_callers_see_different_catalogs_by_their_claims() {
 #[tokio::test]
 async fn a_denied_call_is_answered_exactly_like_an_unknown_tool_and_never_reaches_the_upstream() {
     let (server, gw) = start(TEAM_POLICIES).await;
-    let mail = jwt(json!({"sub": "ann", "groups": "mail"}));
+    let mail = token("ann", json!({"groups": "mail"}));
     call(&gw, &mail, "Gmail.Read@1.0.0").await.expect_status(200);
     let calls = server.call_count();
 
@@ -120,7 +115,7 @@ async fn a_denied_call_is_answered_exactly_like_an_unknown_tool_and_never_reache
         unknown.text().replace("Gmail.Nope", "X"),
         "a denied tool must be indistinguishable from an unknown one"
     );
-    let admin = call(&gw, &jwt(json!({"sub": "cid"})), "Admin.Wipe").await;
+    let admin = call(&gw, &token("cid", json!({})), "Admin.Wipe").await;
     assert_eq!(admin.status, 400);
     assert_eq!(server.call_count(), calls, "denied calls never reach the upstream");
 
@@ -132,15 +127,14 @@ async fn a_denied_call_is_answered_exactly_like_an_unknown_tool_and_never_reache
 #[tokio::test]
 async fn a_hot_reload_widens_a_policy() {
     let (server, gw) = start(TEAM_POLICIES).await;
-    let cid = jwt(json!({"sub": "cid"}));
+    let cid = token("cid", json!({}));
     assert_eq!(call(&gw, &cid, "Calendar.List@1.0.0").await.status, 400);
     let wider = TEAM_POLICIES.replace("allow = [\"Calculator.*\"]", "allow = [\"Calculator.*\", \"Calendar.List\"]");
     gw.rewrite_config(&config(&server.url(), &wider));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !listing(&gw, &cid).await.contains(&"Calendar.List@1.0.0".to_owned()) {
-        assert!(Instant::now() < deadline, "the wider policy never applied");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until("the wider policy applied", async || {
+        listing(&gw, &cid).await.contains(&"Calendar.List@1.0.0".to_owned())
+    })
+    .await;
     call(&gw, &cid, "Calendar.List@1.0.0").await.expect_status(200);
 }
 
@@ -155,8 +149,8 @@ rate = "1/m"
 burst = 3
 "#;
     let (server, gw) = start(limits).await;
-    let ann = jwt(json!({"sub": "ann"}));
-    let bob = jwt(json!({"sub": "bob"}));
+    let ann = token("ann", json!({}));
+    let bob = token("bob", json!({}));
     let calls_before = server.call_count();
     let mut statuses = Vec::new();
     for _ in 0..5 {
@@ -185,7 +179,7 @@ rate = "1/h"
 burst = 2
 "#;
     let (_server, gw) = start(limits).await;
-    let (ann, bob) = (jwt(json!({"sub": "ann"})), jwt(json!({"sub": "bob"})));
+    let (ann, bob) = (token("ann", json!({})), token("bob", json!({})));
     call(&gw, &ann, "Gmail.Read@1.0.0").await.expect_status(200);
     call(&gw, &bob, "Gmail.Read@1.0.0").await.expect_status(200);
     assert_eq!(call(&gw, &ann, "Gmail.Read@1.0.0").await.status, 429);

@@ -7,9 +7,8 @@ use common::*;
 use serde_json::{json, Value};
 
 /// A calculator upstream that adds, and a gateway in front of it, ready.
-async fn calculator() -> (ToolServer, Gateway) {
-    let calc = ToolServer::start(catalog(vec![tool("Calculator.Add", "1.0.0", add_schema())])).await;
-    calc.on_call(add);
+async fn calculator_gateway() -> (ToolServer, Gateway) {
+    let calc = calculator().await;
     let gw = GatewayConfig::new().upstream("calculator", &calc.url()).start().await;
     gw.wait_for_tool("Calculator.Add@1.0.0").await;
     (calc, gw)
@@ -17,13 +16,13 @@ async fn calculator() -> (ToolServer, Gateway) {
 
 #[tokio::test]
 async fn health_answers_200() {
-    let (_calc, gw) = calculator().await;
+    let (_calc, gw) = calculator_gateway().await;
     gw.get("/health").await.expect_status(200);
 }
 
 #[tokio::test]
 async fn the_spec_example_call_comes_back_canonically_wrapped() {
-    let (calc, gw) = calculator().await;
+    let (calc, gw) = calculator_gateway().await;
 
     let resp = gw
         .post_json(
@@ -62,7 +61,7 @@ async fn the_spec_example_call_comes_back_canonically_wrapped() {
 
 #[tokio::test]
 async fn post_call_is_an_alias_of_tools_call() {
-    let (calc, gw) = calculator().await;
+    let (calc, gw) = calculator_gateway().await;
 
     let resp = gw
         .post_json("/call", &json!({"request": {"tool_id": "Calculator.Add@1.0.0", "input": {"a": 2, "b": 3}}}))
@@ -74,7 +73,7 @@ async fn post_call_is_an_alias_of_tools_call() {
 
 #[tokio::test]
 async fn a_bare_request_object_is_accepted() {
-    let (calc, gw) = calculator().await;
+    let (calc, gw) = calculator_gateway().await;
 
     let resp = gw
         .post_json(
@@ -91,7 +90,7 @@ async fn a_bare_request_object_is_accepted() {
 
 #[tokio::test]
 async fn inputs_is_read_as_input_and_forwarded_as_input() {
-    let (calc, gw) = calculator().await;
+    let (calc, gw) = calculator_gateway().await;
 
     let resp = gw
         .post_json("/tools/call", &json!({"request": {"tool_id": "Calculator.Add@1.0.0", "inputs": {"a": 4, "b": 4}}}))
@@ -105,7 +104,7 @@ async fn inputs_is_read_as_input_and_forwarded_as_input() {
 
 #[tokio::test]
 async fn every_accepted_schema_is_served_and_another_version_is_refused() {
-    let (calc, gw) = calculator().await;
+    let (calc, gw) = calculator_gateway().await;
     let request = json!({"tool_id": "Calculator.Add@1.0.0", "input": {"a": 1, "b": 2}});
 
     for schema in [
@@ -130,7 +129,7 @@ async fn every_accepted_schema_is_served_and_another_version_is_refused() {
 
 #[tokio::test]
 async fn a_missing_call_id_is_generated_and_forwarded() {
-    let (calc, gw) = calculator().await;
+    let (calc, gw) = calculator_gateway().await;
 
     let first = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await.result();
     let second = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await.result();
@@ -145,7 +144,7 @@ async fn a_missing_call_id_is_generated_and_forwarded() {
 
 #[tokio::test]
 async fn trace_id_and_call_id_reach_the_upstream() {
-    let (calc, gw) = calculator().await;
+    let (calc, gw) = calculator_gateway().await;
 
     let resp = gw
         .post_json(
@@ -165,7 +164,7 @@ async fn trace_id_and_call_id_reach_the_upstream() {
 
 #[tokio::test]
 async fn duration_is_filled_in_when_the_upstream_gives_none_and_kept_when_it_does() {
-    let (calc, gw) = calculator().await;
+    let (calc, gw) = calculator_gateway().await;
 
     // The `add` handler answers without a duration.
     let result = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await.result();
@@ -186,7 +185,7 @@ async fn duration_is_filled_in_when_the_upstream_gives_none_and_kept_when_it_doe
 
 #[tokio::test]
 async fn the_client_gets_its_own_call_id_whatever_the_upstream_echoes() {
-    let (calc, gw) = calculator().await;
+    let (calc, gw) = calculator_gateway().await;
     calc.on_call(|_| (200, json!({"call_id": "the-upstreams-own", "success": true, "value": 3}).to_string()));
     let resp = gw
         .post_json(
@@ -202,7 +201,7 @@ async fn the_client_gets_its_own_call_id_whatever_the_upstream_echoes() {
 
 #[tokio::test]
 async fn bare_and_older_upstream_results_are_rewrapped_canonically() {
-    let (calc, gw) = calculator().await;
+    let (calc, gw) = calculator_gateway().await;
 
     // A bare result, no envelope, no $schema.
     calc.on_call(|req| (200, json!({"call_id": forwarded(req)["call_id"], "success": true, "value": 42}).to_string()));
@@ -231,7 +230,7 @@ async fn bare_and_older_upstream_results_are_rewrapped_canonically() {
 
 #[tokio::test]
 async fn an_unknown_path_is_404_with_a_json_body() {
-    let (_calc, gw) = calculator().await;
+    let (_calc, gw) = calculator_gateway().await;
 
     for path in ["/nope", "/tools/call/extra", "/v2/tools"] {
         let resp = gw.get(path).await;
@@ -243,7 +242,7 @@ async fn an_unknown_path_is_404_with_a_json_body() {
 
 #[tokio::test]
 async fn a_wrong_method_is_405_with_allow() {
-    let (calc, gw) = calculator().await;
+    let (calc, gw) = calculator_gateway().await;
 
     for (method, path) in [
         ("GET", "/tools/call"),
@@ -262,7 +261,7 @@ async fn a_wrong_method_is_405_with_allow() {
 
 #[tokio::test]
 async fn malformed_json_is_400_and_never_reaches_the_upstream() {
-    let (calc, gw) = calculator().await;
+    let (calc, gw) = calculator_gateway().await;
 
     for body in [&b"{not json"[..], b"", b"[1, 2", b"{\"request\": {\"tool_id\": \"Calculator.Add@1.0.0\", }}"] {
         let resp = gw.post_raw("/tools/call", body.to_vec(), "application/json").await;
@@ -273,7 +272,7 @@ async fn malformed_json_is_400_and_never_reaches_the_upstream() {
 
 #[tokio::test]
 async fn invalid_utf8_is_400() {
-    let (calc, gw) = calculator().await;
+    let (calc, gw) = calculator_gateway().await;
 
     let mut body = br#"{"request": {"tool_id": "Calculator.Add@1.0.0", "input": {"a": 1, "b": 2, "c": ""#.to_vec();
     body.extend_from_slice(&[0xff, 0xfe, 0x80]);
@@ -286,7 +285,7 @@ async fn invalid_utf8_is_400() {
 
 #[tokio::test]
 async fn wrong_field_types_are_400() {
-    let (calc, gw) = calculator().await;
+    let (calc, gw) = calculator_gateway().await;
 
     let bodies: Vec<Value> = vec![
         json!({"request": {"tool_id": 42, "input": {"a": 1, "b": 2}}}),
@@ -308,7 +307,7 @@ async fn wrong_field_types_are_400() {
 
 #[tokio::test]
 async fn a_request_without_tool_id_is_400() {
-    let (calc, gw) = calculator().await;
+    let (calc, gw) = calculator_gateway().await;
 
     let resp = gw.post_json("/tools/call", &json!({"request": {"input": {"a": 1, "b": 2}}})).await;
 

@@ -4,10 +4,9 @@
 
 mod common;
 
-use std::time::Duration;
-
+use bytes::Bytes;
 use common::*;
-use serde_json::json;
+use serde_json::{json, Value};
 
 #[tokio::test]
 async fn every_dialect_is_merged_into_one_canonical_listing() {
@@ -176,18 +175,36 @@ async fn no_if_none_match_is_sent_to_an_upstream_without_etag() {
     }
 }
 
-/// Switches the upstream's catalog to `mode`, waits until it served two
-/// such answers, and checks the tool is still listed and callable.
-async fn survives(upstream: &ToolServer, gw: &Gateway, mode: CatalogMode) {
+/// Waits until the admin `/status` shows that the last catalog fetch of
+/// upstream `name` failed; its entry there.
+async fn wait_for_failed_poll(gw: &Gateway, name: &str) -> Value {
+    wait_until(&format!("/status shows a failed catalog fetch of {name}"), async || {
+        let status = gw.upstream_status(name).await;
+        if status["up"] == false && status["last_error"].is_string() {
+            Ok(status)
+        } else {
+            Err(status.to_string())
+        }
+    })
+    .await
+}
+
+/// Switches the upstream's catalog to `mode`, waits until the gateway has
+/// seen a poll fail on it, and checks the tool is still listed and callable.
+async fn survives(upstream: &ToolServer, gw: &Gateway, name: &str, mode: CatalogMode) {
     let before = upstream.catalog_fetches().len();
     upstream.set_catalog_mode(mode);
-    // The second request after the switch only comes once the first one has
-    // been answered (or, for Hang, timed out by request_timeout).
+    // An upstream's polls are sequential: the second request after the
+    // switch only comes once the first one has been answered (or, for Hang,
+    // timed out by request_timeout) and its failure recorded, so the failure
+    // /status shows is this mode's, not an earlier one's.
     upstream
         .wait_until(&format!("a catalog poll answered {mode:?} and the next one"), |s| {
             s.catalog_fetches().len() >= before + 2
         })
         .await;
+    let status = wait_for_failed_poll(gw, name).await;
+    assert_eq!(status["tools"], 1, "after {mode:?} /status counts the last good catalog's tools: {status}");
     let items = gw.tools().await;
     assert!(
         find_tool(&items, "Calculator.Add@1.0.0").is_some(),
@@ -205,14 +222,14 @@ async fn an_upstream_answering_garbage_keeps_its_last_good_catalog() {
     let gw = GatewayConfig::new().upstream("flaky", &upstream.url()).start().await;
     gw.wait_for_tool("Calculator.Add@1.0.0").await;
 
-    survives(&upstream, &gw, CatalogMode::Garbage).await;
-    survives(&upstream, &gw, CatalogMode::Html500).await;
+    survives(&upstream, &gw, "flaky", CatalogMode::Garbage).await;
+    survives(&upstream, &gw, "flaky", CatalogMode::Html500).await;
 
     // Valid JSON that is no catalog at all is garbage too.
     upstream.set_catalog(json!({"hello": "world"}));
-    survives(&upstream, &gw, CatalogMode::Serve).await;
+    survives(&upstream, &gw, "flaky", CatalogMode::Serve).await;
     upstream.set_catalog(json!(42));
-    survives(&upstream, &gw, CatalogMode::Serve).await;
+    survives(&upstream, &gw, "flaky", CatalogMode::Serve).await;
 
     // Back to health: a change is picked up again.
     upstream.set_catalog(catalog(vec![
@@ -229,7 +246,7 @@ async fn an_upstream_that_hangs_keeps_its_last_good_catalog() {
     let gw = GatewayConfig::new().upstream("sleepy", &upstream.url()).start().await;
     gw.wait_for_tool("Calculator.Add@1.0.0").await;
 
-    survives(&upstream, &gw, CatalogMode::Hang).await;
+    survives(&upstream, &gw, "sleepy", CatalogMode::Hang).await;
 
     upstream.set_catalog_mode(CatalogMode::Serve);
     upstream.set_catalog(catalog(vec![
@@ -246,8 +263,10 @@ async fn an_upstream_that_goes_down_keeps_its_last_good_catalog() {
     gw.wait_for_tool("Calculator.Add@1.0.0").await;
 
     upstream.stop().await;
-    // Several poll intervals pass with the upstream refusing connections.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // A poll fails on the refused connection, and the gateway shows it.
+    let status = wait_for_failed_poll(&gw, "mortal").await;
+    assert!(status["last_success"].is_u64(), "it was fetched once: {status}");
+    assert_eq!(status["tools"], 1, "/status counts the last good catalog's tools: {status}");
 
     let items = gw.tools().await;
     assert!(
@@ -255,6 +274,14 @@ async fn an_upstream_that_goes_down_keeps_its_last_good_catalog() {
         "a failed fetch keeps the last good catalog: {:?}",
         ids(&items)
     );
+    let metrics = send(gw.admin, "GET", "/metrics", Bytes::new(), None).await.text();
+    for (series, value) in [
+        (r#"otc_gateway_upstream_up{upstream="mortal"} "#, "0"),
+        (r#"otc_gateway_catalog_tools{upstream="mortal"} "#, "1"),
+    ] {
+        let sample = metrics.lines().find_map(|l| l.strip_prefix(series));
+        assert_eq!(sample, Some(value), "{series}in /metrics:\n{metrics}");
+    }
 }
 
 #[tokio::test]
@@ -287,7 +314,7 @@ async fn an_upstream_down_at_start_is_retried_within_seconds_even_with_a_long_po
         .toml()
         .replace("poll_interval = \"200ms\"", "poll_interval = \"300s\"");
     let gw = Gateway::start(&toml).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_for_failed_poll(&gw, "late").await;
     assert!(gw.tools().await.is_empty());
 
     let _late = ToolServer::start_on(late_addr, catalog(vec![tool("Late.Comer", "1.0.0", any_object())])).await;
@@ -306,8 +333,9 @@ async fn an_unreadable_bearer_token_is_a_failed_fetch_and_retried_as_one() {
         .toml()
         .replace("poll_interval = \"200ms\"", "poll_interval = \"300s\"");
     let gw = Gateway::start(&toml).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    gw.wait_for_log(&["cannot read the upstream's bearer_token; catalog not fetched"]).await;
     assert!(gw.tools().await.is_empty(), "no token, no fetch");
+    assert!(server.catalog_fetches().is_empty(), "no token, no fetch");
 
     std::fs::write(&token, "catalog-token").expect("write the token");
 

@@ -7,23 +7,18 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use bytes::Bytes;
+use common::jwt::{self, bearer, es256, hs256, now, rs256, unsigned, EC_PEM, RSA_OTHER_PEM, RSA_PEM, RSA_PUBLIC_PEM};
 use common::{echo, jwk, send_with_headers, temp_file, tool, Gateway, GatewayConfig, Resp, ToolServer};
 use jsonwebtoken::jwk::JwkSet;
-use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 
 const HS_SECRET: &str = "client-auth-hs256-secret-5f0e1d2c3b4a59687766";
 const ISSUER: &str = "https://auth.example.com";
 const AUDIENCE: &str = "otc-gateway";
-const RSA_PEM: &str = include_str!("fixtures/jwt_rsa_private.pem");
-const RSA_OTHER_PEM: &str = include_str!("fixtures/jwt_rsa_other_private.pem");
-const RSA_PUBLIC_PEM: &str = include_str!("fixtures/jwt_rsa_public.pem");
-const EC_PEM: &str = include_str!("fixtures/jwt_ec_private.pem");
 
 const ECHO: &str = "Calc.Echo@1.0.0";
 
@@ -31,48 +26,9 @@ const ECHO: &str = "Calc.Echo@1.0.0";
 // Helpers
 // ---------------------------------------------------------------------------
 
-fn now() -> u64 {
-    get_current_timestamp()
-}
-
 /// Good claims for alice; `extra` adds or (with null) removes claims.
 fn claims(extra: Value) -> Value {
-    let mut c = json!({"sub": "alice", "iss": ISSUER, "aud": AUDIENCE, "exp": now() + 600, "iat": now()});
-    if let (Value::Object(c), Value::Object(extra)) = (&mut c, extra) {
-        for (k, v) in extra {
-            if v.is_null() {
-                c.remove(&k);
-            } else {
-                c.insert(k, v);
-            }
-        }
-    }
-    c
-}
-
-fn hs256(claims: &Value, secret: &[u8]) -> String {
-    encode(&Header::new(Algorithm::HS256), claims, &EncodingKey::from_secret(secret)).expect("sign")
-}
-
-fn rs256(claims: &Value, pem: &str, kid: &str) -> String {
-    let mut header = Header::new(Algorithm::RS256);
-    header.kid = Some(kid.to_owned());
-    encode(&header, claims, &EncodingKey::from_rsa_pem(pem.as_bytes()).expect("rsa key")).expect("sign")
-}
-
-fn es256(claims: &Value, kid: &str) -> String {
-    let mut header = Header::new(Algorithm::ES256);
-    header.kid = Some(kid.to_owned());
-    encode(&header, claims, &EncodingKey::from_ec_pem(EC_PEM.as_bytes()).expect("ec key")).expect("sign")
-}
-
-/// An unsigned token: `{"alg": alg}` header, these claims, empty signature.
-fn unsigned(alg: &str, claims: &Value) -> String {
-    format!(
-        "{}.{}.",
-        URL_SAFE_NO_PAD.encode(json!({"alg": alg, "typ": "JWT"}).to_string()),
-        URL_SAFE_NO_PAD.encode(claims.to_string())
-    )
+    jwt::merged(jwt::claims("alice", json!({"iss": ISSUER, "aud": AUDIENCE})), extra)
 }
 
 /// A good HS256 token with its header rewritten to `alg: none` (signature kept).
@@ -106,27 +62,8 @@ async fn call(gw: &Gateway, headers: &[(&str, &str)]) -> Resp {
     call_at(gw, "/tools/call", headers, json!({})).await
 }
 
-fn bearer(token: &str) -> String {
-    format!("Bearer {token}")
-}
-
 async fn get_tools(gw: &Gateway, headers: &[(&str, &str)]) -> Resp {
     send_with_headers(gw.addr, "GET", "/tools", Bytes::new(), headers).await
-}
-
-/// Polls GET /tools with these headers until `Calc.Echo@1.0.0` is listed.
-async fn wait_listed(gw: &Gateway, headers: &[(&str, &str)]) {
-    let deadline = Instant::now() + common::WAIT_TIMEOUT;
-    loop {
-        let resp = get_tools(gw, headers).await;
-        if resp.status == 200
-            && common::find_tool(resp.json()["items"].as_array().unwrap_or(&Vec::new()), ECHO).is_some()
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{ECHO} never listed; last GET /tools: {} {}", resp.status, resp.text());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// Checks a refusal: 401, `WWW-Authenticate` starting with `Bearer`, a JSON
@@ -156,7 +93,7 @@ async fn a_good_hs256_token_gets_through_with_its_sub_as_user_id() {
     let gw = hs_config(&server, "").start_with_env(&[("CA_JWT_SECRET", HS_SECRET)]).await;
     let good = hs256(&claims(json!({})), HS_SECRET.as_bytes());
     let auth = bearer(&good);
-    wait_listed(&gw, &[("authorization", auth.as_str())]).await;
+    gw.wait_listed(&[("authorization", auth.as_str())], ECHO).await;
 
     let result = call(&gw, &[("authorization", auth.as_str())]).await.result();
     assert_eq!(result["value"], json!({"x": 1}), "{result}");
@@ -181,7 +118,7 @@ async fn bad_or_missing_hs256_credentials_are_401s_and_never_reach_the_tool() {
     let server = echo_server().await;
     let gw = hs_config(&server, "").start_with_env(&[("CA_JWT_SECRET", HS_SECRET)]).await;
     let good = bearer(&hs256(&claims(json!({})), HS_SECRET.as_bytes()));
-    wait_listed(&gw, &[("authorization", good.as_str())]).await;
+    gw.wait_listed(&[("authorization", good.as_str())], ECHO).await;
 
     let expired = hs256(&claims(json!({"exp": now() - 3600, "iat": now() - 7200})), HS_SECRET.as_bytes());
     let wrong_key = hs256(&claims(json!({})), b"another-issuers-secret-0000000000000000");
@@ -258,7 +195,7 @@ async fn health_stays_open_and_the_catalog_needs_a_token() {
 
     assert_401(&gw.get("/tools").await, "GET /tools without a token");
     let good = bearer(&hs256(&claims(json!({})), HS_SECRET.as_bytes()));
-    wait_listed(&gw, &[("authorization", good.as_str())]).await;
+    gw.wait_listed(&[("authorization", good.as_str())], ECHO).await;
     assert_401(&gw.get("/tools").await, "GET /tools without a token, once the catalog is loaded");
     assert_eq!(server.call_count(), 0);
 }
@@ -281,7 +218,7 @@ async fn api_keys_work_as_bearer_and_as_oxp_api_key_and_map_to_their_user_id() {
     )
     .start_with_env(&[("CA_JWT_SECRET", HS_SECRET), ("CA_REPORTS_KEY", "ak-reports-from-env-3b3b")])
     .await;
-    wait_listed(&gw, &[("oxp-api-key", "ak-reports-from-env-3b3b")]).await;
+    gw.wait_listed(&[("oxp-api-key", "ak-reports-from-env-3b3b")], ECHO).await;
 
     let cases = [
         ("authorization", "Bearer ak-reports-from-env-3b3b", "svc-reports"),
@@ -334,8 +271,8 @@ async fn rs256_and_es256_tokens_are_checked_against_a_jwks_file() {
         ))
         .start()
         .await;
-    let good = bearer(&rs256(&claims(json!({"sub": "rita"})), RSA_PEM, "rsa-1"));
-    wait_listed(&gw, &[("authorization", good.as_str())]).await;
+    let good = bearer(&rs256(&claims(json!({"sub": "rita"})), RSA_PEM, Some("rsa-1")));
+    gw.wait_listed(&[("authorization", good.as_str())], ECHO).await;
 
     call(&gw, &[("authorization", good.as_str())]).await.result();
     assert_eq!(server.last_request()["context"]["user_id"], "rita");
@@ -354,14 +291,14 @@ async fn rs256_and_es256_tokens_are_checked_against_a_jwks_file() {
     let confused = |secret: &[u8]| {
         let mut header = Header::new(Algorithm::HS256);
         header.kid = Some("rsa-1".into());
-        encode(&header, &claims(json!({})), &EncodingKey::from_secret(secret)).expect("sign")
+        jwt::sign(header, &claims(json!({})), &EncodingKey::from_secret(secret))
     };
     let cases = [
-        ("signed by a key not in the JWKS", rs256(&claims(json!({})), RSA_OTHER_PEM, "rsa-1")),
-        ("unknown kid", rs256(&claims(json!({})), RSA_OTHER_PEM, "rsa-9")),
-        ("expired", rs256(&claims(json!({"exp": now() - 3600})), RSA_PEM, "rsa-1")),
-        ("wrong audience", rs256(&claims(json!({"aud": "other"})), RSA_PEM, "rsa-1")),
-        ("wrong issuer", rs256(&claims(json!({"iss": "https://evil.example.com"})), RSA_PEM, "rsa-1")),
+        ("signed by a key not in the JWKS", rs256(&claims(json!({})), RSA_OTHER_PEM, Some("rsa-1"))),
+        ("unknown kid", rs256(&claims(json!({})), RSA_OTHER_PEM, Some("rsa-9"))),
+        ("expired", rs256(&claims(json!({"exp": now() - 3600})), RSA_PEM, Some("rsa-1"))),
+        ("wrong audience", rs256(&claims(json!({"aud": "other"})), RSA_PEM, Some("rsa-1"))),
+        ("wrong issuer", rs256(&claims(json!({"iss": "https://evil.example.com"})), RSA_PEM, Some("rsa-1"))),
         ("ES256 naming the RSA key", es256(&claims(json!({})), "rsa-1")),
         ("HS256 with the public key PEM", confused(RSA_PUBLIC_PEM.as_bytes())),
         ("HS256 with the public key PEM, trimmed", confused(RSA_PUBLIC_PEM.trim().as_bytes())),
@@ -383,7 +320,7 @@ async fn user_id_claim_names_the_claim_that_becomes_the_user_id() {
     let server = echo_server().await;
     let gw = hs_config(&server, "user_id_claim = \"email\"\n").start_with_env(&[("CA_JWT_SECRET", HS_SECRET)]).await;
     let good = bearer(&hs256(&claims(json!({"email": "alice@example.com"})), HS_SECRET.as_bytes()));
-    wait_listed(&gw, &[("authorization", good.as_str())]).await;
+    gw.wait_listed(&[("authorization", good.as_str())], ECHO).await;
     call(&gw, &[("authorization", good.as_str())]).await.result();
     assert_eq!(server.last_request()["context"]["user_id"], "alice@example.com");
 

@@ -13,7 +13,7 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 use common::oidc::{Browser, OidcProvider, Page};
-use common::{echo, needing, send_with_headers, temp_file, Gateway, GatewayConfig, Resp, ToolServer};
+use common::{echo, jwt, needing, send_with_headers, temp_file, wait_until, Gateway, GatewayConfig, Resp, ToolServer};
 use serde_json::{json, Value};
 
 const JWT_SECRET: &str = "connect-links-jwt-secret-0123456789abcdef";
@@ -36,14 +36,7 @@ fn state_dir() -> PathBuf {
 
 /// A caller's `Authorization`: a JWT naming `user`.
 fn bearer(user: &str) -> String {
-    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() + 3600;
-    let token = jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        &json!({"sub": user, "exp": exp}),
-        &jsonwebtoken::EncodingKey::from_secret(JWT_SECRET.as_bytes()),
-    )
-    .expect("a token");
-    format!("Bearer {token}")
+    jwt::bearer(&jwt::hs256(&jwt::claims(user, json!({})), JWT_SECRET.as_bytes()))
 }
 
 impl World {
@@ -84,11 +77,7 @@ dir = "{dir}"
         idp.register_client(LOGIN_CLIENT, LOGIN_SECRET, &[format!("{}/oauth/login/callback", gw.url())]).await;
         idp.register_client(MAIL_CLIENT, MAIL_SECRET, &[format!("{}/oauth/idp/callback", gw.url())]).await;
         let w = World { idp, tools, gw };
-        let deadline = std::time::Instant::now() + common::WAIT_TIMEOUT;
-        while !w.call("alice").await.text().contains("missing_requirements") {
-            assert!(std::time::Instant::now() < deadline, "Mail.Read never became known");
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
+        wait_until("Mail.Read is known", async || w.call("alice").await.text().contains("missing_requirements")).await;
         w
     }
 

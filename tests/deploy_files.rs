@@ -14,12 +14,15 @@
 //! Needs promtool and prometheus (Debian's `prometheus` package) and python3
 //! with PyYAML; `scripts/test.sh` installs them and the optional linters.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::wait_blocking;
 use serde_json::Value;
 
 fn root() -> PathBuf {
@@ -286,30 +289,28 @@ fn dashboard_queries_return_data_from_a_real_gateway() {
     let mut prometheus = Process { child, what: "prometheus", log: Some(log) };
 
     // Wait for a first scrape, so that the calls below show as increases.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
+    wait_blocking(Duration::from_secs(30), "prometheus scraped the gateway", || {
         prometheus.assert_running();
         gateway.assert_running();
         let ready = try_query(prometheus_addr, r#"otc_gateway_config_generation{job="otc-gateway"}"#)
             .is_some_and(|result| !result.is_empty());
         if ready {
-            break;
+            Ok(())
+        } else {
+            Err(prometheus.log())
         }
-        assert!(Instant::now() < deadline, "prometheus never scraped the gateway:\n{}", prometheus.log());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    });
 
     // The demo's catalogs are in (its tool servers answer at once, but polled).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    wait_blocking(Duration::from_secs(20), "the demo gateway loaded its catalogs", || {
         let (status, body) = http(main, "GET", "/health", "");
         let tools = serde_json::from_str::<Value>(&body).ok().and_then(|v| v["tools"].as_u64()).unwrap_or(0);
         if status == 200 && tools > 0 {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{status} {body}"))
         }
-        assert!(Instant::now() < deadline, "the demo gateway never loaded its catalogs: {status} {body}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    });
 
     // Every outcome the demo can produce: success, tool error, validation error, and HTTP 400 / 404.
     let calls = [

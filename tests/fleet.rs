@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::fleet::{Nginx, Redis};
-use common::{add, add_schema, catalog, send_with_headers, tool, Gateway, GatewayConfig, Resp, ToolServer};
+use common::{
+    add, add_schema, catalog, send_with_headers, tool, wait_within, Gateway, GatewayConfig, Resp, ToolServer,
+};
 use serde_json::json;
 
 const ALICE: &str = "fleet-alice-key";
@@ -157,11 +159,10 @@ async fn a_reload_on_every_replica_keeps_the_shared_buckets() {
         gw.signal("HUP");
     }
     for gw in &gateways {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while metric(gw, "otc_gateway_config_generation").await < 2 {
-            assert!(Instant::now() < deadline, "a replica did not reload");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_within(Duration::from_secs(20), "a replica reloaded", async || {
+            metric(gw, "otc_gateway_config_generation").await >= 2
+        })
+        .await;
     }
     let (ok, limited) = count(nginx.addr, ALICE, "Calc.Add", 6).await;
     assert_eq!((ok, limited), (0, 6), "the reload refilled the shared bucket");
@@ -202,14 +203,10 @@ rate = "3/h"
 
     // Redis back where it was: counting resumes without a restart.
     let _redis = Redis::start_on(addr);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if call(nginx.addr, ALICE, "Calc.Add", None).await.status == 200 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "shared limits did not come back with Redis");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait_within(Duration::from_secs(20), "shared limits came back with Redis", async || {
+        call(nginx.addr, ALICE, "Calc.Add", None).await.status == 200
+    })
+    .await;
     let (ok, limited) = count(nginx.addr, ALICE, "Calc.Add", 6).await;
     assert!(ok <= 2 && limited >= 4, "counted again: {ok} served, {limited} limited");
 }

@@ -4,11 +4,14 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::fleet::Redis;
-use common::{add, add_schema, catalog, html_500, tool, tool_error, Gateway, Resp, ToolServer};
+use common::{
+    add, add_schema, calculator, catalog, html_500, jwt, tool, tool_error, wait_until, wait_within, Gateway, Resp,
+    ToolServer,
+};
 use otc_gateway::auth::Caller;
 use otc_gateway::config::{Dur, IdempotencyConfig};
 use otc_gateway::idempotency::{CallKey, CallerScope, Decision, Fingerprint, IdempotencyStore, StoredCall};
@@ -23,8 +26,7 @@ fn key(call_id: &str) -> CallKey {
 }
 
 async fn slow_calculator(delay: Duration) -> ToolServer {
-    let server = ToolServer::start(catalog(vec![tool("Calculator.Add", "1.0.0", add_schema())])).await;
-    server.on_call(add);
+    let server = calculator().await;
     server.set_call_delay(delay);
     server
 }
@@ -193,21 +195,23 @@ async fn without_redis_calls_run_undeduplicated_until_it_is_back() {
     // Redis comes up: deduplication resumes without a restart.
     drop(reserved);
     let redis = Redis::start_on(redis_addr);
-    let deadline = Instant::now() + Duration::from_secs(15);
     let mut attempt = 0;
-    loop {
-        attempt += 1;
-        let id = format!("back-{attempt}");
-        let before = server.call_count();
-        let first = call_with_id(gw.addr, Some(&id), 1).await.result();
-        let again = call_with_id(gw.addr, Some(&id), 1).await.result();
-        if server.call_count() == before + 1 {
-            assert_eq!(first, again);
-            break;
-        }
-        assert!(Instant::now() < deadline, "deduplication did not resume once Redis was back");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let (first, again) =
+        wait_within(Duration::from_secs(15), "deduplication resumed once Redis was back", async || {
+            attempt += 1;
+            let id = format!("back-{attempt}");
+            let before = server.call_count();
+            let first = call_with_id(gw.addr, Some(&id), 1).await.result();
+            let again = call_with_id(gw.addr, Some(&id), 1).await.result();
+            let runs = server.call_count() - before;
+            if runs == 1 {
+                Ok((first, again))
+            } else {
+                Err(format!("{id} ran {runs} times"))
+            }
+        })
+        .await;
+    assert_eq!(first, again);
     assert!(idempotency_metric(&gw, "replayed").await >= 1.0);
 
     // Redis goes away mid-run: calls keep being answered.
@@ -250,17 +254,15 @@ async fn redis_claims_abandoned_by_a_replica_do_not_block_the_call_id() {
     // for the other (the release runs on a spawned task).
     let Ok(Decision::Run(claim)) = one.claim(&key("dropped"), &fp, Duration::from_secs(1)).await else { panic!("run") };
     drop(claim);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
+    let claim = wait_until("the dropped claim is released", async || {
         match two.claim(&key("dropped"), &fp, Duration::from_millis(50)).await {
-            Ok(Decision::Run(claim)) => {
-                claim.release().await;
-                break;
-            }
-            Ok(Decision::InProgress) => assert!(Instant::now() < deadline, "the dropped claim was never released"),
+            Ok(Decision::Run(claim)) => Ok(claim),
+            Ok(Decision::InProgress) => Err("still in progress"),
             other => panic!("{other:?}"),
         }
-    }
+    })
+    .await;
+    claim.release().await;
 
     // A replica that dies mid-call: its claim lasts as long as the call
     // could (the wait), not the whole ttl.
@@ -375,27 +377,12 @@ const ENV: &[(&str, &str)] =
 async fn profile_gateway(server: &ToolServer, auth: &str, extra: &str) -> Gateway {
     let gw = Gateway::start_with_env(&profile_config(server, auth, extra), ENV).await;
     // (Listed for the service key's holder: mode jwt lists nothing to anyone else.)
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let key = [("oxp-api-key", "svc-api-key-0123456789")];
-        let tools = common::send_with_headers(gw.addr, "GET", "/tools", Bytes::new(), &key).await;
-        if tools.status == 200 && tools.text().contains("User.Profile") {
-            return gw;
-        }
-        assert!(Instant::now() < deadline, "User.Profile was never listed: {}", tools.text());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    gw.wait_listed(&[("oxp-api-key", "svc-api-key-0123456789")], "User.Profile@1.0.0").await;
+    gw
 }
 
 fn bearer(user: &str) -> String {
-    let exp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs() + 3600;
-    let token = jsonwebtoken::encode(
-        &jsonwebtoken::Header::new(jsonwebtoken::Algorithm::HS256),
-        &json!({"sub": user, "exp": exp}),
-        &jsonwebtoken::EncodingKey::from_secret(JWT_SECRET.as_bytes()),
-    )
-    .expect("a token");
-    format!("Bearer {token}")
+    jwt::bearer(&jwt::hs256(&jwt::claims(user, json!({})), JWT_SECRET.as_bytes()))
 }
 
 /// A profile call with `call_id`, input `n` and `context`, with these headers.

@@ -13,13 +13,11 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::jwt::{self, bearer};
 use common::{echo, send_with_headers, tool, Gateway, GatewayConfig, Resp, ToolServer};
-use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
 use serde_json::{json, Value};
 
 const SECRET: &str = "mcp-authorization-hs256-secret-0123456789abcdef";
@@ -36,15 +34,7 @@ const WELL_KNOWN: &str = "/.well-known/oauth-protected-resource";
 /// A token for `sub`, from the configured issuer, with this `aud` (none when
 /// `Value::Null`).
 fn token(sub: &str, aud: Value) -> String {
-    let mut claims = json!({"sub": sub, "iss": ISSUER, "exp": get_current_timestamp() + 600});
-    if !aud.is_null() {
-        claims["aud"] = aud;
-    }
-    encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(SECRET.as_bytes())).expect("sign")
-}
-
-fn bearer(token: &str) -> String {
-    format!("Bearer {token}")
+    jwt::hs256(&jwt::claims(sub, json!({"iss": ISSUER, "aud": aud})), SECRET.as_bytes())
 }
 
 /// A tool server echoing calls, serving `Calc.Echo@1.0.0`.
@@ -80,17 +70,7 @@ fn resource(gw: &Gateway) -> String {
 
 /// Waits until the gateway lists `Calc.Echo` (its catalog poll is done).
 async fn wait_listed(gw: &Gateway) {
-    let deadline = Instant::now() + common::WAIT_TIMEOUT;
-    loop {
-        let resp = send_with_headers(gw.addr, "GET", "/tools", Bytes::new(), &[API_KEY]).await;
-        if resp.status == 200
-            && common::find_tool(resp.json()["items"].as_array().unwrap_or(&Vec::new()), ECHO).is_some()
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{ECHO} never listed; last GET /tools: {} {}", resp.status, resp.text());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    gw.wait_listed(&[API_KEY], ECHO).await;
 }
 
 /// `tools/call` of `Calc_Echo` at `/mcp` with these headers.
@@ -284,9 +264,8 @@ async fn every_401_names_the_metadata_which_names_the_resource() {
     let metadata_url = format!("{}/.well-known/oauth-protected-resource/mcp", gw.url());
     let garbage = bearer("garbage.token.here");
     let expired = {
-        let claims =
-            json!({"sub": "alice", "iss": ISSUER, "aud": resource(&gw), "exp": get_current_timestamp() - 3600});
-        bearer(&encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(SECRET.as_bytes())).unwrap())
+        let claims = jwt::claims("alice", json!({"iss": ISSUER, "aud": resource(&gw), "exp": jwt::now() - 3600}));
+        bearer(&jwt::hs256(&claims, SECRET.as_bytes()))
     };
     for (what, header) in [("no token", None), ("garbage", Some(&garbage)), ("expired", Some(&expired))] {
         let headers: Vec<(&str, &str)> = header.iter().map(|h| ("authorization", h.as_str())).collect();
@@ -433,7 +412,7 @@ async fn one_callers_token_for_resource_a_never_works_at_the_gateway_of_resource
 /// on `as_port`; its JSON report. On a blocking thread: the tool server
 /// shares the test's runtime.
 async fn python_oauth_client(url: &str, as_port: u16) -> Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/mcp_auth_client.py");
+    let script = common::peer_script("mcp_auth_client.py");
     let mut command = Command::new(common::sdk_python());
     command.arg(script).arg(url).arg(as_port.to_string()).arg(ECHO_MCP).env("MA_JWT_SECRET", SECRET);
     let output =

@@ -13,24 +13,22 @@
 mod common;
 
 use std::convert::Infallible;
-use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{find_tool, free_addr, send_with_headers, Gateway, GatewayConfig, Resp, ToolServer};
+use common::{
+    find_tool, free_addr, peer_script, send_with_headers, wait_listening, wait_until, wait_within, Gateway,
+    GatewayConfig, Resp, ToolServer,
+};
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
 
 // ---------------------------------------------------------------------------
 // The Python peers
 // ---------------------------------------------------------------------------
-
-fn peer_script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers").join(name)
-}
 
 /// The MCP revisions tests/peers/mcp_server.py answers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,15 +114,10 @@ impl McpPeer {
         if self.json {
             cmd.arg("json");
         }
-        let child = cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start mcp_server.py");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect_timeout(&self.addr, Duration::from_millis(200)).is_err() {
-            let exited = self.child.as_mut().and_then(|c| c.try_wait().expect("wait")).is_some();
-            assert!(!exited, "mcp_server.py exited before listening (is the `mcp` package installed?)");
-            assert!(Instant::now() < deadline, "mcp_server.py did not listen within 30 s");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let child =
+            self.child.insert(cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start mcp_server.py"));
+        let what = "mcp_server.py (is the `mcp` package installed?)";
+        wait_listening(child, self.addr, what, Duration::from_secs(30), String::new);
     }
 }
 
@@ -317,16 +310,16 @@ async fn json_replies_a_restarted_server_and_a_server_that_is_down() {
     // Back, as a new process that knows no session: the gateway's session id
     // gets a 404, and a new session is opened.
     peer.restart();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let resp = wait_until("the restarted server is called", async || {
         let resp = gw.call("Py.add", json!({"a": 1, "b": 3})).await;
         if resp.status == 200 {
-            assert_eq!(resp.result()["value"], 4, "{}", resp.text());
-            break;
+            Ok(resp)
+        } else {
+            Err(resp.text())
         }
-        assert!(Instant::now() < deadline, "the restarted server was never called: {}", resp.text());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    assert_eq!(resp.result()["value"], 4, "{}", resp.text());
     gw.wait_for_log(&["MCP session expired; opening a new one", "MCP session opened"]).await;
 }
 
@@ -346,15 +339,15 @@ async fn a_call_that_outlives_call_timeout_is_a_retryable_tool_failure() {
 
 /// Calls `Py.revision` until it answers 200, within `limit`; its value.
 async fn revision_once_callable(gw: &Gateway, limit: Duration) -> Value {
-    let deadline = Instant::now() + limit;
-    loop {
+    wait_within(limit, "Py.revision works", async || {
         let resp = gw.call("Py.revision", json!({})).await;
         if resp.status == 200 && resp.result()["success"] == true {
-            return resp.result()["value"].clone();
+            Ok(resp.result()["value"].clone())
+        } else {
+            Err(resp.text())
         }
-        assert!(Instant::now() < deadline, "Py.revision never worked: {}", resp.text());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -389,15 +382,15 @@ fn long_poll_config(upstreams: &str) -> String {
 
 /// Waits up to `limit` until `pred` holds for GET /tools.
 async fn wait_for_catalog(gw: &Gateway, what: &str, limit: Duration, pred: impl Fn(&[Value]) -> bool) {
-    let deadline = Instant::now() + limit;
-    loop {
+    wait_within(limit, what, async || {
         let items = gw.tools().await;
         if pred(&items) {
-            return;
+            Ok(())
+        } else {
+            Err(format!("{:?}", common::ids(&items)))
         }
-        assert!(Instant::now() < deadline, "timed out waiting until {what}: {:?}", common::ids(&items));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]
@@ -501,11 +494,7 @@ async fn bearer_tokens_and_per_user_tokens_go_upstream_and_mcp_needs_credentials
         let body = json!({"request": {"tool_id": tool, "input": {}}}).to_string();
         send_with_headers(gw.addr, "POST", "/tools/call", Bytes::from(body), &key)
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while call("Mine.whoami").await.status != 200 {
-        assert!(Instant::now() < deadline, "Mine.whoami never became callable");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until("Mine.whoami is callable", async || call("Mine.whoami").await.status == 200).await;
     // Each upstream got its token; echoed back verbatim, neither reaches
     // the caller (a transformed copy does: docs/security.md says so).
     let reversed = |text: &str| text.chars().rev().collect::<String>();
@@ -851,16 +840,10 @@ async fn pages_pings_notifications_sessions_and_errors_of_a_scripted_server() {
     // SSE: priming event and notification skipped, ping answered, then the answer.
     let result = gw.call("S.first", json!({})).await.result();
     assert_eq!(result["value"], json!({"called": true}), "{result}");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let pong =
-            seen.lock().expect("lock").iter().any(|(_, m)| m["id"] == "server-ping-1" && m["result"] == json!({}));
-        if pong {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the gateway never answered the server's ping");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until("the gateway answered the server's ping", async || {
+        seen.lock().expect("lock").iter().any(|(_, m)| m["id"] == "server-ping-1" && m["result"] == json!({}))
+    })
+    .await;
 
     // A JSON-RPC error is a tool failure with the code for developers.
     let broken = gw.call("S.broken", json!({})).await.result();
@@ -879,19 +862,13 @@ async fn pages_pings_notifications_sessions_and_errors_of_a_scripted_server() {
         .find(|(_, m)| m["params"]["name"] == "hang")
         .map(|(_, m)| m["id"].clone());
     let call_id = call_id.expect("the hanging call reached the server");
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let cancelled = seen
-            .lock()
+    wait_until("the timed-out request is cancelled", async || {
+        seen.lock()
             .expect("lock")
             .iter()
-            .any(|(_, m)| m["method"] == "notifications/cancelled" && m["params"]["requestId"] == call_id);
-        if cancelled {
-            break;
-        }
-        assert!(Instant::now() < deadline, "the timed-out request was never cancelled");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+            .any(|(_, m)| m["method"] == "notifications/cancelled" && m["params"]["requestId"] == call_id)
+    })
+    .await;
 
     // The probe first: a 2026-07-28 `server/discover`, answered 202 by a
     // server of 2025-06-18, so the gateway opens a session.
@@ -1160,18 +1137,14 @@ async fn a_hostile_change_stream_is_bounded_and_a_reload_closes_it() {
     assert!((1..50).contains(&fetched), "{fetched} fetches for 200 announcements");
 
     // A reload that removes the upstream closes its stream.
-    let deadline = Instant::now() + limit;
-    while listeners.open() != 1 {
-        assert!(Instant::now() < deadline, "open streams: {}", listeners.open());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_within(limit, "one stream is open", async || match listeners.open() {
+        1 => Ok(()),
+        open => Err(format!("{open} open streams")),
+    })
+    .await;
     gw.rewrite_config(&long_poll_config(""));
     gw.wait_for_tool_gone("S.plain@1.0.0").await;
-    let deadline = Instant::now() + limit;
-    while listeners.open() != 0 {
-        assert!(Instant::now() < deadline, "the removed upstream's stream is still open");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_within(limit, "the removed upstream's stream is closed", async || listeners.open() == 0).await;
     let opened = listens();
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(listens(), opened, "nothing listens for the removed upstream");

@@ -33,7 +33,7 @@ const MODERN: &str = "2026-07-28";
 async fn sdk_client(gw: &Gateway, mode: &str, scenario: &Value) -> Value {
     let mut command = Command::new(common::sdk_python());
     command
-        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/mcp_front_client.py"))
+        .arg(common::peer_script("mcp_front_client.py"))
         .arg(format!("{}/mcp", gw.url()))
         .arg(mode)
         .arg(scenario.to_string());
@@ -284,7 +284,7 @@ async fn a_list_change_upstream_reaches_a_subscribed_client() {
     std::fs::remove_file(&ready).expect("the client makes it");
     let scenario = json!({"listen": {"ready": ready, "timeout": 30}});
     let child = Command::new(common::sdk_python())
-        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/mcp_front_client.py"))
+        .arg(common::peer_script("mcp_front_client.py"))
         .arg(format!("{}/mcp", gw.url()))
         .arg(MODERN)
         .arg(scenario.to_string())
@@ -704,7 +704,7 @@ impl AskingServer {
     fn start() -> AskingServer {
         let addr = common::free_addr();
         let child = Command::new(common::sdk_python())
-            .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/conformance_server.py"))
+            .arg(common::peer_script("conformance_server.py"))
             .arg(addr.port().to_string())
             .stdout(Stdio::null())
             .spawn()

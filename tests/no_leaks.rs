@@ -10,14 +10,12 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine;
 use bytes::Bytes;
+use common::jwt::{self, hs256};
 use common::openbao::OpenBao;
-use common::{echo, needing, send_with_headers, temp_file, tool, Gateway, GatewayConfig, Resp, ToolServer};
-use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
+use common::{echo, needing, send_with_headers, temp_file, tool, wait_until, Gateway, GatewayConfig, Resp, ToolServer};
 use serde_json::{json, Value};
 
 // The gateway's secrets.
@@ -36,12 +34,8 @@ const WRONG_API_KEY: &str = "sk_live_leak-canary-wrong-key-3d3d";
 const GARBAGE_TOKEN: &str = "ghp_leakcanarygarbagetoken5a5a5a5a5a5a";
 const BASIC_CREDS: &str = "YWxpY2U6bGVhay1jYW5hcnktcGFzc3dvcmQ="; // alice:leak-canary-password
 
-fn hs256(claims: &Value, secret: &[u8]) -> String {
-    encode(&Header::new(Algorithm::HS256), claims, &EncodingKey::from_secret(secret)).expect("sign")
-}
-
 fn claims(sub: &str, exp: u64) -> Value {
-    json!({"sub": sub, "iss": "https://auth.example.com", "aud": "otc-gateway", "exp": exp, "iat": get_current_timestamp()})
+    jwt::claims(sub, json!({"iss": "https://auth.example.com", "aud": "otc-gateway", "exp": exp}))
 }
 
 async fn call(gw: &Gateway, headers: &[(&str, &str)], tool_id: &str) -> Resp {
@@ -124,31 +118,26 @@ async fn no_secret_or_token_appears_in_output_responses_status_or_metrics() {
     .await;
 
     // --- the clients' tokens -----------------------------------------------
-    let now = get_current_timestamp();
+    let now = jwt::now();
     let alice = hs256(&claims("alice", now + 600), JWT_SECRET.as_bytes());
     let bob = hs256(&claims("bob", now + 600), JWT_SECRET.as_bytes());
     let expired = hs256(&claims("alice", now - 3600), JWT_SECRET.as_bytes());
     let wrong_key = hs256(&claims("alice", now + 600), b"leak-canary-attacker-secret-7e7e7e7e");
-    let alg_none = format!(
-        "{}.{}.",
-        URL_SAFE_NO_PAD.encode(r#"{"alg":"none","typ":"JWT"}"#),
-        URL_SAFE_NO_PAD.encode(claims("mallory-leak-canary", now + 600).to_string())
-    );
+    let alg_none = jwt::unsigned("none", &claims("mallory-leak-canary", now + 600));
     let (alice_auth, bob_auth) = (format!("Bearer {alice}"), format!("Bearer {bob}"));
 
     // Wait until both catalogs are in (GET /tools needs a token).
-    let deadline = Instant::now() + common::WAIT_TIMEOUT;
-    let mut bodies: Vec<(String, String)> = Vec::new();
-    loop {
+    let listing = wait_until("both catalogs are loaded", async || {
         let resp = send_with_headers(gw.addr, "GET", "/tools", Bytes::new(), &[("authorization", &alice_auth)]).await;
         let text = resp.text();
         if resp.status == 200 && text.contains("Mail.Send@1.0.0") && text.contains("Never.Fetched@1.0.0") {
-            bodies.push(("GET /tools".into(), text));
-            break;
+            Ok(text)
+        } else {
+            Err(format!("{} {text}", resp.status))
         }
-        assert!(Instant::now() < deadline, "the catalogs never loaded: {} {text}", resp.status);
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
+    let mut bodies: Vec<(String, String)> = vec![("GET /tools".into(), listing)];
 
     let mut record = |what: &str, resp: Resp, status: u16| {
         assert_eq!(resp.status, status, "{what}: {}", resp.text());

@@ -15,7 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::oidc::{Browser, OidcProvider};
 use common::openbao::OpenBao;
-use common::{echo, needing, send_with_headers, temp_file, Gateway, GatewayConfig, Resp, ToolServer};
+use common::{echo, needing, send_with_headers, temp_file, wait_within, Gateway, GatewayConfig, Resp, ToolServer};
 use serde_json::{json, Value};
 
 const ALICE: &str = "alice-key-6f1c0d";
@@ -714,15 +714,15 @@ async fn the_demo_flow_can_be_clicked_through() {
         send_with_headers(addr, "POST", "/tools/call", Bytes::from(body), &headers).await
     };
     // The catalog is polled: wait for the tool.
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let first = loop {
+    let first = wait_within(Duration::from_secs(20), "the demo challenges the call", async || {
         let resp = call().await;
         if resp.status == 400 && resp.text().contains("missing_requirements") {
-            break resp;
+            Ok(resp)
+        } else {
+            Err(resp.text())
         }
-        assert!(std::time::Instant::now() < deadline, "no challenge from the demo: {}", resp.text());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    })
+    .await;
     let url = first.json()["missing_requirements"]["authorization"][0]["url"].as_str().expect("url").to_owned();
     assert!(url.starts_with(&format!("{base}/oauth/demo-mail/start/")), "{url}");
 
@@ -791,15 +791,11 @@ async fn behind_a_balancer_a_link_and_its_callback_may_reach_different_replicas(
         gw.signal("HUP");
     }
     for gw in [&one, &two] {
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        loop {
+        wait_within(Duration::from_secs(20), "a replica reloaded", async || {
             let metrics = common::send(gw.admin, "GET", "/metrics", Bytes::new(), None).await.text();
-            if metric(&metrics, "otc_gateway_config_generation") >= 2 {
-                break;
-            }
-            assert!(std::time::Instant::now() < deadline, "a replica did not reload");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+            metric(&metrics, "otc_gateway_config_generation") >= 2
+        })
+        .await;
     }
     idp.register_client(CLIENT_ID, CLIENT_SECRET, &[format!("{public_url}/oauth/idp/callback")]).await;
 

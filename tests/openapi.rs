@@ -20,13 +20,15 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpStream};
-use std::path::PathBuf;
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{find_tool, free_addr, send_with_headers, temp_file, Gateway, Resp};
+use common::{
+    find_tool, free_addr, peer_script, send_with_headers, temp_file, wait_listening, wait_until, wait_within, Gateway,
+    Resp,
+};
 use serde_json::{json, Value};
 
 // The credentials tests/peers/openapi_server.py accepts.
@@ -49,22 +51,16 @@ struct Library {
 impl Library {
     fn start() -> Library {
         let addr = free_addr();
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/openapi_server.py");
         let child = Command::new(common::sdk_python())
-            .arg(script)
+            .arg(peer_script("openapi_server.py"))
             .arg(addr.port().to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .expect("start openapi_server.py");
         let mut library = Library { child, addr };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            let exited = library.child.try_wait().expect("wait").is_some();
-            assert!(!exited, "openapi_server.py exited before listening (are fastapi and uvicorn installed?)");
-            assert!(Instant::now() < deadline, "openapi_server.py did not listen within 30 s");
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        let what = "openapi_server.py (are fastapi and uvicorn installed?)";
+        wait_listening(&mut library.child, addr, what, Duration::from_secs(30), String::new);
         library
     }
 
@@ -240,13 +236,6 @@ async fn mcp_names(gw: &Gateway, key: &str) -> Vec<String> {
     let resp = send_with_headers(gw.addr, "POST", "/mcp", Bytes::from(body.to_string()), &headers).await;
     let result = resp.json()["result"].clone();
     result["tools"].as_array().into_iter().flatten().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect()
-}
-
-/// One upstream's entry in `/status`.
-async fn upstream_status(gw: &Gateway, name: &str) -> Value {
-    let status = send_with_headers(gw.admin, "GET", "/status", Bytes::new(), &[]).await.json();
-    let upstreams = status["upstreams"].as_array().cloned().unwrap_or_default();
-    upstreams.into_iter().find(|u| u["name"] == name).unwrap_or_else(|| panic!("no upstream {name} in {status}"))
 }
 
 /// Whether any string in `value` points into `#/components`.
@@ -517,15 +506,15 @@ async fn the_document_is_a_catalog_that_changes_and_reloads() {
     let mut library = Library::start();
     let gw = start(&library, ALL_SECRETS, "").await;
     // Polled with the ETag it came with: an unchanged document is a 304.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    wait_until("the document is revalidated (a 304)", async || {
         let fetches = library.document_fetches().await;
         if fetches.iter().any(|f| f["if_none_match"].is_string() && f["status"] == 304) {
-            break;
+            Ok(())
+        } else {
+            Err(format!("{fetches:?}"))
         }
-        assert!(Instant::now() < deadline, "never revalidated: {fetches:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     // A route added while running: the document changes, and so do the tools.
     assert!(find_tool(&gw.tools().await, "Library.LateArrival@2.3.0").is_none());
     library.add_route().await;
@@ -542,12 +531,15 @@ async fn the_document_is_a_catalog_that_changes_and_reloads() {
     // The API goes away: its last good document's tools stay listed, the
     // failure is in /status, and a call is "temporarily unavailable".
     library.stop();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while upstream_status(&gw, "library").await["up"] != false {
-        assert!(Instant::now() < deadline, "the failure never showed in /status");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let status = upstream_status(&gw, "library").await;
+    let status = wait_until("the failure shows in /status", async || {
+        let status = gw.upstream_status("library").await;
+        if status["up"] == false {
+            Ok(status)
+        } else {
+            Err(status.to_string())
+        }
+    })
+    .await;
     assert!(status["last_error"].as_str().is_some_and(|e| e.contains("cannot reach")), "{status}");
     assert!(find_tool(&gw.tools().await, "Library.LateArrival@2.3.0").is_some(), "the last good tools stay");
     let body = gw.call("Library.GetBook", json!({"book_id": 1})).await.server_error(400);
@@ -621,15 +613,15 @@ async fn a_swagger_2_document_is_a_clear_error_and_the_gateway_keeps_serving() {
     );
     let mut gw = Gateway::start_with_env(&config(&library, ALL_SECRETS, &extra), ENV).await;
     gw.wait_for_tool("Library.GetBook@2.3.0").await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        let old = upstream_status(&gw, "old").await;
+    let status = wait_until("the error shows in /status", async || {
+        let old = gw.upstream_status("old").await;
         if old["last_error"].is_string() {
-            break old;
+            Ok(old)
+        } else {
+            Err(old.to_string())
         }
-        assert!(Instant::now() < deadline, "no error in /status: {old}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     let error = status["last_error"].as_str().expect("error");
     assert!(error.contains("Swagger 2.0") && error.contains("OpenAPI 3"), "{error}");
     assert_eq!(status["up"], false);
@@ -729,7 +721,7 @@ components:
     assert!(!ids.iter().any(|i| i.starts_with("Shelf.AdminPanel")), "not selected: {ids:?}");
     // A multipart body is not supported: skipped with the reason in /status.
     assert!(!ids.iter().any(|i| i.starts_with("Shelf.CreateBook")), "{ids:?}");
-    let skipped = upstream_status(&gw, "yaml").await["skipped"].to_string();
+    let skipped = gw.upstream_status("yaml").await["skipped"].to_string();
     assert!(skipped.contains("POST /books") && skipped.contains("multipart/form-data"), "{skipped}");
     let _ = std::fs::remove_file(path);
 }
@@ -790,21 +782,21 @@ async fn hostile_documents_are_bounded_and_the_gateway_keeps_serving() {
     let selfish = find_tool(&tools, "Hostile.Selfish@1.0.0").expect("listed");
     assert!(selfish["input_schema"]["properties"]["me"]["description"].as_str().expect("stub").contains("recursive"));
     // The external references: skipped with their reasons, nothing fetched.
-    let skipped = upstream_status(&gw, "hostile").await["skipped"].to_string();
+    let skipped = gw.upstream_status("hostile").await["skipped"].to_string();
     assert!(skipped.contains("POST /file") && skipped.contains("outside the document"), "{skipped}");
     assert!(skipped.contains("POST /url"), "{skipped}");
     let sent = library.log().await;
     assert!(!sent.iter().any(|r| r["raw_path"] == "/stolen"), "a $ref was fetched: {sent:?}");
     // A document over catalog.max_catalog_bytes (32 MiB) is refused whole.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let huge = loop {
-        let huge = upstream_status(&gw, "huge").await;
+    let huge = wait_within(Duration::from_secs(20), "the huge document's error shows in /status", async || {
+        let huge = gw.upstream_status("huge").await;
         if huge["last_error"].is_string() {
-            break huge;
+            Ok(huge)
+        } else {
+            Err(huge.to_string())
         }
-        assert!(Instant::now() < deadline, "{huge}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     assert!(huge["last_error"].as_str().expect("error").contains("larger than"), "{huge}");
     // And the gateway serves on.
     assert_eq!(value(&gw, "Hostile.GetBook", json!({"book_id": 9})).await["id"], 9);

@@ -10,10 +10,10 @@
 mod common;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use common::{send_with_headers, Gateway};
+use common::{send_with_headers, wait_within, Gateway};
 use serde_json::Value;
 
 fn github_description() -> PathBuf {
@@ -68,15 +68,15 @@ toolkit = "GitHub"
     );
     let gw = Gateway::start(&toml).await;
     // Generous: a debug build on a shared machine; the benchmark times it.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let tools = loop {
+    let tools = wait_within(Duration::from_secs(120), "the document's tools are listed", async || {
         let tools = gw.tools().await;
-        if !tools.is_empty() {
-            break tools;
+        if tools.is_empty() {
+            Err(format!("no tools; log:\n{}", gw.logs()))
+        } else {
+            Ok(tools)
         }
-        assert!(Instant::now() < deadline, "no tools; log:\n{}", gw.logs());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    })
+    .await;
     let status = send_with_headers(gw.admin, "GET", "/status", Bytes::new(), &[]).await.json();
     let upstreams = status["upstreams"].as_array().cloned().unwrap_or_default();
     let github = upstreams.iter().find(|u| u["name"] == "github").expect("github in /status");

@@ -12,10 +12,10 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
-use common::{add, add_schema, catalog, tool, Gateway, GatewayConfig, ToolServer};
+use common::{add, add_schema, catalog, tool, wait_within, Gateway, GatewayConfig, ToolServer};
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
@@ -214,49 +214,39 @@ async fn prometheus_scrapes_calls_and_computes_a_quantile() {
     let client: HttpClient = Client::builder(TokioExecutor::new()).build_http();
 
     // Ready.
-    let ready_by = Instant::now() + Duration::from_secs(30);
-    loop {
+    wait_within(Duration::from_secs(30), "prometheus is ready", async || {
         prometheus.assert_running();
-        if let Some((200, _)) = get(&client, &format!("http://{}/-/ready", prometheus.addr)).await {
-            break;
+        match get(&client, &format!("http://{}/-/ready", prometheus.addr)).await {
+            Some((200, _)) => Ok(()),
+            other => Err(format!("{other:?}\nlog:\n{}", prometheus.log())),
         }
-        assert!(Instant::now() < ready_by, "prometheus not ready after 30 s:\n{}", prometheus.log());
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    })
+    .await;
 
     // Scraped: the call counter with its labels, then a quantile over the histogram.
     let calls_query = "otc_gateway_tool_calls_total";
     let quantile_query =
         "histogram_quantile(0.5, sum by (le) (rate(otc_gateway_tool_call_duration_seconds_bucket[1m])))";
-    let deadline = Instant::now() + Duration::from_secs(30);
     let mut calls = Vec::new();
-    let mut median = f64::NAN;
-    while Instant::now() < deadline {
+    let median = wait_within(Duration::from_secs(30), "Prometheus has the calls and a median", async || {
         prometheus.assert_running();
         if calls.is_empty() {
             calls = query(&client, prometheus.addr, calls_query).await.unwrap_or_default();
         }
-        if !calls.is_empty() {
-            if let Some(result) = query(&client, prometheus.addr, quantile_query).await {
-                if let Some(value) = result.first().map(sample_value).filter(|v| v.is_finite()) {
-                    median = value;
-                    break;
-                }
+        let median = match calls.is_empty() {
+            true => None,
+            false => query(&client, prometheus.addr, quantile_query).await,
+        };
+        match median.and_then(|result| result.first().map(sample_value)).filter(|v| v.is_finite()) {
+            Some(median) => Ok(median),
+            None => {
+                let targets = get(&client, &format!("http://{}/api/v1/targets", prometheus.addr)).await;
+                let missing = if calls.is_empty() { calls_query } else { quantile_query };
+                Err(format!("no number for {missing}\ntargets: {targets:?}\nlog:\n{}", prometheus.log()))
             }
         }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-    let targets = get(&client, &format!("http://{}/api/v1/targets", prometheus.addr)).await;
-    assert!(
-        !calls.is_empty(),
-        "{calls_query} never appeared in Prometheus\ntargets: {targets:?}\nlog:\n{}",
-        prometheus.log()
-    );
-    assert!(
-        median.is_finite(),
-        "{quantile_query} never returned a number\ntargets: {targets:?}\nlog:\n{}",
-        prometheus.log()
-    );
+    })
+    .await;
 
     eprintln!("prometheus at {} scraped {target}: {} call series, median {median:.4} s", prometheus.addr, calls.len());
 

@@ -6,12 +6,15 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{add, add_schema, find_tool, forwarded, free_addr, tool, tool_error, GatewayConfig, ToolServer};
+use common::{
+    add, add_schema, find_tool, forwarded, free_addr, peer_script, tool, tool_error, wait_listening, GatewayConfig,
+    ToolServer,
+};
 use serde_json::{json, Value};
 
 /// How long a Python peer may take to import and listen.
@@ -28,10 +31,6 @@ fn python(env_var: &str, venv: &str) -> PathBuf {
         path.display()
     );
     path
-}
-
-fn peer_script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers").join(name)
 }
 
 /// A Python server process on 127.0.0.1:<free port>, killed on drop. Its
@@ -55,19 +54,9 @@ impl PythonServer {
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {} {script}: {e}", python.display()));
         let mut server = PythonServer { child, addr };
-        let deadline = Instant::now() + PEER_START;
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            let stderr = || std::fs::read_to_string(&log).unwrap_or_default();
-            if let Some(status) = server.child.try_wait().expect("wait") {
-                panic!("{script} exited ({status}) before listening on {addr}:\n{}", stderr());
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{script} did not listen on {addr} within {PEER_START:?}:\n{}",
-                stderr()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
+        wait_listening(&mut server.child, addr, script, PEER_START, || {
+            std::fs::read_to_string(&log).unwrap_or_default()
+        });
         server
     }
 

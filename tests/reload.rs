@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{add, add_schema, catalog, echo, find_tool, send, send_with_headers, tool, Gateway, ToolServer};
+use common::{
+    add, add_schema, catalog, echo, find_tool, send, send_with_headers, tool, wait_until, Gateway, ToolServer,
+};
 use serde_json::{json, Value};
 
 /// A config with both listeners on port 0 and these upstreams.
@@ -38,28 +40,28 @@ async fn metrics(gw: &Gateway) -> String {
 
 /// Waits until /status reports this generation.
 async fn wait_generation(gw: &Gateway, generation: u64) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    wait_until(&format!("/status reports generation {generation}"), async || {
         let s = status(gw).await;
         if s["generation"].as_u64() >= Some(generation) {
-            return s;
+            Ok(s)
+        } else {
+            Err(s.to_string())
         }
-        assert!(Instant::now() < deadline, "generation {generation} never came: {s}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 /// Waits until /status shows a failed last reload.
 async fn wait_failed_reload(gw: &Gateway) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    wait_until("/status shows the failed reload", async || {
         let s = status(gw).await;
         if s["last_reload"]["ok"] == json!(false) {
-            return s;
+            Ok(s)
+        } else {
+            Err(s.to_string())
         }
-        assert!(Instant::now() < deadline, "the bad config was never noticed: {s}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await
 }
 
 #[tokio::test]

@@ -1,62 +1,27 @@
 //! Nothing a client or an upstream does may take the gateway down, hang it,
-//! or make a call run twice: circuit breaking, hostile framing and bodies,
-//! slow clients, many calls at once, lying upstreams, graceful shutdown.
+//! or make a call run twice: circuit breaking, deeply nested bodies, slow
+//! clients, many calls at once, lying upstreams, `max_in_flight`, graceful
+//! shutdown. (Request framing: tests/framing.rs.)
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{add, add_schema, catalog, tool, Gateway, ToolServer};
+use common::{
+    add_call_body, add_schema, calculator, call_request, catalog, gateway_for, raw_exchange, read_answers, tool,
+    wait_until, GatewayConfig,
+};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// A gateway config with every listener on port 0 and fast polling.
-fn config(server_extra: &str, upstreams: &str) -> String {
-    format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n{server_extra}\n\
-         [catalog]\npoll_interval = \"200ms\"\nrequest_timeout = \"1s\"\n\n{upstreams}"
-    )
-}
-
-fn upstream(name: &str, url: &str, extra: &str) -> String {
-    format!("[[upstreams]]\nname = \"{name}\"\nurl = \"{url}\"\n{extra}\n")
-}
-
-async fn calculator() -> ToolServer {
-    let server = ToolServer::start(catalog(vec![tool("Calculator.Add", "1.0.0", add_schema())])).await;
-    server.on_call(add);
-    server
-}
-
-/// A gateway (`server_extra` in its `[server]` table) in front of `calc`,
-/// started once `Calculator.Add@1.0.0` is listed.
-async fn gateway_for(calc: &ToolServer, server_extra: &str) -> Gateway {
-    let gw = Gateway::start(&config(server_extra, &upstream("calc", &calc.url(), ""))).await;
-    gw.wait_for_tool("Calculator.Add@1.0.0").await;
-    gw
-}
-
-/// Writes raw bytes on a new connection and reads until the gateway closes it
-/// or `limit` passes; returns what came back and whether it was closed.
-async fn raw_exchange(gw: &Gateway, request: &[u8], limit: Duration) -> (String, bool) {
-    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
-    stream.write_all(request).await.expect("write");
-    common::read_until_closed(&mut stream, limit).await
-}
-
-fn add_call_body() -> String {
-    json!({"request": {"tool_id": "Calculator.Add@1.0.0", "input": {"a": 1, "b": 2}}}).to_string()
-}
-
 #[tokio::test]
 async fn an_upstream_refusing_connections_opens_its_circuit_and_a_probe_closes_it() {
     let mut server = calculator().await;
-    let gw = Gateway::start(&config(
-        "",
-        &upstream("calc", &server.url(), "circuit_failures = 2\ncircuit_cooldown = \"700ms\""),
-    ))
-    .await;
+    let gw = GatewayConfig::new()
+        .upstream_with("calc", &server.url(), "circuit_failures = 2\ncircuit_cooldown = \"700ms\"")
+        .start()
+        .await;
     gw.wait_for_tool("Calculator.Add@1.0.0").await;
 
     server.stop().await;
@@ -79,272 +44,17 @@ async fn an_upstream_refusing_connections_opens_its_circuit_and_a_probe_closes_i
 
     server.restart().await;
     // After the cooldown one probe goes through, succeeds, and closes it.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    let resp = wait_until("the circuit closes again", async || {
         let resp = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await;
         if resp.status == 200 {
-            assert_eq!(resp.result()["value"], json!(3));
-            break;
+            Ok(resp)
+        } else {
+            Err(resp.text())
         }
-        assert!(Instant::now() < deadline, "the circuit never closed again: {}", resp.text());
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
+    assert_eq!(resp.result()["value"], json!(3));
     assert!(server.call_count() >= 1);
-}
-
-#[tokio::test]
-async fn content_length_with_transfer_encoding_is_refused_and_the_connection_closed() {
-    let server = calculator().await;
-    let gw = gateway_for(&server, "").await;
-    let body = add_call_body();
-    let request = format!(
-        "POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\nTransfer-Encoding: chunked\r\n\r\n{body}",
-        body.len()
-    );
-    let (answer, closed) = raw_exchange(&gw, request.as_bytes(), Duration::from_secs(5)).await;
-    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-    assert!(closed, "the connection must be closed after ambiguous framing");
-    assert_eq!(server.call_count(), 0, "a smuggling attempt must never reach the upstream");
-}
-
-#[tokio::test]
-async fn two_content_lengths_are_refused_and_the_connection_closed() {
-    let server = calculator().await;
-    let gw = gateway_for(&server, "").await;
-    let body = add_call_body();
-    let request = format!(
-        "POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\nContent-Length: 3\r\n\r\n{body}",
-        body.len()
-    );
-    let (answer, closed) = raw_exchange(&gw, request.as_bytes(), Duration::from_secs(5)).await;
-    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-    assert!(closed);
-    assert_eq!(server.call_count(), 0);
-}
-
-#[tokio::test]
-async fn a_content_length_that_is_not_digits_alone_is_refused_and_the_connection_closed() {
-    let server = calculator().await;
-    let gw = gateway_for(&server, "").await;
-    let body = add_call_body();
-    // RFC 9110: Content-Length = 1*DIGIT. A sign is what a lenient parser
-    // reads and a strict one refuses: two readers of one request disagree.
-    for length in [format!("+{}", body.len()), format!("{}.0", body.len()), format!("0x{:x}", body.len())] {
-        let request = format!("POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: {length}\r\n\r\n{body}");
-        let (answer, closed) = raw_exchange(&gw, request.as_bytes(), Duration::from_secs(5)).await;
-        assert!(answer.starts_with("HTTP/1.1 400"), "{length}: {answer}");
-        assert!(closed, "{length}");
-    }
-    assert_eq!(server.call_count(), 0, "no such request reaches the upstream");
-}
-
-#[tokio::test]
-async fn an_unparsable_request_head_gets_a_json_400_and_the_connection_closed() {
-    let gw = Gateway::start(&config("", "")).await;
-    let (answer, closed) = raw_exchange(&gw, b"GARBAGE\x01 / HTTP/9\r\n\0\0\r\n\r\n", Duration::from_secs(5)).await;
-    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
-    let body = answer.split_once("\r\n\r\n").map_or("", |(_, body)| body);
-    let json: serde_json::Value = serde_json::from_str(body).expect("a JSON body, not an empty page");
-    assert!(json["message"].is_string(), "{json}");
-    assert!(closed, "the connection must be closed");
-    assert_eq!(gw.get("/health").await.status, 200, "the gateway keeps serving");
-}
-
-#[tokio::test]
-async fn keep_alive_carries_several_requests_and_http_1_0_closes_after_one() {
-    let gw = Gateway::start(&config("", "")).await;
-    // Two requests, one after the other, on one connection.
-    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
-    for last in [false, true] {
-        let close = if last { "Connection: close\r\n" } else { "" };
-        stream
-            .write_all(format!("GET /health HTTP/1.1\r\nHost: localhost\r\n{close}\r\n").as_bytes())
-            .await
-            .expect("write");
-        let mut buf = [0u8; 4096];
-        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
-            .await
-            .expect("an answer")
-            .expect("read");
-        let answer = String::from_utf8_lossy(&buf[..n]).into_owned();
-        assert!(answer.starts_with("HTTP/1.1 200"), "request {} on the connection: {answer}", if last { 2 } else { 1 });
-    }
-    let mut rest = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
-    assert!(matches!(read, Ok(Ok(0))), "closed after `Connection: close`");
-    let (answer, closed) = raw_exchange(&gw, b"GET /health HTTP/1.0\r\n\r\n", Duration::from_secs(5)).await;
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(closed, "an HTTP/1.0 request without keep-alive closes the connection");
-}
-
-#[tokio::test]
-async fn pipelined_requests_are_all_answered_in_order() {
-    let calc = calculator().await;
-    let gw = gateway_for(&calc, "").await;
-    // Three requests in one write, a call with a body in the middle: the
-    // bytes read past each request are parsed as the next one.
-    let call = add_call_body();
-    let pipelined = format!(
-        "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n\
-         POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{call}\
-         GET /nowhere HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
-        call.len()
-    );
-    let (answers, closed) = raw_exchange(&gw, pipelined.as_bytes(), Duration::from_secs(10)).await;
-    assert!(closed, "the last request asked to close: {answers}");
-    let statuses: Vec<&str> = answers.match_indices("HTTP/1.1 ").map(|(at, _)| &answers[at + 9..at + 12]).collect();
-    assert_eq!(statuses, ["200", "200", "404"], "{answers}");
-    assert!(answers.contains(r#""tools":1"#), "first the health answer: {answers}");
-    assert!(answers.contains(r#""value":3"#), "then the call's: {answers}");
-}
-
-/// Reads `count` complete answers (each with a Content-Length body) from
-/// `stream`; returns each answer's status and body.
-async fn read_answers(stream: &mut TcpStream, count: usize) -> Vec<(String, Value)> {
-    let mut bytes = Vec::new();
-    let mut answers = Vec::new();
-    let mut buf = [0u8; 8192];
-    while answers.len() < count {
-        let text = String::from_utf8_lossy(&bytes).into_owned();
-        if let Some(end) = text.find("\r\n\r\n") {
-            let head = text[..end].to_ascii_lowercase();
-            let len: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length: "))
-                .and_then(|v| v.trim().parse().ok())
-                .expect("every answer has a content-length");
-            if bytes.len() >= end + 4 + len {
-                let body = serde_json::from_slice(&bytes[end + 4..end + 4 + len]).expect("a JSON body");
-                answers.push((head[9..12].to_owned(), body));
-                bytes.drain(..end + 4 + len);
-                continue;
-            }
-        }
-        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
-            .await
-            .expect("an answer")
-            .expect("read");
-        assert!(n > 0, "closed after {} answers of {count}", answers.len());
-        bytes.extend_from_slice(&buf[..n]);
-    }
-    answers
-}
-
-fn call_request(body: &str, extra_headers: &str) -> String {
-    format!(
-        "POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{extra_headers}Content-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-}
-
-#[tokio::test]
-async fn calls_that_arrive_in_pieces_or_pipelined_are_answered_in_order_on_one_connection() {
-    let calc = calculator().await;
-    let gw = gateway_for(&calc, "").await;
-    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
-    // One call trickling in: the head cut mid-line, then the body in two.
-    let request = call_request(&add_call_body(), "");
-    let body_at = request.find("\r\n\r\n").expect("a head") + 4;
-    for piece in [&request[..20], &request[20..body_at], &request[body_at..body_at + 10], &request[body_at + 10..]] {
-        stream.write_all(piece.as_bytes()).await.expect("write");
-        tokio::time::sleep(Duration::from_millis(30)).await;
-    }
-    let answers = read_answers(&mut stream, 1).await;
-    assert_eq!(answers[0].0, "200", "{answers:?}");
-    assert_eq!(answers[0].1["result"]["value"], 3);
-    // Then, in one write: two calls, a request of another kind, and a call
-    // after it.
-    let second = json!({"request": {"tool_id": "Calculator.Add@1.0.0", "input": {"a": 20, "b": 22}}}).to_string();
-    let pipelined = [
-        call_request(&second, ""),
-        call_request(&add_call_body(), ""),
-        "GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n".to_owned(),
-        call_request(&second, ""),
-    ]
-    .concat();
-    stream.write_all(pipelined.as_bytes()).await.expect("write");
-    let answers = read_answers(&mut stream, 4).await;
-    let statuses: Vec<&str> = answers.iter().map(|(status, _)| status.as_str()).collect();
-    assert_eq!(statuses, ["200", "200", "200", "200"], "{answers:?}");
-    assert_eq!(answers[0].1["result"]["value"], 42);
-    assert_eq!(answers[1].1["result"]["value"], 3);
-    assert_eq!(answers[2].1["tools"], 1, "the health answer, third: {answers:?}");
-    assert_eq!(answers[3].1["result"]["value"], 42);
-    assert_eq!(calc.call_count(), 4, "each call ran once");
-}
-
-#[tokio::test]
-async fn a_call_refused_after_a_served_one_on_the_same_connection_gets_its_401() {
-    let calc = calculator().await;
-    let key_file = common::temp_file("client-key", "txt", "ck-lean-path-5d5d\n");
-    let jwt_secret = common::temp_file("jwt-secret", "txt", "a-secret-no-client-here-knows-1234\n");
-    let auth = format!(
-        "[auth]\nmode = \"jwt\"\nhs256_secret = \"file:{}\"\napi_keys = [{{ key = \"file:{}\", user_id = \"svc\" }}]\n",
-        jwt_secret.display(),
-        key_file.display()
-    );
-    let gw = Gateway::start(&config("", &format!("{auth}\n{}", upstream("calc", &calc.url(), "")))).await;
-    let good = "Authorization: Bearer ck-lean-path-5d5d\r\n";
-    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
-    // (The tool may not be listed yet: wait for it on this connection.)
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        stream.write_all(call_request(&add_call_body(), good).as_bytes()).await.expect("write");
-        let answer = read_answers(&mut stream, 1).await.remove(0);
-        if answer.0 == "200" {
-            assert_eq!(answer.1["result"]["value"], 3);
-            break;
-        }
-        assert!(Instant::now() < deadline, "never listed: {answer:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let calls_before = calc.call_count();
-    // A refused call on the same connection, a good one pipelined behind it.
-    // Its body is left unread (an unauthenticated client's body is not
-    // taken in), so the connection closes after the 401.
-    let requests =
-        [call_request(&add_call_body(), "Authorization: Bearer not-a-key\r\n"), call_request(&add_call_body(), good)]
-            .concat();
-    stream.write_all(requests.as_bytes()).await.expect("write");
-    let refused = read_answers(&mut stream, 1).await.remove(0);
-    assert_eq!(refused.0, "401", "{refused:?}");
-    assert!(refused.1["message"].is_string(), "{refused:?}");
-    let mut rest = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut rest)).await;
-    assert!(matches!(read, Ok(Ok(0))), "closed after the 401, nothing more: {:?}", String::from_utf8_lossy(&rest));
-    let mut again = TcpStream::connect(gw.addr).await.expect("connect");
-    again.write_all(call_request(&add_call_body(), good).as_bytes()).await.expect("write");
-    let answer = read_answers(&mut again, 1).await.remove(0);
-    assert_eq!((answer.0.as_str(), &answer.1["result"]["value"]), ("200", &json!(3)), "{answer:?}");
-    assert_eq!(calc.call_count(), calls_before + 1, "only the authenticated call ran");
-}
-
-#[tokio::test]
-async fn a_head_answer_has_no_body_and_the_connection_stays_usable() {
-    let gw = Gateway::start(&config("", "")).await;
-    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
-    stream.write_all(b"HEAD /tools HTTP/1.1\r\nHost: localhost\r\n\r\n").await.expect("write");
-    let mut buf = [0u8; 4096];
-    let n =
-        tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await.expect("an answer").expect("read");
-    let head = String::from_utf8_lossy(&buf[..n]).into_owned();
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    assert!(head.to_ascii_lowercase().contains("content-length: "), "HEAD tells the length GET would have: {head}");
-    assert!(head.ends_with("\r\n\r\n"), "no body bytes after a HEAD answer: {head:?}");
-    stream.write_all(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n").await.expect("write");
-    let n =
-        tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await.expect("an answer").expect("read");
-    let next = String::from_utf8_lossy(&buf[..n]).into_owned();
-    assert!(next.starts_with("HTTP/1.1 200"), "the next answer starts cleanly: {next:?}");
-}
-
-#[tokio::test]
-async fn oversized_headers_are_431() {
-    let gw = Gateway::start(&config("max_header_bytes = 4096", "")).await;
-    let request = format!("GET /tools HTTP/1.1\r\nHost: localhost\r\nX-Padding: {}\r\n\r\n", "a".repeat(8000));
-    let (answer, _) = raw_exchange(&gw, request.as_bytes(), Duration::from_secs(5)).await;
-    assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
-    assert_eq!(gw.get("/health").await.status, 200, "the gateway keeps serving");
 }
 
 #[tokio::test]
@@ -371,7 +81,7 @@ async fn a_client_that_stops_sending_its_body_is_cut_off_and_holds_nobody_up() {
     let started = Instant::now();
     let stalled = async {
         let request = "POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{\"request\":";
-        raw_exchange(&gw, request.as_bytes(), Duration::from_secs(10)).await
+        raw_exchange(gw.addr, request.as_bytes(), Duration::from_secs(10)).await
     };
     let meanwhile = async {
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -487,7 +197,7 @@ async fn lying_upstream() -> std::net::SocketAddr {
 #[tokio::test]
 async fn an_upstream_that_resets_mid_answer_is_a_200_failure_and_not_retried() {
     let addr = lying_upstream().await;
-    let gw = Gateway::start(&config("", &upstream("liar", &format!("http://{addr}"), ""))).await;
+    let gw = GatewayConfig::new().upstream("liar", &format!("http://{addr}")).start().await;
     gw.wait_for_tool("Calculator.Add@1.0.0").await;
     let resp = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await;
     let result = resp.result();

@@ -5,14 +5,10 @@
 
 mod common;
 
-use std::path::PathBuf;
-use std::process::Command;
-use std::time::{Duration, Instant};
-
 use bytes::Bytes;
-use common::{echo, send_with_headers, Gateway, GatewayConfig, Resp, ToolServer};
-use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
+use common::{echo, jwt, send_with_headers, wait_until, Gateway, GatewayConfig, Resp, ToolServer};
 use serde_json::{json, Value};
+use std::process::Command;
 
 /// A definition with this description and these parameters (name: description).
 fn described(key: &str, version: &str, description: &str, parameters: &[(&str, &str)]) -> Value {
@@ -94,15 +90,15 @@ async fn ids_for(gw: &Gateway, query: &str, headers: &[(&str, &str)]) -> Vec<Str
 /// Polls until the search's best result is `best` (`None`: until it finds
 /// nothing): a search follows the catalog.
 async fn wait_for_search(gw: &Gateway, query: &str, headers: &[(&str, &str)], best: Option<&str>) {
-    let deadline = Instant::now() + common::WAIT_TIMEOUT;
-    loop {
+    wait_until(&format!("the best result for {query} is {best:?}"), async || {
         let found = ids_for(gw, query, headers).await;
         if found.first().map(String::as_str) == best {
-            return;
+            Ok(())
+        } else {
+            Err(format!("{found:?}"))
         }
-        assert!(Instant::now() < deadline, "{query}: still {found:?}, best not {best:?}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -199,10 +195,8 @@ async fn a_tool_added_upstream_is_found_after_the_next_poll_and_a_removed_one_is
 
 const SECRET: &str = "tool-search-test-secret";
 
-fn jwt(claims: Value) -> String {
-    let mut claims = claims;
-    claims["exp"] = json!(get_current_timestamp() + 600);
-    encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(SECRET.as_bytes())).expect("sign")
+fn token(sub: &str, extra: Value) -> String {
+    jwt::hs256(&jwt::claims(sub, extra), SECRET.as_bytes())
 }
 
 /// Mail for the mail group, SMS for the support group, the calculator for everyone.
@@ -230,7 +224,7 @@ async fn two_callers_under_different_policies_each_find_only_their_tools_with_jw
     let server = ToolServer::start(common::catalog(office())).await;
     let config = GatewayConfig::new().upstream("office", &server.url()).raw(auth).raw(POLICIES);
     let gw = config.start_with_env(&[("TOOL_SEARCH_SECRET", SECRET), ("TOOL_SEARCH_SAM_KEY", "sam-key")]).await;
-    let ann = format!("Bearer {}", jwt(json!({"sub": "ann", "groups": ["mail"]})));
+    let ann = format!("Bearer {}", token("ann", json!({"groups": ["mail"]})));
     let ann = [("authorization", ann.as_str())];
     let sam = [("oxp-api-key", "sam-key")];
     wait_for_search(&gw, "q=calc", &ann, Some("Calc.Add@2.0.0")).await;
@@ -247,7 +241,7 @@ async fn two_callers_under_different_policies_each_find_only_their_tools_with_jw
     let unknown = search_with(&gw, "q=zebra+giraffe", &ann).await;
     assert_eq!(hidden.text(), unknown.text(), "hidden tools answer as words no tool holds");
     // A JWT naming the API key's user is not that user: refused.
-    let sam_jwt = format!("Bearer {}", jwt(json!({"sub": "sam"})));
+    let sam_jwt = format!("Bearer {}", token("sam", json!({})));
     assert_eq!(search_with(&gw, "q=SendSms", &[("authorization", sam_jwt.as_str())]).await.status, 401);
     // No credentials: 401, as on every route.
     let refused = search_with(&gw, "q=sms", &[]).await;
@@ -379,11 +373,15 @@ async fn tools_list_is_the_catalog_by_default_and_a_reload_turns_search_mode_on(
     assert_eq!(answer["error"]["code"], -32602, "{answer}");
 
     gw.rewrite_config(&config.raw("[mcp]\ntool_listing = \"search\"\n").toml());
-    let deadline = Instant::now() + common::WAIT_TIMEOUT;
-    while mcp(&gw, "tools/list", json!({}), &[]).await["result"]["tools"].as_array().map(Vec::len) != Some(2) {
-        assert!(Instant::now() < deadline, "search mode never applied:\n{}", gw.logs());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait_until("search mode applies (tools/list shows the two meta-tools)", async || {
+        let listed = mcp(&gw, "tools/list", json!({}), &[]).await;
+        if listed["result"]["tools"].as_array().map(Vec::len) == Some(2) {
+            Ok(())
+        } else {
+            Err(format!("{listed}\nlogs:\n{}", gw.logs()))
+        }
+    })
+    .await;
     let found = mcp(&gw, "tools/call", json!({"name": "search_tools", "arguments": {"query": "refund"}}), &[]).await;
     assert_eq!(found_names(&found)[0], "Billing_Refund", "{found}");
 }
@@ -395,7 +393,7 @@ async fn the_python_sdk_client_searches_then_calls() {
     wait_for_search(&gw, "q=SendSms", &[], Some("Sms.SendSms@1.0.0")).await;
     let mut command = Command::new(common::sdk_python());
     command
-        .arg(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/mcp_search_client.py"))
+        .arg(common::peer_script("mcp_search_client.py"))
         .arg(format!("{}/mcp", gw.url()))
         .arg("text a phone number, or refund a charge")
         .arg(json!({"to": "+15551234567", "body": "running late"}).to_string())

@@ -24,12 +24,9 @@ impl Redis {
             .stderr(Stdio::null())
             .spawn()
             .expect("redis-server is missing: run scripts/test.sh, which installs it");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(addr).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not listen");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Redis { child, addr }
+        let mut redis = Redis { child, addr };
+        wait_listening(&mut redis.child, addr, "redis-server", WAIT_TIMEOUT, String::new);
+        redis
     }
 
     /// `redis://ADDR`.
@@ -89,16 +86,11 @@ impl Nginx {
             .stderr(Stdio::null())
             .spawn()
             .expect("nginx is missing: run scripts/test.sh, which installs it");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(addr).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "nginx did not listen: {}",
-                std::fs::read_to_string(dir.join("error.log")).unwrap_or_default()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Nginx { child, addr, dir }
+        let mut nginx = Nginx { child, addr, dir };
+        let error_log = nginx.dir.join("error.log");
+        let log = || std::fs::read_to_string(&error_log).unwrap_or_default();
+        wait_listening(&mut nginx.child, addr, "nginx", WAIT_TIMEOUT, log);
+        nginx
     }
 }
 

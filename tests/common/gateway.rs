@@ -139,15 +139,14 @@ impl Gateway {
     /// Waits up to `limit` for the process to exit; its status, or None.
     pub async fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
         let deadline = Instant::now() + limit;
-        loop {
+        // (Not `wait_within`: running on is an answer here, not a failure.)
+        while Instant::now() < deadline {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return Some(status);
             }
-            if Instant::now() > deadline {
-                return None;
-            }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        self.child.try_wait().unwrap()
     }
 
     /// Whether the process is still running.
@@ -172,17 +171,15 @@ impl Gateway {
 
     /// Waits until the gateway's stderr contains every one of `needles`.
     pub async fn wait_for_log(&self, needles: &[&str]) -> String {
-        let deadline = Instant::now() + WAIT_TIMEOUT;
-        loop {
+        wait_until(&format!("the gateway logged all of {needles:?}"), async || {
             let logs = self.logs();
             if needles.iter().all(|n| logs.contains(n)) {
-                return logs;
+                Ok(logs)
+            } else {
+                Err(format!("stderr:\n{logs}"))
             }
-            if Instant::now() > deadline {
-                panic!("the gateway never logged all of {needles:?}; stderr:\n{logs}");
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     /// `http://ADDR` of the front.
@@ -193,6 +190,12 @@ impl Gateway {
     /// Any request to the front.
     pub async fn request(&self, method: &str, path: &str, body: impl Into<Bytes>, content_type: Option<&str>) -> Resp {
         send(self.addr, method, path, body.into(), content_type).await
+    }
+
+    /// Writes raw bytes on a new connection to the front and reads until the
+    /// gateway closes it (or 5 s pass): what came back, and whether it closed.
+    pub async fn exchange(&self, request: &[u8]) -> (String, bool) {
+        raw_exchange(self.addr, request, Duration::from_secs(5)).await
     }
 
     /// GET `path`.
@@ -225,22 +228,39 @@ impl Gateway {
         body["items"].as_array().unwrap_or_else(|| panic!("GET /tools has no items array: {body}")).clone()
     }
 
+    /// One upstream's entry in the admin `/status` (`up`, `last_error`,
+    /// `tools`, ...).
+    pub async fn upstream_status(&self, name: &str) -> Value {
+        let status = send(self.admin, "GET", "/status", Bytes::new(), None).await.json();
+        let upstreams = status["upstreams"].as_array().cloned().unwrap_or_default();
+        upstreams.into_iter().find(|u| u["name"] == name).unwrap_or_else(|| panic!("no upstream {name} in {status}"))
+    }
+
     /// Polls GET /tools until `pred(items)` holds; returns those items.
     pub async fn wait_for_tools(&self, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        let deadline = Instant::now() + WAIT_TIMEOUT;
-        loop {
+        wait_until(what, async || {
             let items = self.tools().await;
             if pred(&items) {
-                return items;
+                Ok(items)
+            } else {
+                Err(format!("GET /tools items: {}", serde_json::to_string_pretty(&items).unwrap()))
             }
-            if Instant::now() > deadline {
-                panic!(
-                    "timed out waiting until {what}; GET /tools items: {}",
-                    serde_json::to_string_pretty(&items).unwrap()
-                );
+        })
+        .await
+    }
+
+    /// Polls GET /tools, sent with these headers (a token, an API key), until
+    /// it answers 200 and lists `id`; returns the items.
+    pub async fn wait_listed(&self, headers: &[(&str, &str)], id: &str) -> Vec<Value> {
+        wait_until(&format!("{id} is listed"), async || {
+            let resp = send_with_headers(self.addr, "GET", "/tools", Bytes::new(), headers).await;
+            let items = (resp.status == 200).then(|| resp.json()["items"].as_array().cloned()).flatten();
+            match items {
+                Some(items) if find_tool(&items, id).is_some() => Ok(items),
+                _ => Err(format!("GET /tools: {} {}", resp.status, resp.text())),
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await
     }
 
     /// Waits until GET /tools lists `id`; returns its definition.
@@ -253,6 +273,14 @@ impl Gateway {
     pub async fn wait_for_tool_gone(&self, id: &str) {
         self.wait_for_tools(&format!("{id} is no longer listed"), |items| find_tool(items, id).is_none()).await;
     }
+}
+
+/// A gateway in front of `calc` (upstream `calc`), `server_lines` added to
+/// its `[server]` table (may be empty), once `Calculator.Add@1.0.0` is listed.
+pub async fn gateway_for(calc: &ToolServer, server_lines: &str) -> Gateway {
+    let gw = GatewayConfig::new().server_line(server_lines).upstream("calc", &calc.url()).start().await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
+    gw
 }
 
 impl Drop for Gateway {

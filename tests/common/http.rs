@@ -75,7 +75,6 @@ impl Resp {
     }
 }
 
-/// One request on a fresh connection, bounded by [`REQUEST_TIMEOUT`].
 /// Reads a raw connection until the gateway closes it or `limit` passes:
 /// what came back, and whether it was closed.
 pub async fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (String, bool) {
@@ -93,6 +92,102 @@ pub async fn read_until_closed(stream: &mut TcpStream, limit: Duration) -> (Stri
     }
 }
 
+/// Writes raw bytes on a new connection and reads until the gateway closes
+/// it or `limit` passes: what came back, and whether it was closed.
+pub async fn raw_exchange(addr: SocketAddr, request: &[u8], limit: Duration) -> (String, bool) {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(request).await.expect("write");
+    read_until_closed(&mut stream, limit).await
+}
+
+/// Reads one answer with a Content-Length body (or none) off a kept-alive
+/// connection: its head and body, as text.
+pub async fn read_one_answer(stream: &mut TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 8192];
+    loop {
+        let text = String::from_utf8_lossy(&out).into_owned();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ").map(str::to_owned))
+                .and_then(|n| n.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            if body.len() >= length {
+                return text;
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("an answer")
+            .expect("read");
+        assert!(n > 0, "closed before a whole answer: {text}");
+        out.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// Reads `count` complete answers (each with a Content-Length JSON body)
+/// from `stream`; each answer's status and body.
+pub async fn read_answers(stream: &mut TcpStream, count: usize) -> Vec<(String, Value)> {
+    use tokio::io::AsyncReadExt;
+    let mut bytes = Vec::new();
+    let mut answers = Vec::new();
+    let mut buf = [0u8; 8192];
+    while answers.len() < count {
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let head = text[..end].to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length: "))
+                .and_then(|v| v.trim().parse().ok())
+                .expect("every answer has a content-length");
+            if bytes.len() >= end + 4 + len {
+                let body = serde_json::from_slice(&bytes[end + 4..end + 4 + len]).expect("a JSON body");
+                answers.push((head[9..12].to_owned(), body));
+                bytes.drain(..end + 4 + len);
+                continue;
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf))
+            .await
+            .expect("an answer")
+            .expect("read");
+        assert!(n > 0, "closed after {} answers of {count}", answers.len());
+        bytes.extend_from_slice(&buf[..n]);
+    }
+    answers
+}
+
+/// The status code of a raw answer (`HTTP/1.1 200 OK...` -> `200`).
+pub fn status_of(answer: &str) -> &str {
+    answer.get(9..12).unwrap_or("")
+}
+
+/// The body of a call of `Calculator.Add@1.0.0` with a = 1, b = 2.
+pub fn add_call_body() -> String {
+    json!({"request": {"tool_id": "Calculator.Add@1.0.0", "input": {"a": 1, "b": 2}}}).to_string()
+}
+
+/// A raw POST /tools/call with this body, `Host`, `Content-Type` and
+/// `extra_headers` (each line ending in CRLF).
+pub fn call_request(body: &str, extra_headers: &str) -> String {
+    format!(
+        "POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n{extra_headers}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// A raw call of `Calculator.Add` ([`add_call_body`]) with exactly these
+/// `headers` (each line ending in CRLF) besides its Content-Length.
+pub fn call_with_headers(headers: &str) -> String {
+    let body = add_call_body();
+    format!("POST /tools/call HTTP/1.1\r\n{headers}Content-Length: {}\r\n\r\n{body}", body.len())
+}
+
+/// One request on a fresh connection, bounded by [`REQUEST_TIMEOUT`].
 pub async fn send(addr: SocketAddr, method: &str, path: &str, body: Bytes, content_type: Option<&str>) -> Resp {
     let headers: Vec<(&str, &str)> = content_type.map(|ct| ("content-type", ct)).into_iter().collect();
     send_with_headers(addr, method, path, body, &headers).await

@@ -23,8 +23,11 @@
 //! sealed, frozen or killed on demand), `kv2.rs` (a stand-in answering as
 //! Vault's KV v2 API does, only for the fault a real server cannot produce:
 //! connections dropped without an answer), `oidc.rs` (a real OpenID Connect
-//! provider, and a browser to click through it) and `fleet.rs`
-//! (redis-server and nginx, for replicas sharing state).
+//! provider, and a browser to click through it), `fleet.rs`
+//! (redis-server and nginx, for replicas sharing state), `jwt.rs` (tokens
+//! signed here, and forged ones) and `wait.rs` (the one poll loop:
+//! [`wait_until`] a condition holds, with a deadline and a message saying
+//! what was awaited).
 
 #![allow(dead_code)]
 
@@ -33,15 +36,17 @@ mod config;
 pub mod fleet;
 mod gateway;
 mod http;
+pub mod jwt;
 pub mod kv2;
 pub mod oidc;
 pub mod openbao;
 mod replies;
 mod tool_server;
+mod wait;
 
 // Each test binary uses part of the harness.
 #[allow(unused_imports)]
-pub use {catalogs::*, config::*, gateway::*, http::*, replies::*, tool_server::*};
+pub use {catalogs::*, config::*, gateway::*, http::*, replies::*, tool_server::*, wait::*};
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -76,6 +81,11 @@ pub fn sdk_python() -> PathBuf {
         path.display()
     );
     path
+}
+
+/// A script of tests/peers/ (the third-party peers the tests run).
+pub fn peer_script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers").join(name)
 }
 
 /// How long a gateway may take to print its listening line.

@@ -42,7 +42,7 @@ impl OidcProvider {
             "oidc-provider is not installed in {}: run scripts/test.sh (it installs it)",
             dir.display()
         );
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/oidc_provider.mjs");
+        let script = super::peer_script("oidc_provider.mjs");
         let log_path = temp_file("oidc-provider", "log", "");
         let log = std::fs::File::create(&log_path).unwrap();
         let mut child = Command::new(node())

@@ -414,11 +414,13 @@ impl OpenBao {
     pub async fn unseal(&self) {
         let answer = self.api_expect(200, "PUT", "sys/unseal", Some(json!({ "key": self.unseal_key }))).await;
         assert_eq!(answer["sealed"], false, "still sealed: {answer}");
-        let deadline = Instant::now() + WAIT_TIMEOUT;
-        while !matches!(self.try_api("GET", "secret/config", None).await, Ok((200, _))) {
-            assert!(Instant::now() < deadline, "secret/ did not answer after unsealing:\n{}", self.log());
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        wait_until("secret/ answers after unsealing", async || {
+            match self.try_api("GET", "secret/config", None).await {
+                Ok((200, _)) => Ok(()),
+                other => Err(format!("{other:?}\n{}", self.log())),
+            }
+        })
+        .await;
     }
 
     fn kill_signal(&self, signal: &str) {
@@ -442,11 +444,7 @@ impl OpenBao {
                 matches!(stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()), Some('T' | 't'))
             })
         };
-        let deadline = Instant::now() + WAIT_TIMEOUT;
-        while !stopped() {
-            assert!(Instant::now() < deadline, "openbao did not stop on SIGSTOP");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        wait_blocking(WAIT_TIMEOUT, "openbao stopped on SIGSTOP", stopped);
     }
 
     /// Lets a frozen server run again; what was asked meanwhile is answered.

@@ -196,14 +196,19 @@ impl ToolServer {
 
     /// Waits until `pred(self)` holds, polling; panics with `what` after [`WAIT_TIMEOUT`].
     pub async fn wait_until(&self, what: &str, pred: impl Fn(&ToolServer) -> bool) {
-        let deadline = Instant::now() + WAIT_TIMEOUT;
-        while !pred(self) {
-            if Instant::now() > deadline {
-                panic!("timed out waiting until {what}; requests seen: {:#?}", self.requests());
-            }
-            tokio::time::sleep(Duration::from_millis(25)).await;
-        }
+        wait_until(
+            what,
+            async || if pred(self) { Ok(()) } else { Err(format!("requests seen: {:#?}", self.requests())) },
+        )
+        .await
     }
+}
+
+/// A tool server publishing `Calculator.Add@1.0.0` and answering it with the sum.
+pub async fn calculator() -> ToolServer {
+    let server = ToolServer::start(catalog(vec![tool("Calculator.Add", "1.0.0", add_schema())])).await;
+    server.on_call(add);
+    server
 }
 
 impl Drop for ToolServer {

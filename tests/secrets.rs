@@ -1,8 +1,9 @@
-//! Injection at call time, end to end through the real binary: what a tool
-//! server receives in `context.secrets`, `context.authorization` and
-//! `context.user_id` (read off the bodies the [`ToolServer`] recorded), what
-//! a client gets when a requirement cannot be met, and which `Authorization`
-//! header reaches an upstream.
+//! Secrets and authorization injected at call time, end to end through the
+//! real binary: what a tool server receives in `context.secrets`,
+//! `context.authorization` and `context.user_id` (read off the bodies the
+//! [`ToolServer`] recorded), what a client gets when a requirement cannot be
+//! met, which `Authorization` header reaches an upstream, and that no secret
+//! or token ever shows up in the gateway's output.
 //!
 //! Secrets come from real environment variables of the gateway process, real
 //! files, and a real OpenBao (`common::openbao`), which the outage tests
@@ -16,8 +17,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::openbao::OpenBao;
-use common::{echo, needing, send_with_headers, temp_file, tool, Gateway, GatewayConfig, Resp, ToolServer};
-use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
+use common::{
+    echo, jwt, needing, send_with_headers, temp_file, tool, wait_until, Gateway, GatewayConfig, Resp, ToolServer,
+};
 use serde_json::{json, Value};
 
 const JWT_SECRET: &str = "injection-tests-hs256-secret-a7c2e9f04b";
@@ -85,9 +87,8 @@ async fn stale_served(gw: &Gateway) -> f64 {
 /// `[auth]` in jwt mode with the HS256 secret from the environment.
 const JWT_AUTH: &str = "[auth]\nmode = \"jwt\"\nhs256_secret = \"env:INJ_JWT_SECRET\"\n";
 
-fn jwt(sub: &str) -> String {
-    let claims = json!({"sub": sub, "exp": get_current_timestamp() + 600, "iat": get_current_timestamp()});
-    encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(JWT_SECRET.as_bytes())).expect("sign")
+fn user_token(sub: &str) -> String {
+    jwt::hs256(&jwt::claims(sub, json!({})), JWT_SECRET.as_bytes())
 }
 
 /// POST /tools/call for `tool_id` with `{}` input, `request_extra` merged into
@@ -112,20 +113,6 @@ async fn call_as(gw: &Gateway, token: &str, tool_id: &str, request_extra: Value)
 /// A call without credentials.
 async fn call_anon(gw: &Gateway, tool_id: &str, request_extra: Value) -> Resp {
     call_with(gw, &[], tool_id, request_extra).await
-}
-
-/// Polls GET /tools with these headers until `id` is listed.
-async fn wait_listed(gw: &Gateway, headers: &[(&str, &str)], id: &str) {
-    let deadline = Instant::now() + common::WAIT_TIMEOUT;
-    loop {
-        let resp = send_with_headers(gw.addr, "GET", "/tools", Bytes::new(), headers).await;
-        if resp.status == 200 && common::find_tool(resp.json()["items"].as_array().unwrap_or(&Vec::new()), id).is_some()
-        {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{id} never listed; last GET /tools: {} {}", resp.status, resp.text());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The `context` of the last call the tool server received.
@@ -461,9 +448,9 @@ async fn a_tool_gets_only_the_secrets_and_tokens_it_declares() {
         ("INJ_MAIL_KEY", "mail-only-value"),
     ])
     .await;
-    let alice = jwt("alice");
+    let alice = user_token("alice");
     let auth = format!("Bearer {alice}");
-    wait_listed(&gw, &[("authorization", auth.as_str())], "Mail.Send@1.0.0").await;
+    gw.wait_listed(&[("authorization", auth.as_str())], "Mail.Send@1.0.0").await;
 
     call_as(&gw, &alice, "Sms.Send@1.0.0", json!({})).await.result();
     let context = last_context(&server);
@@ -540,9 +527,9 @@ async fn a_client_sent_secret_for_a_managed_id_is_replaced_by_the_gateways_value
 async fn a_client_sent_user_id_is_replaced_by_the_authenticated_one() {
     let server = tool_server(vec![needing("Who.AmI", json!({"user_id": true}))]).await;
     let gw = config(&server.url(), JWT_AUTH).start_with_env(&[("INJ_JWT_SECRET", JWT_SECRET)]).await;
-    let alice = jwt("alice");
+    let alice = user_token("alice");
     let auth = format!("Bearer {alice}");
-    wait_listed(&gw, &[("authorization", auth.as_str())], "Who.AmI@1.0.0").await;
+    gw.wait_listed(&[("authorization", auth.as_str())], "Who.AmI@1.0.0").await;
 
     call_as(&gw, &alice, "Who.AmI@1.0.0", json!({"context": {"user_id": "mallory"}})).await.result();
     assert_eq!(last_context(&server)["user_id"], "alice", "the JWT's sub wins over the client's claim");
@@ -598,9 +585,9 @@ async fn a_per_user_oauth_token_is_injected_for_its_user_only() {
     let gw = oauth_config(&server, &vault, true)
         .start_with_env(&[("INJ_VAULT_TOKEN", token.as_str()), ("INJ_JWT_SECRET", JWT_SECRET)])
         .await;
-    let (alice, bob) = (jwt("alice"), jwt("bob"));
+    let (alice, bob) = (user_token("alice"), user_token("bob"));
     let alice_auth = format!("Bearer {alice}");
-    wait_listed(&gw, &[("authorization", alice_auth.as_str())], GMAIL).await;
+    gw.wait_listed(&[("authorization", alice_auth.as_str())], GMAIL).await;
 
     // alice: her own token, whatever she sends.
     let forged = json!({"authorization": [{"id": "google", "token": "ya29.forged-by-alice"}], "user_id": "carol"});
@@ -699,9 +686,9 @@ async fn a_user_id_cannot_walk_out_of_its_place_in_the_vault_path() {
     )
     .start_with_env(&[("INJ_VAULT_TOKEN", token.as_str()), ("INJ_JWT_SECRET", JWT_SECRET)])
     .await;
-    let ok = jwt("alice");
+    let ok = user_token("alice");
     let ok_auth = format!("Bearer {ok}");
-    wait_listed(&gw, &[("authorization", ok_auth.as_str())], GMAIL).await;
+    gw.wait_listed(&[("authorization", ok_auth.as_str())], GMAIL).await;
 
     for sub in [
         "../../tools/twilio",
@@ -712,7 +699,7 @@ async fn a_user_id_cannot_walk_out_of_its_place_in_the_vault_path() {
         "..",
         "a#b",
     ] {
-        let resp = call_as(&gw, &jwt(sub), GMAIL, json!({})).await;
+        let resp = call_as(&gw, &user_token(sub), GMAIL, json!({})).await;
         assert_eq!(resp.status, 400, "sub {sub:?}: {}", resp.text());
         assert!(!resp.text().contains("AC-not-for-users"), "sub {sub:?}: {}", resp.text());
     }
@@ -740,8 +727,8 @@ async fn user_ids_with_url_characters_find_exactly_their_own_token() {
     let gw = oauth_config(&server, &vault, true)
         .start_with_env(&[("INJ_VAULT_TOKEN", token.as_str()), ("INJ_JWT_SECRET", JWT_SECRET)])
         .await;
-    let auth = format!("Bearer {}", jwt("alice"));
-    wait_listed(&gw, &[("authorization", auth.as_str())], GMAIL).await;
+    let auth = format!("Bearer {}", user_token("alice"));
+    gw.wait_listed(&[("authorization", auth.as_str())], GMAIL).await;
 
     for (sub, token) in [
         ("alice@example.com", "ya29.alice-at-example"),
@@ -749,7 +736,7 @@ async fn user_ids_with_url_characters_find_exactly_their_own_token() {
         ("50%off", "ya29.fifty-percent"),
         ("alice", "ya29.plain-alice"),
     ] {
-        call_as(&gw, &jwt(sub), GMAIL, json!({})).await.result();
+        call_as(&gw, &user_token(sub), GMAIL, json!({})).await.result();
         let context = last_context(&server);
         assert_eq!(
             authorization_entries(&context, "google"),
@@ -761,7 +748,7 @@ async fn user_ids_with_url_characters_find_exactly_their_own_token() {
     // Ids that would read alice's path if the user id were not encoded.
     let calls = server.call_count();
     for sub in ["alice?", "alice?x", "alice%3F", "alice;x", "%61lice"] {
-        let resp = call_as(&gw, &jwt(sub), GMAIL, json!({})).await;
+        let resp = call_as(&gw, &user_token(sub), GMAIL, json!({})).await;
         assert_eq!(resp.status, 400, "sub {sub:?} has no token of its own: {}", resp.text());
         assert!(!resp.text().contains("ya29."), "{}", resp.text());
     }
@@ -831,9 +818,9 @@ async fn a_jwt_authenticated_clients_token_is_not_forwarded_and_a_vault_bearer_t
         .raw(JWT_AUTH)
         .start_with_env(&[("INJ_VAULT_TOKEN", token.as_str()), ("INJ_JWT_SECRET", JWT_SECRET)])
         .await;
-    let alice = jwt("alice");
+    let alice = user_token("alice");
     let auth = format!("Bearer {alice}");
-    wait_listed(&gw, &[("authorization", auth.as_str())], "Calc.Echo@1.0.0").await;
+    gw.wait_listed(&[("authorization", auth.as_str())], "Calc.Echo@1.0.0").await;
     call_as(&gw, &alice, "Calc.Echo@1.0.0", json!({})).await.result();
 
     let requests = server.requests();
@@ -842,4 +829,320 @@ async fn a_jwt_authenticated_clients_token_is_not_forwarded_and_a_vault_bearer_t
     let call = requests.iter().rfind(|r| r.method == "POST").expect("the call");
     assert_eq!(call.headers.get("authorization").map(String::as_str), Some("Bearer upstream-from-vault-3f3f"));
     assert!(!format!("{requests:?}").contains(&alice), "the client's JWT never reaches the upstream");
+}
+
+// ---------------------------------------------------------------------------
+// End to end: several sources, auth modes and outages in one gateway
+// ---------------------------------------------------------------------------
+
+/// [`config`] as TOML text.
+fn e2e_config(url: &str, extra: &str) -> String {
+    config(url, extra).toml()
+}
+
+/// A token for `sub`, for audience `otc-gateway`, with `extra` claims.
+fn token_with(sub: &str, extra: Value) -> String {
+    jwt::hs256(&jwt::claims(sub, jwt::merged(json!({"aud": "otc-gateway"}), extra)), JWT_SECRET.as_bytes())
+}
+
+#[tokio::test]
+async fn secrets_come_from_env_file_and_vault_and_replace_what_the_client_sent() {
+    let server = tool_server(vec![
+        needing("Sms.Send", json!({"secrets": [{"id": "TWILIO_API_KEY"}]})),
+        needing("Mail.Send", json!({"secrets": [{"id": "SENDGRID_KEY"}]})),
+        needing("Db.Query", json!({"secrets": [{"id": "DB_PASSWORD"}]})),
+    ])
+    .await;
+    let vault = OpenBao::start().await;
+    vault.put("secret/tools/twilio", json!({"api_key": "twilio-from-vault-91ab"})).await;
+    let vault_token = vault.gateway_token().await;
+    let file = temp_file("sendgrid", "key", "sendgrid-from-file-55cd\n");
+    let toml = e2e_config(
+        &server.url(),
+        &format!(
+            "[vault]\naddress = \"{}\"\ntoken = \"env:TEST_VAULT_TOKEN\"\ncache_ttl = \"60s\"\n\n\
+             [secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\n\
+             SENDGRID_KEY = \"file:{}\"\nDB_PASSWORD = \"env:TEST_DB_PASSWORD\"\n",
+            vault.url(),
+            file.display()
+        ),
+    );
+    let gw = Gateway::start_with_env(
+        &toml,
+        &[("TEST_VAULT_TOKEN", vault_token.as_str()), ("TEST_DB_PASSWORD", "db-from-env-77ef")],
+    )
+    .await;
+    gw.wait_for_tool("Db.Query@1.0.0").await;
+
+    let resp = call_anon(
+        &gw,
+        "Sms.Send@1.0.0",
+        json!({"context": {"secrets": [{"id": "TWILIO_API_KEY", "value": "client-forged"}]}}),
+    )
+    .await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let context = last_context(&server);
+    assert_eq!(secret_value(&context, "TWILIO_API_KEY"), "twilio-from-vault-91ab");
+    assert_eq!(context["secrets"].as_array().map(Vec::len), Some(1), "the client's value is replaced, not added");
+
+    call_anon(&gw, "Mail.Send@1.0.0", json!({})).await.expect_status(200);
+    assert_eq!(secret_value(&last_context(&server), "SENDGRID_KEY"), "sendgrid-from-file-55cd");
+    call_anon(&gw, "Db.Query@1.0.0", json!({})).await.expect_status(200);
+    assert_eq!(secret_value(&last_context(&server), "DB_PASSWORD"), "db-from-env-77ef");
+
+    // Within cache_ttl the vault is not asked again.
+    let asked = vault.requests_by(&vault_token).await;
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    call_anon(&gw, "Sms.Send@1.0.0", json!({})).await.expect_status(200);
+    assert_eq!(vault.requests_by(&vault_token).await, asked, "a cached value costs no vault request");
+}
+
+#[tokio::test]
+async fn a_vault_outage_serves_cached_values_and_fails_fast_for_values_never_fetched() {
+    let server = tool_server(vec![
+        needing("Sms.Send", json!({"secrets": [{"id": "TWILIO_API_KEY"}]})),
+        needing("Maps.Find", json!({"secrets": [{"id": "MAPS_KEY"}]})),
+    ])
+    .await;
+    let vault = OpenBao::start().await;
+    vault.put("secret/tools/twilio", json!({"api_key": "twilio-cached-3c"})).await;
+    vault.put("secret/tools/maps", json!({"key": "maps-never-fetched-8d"})).await;
+    let vault_token = vault.gateway_token().await;
+    let toml = e2e_config(
+        &server.url(),
+        &format!(
+            "[vault]\naddress = \"{}\"\ntoken = \"env:TEST_VAULT_TOKEN\"\ncache_ttl = \"100ms\"\ntimeout = \"500ms\"\n\n\
+             [secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\nMAPS_KEY = \"vault:secret/tools/maps#key\"\n",
+            vault.url()
+        ),
+    );
+    let gw = Gateway::start_with_env(&toml, &[("TEST_VAULT_TOKEN", vault_token.as_str())]).await;
+    gw.wait_for_tool("Maps.Find@1.0.0").await;
+    call_anon(&gw, "Sms.Send@1.0.0", json!({})).await.expect_status(200);
+
+    vault.seal().await;
+    tokio::time::sleep(Duration::from_millis(200)).await; // past cache_ttl
+    call_anon(&gw, "Sms.Send@1.0.0", json!({})).await.expect_status(200);
+    assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "twilio-cached-3c");
+
+    let calls_before = server.call_count();
+    let started = Instant::now();
+    let resp = call_anon(&gw, "Maps.Find@1.0.0", json!({})).await;
+    let body = resp.server_error(400);
+    assert!(body["message"].as_str().unwrap().contains("MAPS_KEY"), "names the requirement: {body}");
+    assert!(started.elapsed() < Duration::from_secs(5), "no hang");
+    assert_eq!(server.call_count(), calls_before, "the tool is not called");
+
+    let metrics = common::send(gw.admin, "GET", "/metrics", Bytes::new(), None).await.text();
+    assert!(metrics.contains("otc_gateway_vault_stale_served_total{backend=\"vault\"}"), "{metrics}");
+}
+
+#[tokio::test]
+async fn unmet_requirements_are_400s_that_name_them_and_never_reach_the_tool() {
+    let server = tool_server(vec![
+        needing("Sms.Send", json!({"secrets": [{"id": "UNCONFIGURED_KEY"}]})),
+        needing("Who.Am", json!({"user_id": true})),
+    ])
+    .await;
+    let gw = Gateway::start(&e2e_config(&server.url(), "")).await;
+    gw.wait_for_tool("Who.Am@1.0.0").await;
+
+    let body = call_anon(&gw, "Sms.Send@1.0.0", json!({})).await.server_error(400);
+    assert!(body["message"].as_str().unwrap().contains("UNCONFIGURED_KEY"), "{body}");
+    assert_eq!(body["missing_requirements"]["secrets"][0]["id"], "UNCONFIGURED_KEY");
+    let body = call_anon(&gw, "Who.Am@1.0.0", json!({})).await.server_error(400);
+    assert_eq!(body["missing_requirements"]["user_id"], json!(true), "{body}");
+    assert_eq!(server.call_count(), 0);
+
+    // What the gateway does not manage passes through from the client.
+    let resp = call_anon(
+        &gw,
+        "Sms.Send@1.0.0",
+        json!({"context": {"secrets": [{"id": "UNCONFIGURED_KEY", "value": "client-own"}]}}),
+    )
+    .await;
+    resp.expect_status(200);
+    assert_eq!(secret_value(&last_context(&server), "UNCONFIGURED_KEY"), "client-own");
+}
+
+#[tokio::test]
+async fn per_user_tokens_come_from_the_vault_for_the_authenticated_user_only() {
+    let server =
+        tool_server(vec![needing("Gmail.Read", json!({"authorization": [{"id": "google"}], "user_id": true}))]).await;
+    let vault = OpenBao::start().await;
+    vault.put("secret/oauth/google/alice", json!({"access_token": "ya29.alice-token-e4"})).await;
+    let vault_token = vault.gateway_token().await;
+    let toml = e2e_config(
+        &server.url(),
+        &format!(
+            "[vault]\naddress = \"{}\"\ntoken = \"env:TEST_VAULT_TOKEN\"\n\n\
+             [authorization.google]\ntoken = \"vault:secret/oauth/google/{{user_id}}#access_token\"\n\
+             authorize_url = \"https://auth.example.com/google?user={{user_id}}\"\n\n\
+             [auth]\nmode = \"jwt\"\nhs256_secret = \"env:TEST_JWT_SECRET\"\naudience = \"otc-gateway\"\n",
+            vault.url()
+        ),
+    );
+    let gw =
+        Gateway::start_with_env(&toml, &[("TEST_VAULT_TOKEN", vault_token.as_str()), ("TEST_JWT_SECRET", JWT_SECRET)])
+            .await;
+    let alice = token_with("alice", json!({}));
+    wait_until("Gmail.Read is callable", async || {
+        call_as(&gw, &alice, "Gmail.Read@1.0.0", json!({})).await.status == 200
+    })
+    .await;
+    let resp = call_as(&gw, &alice, "Gmail.Read@1.0.0", json!({"context": {"user_id": "mallory"}})).await;
+    resp.expect_status(200);
+    let context = last_context(&server);
+    assert_eq!(context["user_id"], "alice", "the client cannot claim another user");
+    assert_eq!(context["authorization"][0], json!({"id": "google", "token": "ya29.alice-token-e4"}));
+
+    let calls = server.call_count();
+    let body = call_as(&gw, &token_with("bob", json!({})), "Gmail.Read@1.0.0", json!({})).await.server_error(400);
+    assert!(body["message"].as_str().unwrap().contains("google"), "{body}");
+    assert_eq!(body["missing_requirements"]["authorization"][0]["id"], "google");
+    assert_eq!(body["missing_requirements"]["authorization"][0]["url"], "https://auth.example.com/google?user=bob");
+    assert_eq!(server.call_count(), calls, "bob's call never reaches the tool");
+    let reads = vault.reads_by(&vault_token).await;
+    assert!(
+        reads.iter().all(|p| p == "secret/data/oauth/google/alice" || p == "secret/data/oauth/google/bob"),
+        "{reads:?}"
+    );
+    assert!(!reads.iter().any(|p| p.ends_with("/mallory")), "a claimed user id is never looked up: {reads:?}");
+}
+
+#[tokio::test]
+async fn jwt_mode_refuses_bad_credentials_with_401_and_keeps_health_open() {
+    let server = tool_server(vec![tool("Calc.Echo", "1.0.0", json!({"type": "object"}))]).await;
+    let toml = e2e_config(
+        &server.url(),
+        "[auth]\nmode = \"jwt\"\nhs256_secret = \"env:TEST_JWT_SECRET\"\nissuer = \"https://auth.example.com\"\naudience = \"otc-gateway\"\n\
+         api_keys = [{ key = \"env:TEST_SVC_KEY\", user_id = \"svc-reports\" }]\n",
+    );
+    let gw =
+        Gateway::start_with_env(&toml, &[("TEST_JWT_SECRET", JWT_SECRET), ("TEST_SVC_KEY", "svc-key-0a9b8c")]).await;
+    assert_eq!(gw.get("/health").await.status, 200, "/health needs no credentials");
+    assert_eq!(gw.get("/tools").await.status, 401, "/tools does");
+
+    let good = token_with("carol", json!({"iss": "https://auth.example.com"}));
+    wait_until("a good token gets through", async || {
+        call_as(&gw, &good, "Calc.Echo@1.0.0", json!({})).await.status == 200
+    })
+    .await;
+    assert_eq!(last_context(&server)["user_id"], "carol");
+
+    let carol = |extra: Value| {
+        jwt::claims("carol", jwt::merged(json!({"iss": "https://auth.example.com", "aud": "otc-gateway"}), extra))
+    };
+    let expired = jwt::hs256(&carol(json!({"exp": jwt::now() - 3600})), JWT_SECRET.as_bytes());
+    let wrong_key = jwt::hs256(&carol(json!({})), b"another-secret");
+    let wrong_aud = token_with("carol", json!({"iss": "https://auth.example.com", "aud": "someone-else"}));
+    let wrong_iss = token_with("carol", json!({"iss": "https://evil.example.com"}));
+    let alg_none = jwt::unsigned("none", &carol(json!({"iss": null})));
+    let calls = server.call_count();
+    for (what, token) in [
+        ("missing", None),
+        ("expired", Some(expired.as_str())),
+        ("wrong key", Some(wrong_key.as_str())),
+        ("wrong audience", Some(wrong_aud.as_str())),
+        ("wrong issuer", Some(wrong_iss.as_str())),
+        ("alg none", Some(alg_none.as_str())),
+        ("garbage", Some("not.a.jwt")),
+    ] {
+        let resp = match token {
+            Some(token) => call_as(&gw, token, "Calc.Echo@1.0.0", json!({})).await,
+            None => call_anon(&gw, "Calc.Echo@1.0.0", json!({})).await,
+        };
+        assert_eq!(resp.status, 401, "{what}: {}", resp.text());
+        assert!(resp.header("www-authenticate").is_some_and(|h| h.starts_with("Bearer")), "{what}");
+        assert!(resp.json()["message"].is_string(), "{what}");
+    }
+    assert_eq!(server.call_count(), calls, "no refused call reaches the tool");
+
+    // Service clients: an API key as Bearer or OXP-API-Key.
+    call_as(&gw, "svc-key-0a9b8c", "Calc.Echo@1.0.0", json!({})).await.expect_status(200);
+    assert_eq!(last_context(&server)["user_id"], "svc-reports");
+    let body = Bytes::from(json!({"request": {"tool_id": "Calc.Echo@1.0.0"}}).to_string());
+    let resp = send_with_headers(gw.addr, "POST", "/tools/call", body, &[("oxp-api-key", "svc-key-0a9b8c")]).await;
+    resp.expect_status(200);
+}
+
+#[tokio::test]
+async fn upstream_bearer_tokens_go_on_fetches_and_calls_and_client_authorization_never_does() {
+    let server = tool_server(vec![tool("Calc.Echo", "1.0.0", json!({"type": "object"}))]).await;
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\n\n\
+         [catalog]\npoll_interval = \"200ms\"\nrequest_timeout = \"1s\"\n\n\
+         [[upstreams]]\nname = \"tools\"\nurl = \"{}\"\nbearer_token = \"env:TEST_UPSTREAM_TOKEN\"\n",
+        server.url()
+    );
+    let gw = Gateway::start_with_env(&toml, &[("TEST_UPSTREAM_TOKEN", "upstream-token-5e6f")]).await;
+    gw.wait_for_tool("Calc.Echo@1.0.0").await;
+    let fetch = server.catalog_fetches().pop().expect("a catalog fetch");
+    assert_eq!(fetch.headers.get("authorization").map(String::as_str), Some("Bearer upstream-token-5e6f"));
+    call_as(&gw, "client-token-should-stay-here", "Calc.Echo@1.0.0", json!({})).await.expect_status(200);
+    let call = server.requests().into_iter().rfind(|r| r.method == "POST").expect("a call");
+    assert_eq!(call.headers.get("authorization").map(String::as_str), Some("Bearer upstream-token-5e6f"));
+    assert!(!format!("{:?}", server.requests()).contains("client-token-should-stay-here"));
+}
+
+#[tokio::test]
+async fn no_secret_or_token_appears_in_logs_errors_status_or_metrics() {
+    let server = tool_server(vec![
+        needing("Sms.Send", json!({"secrets": [{"id": "TWILIO_API_KEY"}, {"id": "FILE_KEY"}, {"id": "ENV_KEY"}]})),
+        needing("Gmail.Read", json!({"authorization": [{"id": "google"}]})),
+    ])
+    .await;
+    let vault = OpenBao::start().await;
+    vault.put("secret/tools/twilio", json!({"api_key": "leak-canary-vault-1"})).await;
+    vault.put("secret/oauth/google/dave", json!({"access_token": "leak-canary-oauth-2"})).await;
+    let vault_token = vault.gateway_token().await;
+    let file = temp_file("filekey", "key", "leak-canary-file-3\n");
+    let toml = e2e_config(
+        &server.url(),
+        &format!(
+            "[vault]\naddress = \"{}\"\ntoken = \"env:TEST_VAULT_TOKEN\"\n\n\
+             [secrets]\nTWILIO_API_KEY = \"vault:secret/tools/twilio#api_key\"\nFILE_KEY = \"file:{}\"\nENV_KEY = \"env:TEST_ENV_KEY\"\n\n\
+             [authorization.google]\ntoken = \"vault:secret/oauth/google/{{user_id}}#access_token\"\n\n\
+             [auth]\nmode = \"jwt\"\nhs256_secret = \"env:TEST_JWT_SECRET\"\naudience = \"otc-gateway\"\n\
+             api_keys = [{{ key = \"env:TEST_SVC_KEY\", user_id = \"svc\" }}]\n",
+            vault.url(),
+            file.display()
+        ),
+    );
+    let env = [
+        ("TEST_VAULT_TOKEN", vault_token.as_str()),
+        ("TEST_ENV_KEY", "leak-canary-env-4"),
+        ("TEST_JWT_SECRET", JWT_SECRET),
+        ("TEST_SVC_KEY", "leak-canary-apikey-5"),
+        ("RUST_LOG", "trace"),
+    ];
+    let gw = Gateway::start_with_env(&toml, &env).await;
+    let dave = token_with("dave", json!({}));
+    wait_until("Sms.Send is callable", async || call_as(&gw, &dave, "Sms.Send@1.0.0", json!({})).await.status == 200)
+        .await;
+    let mut bodies = Vec::new();
+    bodies.push(call_as(&gw, &dave, "Gmail.Read@1.0.0", json!({})).await.text());
+    bodies.push(call_as(&gw, "leak-canary-apikey-5", "Gmail.Read@1.0.0", json!({})).await.text());
+    bodies.push(call_as(&gw, "leak-canary-bad-token-6", "Sms.Send@1.0.0", json!({})).await.text());
+    bodies.push(call_as(&gw, &token_with("eve", json!({})), "Gmail.Read@1.0.0", json!({})).await.text());
+    vault.seal().await;
+    bodies.push(call_as(&gw, &token_with("frank", json!({})), "Gmail.Read@1.0.0", json!({})).await.text());
+    bodies.push(common::send(gw.admin, "GET", "/status", Bytes::new(), None).await.text());
+    bodies.push(common::send(gw.admin, "GET", "/metrics", Bytes::new(), None).await.text());
+    // The tool did get the values: the canaries are real.
+    assert_eq!(
+        secret_value(&server.calls().iter().map(common::forwarded).next().expect("a call")["context"], "ENV_KEY"),
+        "leak-canary-env-4"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await; // let the log writer flush
+    let logs = gw.logs();
+    assert!(logs.contains("TRACE") || logs.contains("DEBUG"), "the gateway logged at trace level");
+    for canary in ["leak-canary-", vault_token.as_str(), JWT_SECRET, dave.as_str()] {
+        if let Some(line) = logs.lines().find(|l| l.contains(canary)) {
+            panic!("{canary} leaked into the logs: {line}");
+        }
+        for body in &bodies {
+            assert!(!body.contains(canary), "{canary} leaked into a response: {body}");
+        }
+    }
 }
