@@ -45,7 +45,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "oauth",
         ],
     ),
-    ("call pipeline", &["gateway", "tool_search", "reply", "error", "call"]),
+    ("call pipeline", &["gateway", "tool_search", "reply", "error", "requirements", "call", "explain"]),
     ("fronts", &["mcp_endpoint", "oauth_endpoint", "proxy", "admin", "server", "demo"]),
 ];
 
