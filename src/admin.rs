@@ -1,5 +1,5 @@
-//! The admin listener, on `admin_listen`: GET /metrics, /status, /health
-//! and /explain (`explain.rs`), and with `[server] admin_token` the admin
+//! The admin listener, on `admin_listen`: GET /metrics, /status, /health,
+//! /calls (`recent_calls.rs`) and /explain (`explain.rs`), and with `[server] admin_token` the admin
 //! actions (POST /reload, DELETE /grants/<provider>/<user_id>).
 //!
 //! Kept off the data plane on its own small tokio runtime so that scrapes and
@@ -26,8 +26,9 @@ use tokio::net::TcpListener;
 
 use crate::browser::BrowserRefusal;
 use crate::catalog::poll::UpstreamStatus;
-use crate::catalog::search::IndexStats;
+use crate::catalog::search::{IndexStats, SearchRequest};
 use crate::catalog::{Conflict, RefusedTool, SharedToolkit, UngrantedRequirement};
+use crate::console;
 use crate::explain::{caller_of, explain, ExplainError, ExplainRequest};
 use crate::gateway::{Gateway, Generation};
 use crate::oauth::FlowError;
@@ -76,7 +77,8 @@ enum AdminError {
     Unauthorized,
     /// No such route.
     #[error(
-        "admin endpoints: GET /metrics, GET /status, GET /health, GET or POST /explain, POST /reload, \
+        "admin endpoints: GET / (the console), GET /metrics, GET /status, GET /health, GET /calls, GET /tools, \
+         GET /tools/search, GET or POST /explain, POST /reload, \
          DELETE /grants/<provider>/<user_id>"
     )]
     NotFound,
@@ -148,6 +150,42 @@ async fn serve(
         (&Method::GET, "/status") => Ok(json(StatusCode::OK, &status(gateway))),
         (&Method::GET, "/metrics") => Ok(metrics(gateway, &generation)),
         (&Method::GET, "/health") => Ok(json(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
+        (&Method::GET, "/tools") => Ok(with_type(StatusCode::OK, gateway.catalog.load().listing(), "application/json")),
+        (&Method::GET, "/tools/search") => {
+            // The operator searches every tool, at its latest version.
+            let asked = SearchRequest::from_query_string(request.uri.query())
+                .map_err(|e| AdminError::BadExplain(format!("search: {e}")))?;
+            let catalog = gateway.catalog.load();
+            let index = catalog.search_index();
+            let found: Vec<_> = index
+                .search(&index.latest(), &asked.text, asked.limit)
+                .into_iter()
+                .map(|hit| hit.doc.route.clone())
+                .collect();
+            Ok(with_type(StatusCode::OK, crate::tool_search::otc_body(&found), "application/json"))
+        }
+        (&Method::GET, asset) if console::asset(asset).is_some() => {
+            let (content_type, text) = console::asset(asset).unwrap_or_default();
+            let mut response = with_type(StatusCode::OK, Bytes::from_static(text.as_bytes()), content_type);
+            let headers = response.headers_mut();
+            headers.insert("content-security-policy", http::HeaderValue::from_static(console::CSP));
+            headers.insert("x-content-type-options", http::HeaderValue::from_static("nosniff"));
+            headers.insert("referrer-policy", http::HeaderValue::from_static("no-referrer"));
+            headers.insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-cache"));
+            Ok(response)
+        }
+        (&Method::GET, "/calls") => {
+            let limit = form_urlencoded::parse(request.uri.query().unwrap_or_default().as_bytes())
+                .find(|(name, _)| name == "limit")
+                .and_then(|(_, n)| n.parse().ok())
+                .unwrap_or(crate::recent_calls::CAPACITY);
+            let body = serde_json::json!({
+                "capacity": crate::recent_calls::CAPACITY,
+                "total": gateway.recent_calls.total(),
+                "calls": gateway.recent_calls.newest(limit),
+            });
+            Ok(json(StatusCode::OK, &body))
+        }
         (&Method::GET, "/explain") => {
             let asked = explain_query(request.uri.query().unwrap_or_default())?;
             answer_explain(gateway, &generation, &asked).await
@@ -177,7 +215,7 @@ async fn serve(
             authorize_action(&generation, &request)?;
             revoke_grant(&generation, grant).await
         }
-        (_, "/status" | "/health" | "/metrics") => Err(AdminError::Method("GET")),
+        (_, "/status" | "/health" | "/metrics" | "/calls") => Err(AdminError::Method("GET")),
         (_, "/reload") => Err(AdminError::Method("POST")),
         (_, "/explain") => Err(AdminError::Method("GET, POST")),
         (_, grant) if grant.starts_with("/grants/") => Err(AdminError::Method("DELETE")),
@@ -368,6 +406,13 @@ fn status(gateway: &Gateway) -> Status {
         catalog_build_ms: catalog.build_time().as_secs_f64() * 1000.0,
         search_index: catalog.search_index().stats(),
     }
+}
+
+fn with_type(status: StatusCode, body: Bytes, content_type: &'static str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+    response
 }
 
 fn json<T: Serialize>(status: StatusCode, body: &T) -> Response<Full<Bytes>> {

@@ -19,6 +19,7 @@ use crate::idempotency::{CallerScope, Decision, Fingerprint, Pending, StoredCall
 use crate::mcp::v2026_07_28::{ClientAsk, Passthrough};
 use crate::metrics::CallOutcome;
 use crate::oauth::TokenError;
+use crate::recent_calls::{self, CallRecord};
 use crate::requirements::{self, authenticated_user, check_grants, SecretPlan, TokenPlan};
 use crate::resolve::parse_tool_id;
 use crate::scrub;
@@ -108,7 +109,44 @@ pub async fn execute_call(
     let route = resolve_tool(&catalog, &call.tool_id)?;
     let finished = run_resolved_call(gateway, &generation, route, caller, &mut call, started).await;
     record_call(gateway, route, &call.call_id, call.trace_id.as_deref(), &finished, started);
+    remember_recent(gateway, caller, route, &call.call_id, &finished, started);
     finished
+}
+
+/// Keeps the call in the ring of recent calls (`recent_calls.rs`): names,
+/// status and timing, never its input, output, secrets or tokens.
+fn remember_recent(
+    gateway: &Gateway,
+    caller: &Caller,
+    route: &Route,
+    call_id: &str,
+    finished: &Result<FinishedCall, RequestError>,
+    started: Instant,
+) {
+    let first_upstream = || route.targets.first().map_or_else(String::new, |t| t.upstream.name.clone());
+    let (upstream, status, outcome, took) = match finished {
+        Ok(completed) if completed.is_question() => return,
+        Ok(completed) => (completed.upstream.clone(), 200, completed.outcome.as_str(), completed.took),
+        Err(e) => {
+            let outcome = match e {
+                RequestError::Denied(_) => "denied",
+                RequestError::InvalidInput(_) => "validation_error",
+                RequestError::RateLimited { .. } => "rate_limited",
+                _ => "error",
+            };
+            (first_upstream(), e.status(), outcome, started.elapsed())
+        }
+    };
+    gateway.recent_calls.record(CallRecord {
+        at_ms: recent_calls::now_ms(),
+        caller: caller.user_id.clone().filter(|_| caller.kind != CallerKind::Anonymous),
+        tool: route.tool.definition.id.clone(),
+        upstream,
+        status,
+        outcome,
+        duration_ms: took.as_secs_f64() * 1000.0,
+        call_id: call_id.to_owned(),
+    });
 }
 
 /// Everything after resolution: admit, validate, inject, claim the call id
