@@ -241,6 +241,13 @@ impl OAuth {
         self.login.as_ref()?.session_user(cookie)
     }
 
+    /// The providers the gateway runs the flow for, by name.
+    pub fn managed(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.providers.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
     /// Whether the gateway runs the flow for `provider`.
     pub fn manages(&self, provider: &str) -> bool {
         self.providers.contains_key(provider)
