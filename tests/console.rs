@@ -46,6 +46,30 @@ fn render(browser: &PathBuf, url: &str) -> (String, String) {
     (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
 }
 
+/// With `OTC_CONSOLE_SCREENSHOTS=DIR`, a screenshot of `url` as `DIR/NAME.png`
+/// (how docs/console/'s pictures are taken).
+fn screenshot(browser: &PathBuf, url: &str, name: &str) {
+    let Ok(dir) = std::env::var("OTC_CONSOLE_SCREENSHOTS") else { return };
+    let profile = temp_file("chromium-profile", "d", "");
+    std::fs::remove_file(&profile).expect("a fresh name");
+    let out = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--window-size=1280,800",
+            "--virtual-time-budget=10000",
+            &format!("--user-data-dir={}", profile.display()),
+            &format!("--screenshot={dir}/{name}.png"),
+            url,
+        ])
+        .output()
+        .expect("run chromium");
+    let _ = std::fs::remove_dir_all(&profile);
+    assert!(out.status.success(), "screenshot of {url}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
 /// The page's console messages among Chromium's log lines.
 fn console_lines(log: &str) -> Vec<&str> {
     log.lines().filter(|l| l.contains("CONSOLE")).collect()
@@ -106,6 +130,9 @@ async fn every_page_renders_real_data_and_the_csp_holds() {
     ];
     for (page, hash, expected) in pages {
         let (dom, log) = render(&browser, &format!("{base}{hash}"));
+        if !hash.contains('?') || page == "explain" {
+            screenshot(&browser, &format!("{base}{hash}"), page);
+        }
         assert!(dom.contains(&format!("data-page=\"{page}\"")), "{hash} did not render:\n{dom}\n{log}");
         for text in expected {
             assert!(dom.contains(text), "{hash}: {text:?} is not on the page:\n{dom}");
