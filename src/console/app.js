@@ -85,12 +85,12 @@ const pages = {
     const s = (await getJson("/status")).body;
     return [
       el("h1", {}, "Upstreams"),
-      table(["name", "health", "protocol", "last fetch", "last error", "tools", "skipped", "granted"],
+      table(["name", "health", "MCP revision", "last fetch", "last error", "tools", "skipped", "granted"],
         s.upstreams.map((u) => [
           u.name,
           el("span", { class: u.up ? "ok" : "bad" }, u.up ? "up" : "down"),
-          [u.protocol || "", u.mcp_protocol_version ? " " + u.mcp_protocol_version : ""],
-          u.last_fetch || "",
+          u.mcp_protocol_version || "",
+          u.last_fetch ? when(u.last_fetch * 1000) : "never",
           u.last_error ? el("span", { class: "bad" }, u.last_error) : "",
           u.tools,
           (u.skipped || []).map((k) => el("div", {}, typeof k === "string" ? k : JSON.stringify(k))),
