@@ -70,6 +70,12 @@ need_nginx() {
   command -v nginx >/dev/null 2>&1 || apt_install nginx
 }
 
+# Debian's Chromium, headless, for the console's browser test
+# (tests/console.rs renders each page with --dump-dom).
+need_chromium() {
+  command -v chromium >/dev/null 2>&1 || apt_install chromium
+}
+
 # What deploy/check.sh (tests/deploy_files.rs) checks with, all from PyPI:
 # PyYAML, kubernetes-validate, hadolint, and helm-python-sdk (Helm's own
 # engine as a library) to render and lint the Helm chart.

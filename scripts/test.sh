@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs every test. Installs what a fresh machine lacks first: cmake for
 # pingora's build, and the third-party peers the tests talk to (Prometheus,
-# Redis, nginx, OpenBao, MCP's conformance suite, an OpenID Connect provider).
+# Redis, nginx, Chromium, OpenBao, MCP's conformance suite, an OpenID Connect provider).
 source "$(dirname "$0")/lib.sh"
 need_build_tools
 need_python_peers
 need_prometheus
 need_redis
 need_nginx
+need_chromium
 need_openbao
 need_deploy_tools
 need_conformance

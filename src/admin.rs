@@ -1,6 +1,6 @@
-//! The admin listener, on `admin_listen`: GET /metrics, /status and
-//! /health, and with `[server] admin_token` the admin actions (POST
-//! /reload).
+//! The admin listener, on `admin_listen`: GET /metrics, /status, /health,
+//! /calls (`recent_calls.rs`) and /explain (`explain.rs`), and with `[server] admin_token` the admin
+//! actions (POST /reload, DELETE /grants/<provider>/<user_id>).
 //!
 //! Kept off the data plane on its own small tokio runtime so that scrapes and
 //! status checks never compete with calls for pingora's workers. The data
@@ -14,8 +14,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use bytes::Bytes;
+use http::request::Parts;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::Full;
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -25,9 +26,15 @@ use tokio::net::TcpListener;
 
 use crate::browser::BrowserRefusal;
 use crate::catalog::poll::UpstreamStatus;
-use crate::catalog::search::IndexStats;
+use crate::catalog::search::{IndexStats, SearchRequest};
 use crate::catalog::{Conflict, RefusedTool, SharedToolkit, UngrantedRequirement};
+use crate::console;
+use crate::explain::{caller_of, explain, ExplainError, ExplainRequest};
 use crate::gateway::{Gateway, Generation};
+use crate::oauth::FlowError;
+
+/// The largest `POST /explain` body (a caller's claims, a pasted JWT).
+const MAX_EXPLAIN_BODY: usize = 64 * 1024;
 
 /// Serves the admin endpoints on an already bound listener, forever;
 /// `config_path` is the file `POST /reload` reads (none in the demo).
@@ -69,8 +76,21 @@ enum AdminError {
     #[error("admin actions need Authorization: Bearer <admin_token>")]
     Unauthorized,
     /// No such route.
-    #[error("admin endpoints: GET /metrics, GET /status, GET /health, POST /reload")]
+    #[error(
+        "admin endpoints: GET / (the console), GET /metrics, GET /status, GET /health, GET /calls, GET /tools, \
+         GET /tools/search, GET or POST /explain, POST /reload, \
+         DELETE /grants/<provider>/<user_id>"
+    )]
     NotFound,
+    /// An explain request that cannot be read.
+    #[error("explain: {0}")]
+    BadExplain(String),
+    /// `DELETE /grants/<provider>/...` of a provider the gateway does not manage.
+    #[error("no managed OAuth provider {0:?}")]
+    UnknownProvider(String),
+    /// The grant store failed.
+    #[error("the grant store failed: {0}")]
+    GrantStore(String),
     /// A route with another method.
     #[error("use {0}")]
     Method(&'static str),
@@ -88,7 +108,9 @@ impl AdminError {
             }
             AdminError::Browser(BrowserRefusal::MisdirectedHost) => StatusCode::MISDIRECTED_REQUEST,
             AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
-            AdminError::NotFound => StatusCode::NOT_FOUND,
+            AdminError::NotFound | AdminError::UnknownProvider(_) => StatusCode::NOT_FOUND,
+            AdminError::BadExplain(_) => StatusCode::BAD_REQUEST,
+            AdminError::GrantStore(_) => StatusCode::SERVICE_UNAVAILABLE,
             AdminError::Method(_) => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::NoConfigFile => StatusCode::CONFLICT,
         };
@@ -111,23 +133,75 @@ async fn route(
     config_path: Option<&std::path::Path>,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
-    serve(gateway, config_path, &request).await.unwrap_or_else(AdminError::into_response)
+    serve(gateway, config_path, request).await.unwrap_or_else(AdminError::into_response)
 }
 
 /// Checks the request against the browser policy, then dispatches it.
 async fn serve(
     gateway: &Arc<Gateway>,
     config_path: Option<&std::path::Path>,
-    request: &Request<Incoming>,
+    request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, AdminError> {
     let generation = gateway.generation_owned();
-    check_browser(&generation, request)?;
-    match (request.method(), request.uri().path()) {
+    let (request, body) = request.into_parts();
+    check_browser(&generation, &request)?;
+    let path = request.uri.path();
+    match (&request.method, path) {
         (&Method::GET, "/status") => Ok(json(StatusCode::OK, &status(gateway))),
         (&Method::GET, "/metrics") => Ok(metrics(gateway, &generation)),
         (&Method::GET, "/health") => Ok(json(StatusCode::OK, &serde_json::json!({"status": "ok"}))),
+        (&Method::GET, "/tools") => Ok(with_type(StatusCode::OK, gateway.catalog.load().listing(), "application/json")),
+        (&Method::GET, "/tools/search") => {
+            // The operator searches every tool, at its latest version.
+            let asked = SearchRequest::from_query_string(request.uri.query())
+                .map_err(|e| AdminError::BadExplain(format!("search: {e}")))?;
+            let catalog = gateway.catalog.load();
+            let index = catalog.search_index();
+            let found: Vec<_> = index
+                .search(&index.latest(), &asked.text, asked.limit)
+                .into_iter()
+                .map(|hit| hit.doc.route.clone())
+                .collect();
+            Ok(with_type(StatusCode::OK, crate::tool_search::otc_body(&found), "application/json"))
+        }
+        (&Method::GET, asset) if console::asset(asset).is_some() => {
+            let (content_type, text) = console::asset(asset).unwrap_or_default();
+            let mut response = with_type(StatusCode::OK, Bytes::from_static(text.as_bytes()), content_type);
+            let headers = response.headers_mut();
+            headers.insert("content-security-policy", http::HeaderValue::from_static(console::CSP));
+            headers.insert("x-content-type-options", http::HeaderValue::from_static("nosniff"));
+            headers.insert("referrer-policy", http::HeaderValue::from_static("no-referrer"));
+            headers.insert(http::header::CACHE_CONTROL, http::HeaderValue::from_static("no-cache"));
+            Ok(response)
+        }
+        (&Method::GET, "/calls") => {
+            let limit = form_urlencoded::parse(request.uri.query().unwrap_or_default().as_bytes())
+                .find(|(name, _)| name == "limit")
+                .and_then(|(_, n)| n.parse().ok())
+                .unwrap_or(crate::recent_calls::CAPACITY);
+            let body = serde_json::json!({
+                "capacity": crate::recent_calls::CAPACITY,
+                "total": gateway.recent_calls.total(),
+                "calls": gateway.recent_calls.newest(limit),
+            });
+            Ok(json(StatusCode::OK, &body))
+        }
+        (&Method::GET, "/explain") => {
+            let asked = explain_query(request.uri.query().unwrap_or_default())?;
+            answer_explain(gateway, &generation, &asked).await
+        }
+        (&Method::POST, "/explain") => {
+            let bytes = Limited::new(body, MAX_EXPLAIN_BODY)
+                .collect()
+                .await
+                .map_err(|_| AdminError::BadExplain(format!("the body must be at most {MAX_EXPLAIN_BODY} bytes")))?
+                .to_bytes();
+            let asked: ExplainRequest =
+                serde_json::from_slice(&bytes).map_err(|e| AdminError::BadExplain(format!("the JSON body: {e}")))?;
+            answer_explain(gateway, &generation, &asked).await
+        }
         (&Method::POST, "/reload") => {
-            authorize_action(&generation, request)?;
+            authorize_action(&generation, &request)?;
             let path = config_path.ok_or(AdminError::NoConfigFile)?;
             let outcome = gateway.reload(path).await;
             let body = serde_json::json!({
@@ -137,19 +211,82 @@ async fn serve(
             });
             Ok(json(if outcome.is_ok() { StatusCode::OK } else { StatusCode::UNPROCESSABLE_ENTITY }, &body))
         }
-        (_, "/status" | "/health" | "/metrics") => Err(AdminError::Method("GET")),
+        (&Method::DELETE, grant) if grant.starts_with("/grants/") => {
+            authorize_action(&generation, &request)?;
+            revoke_grant(&generation, grant).await
+        }
+        (_, "/status" | "/health" | "/metrics" | "/calls") => Err(AdminError::Method("GET")),
         (_, "/reload") => Err(AdminError::Method("POST")),
+        (_, "/explain") => Err(AdminError::Method("GET, POST")),
+        (_, grant) if grant.starts_with("/grants/") => Err(AdminError::Method("DELETE")),
         _ => Err(AdminError::NotFound),
     }
 }
 
+/// `GET /explain`'s query: `user_id`, `claims` (JSON), `jwt`, `api_key`, `tool`.
+fn explain_query(query: &str) -> Result<ExplainRequest, AdminError> {
+    let mut asked = ExplainRequest::default();
+    for (name, value) in form_urlencoded::parse(query.as_bytes()) {
+        let value = value.into_owned();
+        match name.as_ref() {
+            "user_id" if !value.is_empty() => asked.user_id = Some(value),
+            "claims" if !value.is_empty() => {
+                let claims = serde_json::from_str(&value)
+                    .map_err(|e| AdminError::BadExplain(format!("claims: not JSON: {e}")))?;
+                asked.claims = Some(claims);
+            }
+            "jwt" if !value.is_empty() => asked.jwt = Some(value),
+            "api_key" => asked.api_key = matches!(value.as_str(), "1" | "true" | "on" | "yes"),
+            "tool" if !value.is_empty() => asked.tool = Some(value),
+            "user_id" | "claims" | "jwt" | "tool" => {}
+            other => {
+                let other: String = other.chars().take(40).collect();
+                return Err(AdminError::BadExplain(format!(
+                    "unknown parameter {other:?}: use user_id, claims, jwt, api_key, tool"
+                )));
+            }
+        }
+    }
+    Ok(asked)
+}
+
+async fn answer_explain(
+    gateway: &Gateway,
+    generation: &Generation,
+    asked: &ExplainRequest,
+) -> Result<Response<Full<Bytes>>, AdminError> {
+    let caller = caller_of(asked, generation).map_err(|e: ExplainError| AdminError::BadExplain(e.to_string()))?;
+    let explanation = explain(gateway, generation, &caller, asked.tool.as_deref()).await;
+    Ok(json(StatusCode::OK, &explanation))
+}
+
+/// `DELETE /grants/<provider>/<user_id>`: forgets the user's grant and
+/// revokes it at the provider, as the user's own disconnect does.
+async fn revoke_grant(generation: &Generation, path: &str) -> Result<Response<Full<Bytes>>, AdminError> {
+    let rest = path.strip_prefix("/grants/").unwrap_or_default();
+    let Some((provider, user)) = rest.split_once('/') else { return Err(AdminError::NotFound) };
+    let decode = |s: &str| percent_encoding::percent_decode_str(s).decode_utf8().map(|s| s.into_owned());
+    let (Ok(provider), Ok(user)) = (decode(provider), decode(user)) else { return Err(AdminError::NotFound) };
+    if user.is_empty() || user.contains('/') || !generation.oauth.manages(&provider) {
+        return Err(AdminError::UnknownProvider(provider.chars().take(64).collect()));
+    }
+    match generation.oauth.disconnect(&provider, &user).await {
+        Ok(had) => {
+            tracing::info!(provider, revoked = had, "admin revoked a grant");
+            Ok(json(StatusCode::OK, &serde_json::json!({"provider": provider, "user_id": user, "revoked": had})))
+        }
+        Err(FlowError::UnknownProvider(p)) => Err(AdminError::UnknownProvider(p)),
+        Err(e) => Err(AdminError::GrantStore(e.to_string())),
+    }
+}
+
 /// The data plane's `Host` and `Origin` rules, for this listener.
-fn check_browser(generation: &Generation, request: &Request<Incoming>) -> Result<(), AdminError> {
-    let headers = request.headers();
+fn check_browser(generation: &Generation, request: &Parts) -> Result<(), AdminError> {
+    let headers = &request.headers;
     // One Host (hyper takes an absolute target's authority as the request's
     // own), checked like the data plane's.
     let host = request
-        .uri()
+        .uri
         .authority()
         .map(|a| a.as_str().as_bytes())
         .or_else(|| headers.get(http::header::HOST).map(|h| h.as_bytes()));
@@ -162,10 +299,10 @@ fn check_browser(generation: &Generation, request: &Request<Incoming>) -> Result
 }
 
 /// An action needs `admin_token` configured and presented.
-fn authorize_action(generation: &Generation, request: &Request<Incoming>) -> Result<(), AdminError> {
+fn authorize_action(generation: &Generation, request: &Parts) -> Result<(), AdminError> {
     let expected = generation.admin_token.as_ref().ok_or(AdminError::ActionsOff)?;
     let presented = request
-        .headers()
+        .headers
         .get(http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().split_once(' '))
@@ -269,6 +406,13 @@ fn status(gateway: &Gateway) -> Status {
         catalog_build_ms: catalog.build_time().as_secs_f64() * 1000.0,
         search_index: catalog.search_index().stats(),
     }
+}
+
+fn with_type(status: StatusCode, body: Bytes, content_type: &'static str) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body));
+    *response.status_mut() = status;
+    response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static(content_type));
+    response
 }
 
 fn json<T: Serialize>(status: StatusCode, body: &T) -> Response<Full<Bytes>> {

@@ -3,7 +3,6 @@
 //! for what it does. The caller arrives authenticated: the fronts
 //! (`proxy/`, `mcp_endpoint/`) authenticate before the body is read.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,20 +13,21 @@ use serde_json::Value;
 use crate::auth::{Caller, CallerKind};
 use crate::catalog::{Catalog, Route, Target};
 use crate::circuit::Admission;
-use crate::error::{AuthorizationChallenge, MissingRequirements, RequestError, Ungranted};
+use crate::error::{AuthorizationChallenge, MissingRequirements, RequestError};
 use crate::gateway::{upstream_bearer, Gateway, Generation};
 use crate::idempotency::{CallerScope, Decision, Fingerprint, Pending, StoredCall};
 use crate::mcp::v2026_07_28::{ClientAsk, Passthrough};
 use crate::metrics::CallOutcome;
 use crate::oauth::TokenError;
+use crate::recent_calls::{self, CallRecord};
+use crate::requirements::{self, authenticated_user, check_grants, SecretPlan, TokenPlan};
 use crate::resolve::parse_tool_id;
 use crate::scrub;
 use crate::trace::OutgoingTrace;
 pub use crate::upstream::Native;
 use crate::upstream::{ForwardError, UpstreamCall, UpstreamReply};
 use crate::wire::{
-    self, is_supported_schema, AuthorizationToken, CallBody, CallContext, CallResult, Requirements, SecretValue,
-    UpstreamResult,
+    self, is_supported_schema, AuthorizationToken, CallBody, CallContext, CallResult, SecretValue, UpstreamResult,
 };
 
 /// A call request after parsing: the canonical form of whatever shape came in.
@@ -109,7 +109,44 @@ pub async fn execute_call(
     let route = resolve_tool(&catalog, &call.tool_id)?;
     let finished = run_resolved_call(gateway, &generation, route, caller, &mut call, started).await;
     record_call(gateway, route, &call.call_id, call.trace_id.as_deref(), &finished, started);
+    remember_recent(gateway, caller, route, &call.call_id, &finished, started);
     finished
+}
+
+/// Keeps the call in the ring of recent calls (`recent_calls.rs`): names,
+/// status and timing, never its input, output, secrets or tokens.
+fn remember_recent(
+    gateway: &Gateway,
+    caller: &Caller,
+    route: &Route,
+    call_id: &str,
+    finished: &Result<FinishedCall, RequestError>,
+    started: Instant,
+) {
+    let first_upstream = || route.targets.first().map_or_else(String::new, |t| t.upstream.name.clone());
+    let (upstream, status, outcome, took) = match finished {
+        Ok(completed) if completed.is_question() => return,
+        Ok(completed) => (completed.upstream.clone(), 200, completed.outcome.as_str(), completed.took),
+        Err(e) => {
+            let outcome = match e {
+                RequestError::Denied(_) => "denied",
+                RequestError::InvalidInput(_) => "validation_error",
+                RequestError::RateLimited { .. } => "rate_limited",
+                _ => "error",
+            };
+            (first_upstream(), e.status(), outcome, started.elapsed())
+        }
+    };
+    gateway.recent_calls.record(CallRecord {
+        at_ms: recent_calls::now_ms(),
+        caller: caller.user_id.clone().filter(|_| caller.kind != CallerKind::Anonymous),
+        tool: route.tool.definition.id.clone(),
+        upstream,
+        status,
+        outcome,
+        duration_ms: took.as_secs_f64() * 1000.0,
+        call_id: call_id.to_owned(),
+    });
 }
 
 /// Everything after resolution: admit, validate, inject, claim the call id
@@ -367,76 +404,58 @@ pub async fn inject_context(
     context.authorization.retain(|a| !generation.config.authorization.contains_key(&a.id));
     let Some(requirements) = &route.tool.definition.requirements else { return Ok(context) };
     check_grants(generation, route, requirements)?;
-    let authenticated_user = caller.user_id.as_deref().filter(|_| caller.kind != CallerKind::Anonymous);
-    let mut missing = MissingRequirements {
-        user_id: requirements.user_id && context.user_id.is_none(),
-        ..MissingRequirements::default()
-    };
-    for secret in &requirements.secrets {
-        match managed.get(&secret.id) {
-            Some(reference) => {
+    let plan = requirements::plan(generation, requirements, caller, &context);
+    let mut missing = MissingRequirements { user_id: plan.user_id_missing, ..MissingRequirements::default() };
+    for (id, how) in plan.secrets {
+        match how {
+            SecretPlan::Managed(reference) => {
                 let value =
-                    generation.secrets.resolve(reference.get_ref(), authenticated_user).await.map_err(|source| {
-                        RequestError::RequirementUnavailable { requirement: format!("secret {}", secret.id), source }
+                    generation.secrets.resolve(reference, authenticated_user(caller)).await.map_err(|source| {
+                        RequestError::RequirementUnavailable { requirement: format!("secret {id}"), source }
                     })?;
-                context.secrets.push(SecretValue {
-                    id: secret.id.clone(),
-                    value: value.into_exposed(),
-                    extra: Default::default(),
-                });
+                let extra = Default::default();
+                context.secrets.push(SecretValue { id: id.to_owned(), value: value.into_exposed(), extra });
             }
-            None if context.secrets.iter().any(|s| s.id == secret.id) => {}
-            None => missing.secrets.push(secret.id.clone()),
+            SecretPlan::FromClient => {}
+            SecretPlan::Missing => missing.secrets.push(id.to_owned()),
         }
     }
-    for provider in &requirements.authorization {
-        let id = &provider.id;
-        let token = match generation.config.authorization.get(id) {
-            // Nobody can be challenged for a per-user grant but a caller the
-            // gateway authenticated.
-            Some(_) if generation.oauth.manages(id) => match authenticated_user {
-                Some(user) => {
-                    let scopes: BTreeSet<String> = provider.scopes().map(str::to_owned).collect();
-                    match generation.oauth.token(id, user, &scopes, &gateway.metrics).await {
-                        Ok(token) => Some(token.into_exposed()),
-                        Err(TokenError::Authorize(ask)) => {
-                            let public_url = gateway.public_url(generation);
-                            let issued = generation.oauth.challenge(id, user, ask, &public_url, &gateway.metrics).await;
-                            let issued = issued.map_err(|source| RequestError::AuthorizationUnavailable {
-                                provider: id.clone(),
-                                source,
-                            })?;
-                            missing.authorization.push(AuthorizationChallenge {
-                                id: id.clone(),
-                                url: Some(issued.url),
-                                check_url: Some(issued.check_url),
-                            });
-                            None
-                        }
-                        Err(TokenError::Unavailable(source)) => {
-                            return Err(RequestError::AuthorizationUnavailable { provider: id.clone(), source })
-                        }
+    for (id, how) in plan.authorization {
+        let token = match how {
+            TokenPlan::Grant { user, scopes } => {
+                match generation.oauth.token(id, user, &scopes, &gateway.metrics).await {
+                    Ok(token) => Some(token.into_exposed()),
+                    Err(TokenError::Authorize(ask)) => {
+                        let public_url = gateway.public_url(generation);
+                        let issued = generation.oauth.challenge(id, user, ask, &public_url, &gateway.metrics).await;
+                        let issued = issued.map_err(|source| RequestError::AuthorizationUnavailable {
+                            provider: id.to_owned(),
+                            source,
+                        })?;
+                        missing.authorization.push(AuthorizationChallenge {
+                            id: id.to_owned(),
+                            url: Some(issued.url),
+                            check_url: Some(issued.check_url),
+                        });
+                        None
+                    }
+                    Err(TokenError::Unavailable(source)) => {
+                        return Err(RequestError::AuthorizationUnavailable { provider: id.to_owned(), source })
                     }
                 }
-                None => {
-                    missing.user_id = true;
-                    missing.authorization.push(challenge(id, None, None));
-                    None
-                }
-            },
-            Some(section) => {
-                let Some(reference) = &section.token else { continue };
-                // A per-user token needs a caller the gateway authenticated.
-                let user = match (reference.get_ref().uses_user_id(), authenticated_user) {
-                    (false, _) => None,
-                    (true, Some(user)) => Some(user),
-                    (true, None) => {
-                        missing.user_id = true;
-                        missing.authorization.push(challenge(id, section.authorize_url.as_deref(), None));
-                        continue;
-                    }
-                };
-                match generation.secrets.resolve(reference.get_ref(), user).await {
+            }
+            TokenPlan::GrantNeedsUser => {
+                missing.user_id = true;
+                missing.authorization.push(challenge(id, None, None));
+                None
+            }
+            TokenPlan::ConfiguredNeedsUser { authorize_url } => {
+                missing.user_id = true;
+                missing.authorization.push(challenge(id, authorize_url, None));
+                None
+            }
+            TokenPlan::Configured { reference, user, authorize_url } => {
+                match generation.secrets.resolve(reference, user).await {
                     Ok(token) => Some(token.into_exposed()),
                     Err(e) if e.is_transient() => {
                         return Err(RequestError::RequirementUnavailable {
@@ -447,19 +466,19 @@ pub async fn inject_context(
                     // No stored token for this user: they must authorize first.
                     Err(e) => {
                         tracing::debug!(provider = id, error = %e, "no stored token for the caller");
-                        missing.authorization.push(challenge(id, section.authorize_url.as_deref(), user));
+                        missing.authorization.push(challenge(id, authorize_url, user));
                         None
                     }
                 }
             }
-            None if context.authorization.iter().any(|a| &a.id == id) => None,
-            None => {
+            TokenPlan::Nothing | TokenPlan::FromClient => None,
+            TokenPlan::Missing => {
                 missing.authorization.push(challenge(id, None, None));
                 None
             }
         };
         if let Some(token) = token {
-            context.authorization.push(AuthorizationToken { id: id.clone(), token, extra: Default::default() });
+            context.authorization.push(AuthorizationToken { id: id.to_owned(), token, extra: Default::default() });
         }
     }
     if missing.is_empty() {
@@ -467,29 +486,6 @@ pub async fn inject_context(
     } else {
         Err(RequestError::MissingRequirements(missing))
     }
-}
-
-/// Refuses a call none of whose upstreams was granted everything the tool
-/// declares of what the gateway supplies; names what the first lacks.
-fn check_grants(generation: &Generation, route: &Route, requirements: &Requirements) -> Result<(), RequestError> {
-    if route.targets.iter().any(|t| t.upstream.granted(requirements, &generation.config)) {
-        return Ok(());
-    }
-    let Some(first) = route.targets.first() else { return Ok(()) };
-    let mut missing = MissingRequirements::default();
-    for requirement in first.upstream.ungranted(requirements, &generation.config) {
-        missing.ungranted.push(Ungranted {
-            upstream: first.upstream.name.clone(),
-            key: requirement.grant_key(),
-            id: requirement.id().to_owned(),
-        });
-    }
-    tracing::warn!(
-        tool = route.tool.definition.id,
-        upstream = first.upstream.name,
-        "call refused: the tool declares requirements its upstream was not granted"
-    );
-    Err(RequestError::MissingRequirements(missing))
 }
 
 /// The values the gateway injected into `context` (its secrets and user

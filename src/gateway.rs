@@ -21,6 +21,7 @@ use crate::metrics::Metrics;
 use crate::oauth::{OAuth, OAuthError};
 use crate::policy::AccessPolicy;
 use crate::ratelimit::{RateLimits, SharedBuckets};
+use crate::recent_calls::RecentCalls;
 use crate::redis_client::SharedRedis;
 use crate::secret::SecretString;
 use crate::upstream::{Upstream, WatchBounds, WatchEnd};
@@ -209,6 +210,8 @@ pub struct Gateway {
     pub catalog: CatalogStore,
     /// Prometheus metrics, served on the admin listener.
     pub metrics: Metrics,
+    /// The most recent calls, for the admin listener.
+    pub recent_calls: RecentCalls,
     /// How many configs have been applied (1 = the one started with).
     generation_number: AtomicU64,
     /// The last reload's outcome, for /status.
@@ -252,6 +255,7 @@ impl Gateway {
             generation: ArcSwap::from_pointee(generation),
             catalog: CatalogStore::default(),
             metrics: Metrics::new(),
+            recent_calls: RecentCalls::default(),
             generation_number: AtomicU64::new(1),
             last_reload: std::sync::Mutex::new(None),
             reloading: tokio::sync::Mutex::new(()),

@@ -1,12 +1,13 @@
-//! The `otc-gateway` command: run, check a config, or run the demo.
+//! The `otc-gateway` command: run, check a config, run the demo, or ask a
+//! running gateway to explain what a caller sees.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use otc_gateway::config::{AuthMode, Config};
-use otc_gateway::demo;
 use otc_gateway::server::{self, ControlPlane};
+use otc_gateway::{demo, explain};
 
 /// One URL in front of many OTC tool servers.
 #[derive(Parser)]
@@ -36,6 +37,38 @@ enum Command {
         #[arg(long, default_value = "127.0.0.1:9464")]
         admin_listen: String,
     },
+    /// Ask a running gateway's admin listener why a caller sees, or does not
+    /// see, each tool (`GET /explain`), in words.
+    Explain(ExplainArgs),
+}
+
+/// `otc-gateway explain`'s arguments.
+#[derive(clap::Args)]
+struct ExplainArgs {
+    /// The running gateway's admin listener, `host:port` (default: `[server]
+    /// admin_listen` of --config).
+    #[arg(long)]
+    admin: Option<String>,
+    /// The caller's user id.
+    #[arg(long)]
+    user_id: Option<String>,
+    /// The caller's JWT claims, a JSON object.
+    #[arg(long)]
+    claims: Option<String>,
+    /// A JWT to read the claims of (decoded, not verified); `-` reads it from
+    /// stdin, keeping it out of the process list.
+    #[arg(long)]
+    jwt: Option<String>,
+    /// The user id is an API key's (no claims).
+    #[arg(long)]
+    api_key: bool,
+    /// A tool reference (`Toolkit.Name` or `Toolkit.Name@version`): how it
+    /// resolves, its requirements and rate limits for this caller.
+    #[arg(long)]
+    tool: Option<String>,
+    /// Print the admin listener's JSON instead of words.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -55,7 +88,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     // Held for the life of the process: dropping it would stop the log writer.
     // `check` prints its findings; the gateway's own info lines are noise there.
-    let default_level = if matches!(cli.command, Some(Command::Check)) { "warn" } else { "info" };
+    let default_level = if matches!(cli.command, Some(Command::Check | Command::Explain(_))) { "warn" } else { "info" };
     let _log_writer = init_logging(cli.log_format, default_level);
     match cli.command {
         Some(Command::Check) => match Config::load(&cli.config) {
@@ -85,6 +118,7 @@ fn main() -> ExitCode {
             }
         },
         Some(Command::Demo { listen, admin_listen }) => run_demo(&listen, &admin_listen),
+        Some(Command::Explain(args)) => run_explain(args, &cli.config),
         None => {
             let config = match Config::load(&cli.config) {
                 Ok(config) => config,
@@ -189,6 +223,85 @@ fn check_against_catalogs(mut config: Config) {
             );
         }
     });
+}
+
+/// `explain`: one `POST /explain` to the admin listener (the JWT in the
+/// body, never in a URL), printed in words or as JSON.
+fn run_explain(args: ExplainArgs, config_path: &std::path::Path) -> ExitCode {
+    let admin = match args.admin {
+        Some(admin) => admin,
+        None => match Config::load(config_path) {
+            Ok(config) => config.server.admin_listen,
+            Err(e) => return fail(format!("{e} (or give --admin host:port)")),
+        },
+    };
+    let admin = admin.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    let jwt = match args.jwt.as_deref() {
+        Some("-") => {
+            let mut text = String::new();
+            if let Err(e) = std::io::Read::read_to_string(&mut std::io::stdin(), &mut text) {
+                return fail(format!("reading the JWT from stdin: {e}"));
+            }
+            Some(text.trim().to_owned())
+        }
+        other => other.map(str::to_owned),
+    };
+    let claims = match args.claims.as_deref().map(serde_json::from_str::<serde_json::Value>) {
+        None => None,
+        Some(Ok(claims)) => Some(claims),
+        Some(Err(e)) => return fail(format!("--claims: not JSON: {e}")),
+    };
+    let request =
+        explain::ExplainRequest { user_id: args.user_id, claims, jwt, api_key: args.api_key, tool: args.tool };
+    let tokio = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(tokio) => tokio,
+        Err(e) => return fail(e),
+    };
+    match tokio.block_on(ask_admin(&admin, &request)) {
+        Ok(body) if args.json => {
+            println!("{body}");
+            ExitCode::SUCCESS
+        }
+        Ok(body) => match serde_json::from_str::<explain::Explanation>(&body) {
+            Ok(explanation) => {
+                print!("{}", explain::in_words(&explanation));
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(format!("the admin listener's answer: {e}")),
+        },
+        Err(e) => fail(e),
+    }
+}
+
+/// `POST /explain` to the admin listener at `admin` (`host:port`, plain
+/// HTTP: the admin listener's own), within ten seconds.
+async fn ask_admin(admin: &str, request: &explain::ExplainRequest) -> Result<String, String> {
+    use http_body_util::BodyExt;
+    let exchange = async {
+        let stream = tokio::net::TcpStream::connect(admin).await.map_err(|e| format!("connecting to {admin}: {e}"))?;
+        let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("{admin}: {e}"))?;
+        tokio::spawn(connection);
+        let body = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+        let request = http::Request::post("/explain")
+            .header(http::header::HOST, admin)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+            .map_err(|e| e.to_string())?;
+        let response = sender.send_request(request).await.map_err(|e| format!("{admin}: {e}"))?;
+        let status = response.status();
+        let body = response.into_body().collect().await.map_err(|e| format!("{admin}: {e}"))?.to_bytes();
+        let text = String::from_utf8_lossy(&body).into_owned();
+        if status.is_success() {
+            Ok(text)
+        } else {
+            Err(format!("{admin} answered {status}: {text}"))
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(10), exchange)
+        .await
+        .map_err(|_| format!("{admin} did not answer within 10 s"))?
 }
 
 fn fail(error: impl std::fmt::Display) -> ExitCode {

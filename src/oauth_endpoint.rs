@@ -10,6 +10,8 @@
 //! | `POST /oauth/confirm` `{"flow_id"}` | the user's application, as the user (authenticated) | `{"status": "completed"}`, or 403 for another user |
 //! | `GET /oauth/P/check/CHECK` | the client that got the challenge (authenticated) | `{"status": ...}` |
 //! | `DELETE /oauth/P` | the user's client (authenticated) | `{"disconnected": bool}` |
+//! | `GET /oauth/` | a signed-in browser (`[login]`) | the user's own connections, each with a disconnect form |
+//! | `POST /oauth/` `provider&csrf` | that page's form, in the same browser | 302 back to `/oauth/`, disconnected |
 //!
 //! The browser steps carry no credentials but cookies: a session (`[login]`)
 //! sealed by the gateway, and the binding of a sign-in to the browser that
@@ -57,6 +59,10 @@ pub(crate) enum OAuthRequest<'p> {
         /// The provider.
         provider: &'p str,
     },
+    /// `GET /oauth/`: the signed-in user's connections.
+    Connections,
+    /// `POST /oauth/`: that page's disconnect form.
+    DisconnectForm,
 }
 
 impl<'p> OAuthRequest<'p> {
@@ -64,6 +70,13 @@ impl<'p> OAuthRequest<'p> {
     pub(crate) fn parse(method: &http::Method, path: &'p str) -> Result<OAuthRequest<'p>, RequestError> {
         let not_found = || RequestError::NotFound(path.chars().take(200).collect());
         let rest = path.strip_prefix("/oauth/").ok_or_else(not_found)?;
+        if rest.is_empty() {
+            return match *method {
+                http::Method::GET | http::Method::HEAD => Ok(OAuthRequest::Connections),
+                http::Method::POST => Ok(OAuthRequest::DisconnectForm),
+                _ => Err(RequestError::MethodNotAllowed { allow: "GET, HEAD, POST" }),
+            };
+        }
         let parts: Vec<&str> = rest.split('/').collect();
         if parts.first().is_none_or(|provider| provider.is_empty()) {
             return Err(not_found());
@@ -106,6 +119,8 @@ pub(crate) struct BrowserRequest<'r> {
     pub query: Option<&'r str>,
     /// The `Cookie` header values.
     pub cookies: Vec<&'r str>,
+    /// A form's body (`POST /oauth/`); empty for every other step.
+    pub form: &'r [u8],
 }
 
 /// The cookies' names and attributes, which depend on whether the gateway
@@ -218,8 +233,103 @@ pub(crate) async fn browser_step(
                 Finished::Confirm(verifier) => Ok(Reply::redirect(verifier)),
             }
         }
+        OAuthRequest::Connections => {
+            let Some(user) = session_user else {
+                let start = oauth.sign_in(browser.path, &public_url).await?;
+                let mut reply = Reply::redirect(start.redirect);
+                reply.headers.push(("set-cookie", cookies.set(SIGN_IN, &start.binding, SIGN_IN_MAX_AGE)));
+                return Ok(reply);
+            };
+            let csrf = cookies.read(browser, SESSION).map(csrf_token).unwrap_or_default();
+            Ok(connections_page(oauth, &user, &csrf, &public_url).await)
+        }
+        OAuthRequest::DisconnectForm => {
+            let session = cookies.read(browser, SESSION);
+            let (Some(user), Some(session)) = (session_user, session) else {
+                return Ok(Reply::page(403, "Not signed in", "Sign in at /oauth/ first."));
+            };
+            let mut provider = None;
+            let mut csrf = None;
+            for (key, value) in form_urlencoded::parse(browser.form) {
+                match &*key {
+                    "provider" => provider = Some(value.into_owned()),
+                    "csrf" => csrf = Some(value.into_owned()),
+                    _ => {}
+                }
+            }
+            let expected = csrf_token(session);
+            let genuine =
+                csrf.is_some_and(|c| bool::from(subtle::ConstantTimeEq::ct_eq(c.as_bytes(), expected.as_bytes())));
+            let Some(provider) = provider.filter(|_| genuine) else {
+                return Ok(Reply::page(
+                    403,
+                    "Refused",
+                    "This form did not come from your connections page. Reload it and try again.",
+                ));
+            };
+            if !oauth.manages(&provider) {
+                return Err(FlowError::UnknownProvider(provider).into());
+            }
+            oauth.disconnect(&provider, &user).await?;
+            Ok(Reply::redirect(format!("{public_url}/oauth/")))
+        }
         _ => Err(RequestError::NotFound(String::new())),
     }
+}
+
+/// The CSRF token of the disconnect forms: a hash of the session cookie,
+/// which only the signed-in browser holds (it is `HttpOnly`), so another
+/// site can neither read nor make one.
+fn csrf_token(session: &str) -> String {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::new().chain_update(b"otc-gateway csrf\n").chain_update(session.as_bytes()).finalize();
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(digest)
+}
+
+/// `GET /oauth/`: the user's connections at each managed provider (never a
+/// token), each connected one with a disconnect form.
+async fn connections_page(oauth: &crate::oauth::OAuth, user: &str, csrf: &str, public_url: &str) -> Reply {
+    use crate::reply::html_escape;
+    let mut rows = String::new();
+    for provider in oauth.managed() {
+        let standing = oauth.standing(provider, user, &std::collections::BTreeSet::new()).await;
+        let (state, scopes, expiry, connected) = match standing {
+            Ok(s) if s.connected => {
+                let expiry = s.expires_at.map(|at| format!("token expires at {at} (Unix seconds)")).unwrap_or_default();
+                ("connected", s.scopes.join(" "), expiry, true)
+            }
+            Ok(_) => ("not connected", String::new(), String::new(), false),
+            Err(_) => ("unknown (the grant store did not answer)", String::new(), String::new(), false),
+        };
+        let button = if connected {
+            format!(
+                "<form method=\"post\" action=\"{action}\"><input type=\"hidden\" name=\"provider\" value=\"{p}\">\
+                 <input type=\"hidden\" name=\"csrf\" value=\"{csrf}\"><button type=\"submit\">Disconnect</button></form>",
+                action = html_escape(&format!("{public_url}/oauth/")),
+                p = html_escape(provider),
+                csrf = html_escape(csrf),
+            )
+        } else {
+            String::new()
+        };
+        rows.push_str(&format!(
+            "<tr class=\"provider\" data-provider=\"{p}\"><td>{p}</td><td>{state}</td><td>{scopes}</td><td>{expiry}</td><td>{button}</td></tr>",
+            p = html_escape(provider),
+            scopes = html_escape(&scopes),
+            expiry = html_escape(&expiry),
+        ));
+    }
+    let mut reply = Reply::page(200, "Your connections", "");
+    reply.body = Bytes::from(format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Your connections</title></head><body>\
+         <h1>Your connections</h1><p>Signed in as <b id=\"user\">{user}</b>.</p>\
+         <table><tr><th>provider</th><th>state</th><th>scopes</th><th>expiry</th><th></th></tr>{rows}</table></body></html>\n",
+        user = html_escape(user),
+    ));
+    reply.headers.retain(|(name, _)| *name != "content-security-policy");
+    reply.headers.push(("content-security-policy", "default-src 'none'; form-action 'self'".to_owned()));
+    reply
 }
 
 /// A callback's query parameters.
@@ -326,6 +436,8 @@ mod tests {
         );
         assert_eq!(OAuthRequest::parse(&get, "/oauth/login/callback").ok(), Some(OAuthRequest::SignInCallback));
         assert_eq!(OAuthRequest::parse(&http::Method::POST, "/oauth/confirm").ok(), Some(OAuthRequest::Confirm));
+        assert_eq!(OAuthRequest::parse(&get, "/oauth/").ok(), Some(OAuthRequest::Connections));
+        assert_eq!(OAuthRequest::parse(&http::Method::POST, "/oauth/").ok(), Some(OAuthRequest::DisconnectForm));
         assert_eq!(
             OAuthRequest::parse(&http::Method::DELETE, "/oauth/google").ok(),
             Some(OAuthRequest::Disconnect { provider: "google" })
@@ -336,7 +448,8 @@ mod tests {
             (&http::Method::POST, "/oauth/google/callback", 405),
             (&get, "/oauth/google/start/", 404),
             (&get, "/oauth/google/start/a/b", 404),
-            (&get, "/oauth/", 404),
+            (&get, "/oauth//x", 404),
+            (&http::Method::DELETE, "/oauth/", 405),
         ] {
             let e = OAuthRequest::parse(method, path).expect_err(path);
             assert_eq!(e.status(), status, "{path}");
@@ -358,6 +471,7 @@ mod tests {
             path: "/oauth/p/start/l",
             query: None,
             cookies: vec!["a=1; otc-session=abc", "otc-session-x=no"],
+            form: b"",
         };
         assert_eq!(http.read(&request, SESSION), Some("abc"));
         assert_eq!(https.read(&request, SESSION), None, "over https only the prefixed name counts");

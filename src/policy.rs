@@ -16,7 +16,7 @@ use serde_json::Value;
 use crate::auth::{Caller, CallerKind};
 use crate::catalog::search::{Scope, SearchIndex};
 use crate::catalog::Catalog;
-use crate::config::{PolicyConfig, When, MAX_POLICIES};
+use crate::config::{PolicyConfig, ToolPattern, When, MAX_POLICIES};
 
 /// The policies of one config, compiled, with the filtered listings cached.
 #[derive(Debug, Default)]
@@ -37,6 +37,29 @@ struct Visible {
     all: Scope,
     /// Every visible tool at its latest version.
     latest: Arc<Scope>,
+}
+
+/// Why a caller may or may not use a tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessDecision {
+    /// No `[[policy]]` at all: everything is allowed.
+    Open,
+    /// This allow pattern of a matching policy allows it, and no deny denies it.
+    Allowed(Rule),
+    /// This deny pattern of a matching policy denies it.
+    Denied(Rule),
+    /// No matching policy allows it.
+    NotAllowed,
+}
+
+/// One pattern of one policy: `[[policy]]` number `policy`, pattern number
+/// `at` of its allow or deny list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rule {
+    /// The policy's index in the config.
+    pub policy: usize,
+    /// The pattern's index in its list.
+    pub at: usize,
 }
 
 /// Which policies match a caller (bit i = policy i).
@@ -67,14 +90,37 @@ impl AccessPolicy {
 
     /// Whether a caller with these matching policies may use `key`.
     pub fn allows(&self, matching: Matching, key: &str) -> bool {
+        matches!(self.decide(matching, key), AccessDecision::Open | AccessDecision::Allowed(_))
+    }
+
+    /// Whether a caller with these matching policies may use `key`, and the
+    /// rule that decided it: the one decision behind listings, searches,
+    /// calls and `GET /explain`.
+    pub fn decide(&self, matching: Matching, key: &str) -> AccessDecision {
         if !self.is_active() {
-            return true;
+            return AccessDecision::Open;
         }
-        let applying = || self.policies.iter().enumerate().filter(|(i, _)| matching.0 & (1 << i) != 0).map(|(_, p)| p);
-        if applying().any(|p| p.deny.iter().any(|d| d.matches(key))) {
-            return false;
+        let applying = || self.policies.iter().enumerate().filter(|(i, _)| matching.0 & (1 << i) != 0);
+        let first = |pick: fn(&PolicyConfig) -> &[ToolPattern]| {
+            applying().find_map(|(i, p)| pick(p).iter().position(|d| d.matches(key)).map(|at| Rule { policy: i, at }))
+        };
+        if let Some(rule) = first(|p| &p.deny) {
+            return AccessDecision::Denied(rule);
         }
-        applying().any(|p| p.allow.iter().any(|a| a.matches(key)))
+        first(|p| &p.allow).map_or(AccessDecision::NotAllowed, AccessDecision::Allowed)
+    }
+
+    /// The names of the policies in `matching`, in config order.
+    pub fn names_matching(&self, matching: Matching) -> Vec<&str> {
+        let applying = self.policies.iter().enumerate().filter(|(i, _)| matching.0 & (1 << i) != 0);
+        applying.map(|(_, p)| p.name.as_str()).collect()
+    }
+
+    /// A rule's policy name and pattern, as written (`deny` says which list).
+    pub fn rule(&self, rule: Rule, deny: bool) -> (&str, &str) {
+        let Some(policy) = self.policies.get(rule.policy) else { return ("", "") };
+        let list = if deny { &policy.deny } else { &policy.allow };
+        (policy.name.as_str(), list.get(rule.at).map_or("", ToolPattern::as_str))
     }
 
     /// The GET /tools body this caller may see, serialised once per catalog

@@ -75,7 +75,7 @@ pub const JSON: &str = "application/json";
 pub const HTML: &str = "text/html; charset=utf-8";
 
 /// `text` safe inside HTML text and attribute values.
-fn html_escape(text: &str) -> String {
+pub(crate) fn html_escape(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for c in text.chars() {
         match c {

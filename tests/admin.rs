@@ -88,3 +88,80 @@ async fn reload_needs_the_admin_token_and_there_is_none_by_default() {
         assert!(!text.contains(ADMIN_TOKEN), "the admin token leaked");
     }
 }
+
+/// `GET /calls`: the most recent calls, newest first, each with its caller,
+/// tool, upstream, status and `call_id`; never an input, an output, a
+/// secret or a credential.
+#[tokio::test]
+async fn recent_calls_say_who_called_what_and_nothing_they_carried() {
+    const SECRET_VALUE: &str = "injected-secret-canary-0b7e";
+    const INPUT: &str = "input-canary-5d1a";
+    let server = ToolServer::start(common::catalog(vec![
+        common::tool("Calc.Add", "1.0.0", common::add_schema()),
+        common::needing("Echo.Say", json!({"secrets": [{"id": "API_KEY"}]})),
+    ]))
+    .await;
+    server.on_call(common::echo);
+    let gw = GatewayConfig::new()
+        .upstream_with("tools", &server.url(), "secrets = [\"API_KEY\"]")
+        .raw(
+            "[auth]\napi_keys = [{ key = \"env:CALLS_ALICE\", user_id = \"alice\" }, \
+             { key = \"env:CALLS_BOB\", user_id = \"bob\" }]\n\n[secrets]\nAPI_KEY = \"env:CALLS_SECRET\"\n",
+        )
+        .start_with_env(&[("CALLS_ALICE", "alice-key-1"), ("CALLS_BOB", "bob-key-2"), ("CALLS_SECRET", SECRET_VALUE)])
+        .await;
+    gw.wait_for_tool("Echo.Say@1.0.0").await;
+    let call = |key: &'static str, body: serde_json::Value| {
+        let addr = gw.addr;
+        async move {
+            let headers = [("oxp-api-key", key), ("content-type", "application/json")];
+            send_with_headers(addr, "POST", "/tools/call", Bytes::from(body.to_string()), &headers).await
+        }
+    };
+    let said = call(
+        "alice-key-1",
+        json!({"request": {"tool_id": "Echo.Say", "call_id": "alice-1", "input": {"text": INPUT}}}),
+    )
+    .await;
+    assert_eq!(said.status, 200, "{}", said.text());
+    assert!(said.text().contains(INPUT), "the echo came back: {}", said.text());
+    let wrong =
+        call("bob-key-2", json!({"request": {"tool_id": "Calc.Add", "call_id": "bob-1", "input": {"a": INPUT}}})).await;
+    assert_eq!(wrong.status, 422, "{}", wrong.text());
+    let anonymous = send_with_headers(
+        gw.addr,
+        "POST",
+        "/tools/call",
+        Bytes::from(json!({"request": {"tool_id": "Calc.Add", "input": {"a": 1, "b": 2}}}).to_string()),
+        &[("content-type", "application/json")],
+    )
+    .await;
+    assert_eq!(anonymous.status, 200, "{}", anonymous.text());
+
+    let listed = send(gw.admin, "GET", "/calls", Bytes::new(), None).await;
+    assert_eq!(listed.status, 200, "{}", listed.text());
+    let body = listed.json();
+    let calls = body["calls"].as_array().expect("calls");
+    assert_eq!(calls.len(), 3, "{body}");
+    assert_eq!(body["total"], 3);
+    let (newest, bob, alice) = (&calls[0], &calls[1], &calls[2]);
+    assert!(newest["caller"].is_null() && newest["outcome"] == "success", "anonymous, newest first: {newest}");
+    assert_eq!((&bob["caller"], &bob["call_id"], &bob["status"]), (&json!("bob"), &json!("bob-1"), &json!(422)));
+    assert_eq!(bob["outcome"], "validation_error");
+    assert_eq!(alice["caller"], "alice");
+    assert_eq!((&alice["tool"], &alice["upstream"]), (&json!("Echo.Say@1.0.0"), &json!("tools")));
+    assert_eq!((&alice["status"], &alice["outcome"]), (&json!(200), &json!("success")));
+    assert!(alice["duration_ms"].as_f64().is_some() && alice["at_ms"].as_u64().is_some(), "{alice}");
+    let text = listed.text();
+    for leak in [INPUT, SECRET_VALUE, "alice-key-1", "bob-key-2"] {
+        assert!(!text.contains(leak), "{leak} is in /calls: {text}");
+    }
+    assert_eq!(
+        send(gw.admin, "GET", "/calls?limit=1", Bytes::new(), None).await.json()["calls"].as_array().map(Vec::len),
+        Some(1)
+    );
+    // Behind the admin listener's browser policy like the rest.
+    let rebound = send_with_headers(gw.admin, "GET", "/calls", Bytes::new(), &[("host", "evil.example:9464")]).await;
+    assert_eq!(rebound.status, 421);
+    assert_eq!(send(gw.admin, "POST", "/calls", Bytes::new(), None).await.status, 405);
+}

@@ -261,3 +261,86 @@ async fn sessions_are_sealed_cookies_scoped_to_the_oauth_paths() {
     assert_eq!(head.status, 200);
     assert!(head.header("set-cookie").is_none());
 }
+
+/// The CSRF token of the first disconnect form on a connections page.
+fn csrf_of(page: &str) -> Option<String> {
+    let at = page.find("name=\"csrf\" value=\"")? + "name=\"csrf\" value=\"".len();
+    page[at..].split('"').next().map(str::to_owned)
+}
+
+/// `GET /oauth/`: each signed-in user sees their own connections and
+/// disconnects with a POST carrying their page's CSRF token; nobody sees or
+/// disconnects another's, and a GET changes nothing.
+#[tokio::test]
+async fn users_see_and_disconnect_only_their_own_connections() {
+    let w = World::start().await;
+    let gw_authority = w.gw.url().trim_start_matches("http://").to_owned();
+    let connections = format!("{}/oauth/", w.gw.url());
+    // Both connect through their own links, in their own browsers.
+    let (alice_url, _) = w.challenge("alice").await;
+    let alice = Browser::new();
+    assert_eq!(alice.follow_as(&alice_url, "alice").await.status, 200);
+    let (bob_url, _) = w.challenge("bob").await;
+    let bob = Browser::new();
+    assert_eq!(bob.follow_as(&bob_url, "bob").await.status, 200);
+    w.call("alice").await.result();
+    let alice_token = w.last_token();
+
+    let alice_page = alice.follow_as(&connections, "alice").await;
+    assert_eq!(alice_page.status, 200, "{}", alice_page.body);
+    assert!(alice_page.body.contains("<b id=\"user\">alice</b>"), "{}", alice_page.body);
+    assert!(alice_page.body.contains("<td>idp</td><td>connected</td>"), "{}", alice_page.body);
+    assert!(alice_page.body.contains("mail.read"), "{}", alice_page.body);
+    assert!(!alice_page.body.contains(alice_token.as_str().unwrap_or("no token")), "no token on the page");
+    let csp = alice_page.headers.get("content-security-policy").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    assert!(csp.contains("default-src 'none'"), "{csp}");
+    let alice_csrf = csrf_of(&alice_page.body).expect("a disconnect form");
+
+    // A browser not signed in is sent to sign in first.
+    let stranger = Browser::new().get_no_follow(&connections).await;
+    assert_eq!(stranger.status, 302);
+
+    // Bob's page is his, with his own token.
+    let bob_page = bob.follow_as(&connections, "bob").await;
+    assert!(bob_page.body.contains("<b id=\"user\">bob</b>") && !bob_page.body.contains("alice"), "{}", bob_page.body);
+    let bob_csrf = csrf_of(&bob_page.body).expect("bob's form");
+    assert_ne!(bob_csrf, alice_csrf);
+
+    let post = |session: Option<String>, form: String| {
+        let addr = w.gw.addr;
+        async move {
+            let cookie = session.map(|s| format!("otc-session={s}")).unwrap_or_default();
+            let headers = [("content-type", "application/x-www-form-urlencoded"), ("cookie", cookie.as_str())];
+            send_with_headers(addr, "POST", "/oauth/", Bytes::from(form), &headers).await
+        }
+    };
+    let alice_session = alice.cookie(&gw_authority, "otc-session");
+    let bob_session = bob.cookie(&gw_authority, "otc-session");
+    // Hostile: bob's session with alice's token, alice's session without a
+    // token or with bob's, no session at all. None disconnects anyone.
+    for (session, form) in [
+        (bob_session.clone(), format!("provider=idp&csrf={alice_csrf}")),
+        (alice_session.clone(), "provider=idp".to_owned()),
+        (alice_session.clone(), format!("provider=idp&csrf={bob_csrf}")),
+        (None, format!("provider=idp&csrf={alice_csrf}")),
+    ] {
+        let refused = post(session, form.clone()).await;
+        assert_eq!(refused.status, 403, "{form}: {}", refused.text());
+    }
+    // A GET never disconnects.
+    let got = send_with_headers(w.gw.addr, "GET", "/oauth/?provider=idp", Bytes::new(), &[]).await;
+    assert_eq!(got.status, 302);
+    w.call("alice").await.result();
+    w.call("bob").await.result();
+
+    // Alice's own form, in her browser: disconnected, back to her page.
+    let done = post(alice_session.clone(), format!("provider=idp&csrf={alice_csrf}")).await;
+    assert_eq!(done.status, 302, "{}", done.text());
+    assert_eq!(done.header("location").as_deref(), Some(connections.as_str()));
+    let after = alice.follow_as(&connections, "alice").await;
+    assert!(after.body.contains("<td>idp</td><td>not connected</td>"), "{}", after.body);
+    w.call("alice").await.server_error(400);
+    w.call("bob").await.result();
+    let bob_after = bob.follow_as(&connections, "bob").await;
+    assert!(bob_after.body.contains("<td>idp</td><td>connected</td>"), "bob's grant untouched: {}", bob_after.body);
+}

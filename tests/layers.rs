@@ -43,10 +43,11 @@ const LAYERS: &[(&str, &[&str])] = &[
             "ratelimit",
             "policy",
             "oauth",
+            "recent_calls",
         ],
     ),
-    ("call pipeline", &["gateway", "tool_search", "reply", "error", "call"]),
-    ("fronts", &["mcp_endpoint", "oauth_endpoint", "proxy", "admin", "server", "demo"]),
+    ("call pipeline", &["gateway", "tool_search", "reply", "error", "requirements", "call", "explain"]),
+    ("fronts", &["mcp_endpoint", "oauth_endpoint", "proxy", "console", "admin", "server", "demo"]),
 ];
 
 /// Every module's position: (layer, place in the layer).

@@ -543,6 +543,84 @@ async fn disconnect_forgets_and_revokes() {
     assert_eq!(wrong.status, 405);
 }
 
+/// `DELETE /grants/<provider>/<user_id>` on the admin listener: only with
+/// the admin token (never a caller's credentials), one user's grant only;
+/// `GET /explain` reports each grant without its token.
+#[tokio::test]
+async fn an_admin_revokes_one_users_grant_with_the_admin_token_only() {
+    const ADMIN: &str = "oauth-admin-token-7e21";
+    let idp = OidcProvider::start(json!({"access_token_ttl": 3600, "scopes": ["mail.read", "mail.send"]})).await;
+    let tools = ToolServer::start(common::catalog(mail_tools())).await;
+    tools.on_call(echo);
+    let state_dir = state_dir();
+    let gateway_config = config(&tools, &idp, &state_dir, "").server_line("admin_token = \"env:OAUTH_ADMIN_TOKEN\"");
+    let mut env = ENV.to_vec();
+    env.push(("OAUTH_ADMIN_TOKEN", ADMIN));
+    let gw = Gateway::start_with_env(&gateway_config.toml(), &env).await;
+    idp.register_client(CLIENT_ID, CLIENT_SECRET, &[format!("{}/oauth/idp/callback", gw.url())]).await;
+    gw.wait_for_tool("Mail.Read@1.0.0").await;
+    let w = World { idp, tools, gw, state_dir, extra: String::new() };
+    w.connect(ALICE, "alice", "Mail.Read").await;
+    w.connect(BOB, "bob", "Mail.Read").await;
+    w.call(ALICE, "Mail.Read").await.result();
+    let alice_token = w.last_token();
+
+    let explain = |user: &'static str| {
+        let admin = w.gw.admin;
+        async move {
+            let path = format!("/explain?user_id={user}&api_key=true&tool=Mail.Read");
+            let resp = common::send(admin, "GET", &path, Bytes::new(), None).await;
+            assert_eq!(resp.status, 200, "{}", resp.text());
+            resp.json()
+        }
+    };
+    let idp_requirement = |explained: &Value| {
+        let all = explained["requirements"].as_array().cloned().unwrap_or_default();
+        all.into_iter().find(|r| r["kind"] == "authorization" && r["id"] == "idp").expect("the idp requirement")
+    };
+    let before = explain("alice").await;
+    assert_eq!(idp_requirement(&before)["met"], true, "{before}");
+    assert!(idp_requirement(&before)["why"].as_str().unwrap_or_default().contains("mail.read"), "{before}");
+    assert!(!before.to_string().contains(&alice_token), "no token value in an explanation");
+
+    let revoke = |auth: Option<String>, path: &'static str| {
+        let admin = w.gw.admin;
+        async move {
+            let headers: Vec<(&str, &str)> = auth.as_deref().map(|a| vec![("authorization", a)]).unwrap_or_default();
+            send_with_headers(admin, "DELETE", path, Bytes::new(), &headers).await
+        }
+    };
+    // Hostile callers: no token, a wrong one, a caller's API key, another scheme.
+    for auth in [None, Some("Bearer wrong".to_owned()), Some(format!("Bearer {ALICE}")), Some("Basic YWRtaW4=".into())]
+    {
+        let refused = revoke(auth.clone(), "/grants/idp/alice").await;
+        assert_eq!(refused.status, 401, "{auth:?}: {}", refused.text());
+    }
+    // A user's own credentials on the data plane cannot reach the admin API either.
+    let data_plane =
+        send_with_headers(w.gw.addr, "DELETE", "/grants/idp/bob", Bytes::new(), &[("oxp-api-key", ALICE)]).await;
+    assert_ne!(data_plane.status, 200, "{}", data_plane.text());
+    w.call(ALICE, "Mail.Read").await.result();
+    assert_eq!(w.idp.stats().await["revocations"], 0, "nothing revoked by a refused request");
+
+    let admin = Some(format!("Bearer {ADMIN}"));
+    let revoked = revoke(admin.clone(), "/grants/idp/alice").await;
+    assert_eq!(revoked.status, 200, "{}", revoked.text());
+    assert_eq!(revoked.json(), json!({"provider": "idp", "user_id": "alice", "revoked": true}));
+    assert_eq!(w.idp.stats().await["revocations"], 1, "revoked at the provider too");
+    w.challenge(ALICE, "Mail.Read").await;
+    w.call(BOB, "Mail.Read").await.result();
+    assert_eq!(idp_requirement(&explain("alice").await)["met"], false);
+    assert_eq!(idp_requirement(&explain("bob").await)["met"], true, "bob's grant untouched");
+    let again = revoke(admin.clone(), "/grants/idp/alice").await;
+    assert_eq!(again.json()["revoked"], false, "{}", again.text());
+    assert_eq!(revoke(admin.clone(), "/grants/nope/alice").await.status, 404);
+    assert_eq!(revoke(admin, "/grants/idp").await.status, 404);
+    for text in [w.gw.logs(), w.gw.stdout()] {
+        assert!(!text.contains(ADMIN) && !text.contains(&alice_token), "a token reached the logs");
+    }
+}
+
 #[tokio::test]
 async fn grants_survive_a_restart_sealed_at_rest() {
     let w = World::start(3600, "").await;

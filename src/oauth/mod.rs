@@ -36,7 +36,7 @@ use self::links_redis::RedisLinks;
 use self::login::Login;
 use self::provider::{Provider, Refreshed};
 use self::seal::Sealer;
-use self::store::{now, EmbeddedStore, GrantStore};
+use self::store::{now, EmbeddedStore, Grant, GrantStore};
 use crate::config::{Config, StateConfig, UserVerification};
 use crate::metrics::Metrics;
 use crate::redis_client::SharedRedis;
@@ -241,6 +241,13 @@ impl OAuth {
         self.login.as_ref()?.session_user(cookie)
     }
 
+    /// The providers the gateway runs the flow for, by name.
+    pub fn managed(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.providers.keys().map(String::as_str).collect();
+        names.sort_unstable();
+        names
+    }
+
     /// Whether the gateway runs the flow for `provider`.
     pub fn manages(&self, provider: &str) -> bool {
         self.providers.contains_key(provider)
@@ -266,26 +273,56 @@ impl OAuth {
         let mut wanted: BTreeSet<String> = p.configured_scopes().cloned().collect();
         wanted.extend(required.iter().cloned());
         let grant = store.get(provider, user).await.map_err(TokenError::Unavailable)?;
-        let Some(grant) = grant else { return Err(TokenError::Authorize(wanted)) };
-        if !grant.covers(&wanted) {
-            // Incremental: ask for what it has and what is missing, so the
-            // new grant replaces the old one without losing scopes.
-            wanted.extend(grant.scopes.iter().cloned());
-            return Err(TokenError::Authorize(wanted));
+        match judge(p, grant.as_ref(), &wanted) {
+            Judgement::Authorize => Err(TokenError::Authorize(wanted)),
+            Judgement::MoreScopes => {
+                // Incremental: ask for what it has and what is missing, so the
+                // new grant replaces the old one without losing scopes.
+                wanted.extend(grant.iter().flat_map(|g| g.scopes.iter().cloned()));
+                Err(TokenError::Authorize(wanted))
+            }
+            Judgement::Use => grant.map(|g| g.access_token).ok_or(TokenError::Authorize(wanted)),
+            Judgement::Refresh => self.refreshed(p, store, user, metrics).await.map_err(|e| match e {
+                TokenError::Authorize(_) => TokenError::Authorize(wanted),
+                other => other,
+            }),
         }
-        let margin = p.config.refresh_margin.as_secs();
-        if !grant.expiring(margin) {
-            return Ok(grant.access_token);
-        }
-        if grant.refresh_token.is_none() {
-            return match grant.expired() {
-                true => Err(TokenError::Authorize(wanted)),
-                false => Ok(grant.access_token),
-            };
-        }
-        self.refreshed(p, store, user, metrics).await.map_err(|e| match e {
-            TokenError::Authorize(_) => TokenError::Authorize(wanted),
-            other => other,
+    }
+
+    /// What `token` would find for `user` at `provider` covering `required`,
+    /// reading the grant but neither refreshing it nor issuing a challenge
+    /// (`GET /explain`). Never the token itself.
+    pub async fn standing(
+        &self,
+        provider: &str,
+        user: &str,
+        required: &BTreeSet<String>,
+    ) -> Result<GrantStanding, OAuthError> {
+        let Managed { provider: p, store, .. } =
+            self.providers.get(provider).ok_or_else(|| OAuthError::Setup(format!("{provider} is not managed")))?;
+        let mut wanted: BTreeSet<String> = p.configured_scopes().cloned().collect();
+        wanted.extend(required.iter().cloned());
+        let grant = store.get(provider, user).await?;
+        let (met, why) = match judge(p, grant.as_ref(), &wanted) {
+            Judgement::Authorize if grant.is_none() => (false, "not connected: the user must authorize".to_owned()),
+            Judgement::Authorize => (false, "expired, without a refresh token: the user must authorize again".into()),
+            Judgement::MoreScopes => {
+                let lacking: Vec<&str> = wanted
+                    .iter()
+                    .filter(|s| grant.as_ref().is_some_and(|g| !g.scopes.contains(*s)))
+                    .map(|s| s.as_str())
+                    .collect();
+                (false, format!("connected without the scopes {}: the user must authorize again", lacking.join(" ")))
+            }
+            Judgement::Use => (true, "connected, with the scopes needed".to_owned()),
+            Judgement::Refresh => (true, "connected; the token is refreshed on the next call".to_owned()),
+        };
+        Ok(GrantStanding {
+            connected: grant.is_some(),
+            scopes: grant.as_ref().map(|g| g.scopes.iter().cloned().collect()).unwrap_or_default(),
+            expires_at: grant.as_ref().and_then(|g| g.expires_at),
+            met,
+            why,
         })
     }
 
@@ -412,6 +449,49 @@ impl OAuth {
         }
         Ok(true)
     }
+}
+
+/// What a stored grant means for a call needing `wanted`: the one judgement
+/// behind `OAuth::token` and `OAuth::standing`.
+enum Judgement {
+    /// No grant, or one expired that cannot be refreshed: authorize.
+    Authorize,
+    /// A grant lacking scopes: authorize again, for more.
+    MoreScopes,
+    /// A grant to use as it is.
+    Use,
+    /// A grant about to expire, with a refresh token: refresh first.
+    Refresh,
+}
+
+fn judge(p: &Provider, grant: Option<&Grant>, wanted: &BTreeSet<String>) -> Judgement {
+    let Some(grant) = grant else { return Judgement::Authorize };
+    if !grant.covers(wanted) {
+        return Judgement::MoreScopes;
+    }
+    if !grant.expiring(p.config.refresh_margin.as_secs()) {
+        return Judgement::Use;
+    }
+    match (grant.refresh_token.is_some(), grant.expired()) {
+        (true, _) => Judgement::Refresh,
+        (false, true) => Judgement::Authorize,
+        (false, false) => Judgement::Use,
+    }
+}
+
+/// A user's grant at a provider, as `GET /explain` reports it: no token.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GrantStanding {
+    /// Whether a grant is stored.
+    pub connected: bool,
+    /// The scopes it covers.
+    pub scopes: Vec<String>,
+    /// When its access token expires (Unix seconds), when known.
+    pub expires_at: Option<u64>,
+    /// Whether a call would get a token from it.
+    pub met: bool,
+    /// Why, in words.
+    pub why: String,
 }
 
 /// `{public_url}/oauth/{provider}/callback`: the redirect URI to register.

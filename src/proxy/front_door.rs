@@ -337,6 +337,12 @@ impl FrontDoor {
             let _admitted = self.admit(&generation)?;
             oauth_endpoint::caller_step(&self.gateway, &generation, &caller, &request, &body).await
         } else {
+            let form = match request {
+                OAuthRequest::DisconnectForm => {
+                    body.read(CONFIRM_BODY_LIMIT, generation.config.server.body_timeout.0).await?
+                }
+                _ => Bytes::new(),
+            };
             let _admitted = self.admit(&generation)?;
             let cookies = head.headers.into_iter().flat_map(|h| h.get_all(http::header::COOKIE));
             let browser = BrowserRequest {
@@ -344,6 +350,7 @@ impl FrontDoor {
                 path: head.path,
                 query: head.query,
                 cookies: cookies.filter_map(|v| v.to_str().ok()).collect(),
+                form: &form,
             };
             oauth_endpoint::browser_step(&self.gateway, &generation, &request, &browser).await
         }

@@ -28,6 +28,17 @@ pub struct RateLimits {
     shared: Option<Arc<SharedBuckets>>,
 }
 
+/// A limit that applies to a caller's calls to a tool, and its bucket now.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LimitState {
+    /// The `[[rate_limit]]`'s name.
+    pub name: String,
+    /// Calls the caller may make at once; `None` when the bucket is in Redis.
+    pub remaining: Option<u64>,
+    /// Milliseconds until the bucket is full again (0: it is).
+    pub reset_ms: Option<u64>,
+}
+
 /// Every this many checks, per-user buckets back at full burst are dropped,
 /// so memory follows the callers active lately, not every caller ever seen.
 const SWEEP_EVERY: u64 = 4096;
@@ -168,8 +179,7 @@ impl RateLimits {
     /// Redis unavailable: served uncounted, unless a matching limit is
     /// `fail = "closed"`, which refuses with a one-second `Retry-After`.
     async fn check_shared(&self, shared: &SharedBuckets, caller: &Caller, key: &str) -> Result<(), (String, Duration)> {
-        let matching: Vec<&Arc<Limit>> =
-            self.limits.iter().filter(|l| l.config.tools.iter().any(|p| p.matches(key))).collect();
+        let matching: Vec<&Arc<Limit>> = self.applying(key).collect();
         if matching.is_empty() {
             return Ok(());
         }
@@ -208,7 +218,7 @@ impl RateLimits {
         // the call would give it; nothing is written until all have room.
         let mut admitted = Vec::new();
         let mut now = None;
-        for limit in self.limits.iter().filter(|l| l.config.tools.iter().any(|p| p.matches(key))) {
+        for limit in self.applying(key) {
             let now = *now.get_or_insert_with(|| self.now());
             let mut buckets = limit.lock();
             let tat = buckets.get(limit.bucket(caller)).copied().unwrap_or(now).max(now);
@@ -222,6 +232,35 @@ impl RateLimits {
             buckets.set(limit.bucket(caller), next);
         }
         Ok(())
+    }
+
+    /// The limits whose patterns match `key`, in config order: what a call
+    /// counts against, and what `GET /explain` reports.
+    fn applying<'s>(&'s self, key: &'s str) -> impl Iterator<Item = &'s Arc<Limit>> + 's {
+        self.limits.iter().filter(move |l| l.config.tools.iter().any(|p| p.matches(key)))
+    }
+
+    /// The limits a call by `caller` to `key` would count against, and
+    /// their buckets now, counting nothing. Shared buckets (in Redis) are
+    /// not read: their state is `None`.
+    pub fn state(&self, caller: &Caller, key: &str) -> Vec<LimitState> {
+        let now = self.now();
+        self.applying(key)
+            .map(|limit| {
+                let local = self.shared.is_none().then(|| {
+                    let tat = limit.lock().get(limit.bucket(caller)).copied().unwrap_or(now).max(now);
+                    // GCRA: room for what the tolerance still holds ahead of
+                    // the bucket's theoretical arrival time.
+                    let room = limit.tolerance.saturating_sub(tat - now) / limit.interval;
+                    (room, (tat - now).div_ceil(1_000_000))
+                });
+                LimitState {
+                    name: limit.config.name.clone(),
+                    remaining: local.map(|(room, _)| room),
+                    reset_ms: local.map(|(_, reset)| reset),
+                }
+            })
+            .collect()
     }
 
     /// Nanoseconds since the epoch.
@@ -315,6 +354,28 @@ mod tests {
         }
         let (_, wait) = limits.check_local(&user("u9"), "Calc.Add").expect_err("the burst is spent, for everyone");
         assert!(wait > Duration::from_secs(29 * 60) && wait <= Duration::from_secs(30 * 60), "{wait:?}");
+    }
+
+    #[test]
+    fn state_counts_down_with_calls_and_touches_nothing() {
+        let limits = limits(
+            "[[rate_limit]]\nname = \"calc\"\ntools = [\"Calc.*\"]\nper = \"user\"\nrate = \"2/h\"\nburst = 3\n",
+        );
+        let ann = user("ann");
+        let remaining = |caller: &Caller| limits.state(caller, "Calc.Add")[0].remaining;
+        assert_eq!(remaining(&ann), Some(3));
+        assert_eq!(limits.state(&ann, "Calc.Add")[0].reset_ms, Some(0));
+        for _ in 0..5 {
+            assert_eq!(remaining(&ann), Some(3), "asking counts nothing");
+        }
+        assert!(limits.check_local(&ann, "Calc.Add").is_ok());
+        assert_eq!(remaining(&ann), Some(2));
+        assert!(limits.state(&ann, "Calc.Add")[0].reset_ms > Some(29 * 60 * 1000));
+        assert_eq!(remaining(&user("bob")), Some(3), "another caller's bucket is its own");
+        assert!(limits.state(&ann, "Mail.Send").is_empty(), "no limit applies");
+        assert!(limits.check_local(&ann, "Calc.Add").is_ok() && limits.check_local(&ann, "Calc.Add").is_ok());
+        assert_eq!(remaining(&ann), Some(0));
+        assert!(limits.check_local(&ann, "Calc.Add").is_err(), "0 left means refused");
     }
 
     #[test]

@@ -1,0 +1,221 @@
+// The operator console: one page per hash (#overview, #upstreams, ...),
+// every value from this admin listener's own JSON endpoints, written into
+// the page as text (never as HTML), so nothing a tool server publishes can
+// run here. Actions send the admin token typed above; without it the
+// console only reads.
+"use strict";
+
+const tokenInput = document.getElementById("admin-token");
+tokenInput.value = sessionStorage.getItem("otc-admin-token") || "";
+document.getElementById("token-form").addEventListener("submit", (e) => e.preventDefault());
+tokenInput.addEventListener("change", () => {
+  sessionStorage.setItem("otc-admin-token", tokenInput.value);
+  show();
+});
+
+if (document.documentElement.getAttribute("data-inline-script") === "ran") {
+  document.getElementById("csp-warning").hidden = false;
+}
+
+/** An element with attributes and children (strings become text nodes). */
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else if (value !== null && value !== undefined && value !== false) node.setAttribute(name, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined) continue;
+    node.append(child instanceof Node ? child : String(child));
+  }
+  return node;
+}
+
+function table(headers, rows) {
+  return el("table", {}, el("tr", {}, headers.map((h) => el("th", {}, h))),
+    rows.map((row) => el("tr", {}, row.map((cell) => el("td", {}, cell)))));
+}
+
+function when(ms) {
+  return ms ? new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "";
+}
+
+async function getJson(path, options) {
+  const response = await fetch(path, options);
+  const text = await response.text();
+  let body;
+  try { body = JSON.parse(text); } catch { body = { message: text }; }
+  return { ok: response.ok, status: response.status, body };
+}
+
+function adminHeaders() {
+  return tokenInput.value ? { authorization: "Bearer " + tokenInput.value } : {};
+}
+
+const pages = {
+  async overview() {
+    const [status, calls] = await Promise.all([getJson("/status"), getJson("/calls")]);
+    const s = status.body;
+    const up = s.upstreams.filter((u) => u.up).length;
+    const now = Date.now();
+    const lastMinutes = calls.body.calls.filter((c) => now - c.at_ms <= 5 * 60 * 1000);
+    const lastMinute = calls.body.calls.filter((c) => now - c.at_ms <= 60 * 1000);
+    const errors = lastMinutes.filter((c) => c.status >= 500 || c.outcome === "error").length;
+    const durations = lastMinutes.map((c) => c.duration_ms).sort((a, b) => a - b);
+    const p99 = durations.length ? durations[Math.min(durations.length - 1, Math.floor(durations.length * 0.99))] : 0;
+    const reload = s.last_reload;
+    return [
+      el("h1", {}, "Overview"),
+      el("div", { class: "cards" },
+        el("div", { class: "card", id: "generation" }, el("b", {}, s.generation), "config generation"),
+        el("div", { class: "card" }, el("b", {}, `${up} / ${s.upstreams.length}`), "upstreams up"),
+        el("div", { class: "card", id: "tool-count" }, el("b", {}, s.tools), "tools"),
+        el("div", { class: "card" }, el("b", {}, (lastMinute.length / 60).toFixed(2)), "calls per second (last minute)"),
+        el("div", { class: "card" }, el("b", {}, lastMinutes.length ? ((100 * errors) / lastMinutes.length).toFixed(1) + " %" : "0 %"), "errors (last 5 minutes)"),
+        el("div", { class: "card" }, el("b", {}, p99.toFixed(1) + " ms"), "p99 (last 5 minutes)")),
+      el("p", {}, "Last reload: ", reload ? [new Date(reload.at * 1000).toISOString(), " ",
+        el("span", { class: reload.ok ? "ok" : "bad" }, reload.ok ? "applied" : "refused: " + reload.error)] : "none since start"),
+      s.security_warnings.length ? el("div", {}, el("h2", {}, "Security warnings"), el("ul", {}, s.security_warnings.map((w) => el("li", { class: "bad" }, w)))) : null,
+      s.policy_warnings.length ? el("div", {}, el("h2", {}, "Policy patterns matching no tool"), el("ul", {}, s.policy_warnings.map((w) => el("li", {}, w)))) : null,
+      el("p", {}, "Figures over the most recent calls the gateway keeps (", calls.body.calls.length, " of ", calls.body.total, " since start); the full counters are on ", el("a", { href: "/metrics" }, "/metrics"), "."),
+    ];
+  },
+
+  async upstreams() {
+    const s = (await getJson("/status")).body;
+    return [
+      el("h1", {}, "Upstreams"),
+      table(["name", "health", "MCP revision", "last fetch", "last error", "tools", "skipped", "granted"],
+        s.upstreams.map((u) => [
+          u.name,
+          el("span", { class: u.up ? "ok" : "bad" }, u.up ? "up" : "down"),
+          u.mcp_protocol_version || "",
+          u.last_fetch ? when(u.last_fetch * 1000) : "never",
+          u.last_error ? el("span", { class: "bad" }, u.last_error) : "",
+          u.tools,
+          (u.skipped || []).map((k) => el("div", {}, typeof k === "string" ? k : JSON.stringify(k))),
+          ["secrets: ", u.granted.secrets.join(", ") || "none", el("br"), "authorization: ", u.granted.authorization.join(", ") || "none",
+            el("br"), "toolkits: ", u.granted.toolkits.join(", ") || "none"],
+        ])),
+      s.ungranted.length ? [el("h2", {}, "Requirements not granted"), el("pre", {}, JSON.stringify(s.ungranted, null, 2))] : null,
+    ];
+  },
+
+  async catalog(params) {
+    const q = params.get("q") || "";
+    const [status, listing] = await Promise.all([getJson("/status"), q ? getJson("/tools/search?q=" + encodeURIComponent(q)) : getJson("/tools")]);
+    const form = el("form", { id: "search", onsubmit: (e) => { e.preventDefault(); location.hash = "catalog?q=" + encodeURIComponent(e.target.q.value); } },
+      el("label", {}, "Search ", el("input", { type: "text", name: "q", value: q })), el("button", { type: "submit" }, "Search"));
+    const s = status.body;
+    return [
+      el("h1", {}, "Catalog"), form,
+      listing.ok ? table(["tool", "description", "schema"], listing.body.items.map((t) => [
+        el("code", { class: "tool-id" }, t.id), t.description || "",
+        el("details", {}, el("summary", {}, "input schema"), el("pre", {}, JSON.stringify(t.input_schema, null, 2))),
+      ])) : el("p", { class: "bad" }, listing.body.message),
+      s.conflicts.length ? [el("h2", {}, "Conflicts"), el("pre", {}, JSON.stringify(s.conflicts, null, 2))] : null,
+      s.refused_tools.length ? [el("h2", {}, "Refused tools"), el("pre", {}, JSON.stringify(s.refused_tools, null, 2))] : null,
+    ];
+  },
+
+  async explain(params) {
+    const fields = ["user_id", "claims", "jwt", "tool"];
+    const form = el("form", { id: "explain-form", onsubmit: (e) => {
+      e.preventDefault();
+      const query = new URLSearchParams();
+      for (const f of fields.filter((f) => f !== "jwt")) if (e.target[f].value) query.set(f, e.target[f].value);
+      if (e.target.jwt.value) sessionStorage.setItem("otc-explain-jwt", e.target.jwt.value);
+      else sessionStorage.removeItem("otc-explain-jwt");
+      location.hash = "explain?" + query.toString() + "&run=1";
+    } },
+      el("label", {}, "User id ", el("input", { type: "text", name: "user_id", value: params.get("user_id") || "" })),
+      el("label", {}, "Claims (JSON) ", el("input", { type: "text", name: "claims", value: params.get("claims") || "" })),
+      el("label", {}, "or a JWT (decoded here, not verified; never put in the URL) ", el("input", { type: "text", name: "jwt", value: "" })),
+      el("label", {}, "Tool ", el("input", { type: "text", name: "tool", value: params.get("tool") || "", placeholder: "Toolkit.Name or Toolkit.Name@1.0.0" })),
+      el("button", { type: "submit" }, "Explain"));
+    if (!params.get("run")) return [el("h1", {}, "Explain"), form];
+    const asked = {};
+    for (const f of ["user_id", "tool"]) if (params.get(f)) asked[f] = params.get(f);
+    if (params.get("claims")) {
+      try { asked.claims = JSON.parse(params.get("claims")); } catch { return [el("h1", {}, "Explain"), form, el("p", { class: "bad" }, "claims: not JSON")]; }
+    }
+    const jwt = sessionStorage.getItem("otc-explain-jwt");
+    if (jwt) asked.jwt = jwt;
+    const answer = await getJson("/explain", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(asked) });
+    if (!answer.ok) return [el("h1", {}, "Explain"), form, el("p", { class: "bad" }, answer.body.message)];
+    const e = answer.body;
+    const r = e.resolution;
+    return [
+      el("h1", {}, "Explain"), form,
+      el("p", { id: "explained-caller" }, "Caller: ", e.caller.user_id || "anonymous", " (", e.caller.kind, "); policies that apply: ", e.caller.policies.join(", ") || "none"),
+      el("h2", {}, `Visible (${e.visible.length})`), el("ul", { id: "visible" }, e.visible.map((t) => el("li", {}, t))),
+      el("h2", {}, `Hidden (${e.hidden.length})`),
+      table(["tool", "why"], e.hidden.map((h) => [h.tool, h.policy ? `denied by policy "${h.policy}" (pattern "${h.pattern}")` : "no policy allows it"])),
+      r ? [el("h2", {}, "Resolution"), el("p", { id: "resolution" }, r.tool_id || "does not resolve", r.upstream ? " → " + r.upstream : "", ": ", r.why)] : null,
+      e.requirements.length ? [el("h2", {}, "Requirements"), table(["kind", "id", "met", "why"],
+        e.requirements.map((q) => [q.kind, q.id, el("span", { class: q.met ? "ok" : "bad" }, q.met ? "met" : "not met"), q.why]))] : null,
+      e.rate_limits.length ? [el("h2", {}, "Rate limits"), table(["limit", "calls left", "full again in"],
+        e.rate_limits.map((l) => [l.name, l.remaining === null ? "in Redis" : l.remaining, l.reset_ms === null ? "" : l.reset_ms + " ms"]))] : null,
+    ];
+  },
+
+  async calls() {
+    const c = (await getJson("/calls")).body;
+    return [
+      el("h1", {}, "Calls"),
+      el("p", {}, `The ${c.calls.length} most recent of ${c.total} calls since start (the gateway keeps ${c.capacity}); never their inputs or outputs.`),
+      table(["time", "caller", "tool", "upstream", "status", "outcome", "duration", "call_id"],
+        c.calls.map((call) => [when(call.at_ms), call.caller || "anonymous", call.tool, call.upstream, call.status,
+          el("span", { class: call.outcome === "success" ? "ok" : "bad" }, call.outcome), call.duration_ms.toFixed(1) + " ms",
+          el("code", {}, call.call_id)])),
+    ];
+  },
+
+  async grants() {
+    const result = el("div", { id: "grant-result" });
+    const form = el("form", { id: "revoke-form", onsubmit: async (e) => {
+      e.preventDefault();
+      const provider = e.target.provider.value, user = e.target.user_id.value;
+      if (!confirm(`Revoke ${user}'s grant at ${provider}?`)) return;
+      const answer = await getJson(`/grants/${encodeURIComponent(provider)}/${encodeURIComponent(user)}`, { method: "DELETE", headers: adminHeaders() });
+      result.replaceChildren(el("p", { class: answer.ok ? "result ok" : "result bad" },
+        answer.ok ? (answer.body.revoked ? `Revoked ${user}'s grant at ${provider}.` : `${user} held no grant at ${provider}.`) : `${answer.status}: ${answer.body.message}`));
+    } },
+      el("label", {}, "Provider ", el("input", { type: "text", name: "provider" })),
+      el("label", {}, "User id ", el("input", { type: "text", name: "user_id" })),
+      el("button", { type: "submit", disabled: !tokenInput.value }, "Revoke"));
+    return [el("h1", {}, "Grants"),
+      el("p", {}, "Forget a user's grant at a managed provider and revoke it there. Needs the admin token. ",
+        "Whether a user holds a grant, its scopes and expiry: ask ", el("a", { href: "#explain" }, "Explain"), " with a tool that needs the provider."),
+      form, result];
+  },
+
+  async actions() {
+    const result = el("div", { id: "action-result" });
+    const reload = el("button", { id: "reload", disabled: !tokenInput.value, onclick: async () => {
+      if (!confirm("Reload the config file now?")) return;
+      const answer = await getJson("/reload", { method: "POST", headers: adminHeaders() });
+      result.replaceChildren(el("p", { class: answer.ok ? "result ok" : "result bad" },
+        answer.ok ? `Reloaded: generation ${answer.body.generation}.` : `${answer.status}: ${answer.body.error || answer.body.message}`));
+    } }, "Reload the config");
+    return [el("h1", {}, "Actions"),
+      el("p", {}, tokenInput.value ? "Each action asks for confirmation first." : "Read-only: type the admin token above to enable actions."),
+      reload, result];
+  },
+};
+
+async function show() {
+  const [name, query] = (location.hash.slice(1) || "overview").split("?");
+  const page = pages[name] ? name : "overview";
+  for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("current", a.getAttribute("href") === "#" + page);
+  const main = document.getElementById("page");
+  try {
+    main.replaceChildren(...[await pages[page](new URLSearchParams(query || ""))].flat(Infinity).filter((n) => n));
+    main.setAttribute("data-page", page);
+  } catch (error) {
+    main.replaceChildren(el("p", { class: "bad" }, "Could not load this page: " + error));
+  }
+}
+
+window.addEventListener("hashchange", show);
+show();

@@ -1,0 +1,320 @@
+//! `GET /explain` and `otc-gateway explain`: why a caller sees, or does not
+//! see, a tool, through a real gateway with a real tool server, and a
+//! property: over random policies and callers, the explanation agrees with
+//! what real listings and calls do.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{echo, ids, needing, send, send_with_headers, tool, Gateway, Resp, ToolServer};
+use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
+use proptest::prelude::*;
+use serde_json::{json, Value};
+
+const SECRET: &str = "explain-test-hs256-secret";
+const ADMIN_TOKEN: &str = "explain-admin-token-5c1d";
+const TWILIO_VALUE: &str = "twilio-canary-value-93ad";
+const ECHO_TOOLS: [&str; 5] = ["Mail.Read", "Mail.Send", "Cal.List", "Calc.Add", "Admin.Wipe"];
+
+fn jwt(claims: Value) -> String {
+    let mut claims = claims;
+    claims["exp"] = json!(get_current_timestamp() + 600);
+    encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(SECRET.as_bytes())).expect("sign")
+}
+
+async fn org_tools() -> ToolServer {
+    let mut tools: Vec<Value> = ECHO_TOOLS.iter().map(|key| tool(key, "1.0.0", json!({"type": "object"}))).collect();
+    tools.push(needing("Sms.Send", json!({"user_id": true, "secrets": [{"id": "TWILIO"}, {"id": "MISSING_KEY"}]})));
+    let server = ToolServer::start(common::catalog(tools)).await;
+    server.on_call(echo);
+    server
+}
+
+fn config(upstream: &str, rules: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token = \"env:EXPLAIN_ADMIN\"\n\n\
+         [catalog]\npoll_interval = \"200ms\"\nrequest_timeout = \"1s\"\n\n\
+         [[upstreams]]\nname = \"org\"\nurl = \"{upstream}\"\nsecrets = [\"TWILIO\"]\n\n\
+         [auth]\nmode = \"jwt\"\nhs256_secret = \"env:EXPLAIN_HS256\"\n\n\
+         [secrets]\nTWILIO = \"env:EXPLAIN_TWILIO\"\n\n{rules}"
+    )
+}
+
+const RULES: &str = r#"
+[[policy]]
+name = "mail-team"
+when = { claim = "groups", contains = "mail" }
+allow = ["Mail.*", "Sms.*"]
+deny = ["Mail.Send"]
+
+[[policy]]
+name = "everyone"
+when = { any = true }
+allow = ["Calc.*"]
+
+[[rate_limit]]
+name = "sms"
+tools = ["Sms.*"]
+per = "user"
+rate = "5/h"
+"#;
+
+async fn start(rules: &str) -> (ToolServer, Gateway) {
+    let server = org_tools().await;
+    let env = [("EXPLAIN_HS256", SECRET), ("EXPLAIN_ADMIN", ADMIN_TOKEN), ("EXPLAIN_TWILIO", TWILIO_VALUE)];
+    let gw = Gateway::start_with_env(&config(&server.url(), rules), &env).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let seen = explain(&gw, "").await;
+        let count = |list: &str| seen[list].as_array().map_or(0, Vec::len);
+        if count("visible") + count("hidden") == 6 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the catalog never arrived");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (server, gw)
+}
+
+async fn explain(gw: &Gateway, query: &str) -> Value {
+    let resp = send(gw.admin, "GET", &format!("/explain?{query}"), Bytes::new(), None).await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    resp.json()
+}
+
+fn claims_query(claims: &Value, tool: Option<&str>) -> String {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    query.append_pair("claims", &claims.to_string());
+    if let Some(tool) = tool {
+        query.append_pair("tool", tool);
+    }
+    query.finish()
+}
+
+async fn call(gw: &Gateway, token: &str, tool_id: &str) -> Resp {
+    let auth = format!("Bearer {token}");
+    let body = Bytes::from(json!({"request": {"tool_id": tool_id, "input": {}}}).to_string());
+    let headers = [("authorization", auth.as_str()), ("content-type", "application/json")];
+    send_with_headers(gw.addr, "POST", "/tools/call", body, &headers).await
+}
+
+async fn listing(gw: &Gateway, token: &str) -> Vec<String> {
+    let auth = format!("Bearer {token}");
+    let resp = send_with_headers(gw.addr, "GET", "/tools", Bytes::new(), &[("authorization", &auth)]).await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let mut seen = ids(resp.json()["items"].as_array().expect("items"));
+    seen.sort();
+    seen
+}
+
+fn strings(value: &Value) -> Vec<String> {
+    value.as_array().expect("an array").iter().map(|v| v.as_str().expect("a string").to_owned()).collect()
+}
+
+fn hidden_entry<'v>(explanation: &'v Value, tool: &str) -> &'v Value {
+    let hidden = explanation["hidden"].as_array().expect("hidden");
+    hidden.iter().find(|h| h["tool"] == tool).unwrap_or_else(|| panic!("{tool} is not hidden: {explanation}"))
+}
+
+#[tokio::test]
+async fn explain_names_the_rule_that_hid_a_tool_and_what_a_call_needs() {
+    let (_server, gw) = start(RULES).await;
+    let ann = json!({"sub": "ann", "groups": ["eng", "mail"]});
+    let seen = explain(&gw, &claims_query(&ann, None)).await;
+    assert_eq!(seen["caller"]["user_id"], "ann");
+    assert_eq!(strings(&seen["caller"]["policies"]), ["mail-team", "everyone"]);
+    assert_eq!(strings(&seen["visible"]), ["Calc.Add@1.0.0", "Mail.Read@1.0.0", "Sms.Send@1.0.0"]);
+    assert_eq!(strings(&seen["visible"]), listing(&gw, &jwt(ann.clone())).await, "explain agrees with GET /tools");
+    let send_hidden = hidden_entry(&seen, "Mail.Send@1.0.0");
+    assert_eq!((&send_hidden["policy"], &send_hidden["pattern"]), (&json!("mail-team"), &json!("Mail.Send")));
+    let wipe = hidden_entry(&seen, "Admin.Wipe@1.0.0");
+    assert!(wipe["policy"].is_null() && wipe["pattern"].is_null(), "no policy allows it: {wipe}");
+
+    // The same caller as a pasted JWT (decoded, not trusted), in a POST body.
+    let token = jwt(ann.clone());
+    let posted = send(gw.admin, "POST", "/explain", Bytes::from(json!({"jwt": token}).to_string()), None).await;
+    assert_eq!(posted.status, 200, "{}", posted.text());
+    assert_eq!(posted.json()["visible"], seen["visible"]);
+    assert!(!posted.text().contains(&token), "the pasted JWT is never echoed");
+
+    // A tool reference: resolution, requirements, rate limits.
+    let sms = explain(&gw, &claims_query(&ann, Some("Sms.Send"))).await;
+    assert_eq!(sms["resolution"]["tool_id"], "Sms.Send@1.0.0", "{sms}");
+    assert_eq!(sms["resolution"]["upstream"], "org", "{sms}");
+    assert!(sms["resolution"]["why"].as_str().unwrap_or_default().contains("latest version"), "{sms}");
+    let requirement = |kind: &str, id: &str| {
+        let all = sms["requirements"].as_array().expect("requirements");
+        all.iter().find(|r| r["kind"] == kind && r["id"] == id).cloned().unwrap_or_else(|| panic!("{kind} {id}: {sms}"))
+    };
+    assert_eq!(requirement("secret", "TWILIO")["met"], true);
+    assert_eq!(requirement("secret", "MISSING_KEY")["met"], false);
+    assert_eq!(requirement("user_id", "")["met"], true);
+    assert_eq!(sms["rate_limits"], json!([{"name": "sms", "remaining": 5, "reset_ms": 0}]));
+    assert!(!sms.to_string().contains(TWILIO_VALUE), "no secret value in an explanation");
+
+    // A real call counts against the bucket explain reads (refused for the
+    // missing secret, after admission), for this caller only.
+    let refused = call(&gw, &token, "Sms.Send@1.0.0").await;
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    assert!(refused.text().contains("MISSING_KEY"), "{}", refused.text());
+    let after = explain(&gw, &claims_query(&ann, Some("Sms.Send"))).await;
+    assert_eq!(after["rate_limits"][0]["remaining"], 4, "{after}");
+    let bob = json!({"sub": "bob", "groups": ["mail"]});
+    assert_eq!(explain(&gw, &claims_query(&bob, Some("Sms.Send"))).await["rate_limits"][0]["remaining"], 5);
+
+    // A hidden tool resolves to nothing a call could reach; an unknown one
+    // does not resolve.
+    let hidden = explain(&gw, &claims_query(&ann, Some("Mail.Send@1.0.0"))).await;
+    assert!(hidden["resolution"]["upstream"].is_null(), "{hidden}");
+    assert!(hidden["resolution"]["why"].as_str().unwrap_or_default().contains("hidden"), "{hidden}");
+    let unknown = explain(&gw, &claims_query(&ann, Some("Nope.Tool"))).await;
+    assert!(unknown["resolution"]["tool_id"].is_null(), "{unknown}");
+    assert!(unknown["resolution"]["why"].as_str().unwrap_or_default().contains("does not resolve"), "{unknown}");
+
+    // Bad input: clear 400s that echo nothing secret.
+    let bad_jwt = "eyJhbGciOiJIUzI1NiJ9.not-base64!.sig-canary";
+    let refused = send(gw.admin, "POST", "/explain", Bytes::from(json!({"jwt": bad_jwt}).to_string()), None).await;
+    assert_eq!(refused.status, 400, "{}", refused.text());
+    assert!(refused.text().contains("not a JWT") && !refused.text().contains("sig-canary"), "{}", refused.text());
+    for query in ["claims=%5B1%5D", "claims=%7Bnot", "nope=1"] {
+        let resp = send(gw.admin, "GET", &format!("/explain?{query}"), Bytes::new(), None).await;
+        assert_eq!(resp.status, 400, "{query}: {}", resp.text());
+    }
+    let huge = Bytes::from(format!("{{\"user_id\": \"{}\"}}", "x".repeat(100_000)));
+    assert_eq!(send(gw.admin, "POST", "/explain", huge, None).await.status, 400);
+    assert_eq!(send(gw.admin, "DELETE", "/explain", Bytes::new(), None).await.status, 405);
+    // Explain sits behind the admin listener's browser policy.
+    let rebound = send_with_headers(gw.admin, "GET", "/explain", Bytes::new(), &[("host", "evil.example")]).await;
+    assert_eq!(rebound.status, 421);
+    let foreign =
+        send_with_headers(gw.admin, "GET", "/explain", Bytes::new(), &[("origin", "https://evil.example")]).await;
+    assert_eq!(foreign.status, 403);
+
+    // The CLI asks the running gateway and says the same in words.
+    let out = std::process::Command::new(common::gateway_bin())
+        .args(["explain", "--admin", &gw.admin.to_string(), "--claims", &ann.to_string(), "--tool", "Sms.Send"])
+        .output()
+        .expect("run otc-gateway explain");
+    let words = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{words}\n{}", String::from_utf8_lossy(&out.stderr));
+    for expected in [
+        "Caller: user ann (jwt)",
+        "Mail.Send@1.0.0: denied by policy \"mail-team\" (pattern \"Mail.Send\")",
+        "Admin.Wipe@1.0.0: no policy allows it",
+        "a call goes to org",
+        "secret MISSING_KEY: NOT met",
+        "sms: 4 calls left now",
+    ] {
+        assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
+    }
+    let down = std::process::Command::new(common::gateway_bin())
+        .args(["explain", "--admin", "127.0.0.1:1"])
+        .output()
+        .expect("run otc-gateway explain");
+    assert!(!down.status.success(), "no gateway there: a failure exit");
+    for text in [gw.logs(), gw.stdout()] {
+        assert!(!text.contains(TWILIO_VALUE) && !text.contains(&token), "a secret or token reached the logs");
+    }
+}
+
+/// One random `[[policy]]`.
+#[derive(Debug, Clone)]
+struct Policy {
+    when: &'static str,
+    allow: Vec<&'static str>,
+    deny: Vec<&'static str>,
+}
+
+const WHENS: [&str; 6] = [
+    "{ any = true }",
+    "{ user_id = \"u1\" }",
+    "{ user_id = \"u2\" }",
+    "{ claim = \"groups\", contains = \"g1\" }",
+    "{ claim = \"groups\", contains = \"g2\" }",
+    "{ claim = \"role\", equals = \"admin\" }",
+];
+const PATTERNS: [&str; 8] = ["*", "Mail.*", "Mail.Read", "Mail.Send", "Cal.*", "Calc.Add", "Admin.*", "Sms.Send"];
+
+fn policy() -> impl Strategy<Value = Policy> {
+    let patterns = || proptest::sample::subsequence(PATTERNS.to_vec(), 0..=3);
+    (proptest::sample::select(WHENS.to_vec()), patterns(), patterns()).prop_map(|(when, allow, deny)| Policy {
+        when,
+        allow,
+        deny,
+    })
+}
+
+fn caller() -> impl Strategy<Value = Value> {
+    let user = proptest::sample::select(vec!["u1", "u2", "u3"]);
+    let groups = proptest::sample::subsequence(vec!["g1", "g2"], 0..=2);
+    (user, groups, any::<bool>()).prop_map(|(user, groups, admin)| {
+        let mut claims = json!({"sub": user, "groups": groups});
+        if admin {
+            claims["role"] = json!("admin");
+        }
+        claims
+    })
+}
+
+fn rules(policies: &[Policy]) -> String {
+    let list = |patterns: &[&str]| patterns.iter().map(|p| format!("\"{p}\"")).collect::<Vec<_>>().join(", ");
+    policies
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            format!(
+                "[[policy]]\nname = \"p{i}\"\nwhen = {}\nallow = [{}]\ndeny = [{}]\n\n",
+                p.when,
+                list(&p.allow),
+                list(&p.deny)
+            )
+        })
+        .collect()
+}
+
+/// Over random policies and callers, what explain says a caller sees is
+/// exactly what GET /tools lists and what calls reach, and each hidden
+/// tool's rule is one that applies to it.
+#[test]
+fn explain_agrees_with_real_listings_and_calls() {
+    let tokio = tokio::runtime::Runtime::new().expect("tokio");
+    let (server, gw) = tokio.block_on(start(RULES));
+    let cases = std::env::var("OTC_EXPLAIN_CASES").ok().and_then(|n| n.parse().ok()).unwrap_or(24);
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig { cases, ..ProptestConfig::default() });
+    let strategy = (proptest::collection::vec(policy(), 1..4), proptest::collection::vec(caller(), 1..3));
+    let outcome = runner.run(&strategy, |(policies, callers)| {
+        tokio.block_on(async {
+            gw.rewrite_config(&config(&server.url(), &rules(&policies)));
+            let auth = format!("Bearer {ADMIN_TOKEN}");
+            let reload =
+                send_with_headers(gw.admin, "POST", "/reload", Bytes::new(), &[("authorization", &auth)]).await;
+            assert_eq!(reload.status, 200, "{}", reload.text());
+            for claims in &callers {
+                let said = explain(&gw, &claims_query(claims, None)).await;
+                let visible = strings(&said["visible"]);
+                let token = jwt(claims.clone());
+                assert_eq!(visible, listing(&gw, &token).await, "{policies:?} {claims}");
+                for key in ECHO_TOOLS {
+                    let id = format!("{key}@1.0.0");
+                    let answer = call(&gw, &token, &id).await;
+                    if visible.contains(&id) {
+                        assert_eq!(answer.status, 200, "{id} visible per explain: {}", answer.text());
+                    } else {
+                        assert!(answer.text().contains("was not found"), "{id} hidden per explain: {}", answer.text());
+                        let entry = hidden_entry(&said, &id);
+                        if let Some(pattern) = entry["pattern"].as_str() {
+                            let glob = pattern.trim_end_matches('*');
+                            assert!(key.starts_with(glob), "{pattern} does not match {key}");
+                        }
+                    }
+                }
+            }
+        });
+        Ok(())
+    });
+    if let Err(e) = outcome {
+        panic!("{e}");
+    }
+}
