@@ -331,7 +331,15 @@ impl Gateway {
     /// finish on the generation they started with.
     pub async fn reload(self: &Arc<Self>, path: &Path) -> Result<(), ReloadError> {
         let _one_at_a_time = self.reloading.lock().await;
+        // A trace of its own under the `[tracing]` in force before it.
+        let mut span = self.generation().tracer.as_ref().and_then(|t| t.start_root("config reload"));
         let outcome = self.apply(path).await;
+        if let Some(span) = &mut span {
+            span.set_bool("otc.reload.applied", outcome.is_ok());
+            if outcome.is_err() {
+                span.fail("reload_refused");
+            }
+        }
         let report = ReloadReport {
             at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
             ok: outcome.is_ok(),
@@ -444,14 +452,24 @@ impl Gateway {
 
     /// Fetches one upstream's catalog, with its bearer token. An unreadable
     /// bearer token is a failed fetch.
+    /// A fetch is a trace of its own under `[tracing]` (at `sample_ratio`).
     async fn refresh_upstream(&self, generation: &Generation, upstream: &Upstream) -> Refreshed {
-        match upstream_bearer(generation, upstream).await {
+        let mut span = generation.tracer.as_ref().and_then(|t| t.start_root("catalog poll"));
+        let refreshed = match upstream_bearer(generation, upstream).await {
             Ok(bearer) => self.catalog.refresh(upstream, bearer, generation.poll).await,
             Err(e) => {
                 tracing::warn!(upstream = upstream.name, error = %e, "cannot read the upstream's bearer_token; catalog not fetched");
                 Refreshed::Failed
             }
+        };
+        if let Some(span) = &mut span {
+            span.set("otc.upstream", upstream.name.as_str());
+            span.set("otc.catalog.result", format!("{refreshed:?}").to_ascii_lowercase());
+            if refreshed == Refreshed::Failed {
+                span.fail("fetch_failed");
+            }
         }
+        refreshed
     }
 
     /// Whether `upstream` (this very instance) is still configured.

@@ -70,6 +70,21 @@ impl Receiver {
     }
 }
 
+impl Receiver {
+    /// The spans of any trace for which `pred` holds, once there is one.
+    async fn wait_for_any(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let spans: Vec<Value> = self.spans().await.into_iter().filter(&pred).collect();
+            if !spans.is_empty() {
+                return spans;
+            }
+            assert!(Instant::now() < deadline, "{what}: not received within 20 s");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
 impl Drop for Receiver {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -385,6 +400,10 @@ async fn tracing_is_hot_reloaded_on_and_off() {
     let seen = server.requests().into_iter().rfind(|r| r.method == "POST").expect("a call");
     let (trace, _) = ids(seen.headers.get("traceparent").expect("a traceparent"));
     receiver.wait_for(&trace, "the spans after the reload", |s| s.len() >= 7).await;
+    // Catalog polls are traces of their own.
+    let polls = receiver.wait_for_any("a catalog poll's span", |s| s["name"] == "catalog poll").await;
+    assert_eq!(polls[0]["attributes"]["otc.upstream"], "calc");
+    assert_eq!(polls[0]["parent_span_id"], "");
 
     // Off again: nothing more is recorded.
     gw.rewrite_config(&config.toml());
@@ -393,16 +412,14 @@ async fn tracing_is_hot_reloaded_on_and_off() {
         assert!(Instant::now() < deadline, "the reload removing [tracing] was not applied");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let before = receiver.spans().await.len();
-    call_with(
-        &gw,
-        "Calc.Echo",
-        json!({}),
-        &[("traceparent", "00-dddddddddddddddddddddddddddddddd-00f067aa0ba902b7-01")],
-    )
-    .await
-    .expect_status(200);
-    // The gateway's own exporter, if any were left, sends within a second.
+    // The reload itself was a trace, under the section in force before it.
+    let reloads = receiver.wait_for_any("the reload's span", |s| s["name"] == "config reload").await;
+    assert_eq!(reloads[0]["attributes"]["otc.reload.applied"], true);
+    let sampled = "00-dddddddddddddddddddddddddddddddd-00f067aa0ba902b7-01";
+    call_with(&gw, "Calc.Echo", json!({}), &[("traceparent", sampled)]).await.expect_status(200);
+    // An exporter sends within half a second; none is left to.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(receiver.spans().await.len(), before, "no spans once [tracing] is gone");
+    let late: Vec<Value> =
+        receiver.spans().await.into_iter().filter(|s| s["trace_id"] == "dddddddddddddddddddddddddddddddd").collect();
+    assert!(late.is_empty(), "no spans once [tracing] is gone: {late:#?}");
 }

@@ -404,7 +404,12 @@ impl Upstream {
                 }
                 "mcp"
             }
-            Protocol::OpenApi(_) => "openapi",
+            Protocol::OpenApi(_) => {
+                // The operation's method is in its plan, not here: HTTP's
+                // conventions name such a span `HTTP`.
+                span.rename("HTTP");
+                "openapi"
+            }
         };
         span.set("otc.upstream", self.name.as_str());
         span.set("otc.upstream.protocol", protocol);
