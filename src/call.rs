@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::auth::{Caller, CallerKind};
 use crate::catalog::{Catalog, Route, Target};
 use crate::circuit::Admission;
-use crate::error::{AuthorizationChallenge, MissingRequirements, RequestError, Ungranted};
+use crate::error::{ended, mark_failed, AuthorizationChallenge, MissingRequirements, RequestError, Ungranted};
 use crate::gateway::{upstream_bearer, Gateway, Generation};
 use crate::idempotency::{CallerScope, Decision, Fingerprint, Pending, StoredCall};
 use crate::mcp::v2026_07_28::{ClientAsk, Passthrough};
@@ -111,43 +111,13 @@ pub async fn execute_call(
     let mut span = tracer.and_then(|t| t.continue_trace(call.traceparent.as_deref(), "execute_tool"));
     let catalog = gateway.catalog.load_owned();
     let step = otel::child(span.as_ref(), "resolve", Kind::Internal);
-    let route = ended(step, resolve_tool(&catalog, &call.tool_id)).inspect_err(|e| fail(span.as_mut(), e))?;
+    let route = ended(step, resolve_tool(&catalog, &call.tool_id)).inspect_err(|e| mark_failed(span.as_mut(), e))?;
     if let Some(span) = &mut span {
-        describe_tool(span, route, caller);
+        route.describe(span);
     }
     let finished = run_resolved_call(gateway, &generation, route, caller, &mut call, started, span.as_ref()).await;
     record_call(gateway, route, &call.call_id, call.trace_id.as_deref(), &finished, started, span.as_mut());
     finished
-}
-
-/// The `execute_tool` span of a resolved call (GenAI's conventions for
-/// tool execution, and the gateway's `otc.*`): names and ids only.
-fn describe_tool(span: &mut Span, route: &Route, caller: &Caller) {
-    let tool = &route.tool;
-    span.rename(format!("execute_tool {}", tool.definition.id));
-    span.set("gen_ai.operation.name", "execute_tool");
-    span.set("gen_ai.tool.name", tool.definition.id.clone());
-    span.set("otc.tool.version", tool.version.to_string());
-    if let Some(user) = caller.user_id.as_deref().filter(|_| caller.kind != CallerKind::Anonymous) {
-        span.set("user.id", user);
-    }
-}
-
-/// Ends a step's span, failed when the step failed.
-fn ended<T>(mut span: Option<Span>, step: Result<T, RequestError>) -> Result<T, RequestError> {
-    if let Err(e) = &step {
-        fail(span.as_mut(), e);
-    }
-    step
-}
-
-/// Marks a span failed with the error's kind (its variant's name: never
-/// what a client or an upstream wrote).
-fn fail(span: Option<&mut Span>, error: &RequestError) {
-    if let Some(span) = span {
-        let kind = format!("{error:?}");
-        span.fail(kind.split(['(', ' ', '{']).next().unwrap_or_default());
-    }
 }
 
 /// Everything after resolution: admit, validate, inject, claim the call id
@@ -310,7 +280,7 @@ fn record_call(
         span.set("otc.upstream", upstream);
         span.set("otc.outcome", outcome.as_str());
         match finished {
-            Err(e) => fail(Some(span), e),
+            Err(e) => mark_failed(Some(span), e),
             Ok(_) if outcome == CallOutcome::ToolError => span.fail("tool_error"),
             Ok(_) => {}
         }
