@@ -124,3 +124,36 @@ impl Tracer {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tracer(ratio: f64) -> Arc<Tracer> {
+        let text = format!("otlp_endpoint = \"http://127.0.0.1:9\"\nsample_ratio = {ratio:?}");
+        Tracer::start(toml::from_str(&text).expect("a section"), Vec::new()).expect("a tracer")
+    }
+
+    #[tokio::test]
+    async fn a_callers_sampled_flag_decides_else_the_ratio() {
+        let sampled = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let unsampled = b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        let (never, always) = (tracer(0.0), tracer(1.0));
+        for t in [&never, &always] {
+            let span = t.start_request(Some(sampled), "s").expect("a sampled parent is followed");
+            let header = span.traceparent();
+            let text = std::str::from_utf8(header.as_bytes()).expect("ascii");
+            assert!(text.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-") && text.ends_with("-01"), "{text}");
+            assert!(t.start_request(Some(unsampled), "s").is_none(), "an unsampled parent is followed");
+            // The steps of a call continue the server span's trace.
+            let step = t.continue_trace(Some(text), "step").expect("continued");
+            assert_eq!(step.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+            assert!(t.continue_trace(std::str::from_utf8(unsampled).ok(), "step").is_none());
+        }
+        assert!(never.start_request(None, "s").is_none() && never.start_request(Some(b"junk"), "s").is_none());
+        assert!(always.start_request(None, "s").is_some() && always.start_root("poll").is_some());
+        let half = tracer(0.5);
+        let kept = (0..2000).filter(|_| half.start_root("poll").is_some()).count();
+        assert!((800..1200).contains(&kept), "about half of 2000 sampled: {kept}");
+    }
+}
