@@ -437,8 +437,16 @@ fn traceparent(head: &Head<'_>, span: Option<&Span>) -> Option<String> {
 /// link's id), nor a header's value but MCP's method name.
 fn describe_request(span: &mut Span, head: &Head<'_>) {
     let route = head.route.label();
-    span.rename(format!("{} {route}", head.method));
-    span.set("http.request.method", head.method.as_str());
+    // A method of the client's own making is `_OTHER`, as the conventions
+    // say: span names stay few.
+    let method = match head.method {
+        Method::GET | Method::HEAD | Method::POST | Method::PUT | Method::DELETE | Method::OPTIONS | Method::PATCH => {
+            head.method.as_str()
+        }
+        _ => "_OTHER",
+    };
+    span.rename(format!("{method} {route}"));
+    span.set("http.request.method", method);
     span.set("http.route", route);
     span.set("url.scheme", "http");
     span.set("network.protocol.version", "1.1");
