@@ -325,6 +325,8 @@ fn metrics(gateway: &Gateway, generation: &Generation) -> Response<Full<Bytes>> 
     gateway.metrics.sync_idempotency_totals(&generation.idempotency.stats().by_result());
     let (served, refused) = generation.rate_limits.store_failures();
     gateway.metrics.sync_rate_limit_store_failures(served, refused);
+    let spans = crate::otel::stats();
+    gateway.metrics.sync_trace_totals(spans.exported(), spans.dropped());
     let mut response = Response::new(Full::new(Bytes::from(gateway.metrics.render())));
     response
         .headers_mut()
@@ -356,6 +358,18 @@ struct Status {
     catalog_build_ms: f64,
     /// The current catalog's search index.
     search_index: IndexStats,
+    /// `[tracing]`, when set: where spans go and how many were lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tracing: Option<TracingStatus>,
+}
+
+/// What `/status` says of `[tracing]`.
+#[derive(Serialize)]
+struct TracingStatus {
+    otlp_endpoint: String,
+    sample_ratio: f64,
+    spans_exported: u64,
+    spans_dropped: u64,
 }
 
 #[derive(Serialize)]
@@ -405,6 +419,12 @@ fn status(gateway: &Gateway) -> Status {
         security_warnings: generation.config.security_warnings(),
         catalog_build_ms: catalog.build_time().as_secs_f64() * 1000.0,
         search_index: catalog.search_index().stats(),
+        tracing: generation.config.tracing.as_ref().map(|t| TracingStatus {
+            otlp_endpoint: t.otlp_endpoint.clone(),
+            sample_ratio: t.sample_ratio,
+            spans_exported: crate::otel::stats().exported(),
+            spans_dropped: crate::otel::stats().dropped(),
+        }),
     }
 }
 

@@ -13,12 +13,13 @@ use serde_json::Value;
 use crate::auth::{Caller, CallerKind};
 use crate::catalog::{Catalog, Route, Target};
 use crate::circuit::Admission;
-use crate::error::{AuthorizationChallenge, MissingRequirements, RequestError};
+use crate::error::{ended, mark_failed, AuthorizationChallenge, MissingRequirements, RequestError};
 use crate::gateway::{upstream_bearer, Gateway, Generation};
 use crate::idempotency::{CallerScope, Decision, Fingerprint, Pending, StoredCall};
 use crate::mcp::v2026_07_28::{ClientAsk, Passthrough};
 use crate::metrics::CallOutcome;
 use crate::oauth::TokenError;
+use crate::otel::{self, Kind, Span};
 use crate::recent_calls::{self, CallRecord};
 use crate::requirements::{self, authenticated_user, check_grants, SecretPlan, TokenPlan};
 use crate::resolve::parse_tool_id;
@@ -105,10 +106,17 @@ pub async fn execute_call(
     mut call: ParsedCall,
 ) -> Result<FinishedCall, RequestError> {
     let started = Instant::now();
+    // Recorded when a front's server span is (`otel/`): one check otherwise.
+    let tracer = generation.tracer.as_ref();
+    let mut span = tracer.and_then(|t| t.continue_trace(call.traceparent.as_deref(), "execute_tool"));
     let catalog = gateway.catalog.load_owned();
-    let route = resolve_tool(&catalog, &call.tool_id)?;
-    let finished = run_resolved_call(gateway, &generation, route, caller, &mut call, started).await;
-    record_call(gateway, route, &call.call_id, call.trace_id.as_deref(), &finished, started);
+    let step = otel::child(span.as_ref(), "resolve", Kind::Internal);
+    let route = ended(step, resolve_tool(&catalog, &call.tool_id)).inspect_err(|e| mark_failed(span.as_mut(), e))?;
+    if let Some(span) = &mut span {
+        route.describe(span);
+    }
+    let finished = run_resolved_call(gateway, &generation, route, caller, &mut call, started, span.as_ref()).await;
+    record_call(gateway, route, &call.call_id, call.trace_id.as_deref(), &finished, started, span.as_mut());
     remember_recent(gateway, caller, route, &call.call_id, &finished, started);
     finished
 }
@@ -158,20 +166,25 @@ async fn run_resolved_call(
     caller: &Caller,
     call: &mut ParsedCall,
     started: Instant,
+    span: Option<&Span>,
 ) -> Result<FinishedCall, RequestError> {
-    admit_call(generation, route, caller).await?;
-    validate_input(route, &call.input)?;
+    let step = otel::child(span, "admit", Kind::Internal);
+    ended(step, admit_call(generation, route, caller).await)?;
+    ended(otel::child(span, "validate", Kind::Internal), validate_input(route, &call.input))?;
     // A client's call_id is theirs: whose it is comes from the context as
     // they sent it, before anything is injected.
     let scope = call.client_call_id.then(|| CallerScope::of(caller, &call.context));
-    let context = inject_context(gateway, generation, route, caller, std::mem::take(&mut call.context)).await?;
+    let step = otel::child(span, "inject", Kind::Internal);
+    let context = std::mem::take(&mut call.context);
+    let context = ended(step, inject_context(gateway, generation, route, caller, context).await)?;
     let claim =
         match claim_call_id(generation, route, scope.as_ref(), &call.call_id, &call.input, &context, started).await? {
             Claimed::Replay(completed) => return Ok(completed),
             Claimed::Run(claim) => claim,
         };
     let max_response = generation.config.server.max_body_bytes.max(MIN_RESPONSE_LIMIT);
-    let trace = OutgoingTrace { trace_id: call.trace_id.as_deref(), traceparent: call.traceparent.as_deref() };
+    let trace =
+        OutgoingTrace { trace_id: call.trace_id.as_deref(), traceparent: call.traceparent.as_deref(), span: None };
     let scoped_id = scope.map(|scope| scope.forwarded_call_id(&call.call_id));
     let upstream_call_id = scoped_id.as_deref().unwrap_or(&call.call_id);
     let request = UpstreamCall {
@@ -181,8 +194,9 @@ async fn run_resolved_call(
         input: &call.input,
         context: &context,
         passthrough: call.passthrough.as_ref(),
+        span: None,
     };
-    let forwarded = forward_call(generation, route, request, max_response).await;
+    let forwarded = forward_call(generation, route, request, max_response, span).await;
     // The upstream's own token is the operator's secret too.
     let bearer = forwarded.as_ref().ok().and_then(|(_, _, bearer)| bearer.clone());
     let mut finished = forwarded.and_then(|(target, forwarded, _)| {
@@ -279,6 +293,7 @@ fn record_call(
     trace_id: Option<&str>,
     finished: &Result<FinishedCall, RequestError>,
     started: Instant,
+    span: Option<&mut Span>,
 ) {
     let first_upstream = route.targets.first().map_or("", |t| t.upstream.name.as_str());
     let (upstream, outcome, took) = match finished {
@@ -295,9 +310,22 @@ fn record_call(
     let tool = route.tool.definition.id.as_str();
     let seconds = took.as_secs_f64();
     gateway.metrics.record_call(tool, upstream, outcome, seconds);
+    // The log line leads to the trace: its ids, when it is recorded.
+    let span_id = span.as_ref().map(|s| s.span_id_hex());
+    let trace_id = span.as_ref().map(|s| s.trace_id_hex()).or(trace_id.map(str::to_owned));
+    if let Some(span) = span {
+        span.set("otc.upstream", upstream);
+        span.set("otc.outcome", outcome.as_str());
+        match finished {
+            Err(e) => mark_failed(Some(span), e),
+            Ok(_) if outcome == CallOutcome::ToolError => span.fail("tool_error"),
+            Ok(_) => {}
+        }
+    }
     tracing::info!(
         call_id,
         trace_id,
+        span_id,
         tool,
         upstream,
         outcome = outcome.as_str(),
@@ -546,10 +574,11 @@ pub async fn forward_call<'r>(
     route: &'r Route,
     request: UpstreamCall<'_>,
     max_response: usize,
+    span: Option<&Span>,
 ) -> Result<(&'r Target, Result<UpstreamReply, ForwardError>, Option<HeaderValue>), RequestError> {
     let mut unreachable = Vec::new();
     let mut retry_after: Option<Duration> = None;
-    for target in route.targets_in_turn() {
+    for (attempt, target) in route.targets_in_turn().enumerate() {
         if let Admission::Reject(wait) = target.upstream.circuit.admit() {
             unreachable.push(format!("{}: circuit open", target.upstream.name));
             retry_after = Some(retry_after.map_or(wait, |w| w.min(wait)));
@@ -566,8 +595,17 @@ pub async fn forward_call<'r>(
         {
             continue;
         }
-        let call = UpstreamCall { tool: &target.upstream_id, ..request };
+        // The upstream's traceparent names this attempt's client span.
+        let mut client = otel::child(span, "upstream", Kind::Client);
+        if let Some(s) = client.as_mut() {
+            target.upstream.describe_call(s, &target.upstream_id, attempt);
+        }
+        let trace = OutgoingTrace { span: client.as_ref().map(Span::traceparent), ..request.trace };
+        let call = UpstreamCall { tool: &target.upstream_id, trace, span: client.as_ref(), ..request };
         let forwarded = target.upstream.call(call, authorization.clone(), max_response).await;
+        if let Some(s) = client.as_mut() {
+            crate::upstream::describe_reply(s, &forwarded);
+        }
         match forwarded {
             Err(e @ ForwardError::Connect { .. }) => {
                 tracing::warn!(upstream = target.upstream.name, error = %e, "upstream unreachable; trying the next replica if any");

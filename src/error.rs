@@ -14,6 +14,7 @@ use crate::browser::BrowserRefusal;
 use crate::catalog::search::SearchError;
 use crate::catalog::LookupError;
 use crate::oauth::{FlowError, OAuthError};
+use crate::otel::Span;
 use crate::reply::Reply;
 use crate::resolve::ToolIdError;
 use crate::vault::VaultError;
@@ -194,6 +195,23 @@ impl From<BrowserRefusal> for RequestError {
             BrowserRefusal::ForbiddenOrigin { mcp } => RequestError::ForbiddenOrigin { mcp },
             BrowserRefusal::MisdirectedHost => RequestError::MisdirectedHost,
         }
+    }
+}
+
+/// Ends a step's span (`otel/`), failed when the step failed.
+pub(crate) fn ended<T>(mut span: Option<Span>, step: Result<T, RequestError>) -> Result<T, RequestError> {
+    if let Err(e) = &step {
+        mark_failed(span.as_mut(), e);
+    }
+    step
+}
+
+/// Marks a span failed with the error's kind: its variant's name, never
+/// what a client or an upstream wrote.
+pub(crate) fn mark_failed(span: Option<&mut Span>, error: &RequestError) {
+    if let Some(span) = span {
+        let kind = format!("{error:?}");
+        span.fail(kind.split(['(', ' ', '{']).next().unwrap_or_default());
     }
 }
 

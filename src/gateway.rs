@@ -15,10 +15,11 @@ use http::HeaderValue;
 use crate::auth::{AuthError, Authenticator};
 use crate::browser::BrowserPolicy;
 use crate::catalog::poll::{CatalogStore, PollSettings, Refreshed};
-use crate::config::{Config, ConfigError, IdempotencyConfig, SecretRef, UpstreamConfig};
+use crate::config::{Config, ConfigError, IdempotencyConfig, SecretRef, TracingConfig, UpstreamConfig};
 use crate::idempotency::{IdempotencyError, IdempotencyStore};
 use crate::metrics::Metrics;
 use crate::oauth::{OAuth, OAuthError};
+use crate::otel::Tracer;
 use crate::policy::AccessPolicy;
 use crate::ratelimit::{RateLimits, SharedBuckets};
 use crate::recent_calls::RecentCalls;
@@ -46,6 +47,9 @@ pub enum BuildError {
     /// The OAuth grant store or its key could not be set up.
     #[error("oauth: {0}")]
     OAuth(#[from] OAuthError),
+    /// `[tracing]` could not be set up (its headers' secrets).
+    #[error("tracing: {0}")]
+    Tracing(String),
     /// An upstream URL that http cannot use.
     #[error("upstream {name}: {source}")]
     UpstreamUrl {
@@ -86,6 +90,9 @@ pub struct Generation {
     pub admin_token: Option<SecretString>,
     /// The managed OAuth providers, their grants and challenges.
     pub oauth: Arc<OAuth>,
+    /// `[tracing]`: records and exports spans; `None` (the one check a
+    /// call makes) without the section.
+    pub tracer: Option<Arc<Tracer>>,
     /// `[idempotency]` as in force (its store filled in from `[state] redis`).
     idempotency_config: IdempotencyConfig,
     /// `[state] redis`: the one connection its stores share.
@@ -164,6 +171,14 @@ impl Generation {
         // Links, flows and the open embedded store carry over a reload.
         let oauth =
             Arc::new(OAuth::build(&config, secrets.clone(), previous.map(|old| &*old.oauth), redis.as_ref()).await?);
+        // An unchanged [tracing] keeps its exporter and queue.
+        let tracer = match &config.tracing {
+            None => None,
+            Some(section) => match previous.and_then(|old| old.tracer.clone()).filter(|t| t.is_for(section)) {
+                Some(kept) => Some(kept),
+                None => Some(start_tracer(section, &secrets).await?),
+            },
+        };
         Ok(Generation {
             config,
             upstreams,
@@ -177,10 +192,26 @@ impl Generation {
             admin_browser,
             admin_token,
             oauth,
+            tracer,
             idempotency_config,
             redis,
         })
     }
+}
+
+/// A tracer for `[tracing]`, its headers read from their references.
+async fn start_tracer(section: &TracingConfig, secrets: &SecretResolver) -> Result<Arc<Tracer>, BuildError> {
+    let mut headers = Vec::new();
+    for (name, reference) in &section.headers {
+        let value =
+            secrets.resolve(reference, None).await.map_err(|e| BuildError::Tracing(format!("headers.{name}: {e}")))?;
+        let mut value = HeaderValue::from_str(value.expose())
+            .map_err(|_| BuildError::Tracing(format!("headers.{name}: the value is not valid header text")))?;
+        value.set_sensitive(true);
+        let name = http::HeaderName::from_bytes(name.as_bytes()).map_err(|e| BuildError::Tracing(e.to_string()))?;
+        headers.push((name, value));
+    }
+    Tracer::start(section.clone(), headers).map_err(BuildError::Tracing)
 }
 
 /// `[state] redis`: the URL as written, or read from its `env:` or `file:`
@@ -304,7 +335,15 @@ impl Gateway {
     /// finish on the generation they started with.
     pub async fn reload(self: &Arc<Self>, path: &Path) -> Result<(), ReloadError> {
         let _one_at_a_time = self.reloading.lock().await;
+        // A trace of its own under the `[tracing]` in force before it.
+        let mut span = self.generation().tracer.as_ref().and_then(|t| t.start_root("config reload"));
         let outcome = self.apply(path).await;
+        if let Some(span) = &mut span {
+            span.set_bool("otc.reload.applied", outcome.is_ok());
+            if outcome.is_err() {
+                span.fail("reload_refused");
+            }
+        }
         let report = ReloadReport {
             at: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
             ok: outcome.is_ok(),
@@ -417,14 +456,24 @@ impl Gateway {
 
     /// Fetches one upstream's catalog, with its bearer token. An unreadable
     /// bearer token is a failed fetch.
+    /// A fetch is a trace of its own under `[tracing]` (at `sample_ratio`).
     async fn refresh_upstream(&self, generation: &Generation, upstream: &Upstream) -> Refreshed {
-        match upstream_bearer(generation, upstream).await {
+        let mut span = generation.tracer.as_ref().and_then(|t| t.start_root("catalog poll"));
+        let refreshed = match upstream_bearer(generation, upstream).await {
             Ok(bearer) => self.catalog.refresh(upstream, bearer, generation.poll).await,
             Err(e) => {
                 tracing::warn!(upstream = upstream.name, error = %e, "cannot read the upstream's bearer_token; catalog not fetched");
                 Refreshed::Failed
             }
+        };
+        if let Some(span) = &mut span {
+            span.set("otc.upstream", upstream.name.as_str());
+            span.set("otc.catalog.result", format!("{refreshed:?}").to_ascii_lowercase());
+            if refreshed == Refreshed::Failed {
+                span.fail("fetch_failed");
+            }
         }
+        refreshed
     }
 
     /// Whether `upstream` (this very instance) is still configured.

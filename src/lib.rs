@@ -27,6 +27,7 @@ pub(crate) mod metrics;
 pub(crate) mod oauth;
 pub(crate) mod oauth_endpoint;
 pub(crate) mod openapi;
+pub(crate) mod otel;
 pub(crate) mod policy;
 pub(crate) mod proxy;
 pub(crate) mod ratelimit;

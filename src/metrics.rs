@@ -24,6 +24,7 @@
 //! | `otc_gateway_tool_searches_total` | counter | `front` |
 //! | `otc_gateway_tool_search_results_total` | counter | `front` |
 //! | `otc_gateway_tool_search_duration_seconds` | histogram | `front` |
+//! | `otc_gateway_trace_spans_total` | counter | `result` |
 //!
 //! Label values must come only from the config and the catalog (route names,
 //! upstream names, resolved tool ids, backend kinds), never from a request,
@@ -168,6 +169,8 @@ pub struct Metrics {
     /// `otc_gateway_rate_limit_store_unavailable_total`, from the shared
     /// buckets' totals.
     rate_limit_store: Synced,
+    /// `otc_gateway_trace_spans_total`, from the exporter's totals.
+    trace_spans: Synced,
     searches: IntCounterVec,
     search_results: IntCounterVec,
     search_duration: HistogramVec,
@@ -313,6 +316,13 @@ impl Metrics {
              (uncounted, fail = \"open\") or refused (429, fail = \"closed\").",
             &["decision"],
         );
+        let trace_spans = counter_vec(
+            &registry,
+            "otc_gateway_trace_spans_total",
+            "Spans of [tracing], by result: exported (the collector took them) or dropped (the queue \
+             was full, or the collector failed or did not answer in time; calls never wait for it).",
+            &["result"],
+        );
         let idempotency = counter_vec(
             &registry,
             "otc_gateway_idempotency_total",
@@ -367,6 +377,7 @@ impl Metrics {
             oauth_challenges,
             oauth_refreshes,
             rate_limit_store: Synced::new(rate_limit_store),
+            trace_spans: Synced::new(trace_spans),
             searches,
             search_results,
             search_duration,
@@ -517,6 +528,12 @@ impl Metrics {
         self.rate_limit_store.sync(&["refused"], refused);
     }
 
+    /// Brings `otc_gateway_trace_spans_total` up to the exporter's totals.
+    pub fn sync_trace_totals(&self, exported: u64, dropped: u64) {
+        self.trace_spans.sync(&["exported"], exported);
+        self.trace_spans.sync(&["dropped"], dropped);
+    }
+
     /// Brings `otc_gateway_idempotency_total` up to the store's totals
     /// (`(result, total)` pairs, see `IdempotencyStats::by_result`). A total
     /// lower than last time means the store was rebuilt by a reload: it
@@ -592,6 +609,7 @@ mod tests {
         m.record_vault_stale("kv2");
         m.sync_idempotency_totals(&[("replayed", 1)]);
         m.record_search("otc", 3, 0.0002);
+        m.sync_trace_totals(5, 2);
         let text = m.render();
         for (name, kind) in [
             ("otc_gateway_http_requests_total", "counter"),
@@ -607,12 +625,14 @@ mod tests {
             ("otc_gateway_tool_searches_total", "counter"),
             ("otc_gateway_tool_search_results_total", "counter"),
             ("otc_gateway_tool_search_duration_seconds", "histogram"),
+            ("otc_gateway_trace_spans_total", "counter"),
         ] {
             assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name} {kind} missing in:\n{text}");
             assert!(text.contains(&format!("# HELP {name} ")), "{name} help missing");
         }
         assert_eq!(CONTENT_TYPE, "text/plain; version=0.0.4");
         assert_eq!(sample(&text, r#"otc_gateway_tool_search_results_total{front="otc"}"#), Some(3.0));
+        assert_eq!(sample(&text, r#"otc_gateway_trace_spans_total{result="dropped"}"#), Some(2.0));
         assert_eq!(
             sample(&text, r#"otc_gateway_tool_search_duration_seconds_bucket{front="otc",le="0.00025"}"#),
             Some(1.0)

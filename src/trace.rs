@@ -42,6 +42,50 @@ pub fn traceparent(incoming: Option<&str>, trace_id: Option<&str>) -> Traceparen
     Traceparent(out)
 }
 
+impl Traceparent {
+    /// The header of a span the gateway records: its own ids, sampled.
+    pub fn of_span(trace_id: &[u8; 16], span_id: &[u8; 8]) -> Traceparent {
+        let mut out = *b"00-00000000000000000000000000000000-0000000000000000-01";
+        write_hex(&mut out[3..35], trace_id);
+        write_hex(&mut out[36..52], span_id);
+        Traceparent(out)
+    }
+}
+
+/// What a valid `traceparent` says: the trace, the parent span, and
+/// whether the caller records the trace (the `sampled` flag).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpanContext {
+    /// The trace id.
+    pub trace_id: [u8; 16],
+    /// The parent span's id.
+    pub span_id: [u8; 8],
+    /// Flag 01: the trace is being recorded upstream of here.
+    pub sampled: bool,
+}
+
+impl SpanContext {
+    /// A valid `traceparent` header's context; `None` for anything else.
+    pub fn parse(header: &str) -> Option<SpanContext> {
+        let (trace, flags) = parse(header)?;
+        let parent = &header.trim()[36..52];
+        let mut context = SpanContext { trace_id: [0; 16], span_id: [0; 8], sampled: false };
+        read_hex(trace, &mut context.trace_id)?;
+        read_hex(parent, &mut context.span_id)?;
+        let mut flag = [0u8; 1];
+        read_hex(flags, &mut flag)?;
+        context.sampled = flag[0] & 1 == 1;
+        Some(context)
+    }
+}
+
+fn read_hex(text: &str, out: &mut [u8]) -> Option<()> {
+    for (i, b) in out.iter_mut().enumerate() {
+        *b = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+    }
+    Some(())
+}
+
 /// `00-<32 hex trace>-<16 hex parent>-<2 hex flags>`: the trace id and flags.
 fn parse(header: &str) -> Option<(&str, &str)> {
     let mut parts = header.trim().split('-');
@@ -85,6 +129,16 @@ pub struct OutgoingTrace<'a> {
     pub trace_id: Option<&'a str>,
     /// The client's `traceparent`, continued in the upstream's header.
     pub traceparent: Option<&'a str>,
+    /// The gateway's client span of this call, when it is recorded: the
+    /// upstream's header is then exactly this.
+    pub span: Option<Traceparent>,
+}
+
+impl OutgoingTrace<'_> {
+    /// The `traceparent` the upstream receives.
+    pub fn header(&self) -> Traceparent {
+        self.span.unwrap_or_else(|| traceparent(self.traceparent, self.trace_id))
+    }
 }
 
 #[cfg(test)]
@@ -104,6 +158,18 @@ mod tests {
         assert_ne!(f[2], "00f067aa0ba902b7");
         assert_eq!(f[2].len(), 16);
         assert_eq!(f[3], "01");
+    }
+
+    #[test]
+    fn a_span_context_reads_back_from_its_header() {
+        let header = Traceparent::of_span(&[0xab; 16], &[0x01; 8]);
+        let text = std::str::from_utf8(header.as_bytes()).expect("ascii");
+        assert_eq!(text, "00-abababababababababababababababab-0101010101010101-01");
+        let context = SpanContext::parse(text).expect("valid");
+        assert_eq!((context.trace_id, context.span_id, context.sampled), ([0xab; 16], [0x01; 8], true));
+        let unsampled = SpanContext::parse("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00").expect("valid");
+        assert!(!unsampled.sampled);
+        assert!(SpanContext::parse("00-00000000000000000000000000000000-00f067aa0ba902b7-01").is_none());
     }
 
     #[test]

@@ -29,6 +29,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "circuit",
             "http1",
             "http_client",
+            "otel",
             "reload",
             "browser",
             "dialect",

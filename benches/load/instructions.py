@@ -87,6 +87,9 @@ def filler(n):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--extra-tools", type=int, default=0, help="filler tools beside the benchmark's one")
+    ap.add_argument("--tracing", choices=["off", "ratio0", "ratio1"], default="off",
+                    help="[tracing]: none, sample_ratio 0, or every call recorded and exported (to the upstream "
+                         "nginx, which refuses them: the spans are built, encoded and posted, then counted dropped)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="otc-instructions-"))
     work.chmod(0o755)
@@ -110,7 +113,11 @@ url = "http://127.0.0.1:{up}"
 secrets = ["BENCH_API_KEY"]
 [secrets]
 BENCH_API_KEY = "env:BENCH_API_KEY"
-""")
+""" + ("" if args.tracing == "off" else f"""
+[tracing]
+otlp_endpoint = "http://127.0.0.1:{up}"
+sample_ratio = {0.0 if args.tracing == "ratio0" else 1.0}
+"""))
         mcp_url = f"http://127.0.0.1:{gw}/mcp"
         gateway = measure(
             "gateway", [str(b.GATEWAY), "--config", str(config)],

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use semver::Version;
 use serde::Serialize;
 
+use crate::otel::Span;
 use crate::resolve::{ToolRef, VersionRequest};
 use crate::upstream::Upstream;
 
@@ -251,6 +252,16 @@ impl Catalog {
 }
 
 impl Route {
+    /// The `execute_tool` span of a call resolved to it (GenAI's
+    /// conventions for tool execution, and the gateway's `otc.*`).
+    pub fn describe(&self, span: &mut Span) {
+        let id = &self.tool.definition.id;
+        span.rename(format!("execute_tool {id}"));
+        span.set("gen_ai.operation.name", "execute_tool");
+        span.set("gen_ai.tool.name", id.as_str());
+        span.set("otc.tool.version", self.tool.version.to_string());
+    }
+
     fn new(tool: Arc<CatalogTool>, targets: Vec<Target>) -> Route {
         Route { tool, targets, next: AtomicUsize::new(0) }
     }

@@ -23,6 +23,7 @@ mod openapi;
 mod policy;
 mod secret_ref;
 mod server;
+mod tracing;
 mod upstream;
 mod vault;
 
@@ -39,6 +40,7 @@ pub use openapi::{OperationPattern, SecurityMap, SecuritySource, SpecLocation};
 pub use policy::{FailMode, Per, PolicyConfig, Rate, RateLimitConfig, ToolPattern, When, MAX_POLICIES};
 pub use secret_ref::{SecretRef, SecretRefError, USER_ID_TEMPLATE};
 pub use server::{OriginPattern, ServerConfig};
+pub use tracing::TracingConfig;
 pub use upstream::{CatalogConfig, Protocol, ToolVersion, Toolkit, UpstreamConfig, UpstreamName, UpstreamUrl};
 pub use vault::{check_token_ref, VaultConfig};
 
@@ -110,6 +112,9 @@ pub struct Config {
     /// OpenID provider (connect links complete only for their own user).
     #[serde(default)]
     pub login: Option<Spanned<LoginConfig>>,
+    /// `[tracing]`: spans exported over OTLP; none without it.
+    #[serde(default)]
+    pub tracing: Option<TracingConfig>,
 }
 
 impl Config {

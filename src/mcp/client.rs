@@ -152,6 +152,9 @@ pub struct Exchange<'a> {
     /// A 2026-07-28 client's capabilities and input responses, for a
     /// 2026-07-28 server (a 2025-11-25 session never sees them).
     pub passthrough: Option<&'a Passthrough>,
+    /// The gateway's client span of the call, when it is recorded: sent as
+    /// `traceparent`, and the parent of a discovery made for the call.
+    pub span: Option<&'a crate::otel::Span>,
 }
 
 /// How the gateway talks to the server: what the probe found.

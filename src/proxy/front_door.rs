@@ -24,13 +24,14 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, Method};
 
-use crate::auth::{resource, AuthError, Caller, Credentials, Target};
+use crate::auth::{resource, AuthError, Caller, CallerKind, Credentials, Target};
 use crate::call::call_tool;
 use crate::catalog::search::SearchRequest;
 use crate::error::RequestError;
 use crate::gateway::{Gateway, Generation};
 use crate::mcp_endpoint::{Listen, McpAnswer, McpEndpoint, McpHead};
 use crate::oauth_endpoint::{self, BrowserRequest, OAuthRequest};
+use crate::otel::{self, Kind, Span};
 use crate::reply::Reply;
 use crate::tool_search::{self, Front};
 
@@ -200,11 +201,23 @@ impl FrontDoor {
         body: &mut B,
         accepted: &mut AcceptedHost,
     ) -> Answer {
-        let answer = match self.answer(generation, head, body, accepted).await {
+        // A recorded request's server span (`otel/`); without `[tracing]`
+        // this is the one check.
+        let mut span = generation.tracer.as_ref().and_then(|t| t.start_request(head.traceparent, "HTTP"));
+        if let Some(span) = &mut span {
+            describe_request(span, head);
+        }
+        let answer = match self.answer(generation, head, body, accepted, span.as_mut()).await {
             Ok(answer) => answer,
             Err(e) => Answer::Reply(e.to_reply()),
         };
         self.gateway.metrics.record_http(head.route.label(), answer.status());
+        if let Some(span) = &mut span {
+            span.set_int("http.response.status_code", i64::from(answer.status()));
+            if answer.status() >= 500 {
+                span.fail(answer.status().to_string());
+            }
+        }
         answer
     }
 
@@ -214,18 +227,19 @@ impl FrontDoor {
         head: &Head<'_>,
         body: &mut B,
         accepted: &mut AcceptedHost,
+        mut span: Option<&mut Span>,
     ) -> Result<Answer, RequestError> {
         check_browser(&generation, head, accepted)?;
         let reply = match (head.route, &head.method) {
             (Route::Health, &Method::GET | &Method::HEAD) => self.admit(&generation).map(|_admitted| self.health())?,
             (Route::Tools, &Method::GET | &Method::HEAD) => {
-                let caller = self.authenticate(&generation, head, Target::Otc)?;
+                let caller = self.authenticate(&generation, head, Target::Otc, span.as_deref_mut())?;
                 let _admitted = self.admit(&generation)?;
                 let catalog = self.gateway.catalog.load();
                 Reply::ok(generation.access.listing(&catalog, generation.access.matching(&caller)))
             }
             (Route::Search, &Method::GET | &Method::HEAD) => {
-                let caller = self.authenticate(&generation, head, Target::Otc)?;
+                let caller = self.authenticate(&generation, head, Target::Otc, span.as_deref_mut())?;
                 let _admitted = self.admit(&generation)?;
                 let request = SearchRequest::from_query_string(head.query)?;
                 let catalog = self.gateway.catalog.load();
@@ -235,14 +249,14 @@ impl FrontDoor {
             }
             (Route::Call, &Method::POST) => {
                 // Credentials first: an unauthenticated client's body is not read.
-                let caller = self.authenticate(&generation, head, Target::Otc)?;
+                let caller = self.authenticate(&generation, head, Target::Otc, span.as_deref_mut())?;
                 let body = read_body(&generation, body).await?;
                 let _admitted = self.admit(&generation)?;
                 let (reply, _completed) =
-                    call_tool(&self.gateway, generation, &caller, &body, traceparent(head)).await?;
+                    call_tool(&self.gateway, generation, &caller, &body, traceparent(head, span.as_deref())).await?;
                 Reply::ok(reply)
             }
-            (Route::Mcp, _) => return self.mcp(generation, head, body).await,
+            (Route::Mcp, _) => return self.mcp(generation, head, body, span).await,
             (Route::OAuth, _) => self.oauth(generation, head, body).await?,
             (Route::ResourceMetadata, &Method::GET | &Method::HEAD) => {
                 let _admitted = self.admit(&generation)?;
@@ -270,14 +284,32 @@ impl FrontDoor {
         Ok(admitted)
     }
 
-    /// Who is calling, from the request's credentials, for `target`.
-    fn authenticate(&self, generation: &Generation, head: &Head<'_>, target: Target) -> Result<Caller, RequestError> {
+    /// Who is calling, from the request's credentials, for `target`; a
+    /// recorded request's span gets the caller's user id.
+    fn authenticate(
+        &self,
+        generation: &Generation,
+        head: &Head<'_>,
+        target: Target,
+        span: Option<&mut Span>,
+    ) -> Result<Caller, RequestError> {
+        let mut step = otel::child(span.as_deref(), "authenticate", Kind::Internal);
         let authenticator = &generation.authenticator;
         let public_url = || self.gateway.public_url(generation);
         let authenticated = match head.credentials {
             Some(credentials) => authenticator.authenticate_credentials(credentials, target, public_url),
             None => Err(AuthError::Invalid("a credential header came more than once".into())),
         };
+        match (&authenticated, span, &mut step) {
+            (Ok(caller), Some(span), _) => {
+                if let Some(user) = caller.user_id.as_deref().filter(|_| caller.kind != CallerKind::Anonymous) {
+                    span.set("user.id", user);
+                }
+            }
+            (Err(_), _, Some(step)) => step.fail("unauthenticated"),
+            _ => {}
+        }
+        drop(step);
         authenticated.map_err(|error| {
             tracing::debug!(%error, "request refused: bad or missing credentials");
             let resource_metadata = authenticator.resource_metadata_url(|| self.gateway.public_url(generation));
@@ -297,9 +329,10 @@ impl FrontDoor {
         generation: Arc<Generation>,
         head: &Head<'_>,
         body: &mut B,
+        mut span: Option<&mut Span>,
     ) -> Result<Answer, RequestError> {
-        let caller = self.authenticate(&generation, head, Target::Mcp)?;
-        let mcp_head = McpHead { traceparent: traceparent(head), ..head.mcp.clone() };
+        let caller = self.authenticate(&generation, head, Target::Mcp, span.as_deref_mut())?;
+        let mcp_head = McpHead { traceparent: traceparent(head, span.as_deref()), ..head.mcp.clone() };
         let answer = match head.method {
             Method::POST => {
                 let body = read_body(&generation, body).await?;
@@ -329,7 +362,7 @@ impl FrontDoor {
     ) -> Result<Reply, RequestError> {
         let request = OAuthRequest::parse(&head.method, head.path)?;
         if request.needs_caller() {
-            let caller = self.authenticate(&generation, head, Target::Otc)?;
+            let caller = self.authenticate(&generation, head, Target::Otc, None)?;
             let body = match request {
                 OAuthRequest::Confirm => body.read(CONFIRM_BODY_LIMIT, generation.config.server.body_timeout.0).await?,
                 _ => Bytes::new(),
@@ -397,9 +430,36 @@ async fn read_body<B: RequestBody>(generation: &Generation, body: &mut B) -> Res
     body.read(server.max_body_bytes, server.body_timeout.0).await
 }
 
-/// The client's `traceparent`, when it is text.
-fn traceparent(head: &Head<'_>) -> Option<String> {
+/// The `traceparent` a call continues: the request's server span when it
+/// is recorded, else the client's, when it is text.
+fn traceparent(head: &Head<'_>, span: Option<&Span>) -> Option<String> {
+    if let Some(span) = span {
+        return std::str::from_utf8(span.traceparent().as_bytes()).ok().map(str::to_owned);
+    }
     std::str::from_utf8(head.traceparent?).ok().filter(|v| v.is_ascii()).map(str::to_owned)
+}
+
+/// A server span's name and attributes (OpenTelemetry's HTTP server
+/// conventions): the route, never the path (an `/oauth/` path holds a
+/// link's id), nor a header's value but MCP's method name.
+fn describe_request(span: &mut Span, head: &Head<'_>) {
+    let route = head.route.label();
+    // A method of the client's own making is `_OTHER`, as the conventions
+    // say: span names stay few.
+    let method = match head.method {
+        Method::GET | Method::HEAD | Method::POST | Method::PUT | Method::DELETE | Method::OPTIONS | Method::PATCH => {
+            head.method.as_str()
+        }
+        _ => "_OTHER",
+    };
+    span.rename(format!("{method} {route}"));
+    span.set("http.request.method", method);
+    span.set("http.route", route);
+    span.set("url.scheme", "http");
+    span.set("network.protocol.version", "1.1");
+    if let Some(method) = head.mcp.method.and_then(|m| std::str::from_utf8(m).ok()) {
+        span.set("mcp.method.name", method);
+    }
 }
 
 #[cfg(test)]

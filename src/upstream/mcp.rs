@@ -69,6 +69,7 @@ impl McpUpstream {
             authorization: authorization.as_ref(),
             circuit: Some(&upstream.circuit),
             passthrough: None,
+            span: None,
         };
         let tools = self.client.list_tools(exchange).await.map_err(|e| match e {
             McpError::Connect(detail) => FetchError::Unreachable(detail),
@@ -158,6 +159,7 @@ impl McpUpstream {
             authorization: authorization.as_ref(),
             circuit: Some(&upstream.circuit),
             passthrough: call.passthrough,
+            span: call.span,
         };
         match self.client.call_tool(call.tool, call.input, exchange).await {
             // A 2026-07-28 client that sent its capabilities can answer what

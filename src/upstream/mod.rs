@@ -28,6 +28,7 @@ use crate::circuit::Circuit;
 use crate::config::{self, Grants, SecretRef, UpstreamConfig};
 use crate::dialect::{CatalogShapeError, CatalogTool, Skipped};
 use crate::mcp::v2026_07_28::{ClientAsk, Passthrough};
+use crate::otel::Span;
 use crate::trace::OutgoingTrace;
 use crate::wire::{CallContext, UpstreamResult};
 
@@ -187,6 +188,28 @@ pub enum UpstreamReply {
     },
 }
 
+/// What an upstream call's client span says of its answer: the HTTP status,
+/// and the kind of failure (never the upstream's words).
+pub fn describe_reply(span: &mut Span, reply: &Result<UpstreamReply, ForwardError>) {
+    match reply {
+        Ok(UpstreamReply::Http(response)) => {
+            let status = response.status.as_u16();
+            span.set_int("http.response.status_code", i64::from(status));
+            if status >= 400 {
+                span.fail(status.to_string());
+            }
+        }
+        Ok(UpstreamReply::Result(result) | UpstreamReply::Native { mapped: result, .. }) if !result.success => {
+            span.set_bool("otc.tool.success", false);
+        }
+        Ok(_) => {}
+        Err(ForwardError::Connect { .. }) => span.fail("connect"),
+        Err(ForwardError::Timeout { .. }) => span.fail("timeout"),
+        Err(ForwardError::Broken { .. }) => span.fail("broken"),
+        Err(ForwardError::TooLarge { .. }) => span.fail("too_large"),
+    }
+}
+
 /// An upstream's answer in its own protocol, handed as it is to a caller of
 /// the same protocol (an MCP client of an MCP server) and mapped for any
 /// other. The call pipeline only carries it (from `mcp/`, below it).
@@ -261,6 +284,8 @@ pub struct UpstreamCall<'a> {
     /// What a 2026-07-28 MCP client sends on for a 2026-07-28 MCP server
     /// (capabilities, input responses); `None` for every other caller.
     pub passthrough: Option<&'a Passthrough>,
+    /// The gateway's client span of this call, when it is recorded.
+    pub span: Option<&'a Span>,
 }
 
 impl Upstream {
@@ -358,6 +383,38 @@ impl Upstream {
             Protocol::Mcp(mcp) => mcp.call(self, call, authorization, max_bytes).await,
             Protocol::OpenApi(api) => api.call(self, call, authorization, max_bytes).await,
         }
+    }
+
+    /// The client span of a call to it (`attempt` 0 is the first target
+    /// tried): named and described per its protocol's conventions (HTTP
+    /// client, or MCP's `tools/call {tool}`).
+    pub fn describe_call(&self, span: &mut Span, tool: &str, attempt: usize) {
+        let protocol = match &self.protocol {
+            Protocol::Otc(_) => {
+                span.rename("POST");
+                span.set("http.request.method", "POST");
+                "otc"
+            }
+            Protocol::Mcp(mcp) => {
+                span.rename(format!("tools/call {tool}"));
+                span.set("mcp.method.name", "tools/call");
+                span.set("gen_ai.tool.name", tool);
+                if let Some(revision) = mcp.protocol_version() {
+                    span.set("mcp.protocol.version", revision);
+                }
+                "mcp"
+            }
+            Protocol::OpenApi(_) => {
+                // The operation's method is in its plan, not here: HTTP's
+                // conventions name such a span `HTTP`.
+                span.rename("HTTP");
+                "openapi"
+            }
+        };
+        span.set("otc.upstream", self.name.as_str());
+        span.set("otc.upstream.protocol", protocol);
+        // Another replica after one that could not be reached.
+        span.set_int("otc.upstream.attempt", i64::try_from(attempt).unwrap_or(i64::MAX));
     }
 
     /// Whether the upstream may announce tool list changes (MCP), so that

@@ -186,7 +186,7 @@ impl OpenApiUpstream {
                 return Ok(failure("The gateway could not build the request for this input", format!("{what}: {e}")))
             }
         };
-        let traceparent = crate::trace::traceparent(call.trace.traceparent, call.trace.trace_id);
+        let traceparent = call.trace.header();
         let mut request = Request::builder().method(operation.method.clone()).uri(uri);
         if let Some(headers) = request.headers_mut() {
             for (header, value) in prepared.headers {

@@ -87,7 +87,7 @@ impl OtcUpstream {
             input: call.input,
             context: call.context,
         });
-        let traceparent = crate::trace::traceparent(call.trace.traceparent, call.trace.trace_id);
+        let traceparent = call.trace.header();
         let mut headers = [("traceparent", traceparent.as_bytes()), ("authorization", &[][..])];
         let headers = match &authorization {
             Some(authorization) => {

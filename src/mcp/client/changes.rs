@@ -102,6 +102,7 @@ impl McpClient {
                 max_bytes: settings.max_event_bytes,
                 authorization: settings.authorization,
                 circuit: None,
+                span: None,
             };
             let link = match self.link(exchange, deadline).await {
                 Ok(link) => link,

@@ -25,7 +25,20 @@ impl McpClient {
         if let Some(link) = self.link.load_full() {
             return Ok(link);
         }
-        let link = Arc::new(self.open(exchange, deadline).await?);
+        // A discovery made for a recorded call is a step of its trace.
+        let mut span = exchange.span.map(|s| s.child("mcp discover", crate::otel::Kind::Client));
+        let opened = self.open(exchange, deadline).await;
+        if let Some(span) = &mut span {
+            span.set("mcp.method.name", "server/discover");
+            match &opened {
+                Ok(Channel::R2026_07_28(_)) => span.set("mcp.protocol.version", REVISION_2026_07_28),
+                Ok(Channel::R2025_11_25(session)) => {
+                    span.set("mcp.protocol.version", session.protocol_version.to_str().unwrap_or_default());
+                }
+                Err(_) => span.fail("discovery_failed"),
+            }
+        }
+        let link = Arc::new(opened?);
         self.link.store(Some(link.clone()));
         self.relinked.send_modify(|n| *n += 1);
         Ok(link)

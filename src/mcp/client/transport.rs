@@ -28,7 +28,12 @@ impl McpClient {
         exchange: Exchange<'_>,
         deadline: Instant,
     ) -> Result<Posted, McpError> {
-        let request = self.build(headers, body, exchange.authorization)?;
+        let mut request = self.build(headers, body, exchange.authorization)?;
+        if let Some(span) = exchange.span {
+            if let Ok(value) = HeaderValue::from_bytes(span.traceparent().as_bytes()) {
+                request.headers_mut().insert("traceparent", value);
+            }
+        }
         let response = match tokio::time::timeout_at(deadline, self.http.request(request)).await {
             Err(_) => return Err(McpError::Timeout(exchange.timeout)),
             Ok(Err(e)) if e.is_connect() => {
