@@ -23,7 +23,14 @@ pub enum Kind {
 
 /// A span being recorded. It ends, and is queued for export, when dropped:
 /// a step that returns early with `?` still ends its span.
-pub struct Span {
+///
+/// One pointer: an `Option<Span>` rides in every call's futures, tracing on
+/// or off, and with tracing off it must cost what no span costs (a null
+/// check, nothing moved or dropped).
+pub struct Span(Box<Recording>);
+
+/// What a span holds while it is recorded.
+struct Recording {
     tracer: Arc<Tracer>,
     trace_id: [u8; 16],
     span_id: [u8; 8],
@@ -37,7 +44,7 @@ pub struct Span {
 
 impl std::fmt::Debug for Span {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Span").field("name", &self.name).field("kind", &self.kind).finish_non_exhaustive()
+        f.debug_struct("Span").field("name", &self.0.name).field("kind", &self.0.kind).finish_non_exhaustive()
     }
 }
 
@@ -54,7 +61,7 @@ impl Span {
         name: &'static str,
         kind: Kind,
     ) -> Span {
-        Span {
+        Span(Box::new(Recording {
             tracer,
             trace_id,
             span_id: new_span_id(),
@@ -64,18 +71,18 @@ impl Span {
             start: now(),
             attributes: Vec::new(),
             error: None,
-        }
+        }))
     }
 
     /// A child span, starting now.
     pub fn child(&self, name: &'static str, kind: Kind) -> Span {
-        Span::start(self.tracer.clone(), self.trace_id, Some(self.span_id), name, kind)
+        Span::start(self.0.tracer.clone(), self.0.trace_id, Some(self.0.span_id), name, kind)
     }
 
     /// Renames the span (a name known only once the work is under way,
     /// such as the resolved tool's).
     pub fn rename(&mut self, name: impl Into<Cow<'static, str>>) {
-        self.name = name.into();
+        self.0.name = name.into();
     }
 
     /// Sets a string attribute. Only names, ids and outcomes: never a
@@ -96,9 +103,9 @@ impl Span {
 
     fn attribute(&mut self, key: &'static str, value: any_value::Value) {
         let value = Some(AnyValue { value: Some(value) });
-        match self.attributes.iter_mut().find(|kv| kv.key == key) {
+        match self.0.attributes.iter_mut().find(|kv| kv.key == key) {
             Some(kv) => kv.value = value,
-            None => self.attributes.push(KeyValue { key: key.to_owned(), value, ..Default::default() }),
+            None => self.0.attributes.push(KeyValue { key: key.to_owned(), value, ..Default::default() }),
         }
     }
 
@@ -107,48 +114,48 @@ impl Span {
     pub fn fail(&mut self, error_type: impl Into<String>) {
         let error_type = error_type.into();
         self.set("error.type", error_type.clone());
-        self.error = Some(error_type);
+        self.0.error = Some(error_type);
     }
 
     /// The `traceparent` naming this span as the parent.
     pub fn traceparent(&self) -> Traceparent {
-        Traceparent::of_span(&self.trace_id, &self.span_id)
+        Traceparent::of_span(&self.0.trace_id, &self.0.span_id)
     }
 
     /// The trace id in hex, for log lines.
     pub fn trace_id_hex(&self) -> String {
-        hex(&self.trace_id)
+        hex(&self.0.trace_id)
     }
 
     /// The span id in hex, for log lines.
     pub fn span_id_hex(&self) -> String {
-        hex(&self.span_id)
+        hex(&self.0.span_id)
     }
 }
 
 impl Drop for Span {
     fn drop(&mut self) {
-        let kind = match self.kind {
+        let kind = match self.0.kind {
             Kind::Internal => SpanKind::Internal,
             Kind::Server => SpanKind::Server,
             Kind::Client => SpanKind::Client,
         };
-        let status = self.error.take().map(|message| Status { message, code: StatusCode::Error as i32 });
+        let status = self.0.error.take().map(|message| Status { message, code: StatusCode::Error as i32 });
         let span = proto::Span {
-            trace_id: self.trace_id.to_vec(),
-            span_id: self.span_id.to_vec(),
-            parent_span_id: self.parent.map_or_else(Vec::new, |p| p.to_vec()),
+            trace_id: self.0.trace_id.to_vec(),
+            span_id: self.0.span_id.to_vec(),
+            parent_span_id: self.0.parent.map_or_else(Vec::new, |p| p.to_vec()),
             // The W3C trace flags: sampled.
             flags: 1,
-            name: std::mem::take(&mut self.name).into_owned(),
+            name: std::mem::take(&mut self.0.name).into_owned(),
             kind: kind as i32,
-            start_time_unix_nano: self.start,
-            end_time_unix_nano: now().max(self.start),
-            attributes: std::mem::take(&mut self.attributes),
+            start_time_unix_nano: self.0.start,
+            end_time_unix_nano: now().max(self.0.start),
+            attributes: std::mem::take(&mut self.0.attributes),
             status,
             ..Default::default()
         };
-        self.tracer.enqueue(span);
+        self.0.tracer.enqueue(span);
     }
 }
 
