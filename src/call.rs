@@ -148,7 +148,7 @@ fn remember_recent(
     gateway.recent_calls.record(CallRecord {
         at_ms: recent_calls::now_ms(),
         caller: caller.user_id.clone().filter(|_| caller.kind != CallerKind::Anonymous),
-        tool: route.tool.definition.id.clone(),
+        tool: route.tool.clone(),
         upstream,
         status,
         outcome,

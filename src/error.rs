@@ -198,21 +198,30 @@ impl From<BrowserRefusal> for RequestError {
     }
 }
 
-/// Ends a step's span (`otel/`), failed when the step failed.
+/// Ends a step's span (`otel/`), failed when the step failed. Inlined, so
+/// that with tracing off a step's result is not moved through a call (a
+/// `RequestError` is large): what is left is one check.
+#[inline(always)]
 pub(crate) fn ended<T>(mut span: Option<Span>, step: Result<T, RequestError>) -> Result<T, RequestError> {
-    if let Err(e) = &step {
-        mark_failed(span.as_mut(), e);
+    if let (Some(span), Err(e)) = (&mut span, &step) {
+        fail(span, e);
     }
     step
 }
 
 /// Marks a span failed with the error's kind: its variant's name, never
 /// what a client or an upstream wrote.
+#[inline(always)]
 pub(crate) fn mark_failed(span: Option<&mut Span>, error: &RequestError) {
     if let Some(span) = span {
-        let kind = format!("{error:?}");
-        span.fail(kind.split(['(', ' ', '{']).next().unwrap_or_default());
+        fail(span, error);
     }
+}
+
+#[cold]
+fn fail(span: &mut Span, error: &RequestError) {
+    let kind = format!("{error:?}");
+    span.fail(kind.split(['(', ' ', '{']).next().unwrap_or_default());
 }
 
 impl RequestError {

@@ -8,10 +8,12 @@
 //! capacity), so concurrent calls do not wait on one another.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::Serialize;
+use serde::{Serialize, Serializer};
+
+use crate::dialect::CatalogTool;
 
 /// How many calls the ring keeps.
 pub const CAPACITY: usize = 512;
@@ -23,8 +25,10 @@ pub struct CallRecord {
     pub at_ms: u64,
     /// The caller's user id; `None` for an anonymous caller.
     pub caller: Option<String>,
-    /// The resolved tool id.
-    pub tool: String,
+    /// The resolved tool (its id is what is shown). Shared with the
+    /// catalog, so a call copies no string for it.
+    #[serde(serialize_with = "tool_id")]
+    pub tool: Arc<CatalogTool>,
     /// The upstream that answered (else the route's first).
     pub upstream: String,
     /// The HTTP status the call was answered with (200 for a tool error too).
@@ -77,6 +81,10 @@ impl RecentCalls {
     }
 }
 
+fn tool_id<S: Serializer>(tool: &Arc<CatalogTool>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(&tool.definition.id)
+}
+
 /// Now, in milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
@@ -87,10 +95,13 @@ mod tests {
     use super::*;
 
     fn record(n: usize) -> CallRecord {
+        let definition =
+            serde_json::json!({"id": "Calc.Add@1.0.0", "description": "Adds.", "input_schema": {"type": "object"}});
+        let tool = crate::dialect::normalise_tool(definition, Default::default()).expect("a tool");
         CallRecord {
             at_ms: n as u64,
             caller: Some(format!("user-{n}")),
-            tool: "Calc.Add@1.0.0".into(),
+            tool: Arc::new(tool),
             upstream: "calc".into(),
             status: 200,
             outcome: "success",
@@ -112,5 +123,6 @@ mod tests {
         assert_eq!(kept[CAPACITY - 1].call_id, "call-100", "the oldest were forgotten");
         assert_eq!(ring.newest(3).len(), 3);
         assert_eq!(ring.total(), (CAPACITY + 100) as u64);
+        assert_eq!(serde_json::to_value(&kept[0]).expect("json")["tool"], "Calc.Add@1.0.0", "the tool by its id");
     }
 }
