@@ -116,45 +116,8 @@ pub async fn execute_call(
         route.describe(span);
     }
     let finished = run_resolved_call(gateway, &generation, route, caller, &mut call, started, span.as_ref()).await;
-    record_call(gateway, route, &call.call_id, call.trace_id.as_deref(), &finished, started, span.as_mut());
-    remember_recent(gateway, caller, route, &call.call_id, &finished, started);
+    record_call(gateway, caller, route, &call.call_id, call.trace_id.as_deref(), &finished, started, span.as_mut());
     finished
-}
-
-/// Keeps the call in the ring of recent calls (`recent_calls.rs`): names,
-/// status and timing, never its input, output, secrets or tokens.
-fn remember_recent(
-    gateway: &Gateway,
-    caller: &Caller,
-    route: &Route,
-    call_id: &str,
-    finished: &Result<FinishedCall, RequestError>,
-    started: Instant,
-) {
-    let first_upstream = || route.targets.first().map_or_else(String::new, |t| t.upstream.name.clone());
-    let (upstream, status, outcome, took) = match finished {
-        Ok(completed) if completed.is_question() => return,
-        Ok(completed) => (completed.upstream.clone(), 200, completed.outcome.as_str(), completed.took),
-        Err(e) => {
-            let outcome = match e {
-                RequestError::Denied(_) => "denied",
-                RequestError::InvalidInput(_) => "validation_error",
-                RequestError::RateLimited { .. } => "rate_limited",
-                _ => "error",
-            };
-            (first_upstream(), e.status(), outcome, started.elapsed())
-        }
-    };
-    gateway.recent_calls.record(CallRecord {
-        at_ms: recent_calls::now_ms(),
-        caller: caller.user_id.clone().filter(|_| caller.kind != CallerKind::Anonymous),
-        tool: route.tool.clone(),
-        upstream,
-        status,
-        outcome,
-        duration_ms: took.as_secs_f64() * 1000.0,
-        call_id: call_id.to_owned(),
-    });
 }
 
 /// Everything after resolution: admit, validate, inject, claim the call id
@@ -286,8 +249,10 @@ async fn remember_call(claim: Pending, finished: &Result<FinishedCall, RequestEr
 /// Counts a resolved call in the metrics and logs it once. Labels come from
 /// the catalog and the config only: the resolved id and the upstream (the
 /// one that answered, else the route's first).
+#[allow(clippy::too_many_arguments)]
 fn record_call(
     gateway: &Gateway,
+    caller: &Caller,
     route: &Route,
     call_id: &str,
     trace_id: Option<&str>,
@@ -296,23 +261,38 @@ fn record_call(
     span: Option<&mut Span>,
 ) {
     let first_upstream = route.targets.first().map_or("", |t| t.upstream.name.as_str());
+    // `None`: a rate-limited call, counted by its status (429) in
+    // otc_gateway_http_requests_total, not as a call.
     let (upstream, outcome, took) = match finished {
         // Not an outcome yet: the client answers and calls again, and that
         // call is counted.
         Ok(completed) if completed.is_question() => return,
-        Ok(completed) => (completed.upstream.as_str(), completed.outcome, completed.took),
-        Err(RequestError::InvalidInput(_)) => (first_upstream, CallOutcome::ValidationError, started.elapsed()),
-        Err(RequestError::Denied(_)) => (first_upstream, CallOutcome::Denied, started.elapsed()),
-        // Counted by status (429) in otc_gateway_http_requests_total.
-        Err(RequestError::RateLimited { .. }) => return,
-        Err(_) => (first_upstream, CallOutcome::ServerError, started.elapsed()),
+        Ok(completed) => (completed.upstream.as_str(), Some(completed.outcome), completed.took),
+        Err(RequestError::InvalidInput(_)) => (first_upstream, Some(CallOutcome::ValidationError), started.elapsed()),
+        Err(RequestError::Denied(_)) => (first_upstream, Some(CallOutcome::Denied), started.elapsed()),
+        Err(RequestError::RateLimited { .. }) => (first_upstream, None, started.elapsed()),
+        Err(_) => (first_upstream, Some(CallOutcome::ServerError), started.elapsed()),
     };
+    // The ring of recent calls (`recent_calls.rs`): names, status and
+    // timing, never the call's input, output, secrets or tokens.
+    gateway.recent_calls.record(CallRecord {
+        at_ms: recent_calls::now_ms(),
+        caller: authenticated_user(caller).map(str::to_owned),
+        tool: route.tool.clone(),
+        upstream: upstream.to_owned(),
+        status: finished.as_ref().map_or_else(RequestError::status, |_| 200),
+        outcome: outcome.map_or("rate_limited", CallOutcome::as_str),
+        duration_ms: took.as_secs_f64() * 1000.0,
+        call_id: call_id.to_owned(),
+    });
+    let Some(outcome) = outcome else { return };
     let tool = route.tool.definition.id.as_str();
     let seconds = took.as_secs_f64();
     gateway.metrics.record_call(tool, upstream, outcome, seconds);
     // The log line leads to the trace: its ids, when it is recorded.
-    let span_id = span.as_ref().map(|s| s.span_id_hex());
-    let trace_id = span.as_ref().map(|s| s.trace_id_hex()).or(trace_id.map(str::to_owned));
+    let span_ids = span.as_ref().map(|s| (s.trace_id_hex(), s.span_id_hex()));
+    let trace_id = span_ids.as_ref().map_or(trace_id, |(trace, _)| Some(trace.as_str()));
+    let span_id = span_ids.as_ref().map(|(_, span)| span.as_str());
     if let Some(span) = span {
         span.set("otc.upstream", upstream);
         span.set("otc.outcome", outcome.as_str());

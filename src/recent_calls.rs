@@ -34,7 +34,7 @@ pub struct CallRecord {
     /// The HTTP status the call was answered with (200 for a tool error too).
     pub status: u16,
     /// `success`, `tool_error`, `denied`, `validation_error`, `rate_limited`
-    /// or `error`.
+    /// or `server_error`.
     pub outcome: &'static str,
     /// How long it took, in milliseconds.
     pub duration_ms: f64,

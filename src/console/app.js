@@ -60,7 +60,7 @@ const pages = {
     const now = Date.now();
     const lastMinutes = calls.body.calls.filter((c) => now - c.at_ms <= 5 * 60 * 1000);
     const lastMinute = calls.body.calls.filter((c) => now - c.at_ms <= 60 * 1000);
-    const errors = lastMinutes.filter((c) => c.status >= 500 || c.outcome === "error").length;
+    const errors = lastMinutes.filter((c) => c.status >= 500 || c.outcome === "server_error").length;
     const durations = lastMinutes.map((c) => c.duration_ms).sort((a, b) => a - b);
     const p99 = durations.length ? durations[Math.min(durations.length - 1, Math.floor(durations.length * 0.99))] : 0;
     const reload = s.last_reload;
