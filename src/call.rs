@@ -20,13 +20,13 @@ use crate::mcp::v2026_07_28::{ClientAsk, Passthrough};
 use crate::metrics::CallOutcome;
 use crate::oauth::TokenError;
 use crate::otel::{self, Kind, Span};
-use crate::recent_calls::{self, CallRecord};
+use crate::recent_calls::CallRecord;
 use crate::requirements::{self, authenticated_user, check_grants, SecretPlan, TokenPlan};
 use crate::resolve::parse_tool_id;
 use crate::scrub;
 use crate::trace::OutgoingTrace;
 pub use crate::upstream::Native;
-use crate::upstream::{ForwardError, UpstreamCall, UpstreamReply};
+use crate::upstream::{AnsweredBy, ForwardError, UpstreamCall, UpstreamReply};
 use crate::wire::{
     self, is_supported_schema, AuthorizationToken, CallBody, CallContext, CallResult, SecretValue, UpstreamResult,
 };
@@ -61,7 +61,7 @@ pub struct FinishedCall {
     /// Success or tool error.
     pub outcome: CallOutcome,
     /// The upstream that answered.
-    pub upstream: String,
+    pub upstream: AnsweredBy,
     /// How long the call took: measured once, for the result's `duration`
     /// and for the metrics.
     pub took: Duration,
@@ -79,22 +79,19 @@ impl FinishedCall {
     }
 }
 
-/// Handles `POST /tools/call` from the raw body to the response body, under
-/// `generation` (the one the caller was authenticated with).
-pub async fn call_tool(
-    gateway: &Gateway,
-    generation: Arc<Generation>,
-    caller: &Caller,
+/// Parse, for `POST /tools/call`: the raw body, within `generation`'s
+/// nesting limit, as a call that continues `traceparent`. The front then
+/// runs it ([`execute_call`]) and renders its result ([`render_result`]).
+pub fn parse_call_request(
+    generation: &Generation,
     body: &[u8],
     traceparent: Option<String>,
-) -> Result<(Bytes, FinishedCall), RequestError> {
+) -> Result<ParsedCall, RequestError> {
     let max_depth = generation.config.server.max_json_depth;
     if !wire::nesting_within(body, max_depth) {
         return Err(RequestError::TooDeep(max_depth));
     }
-    let call = ParsedCall { traceparent, ..parse_call(body)? };
-    let completed = execute_call(gateway, generation, caller, call).await?;
-    Ok((render_result(&completed.result), completed))
+    Ok(ParsedCall { traceparent, ..parse_call(body)? })
 }
 
 /// Runs a parsed call for a caller under `generation`: the part of a call every
@@ -116,7 +113,7 @@ pub async fn execute_call(
         route.describe(span);
     }
     let finished = run_resolved_call(gateway, &generation, route, caller, &mut call, started, span.as_ref()).await;
-    record_call(gateway, caller, route, &call.call_id, call.trace_id.as_deref(), &finished, started, span.as_mut());
+    record_call(gateway, caller, route, call, &finished, started, span.as_mut());
     finished
 }
 
@@ -168,7 +165,7 @@ async fn run_resolved_call(
         Ok(FinishedCall {
             outcome: if result.success { CallOutcome::Success } else { CallOutcome::ToolError },
             result,
-            upstream: target.upstream.name.clone(),
+            upstream: AnsweredBy::Upstream(target.upstream.clone()),
             took,
             native,
         })
@@ -220,7 +217,7 @@ async fn claim_call_id(
         Ok(Decision::Replay(stored)) => Ok(Claimed::Replay(FinishedCall {
             outcome: if stored.result.success { CallOutcome::Success } else { CallOutcome::ToolError },
             result: stored.result.clone(),
-            upstream: stored.upstream.clone(),
+            upstream: AnsweredBy::Stored(stored.upstream.clone()),
             took: started.elapsed(),
             native: None,
         })),
@@ -239,79 +236,86 @@ async fn claim_call_id(
 async fn remember_call(claim: Pending, finished: &Result<FinishedCall, RequestError>) {
     match finished {
         Ok(completed) if !completed.is_question() => {
-            let stored = StoredCall { result: completed.result.clone(), upstream: completed.upstream.clone() };
+            let stored =
+                StoredCall { result: completed.result.clone(), upstream: completed.upstream.name().to_owned() };
             claim.complete(&stored).await;
         }
         _ => claim.release().await,
     }
 }
 
-/// Counts a resolved call in the metrics and logs it once. Labels come from
-/// the catalog and the config only: the resolved id and the upstream (the
-/// one that answered, else the route's first).
-#[allow(clippy::too_many_arguments)]
+/// Counts a resolved call in the metrics, logs it once and keeps it in the
+/// ring of recent calls (which takes the call's id: the call ends here).
+/// Labels come from the catalog and the config only: the resolved id and
+/// the upstream (the one that answered, else the route's first).
 fn record_call(
     gateway: &Gateway,
     caller: &Caller,
     route: &Route,
-    call_id: &str,
-    trace_id: Option<&str>,
+    call: ParsedCall,
     finished: &Result<FinishedCall, RequestError>,
     started: Instant,
     span: Option<&mut Span>,
 ) {
-    let first_upstream = route.targets.first().map_or("", |t| t.upstream.name.as_str());
+    let first_upstream = || {
+        route
+            .targets
+            .first()
+            .map_or_else(|| AnsweredBy::Stored(String::new()), |t| AnsweredBy::Upstream(t.upstream.clone()))
+    };
     // `None`: a rate-limited call, counted by its status (429) in
     // otc_gateway_http_requests_total, not as a call.
     let (upstream, outcome, took) = match finished {
         // Not an outcome yet: the client answers and calls again, and that
         // call is counted.
         Ok(completed) if completed.is_question() => return,
-        Ok(completed) => (completed.upstream.as_str(), Some(completed.outcome), completed.took),
-        Err(RequestError::InvalidInput(_)) => (first_upstream, Some(CallOutcome::ValidationError), started.elapsed()),
-        Err(RequestError::Denied(_)) => (first_upstream, Some(CallOutcome::Denied), started.elapsed()),
-        Err(RequestError::RateLimited { .. }) => (first_upstream, None, started.elapsed()),
-        Err(_) => (first_upstream, Some(CallOutcome::ServerError), started.elapsed()),
+        Ok(completed) => (completed.upstream.clone(), Some(completed.outcome), completed.took),
+        Err(RequestError::InvalidInput(_)) => (first_upstream(), Some(CallOutcome::ValidationError), started.elapsed()),
+        Err(RequestError::Denied(_)) => (first_upstream(), Some(CallOutcome::Denied), started.elapsed()),
+        Err(RequestError::RateLimited { .. }) => (first_upstream(), None, started.elapsed()),
+        Err(_) => (first_upstream(), Some(CallOutcome::ServerError), started.elapsed()),
     };
+    let ParsedCall { call_id, trace_id, .. } = call;
+    if let Some(outcome) = outcome {
+        let tool = route.tool.definition.id.as_str();
+        let seconds = took.as_secs_f64();
+        gateway.metrics.record_call(tool, upstream.name(), outcome, seconds);
+        // The log line leads to the trace: its ids, when it is recorded.
+        let span_ids = span.as_ref().map(|s| (s.trace_id_hex(), s.span_id_hex()));
+        let trace_id = span_ids.as_ref().map_or(trace_id.as_deref(), |(trace, _)| Some(trace.as_str()));
+        let span_id = span_ids.as_ref().map(|(_, span)| span.as_str());
+        if let Some(span) = span {
+            span.set("otc.upstream", upstream.name());
+            span.set("otc.outcome", outcome.as_str());
+            match finished {
+                Err(e) => mark_failed(Some(span), e),
+                Ok(_) if outcome == CallOutcome::ToolError => span.fail("tool_error"),
+                Ok(_) => {}
+            }
+        }
+        tracing::info!(
+            call_id = call_id.as_str(),
+            trace_id,
+            span_id,
+            tool,
+            upstream = upstream.name(),
+            outcome = outcome.as_str(),
+            duration_ms = seconds * 1000.0,
+            "tool call"
+        );
+    }
     // The ring of recent calls (`recent_calls.rs`): names, status and
     // timing, never the call's input, output, secrets or tokens.
     gateway.recent_calls.record(CallRecord {
-        at_ms: recent_calls::now_ms(),
+        at: started + took,
         caller: authenticated_user(caller).map(str::to_owned),
         tool: route.tool.clone(),
-        upstream: upstream.to_owned(),
+        upstream,
         status: finished.as_ref().map_or_else(RequestError::status, |_| 200),
         outcome: outcome.map_or("rate_limited", CallOutcome::as_str),
         duration_ms: took.as_secs_f64() * 1000.0,
-        call_id: call_id.to_owned(),
-    });
-    let Some(outcome) = outcome else { return };
-    let tool = route.tool.definition.id.as_str();
-    let seconds = took.as_secs_f64();
-    gateway.metrics.record_call(tool, upstream, outcome, seconds);
-    // The log line leads to the trace: its ids, when it is recorded.
-    let span_ids = span.as_ref().map(|s| (s.trace_id_hex(), s.span_id_hex()));
-    let trace_id = span_ids.as_ref().map_or(trace_id, |(trace, _)| Some(trace.as_str()));
-    let span_id = span_ids.as_ref().map(|(_, span)| span.as_str());
-    if let Some(span) = span {
-        span.set("otc.upstream", upstream);
-        span.set("otc.outcome", outcome.as_str());
-        match finished {
-            Err(e) => mark_failed(Some(span), e),
-            Ok(_) if outcome == CallOutcome::ToolError => span.fail("tool_error"),
-            Ok(_) => {}
-        }
-    }
-    tracing::info!(
         call_id,
-        trace_id,
-        span_id,
-        tool,
-        upstream,
-        outcome = outcome.as_str(),
-        duration_ms = seconds * 1000.0,
-        "tool call"
-    );
+    });
 }
 
 /// Tool answers may be larger than requests; never below this many bytes.

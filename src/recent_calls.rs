@@ -5,15 +5,19 @@
 //!
 //! On the call path a record costs one atomic increment and one slot's
 //! uncontended lock: each call writes its own slot (the counter modulo the
-//! capacity), so concurrent calls do not wait on one another.
+//! capacity), so concurrent calls do not wait on one another. It copies no
+//! string and reads no clock: the tool and the upstream are shared with the
+//! catalog, the call id is the call's own, and the time is the call's end as
+//! its duration already measured it (turned into wall-clock time when read).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Serialize, Serializer};
 
 use crate::dialect::CatalogTool;
+use crate::upstream::AnsweredBy;
 
 /// How many calls the ring keeps.
 pub const CAPACITY: usize = 512;
@@ -21,16 +25,17 @@ pub const CAPACITY: usize = 512;
 /// One finished call.
 #[derive(Debug, Clone, Serialize)]
 pub struct CallRecord {
-    /// When it finished, in milliseconds since the Unix epoch.
-    pub at_ms: u64,
+    /// When it finished; shown in milliseconds since the Unix epoch (`at_ms`).
+    #[serde(rename = "at_ms", serialize_with = "epoch_ms")]
+    pub at: Instant,
     /// The caller's user id; `None` for an anonymous caller.
     pub caller: Option<String>,
     /// The resolved tool (its id is what is shown). Shared with the
     /// catalog, so a call copies no string for it.
     #[serde(serialize_with = "tool_id")]
     pub tool: Arc<CatalogTool>,
-    /// The upstream that answered (else the route's first).
-    pub upstream: String,
+    /// The upstream that answered (else the route's first), by its name.
+    pub upstream: AnsweredBy,
     /// The HTTP status the call was answered with (200 for a tool error too).
     pub status: u16,
     /// `success`, `tool_error`, `denied`, `validation_error`, `rate_limited`
@@ -85,9 +90,11 @@ fn tool_id<S: Serializer>(tool: &Arc<CatalogTool>, serializer: S) -> Result<S::O
     serializer.serialize_str(&tool.definition.id)
 }
 
-/// Now, in milliseconds since the Unix epoch.
-pub fn now_ms() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+/// `at` in milliseconds since the Unix epoch: now, less how long ago it was.
+fn epoch_ms<S: Serializer>(at: &Instant, serializer: S) -> Result<S::Ok, S::Error> {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
+    let at = now.saturating_sub(at.elapsed());
+    serializer.serialize_u64(u64::try_from(at.as_millis()).unwrap_or(u64::MAX))
 }
 
 #[cfg(test)]
@@ -99,10 +106,10 @@ mod tests {
             serde_json::json!({"id": "Calc.Add@1.0.0", "description": "Adds.", "input_schema": {"type": "object"}});
         let tool = crate::dialect::normalise_tool(definition, Default::default()).expect("a tool");
         CallRecord {
-            at_ms: n as u64,
+            at: Instant::now(),
             caller: Some(format!("user-{n}")),
             tool: Arc::new(tool),
-            upstream: "calc".into(),
+            upstream: AnsweredBy::Stored("calc".into()),
             status: 200,
             outcome: "success",
             duration_ms: 1.0,
@@ -123,6 +130,11 @@ mod tests {
         assert_eq!(kept[CAPACITY - 1].call_id, "call-100", "the oldest were forgotten");
         assert_eq!(ring.newest(3).len(), 3);
         assert_eq!(ring.total(), (CAPACITY + 100) as u64);
-        assert_eq!(serde_json::to_value(&kept[0]).expect("json")["tool"], "Calc.Add@1.0.0", "the tool by its id");
+        let shown = serde_json::to_value(&kept[0]).expect("json");
+        assert_eq!(shown["tool"], "Calc.Add@1.0.0", "the tool by its id");
+        assert_eq!(shown["upstream"], "calc", "the upstream by its name");
+        let epoch_ms = SystemTime::now().duration_since(UNIX_EPOCH).expect("after 1970").as_millis() as u64;
+        let at_ms = shown["at_ms"].as_u64().expect("a number");
+        assert!(at_ms <= epoch_ms && at_ms + 60_000 > epoch_ms, "wall-clock time: {at_ms} against {epoch_ms}");
     }
 }

@@ -6,6 +6,8 @@
 
 use std::collections::BTreeSet;
 
+use smallvec::SmallVec;
+
 use crate::auth::{Caller, CallerKind};
 use crate::catalog::Route;
 use crate::config::SecretRef;
@@ -59,15 +61,17 @@ pub(crate) enum TokenPlan<'g, 'c> {
     Missing,
 }
 
-/// The plan for every requirement of one tool and one caller.
+/// The plan for every requirement of one tool and one caller. A tool needs
+/// few: they are kept inline, not allocated, since every call that injects
+/// makes a plan.
 #[derive(Debug)]
 pub(crate) struct Plan<'r, 'g, 'c> {
     /// The tool needs a user id and the context will have none.
     pub user_id_missing: bool,
     /// Each required secret, in the tool's order.
-    pub secrets: Vec<(&'r str, SecretPlan<'g>)>,
+    pub secrets: SmallVec<[(&'r str, SecretPlan<'g>); 2]>,
     /// Each required provider, in the tool's order.
-    pub authorization: Vec<(&'r str, TokenPlan<'g, 'c>)>,
+    pub authorization: SmallVec<[(&'r str, TokenPlan<'g, 'c>); 2]>,
 }
 
 /// The caller's user id when the gateway authenticated them: the only one

@@ -19,27 +19,30 @@ impl Traceparent {
 /// The `traceparent` for an upstream call. Built in place: it is made for
 /// every call.
 pub fn traceparent(incoming: Option<&str>, trace_id: Option<&str>) -> Traceparent {
-    // "00-" + 32 + "-" + 16 + "-" + 2
-    let mut out = [0u8; 55];
-    out[..3].copy_from_slice(b"00-");
-    let random = uuid::Uuid::new_v4().as_u128().to_le_bytes();
+    let mut out = *b"00-00000000000000000000000000000000-0000000000000000-01";
+    // One draw from the thread's generator for both ids: the span's, and the
+    // trace's when the call starts a trace.
+    let random: [u8; 24] = rand::random();
     match incoming.and_then(parse) {
         Some((trace, flags)) => {
             out[3..35].copy_from_slice(trace.as_bytes());
             out[53..55].copy_from_slice(flags.as_bytes());
         }
-        None => {
-            match trace_id.filter(|t| t.len() == 32 && is_lower_hex(t) && !is_zero(t)) {
-                Some(trace) => out[3..35].copy_from_slice(trace.as_bytes()),
-                None => write_hex(&mut out[3..35], &uuid::Uuid::new_v4().as_u128().to_le_bytes()),
-            }
-            out[53..55].copy_from_slice(b"01");
-        }
+        None => match trace_id.filter(|t| t.len() == 32 && is_lower_hex(t) && !is_zero(t)) {
+            Some(trace) => out[3..35].copy_from_slice(trace.as_bytes()),
+            None => write_hex(&mut out[3..35], &nonzero::<16>(random[8..].try_into().expect("16 bytes"))),
+        },
     }
-    out[35] = b'-';
-    write_hex(&mut out[36..52], &random[..8]);
-    out[52] = b'-';
+    write_hex(&mut out[36..52], &nonzero::<8>(random[..8].try_into().expect("8 bytes")));
     Traceparent(out)
+}
+
+/// `bytes`, unless all are zero (an invalid id): then with the last set to 1.
+fn nonzero<const N: usize>(mut bytes: [u8; N]) -> [u8; N] {
+    if bytes.iter().all(|&b| b == 0) {
+        bytes[N - 1] = 1;
+    }
+    bytes
 }
 
 impl Traceparent {
@@ -112,12 +115,21 @@ fn is_zero(text: &str) -> bool {
     text.bytes().all(|b| b == b'0')
 }
 
-/// Lower-case hex of `bytes` into `out` (twice as long).
+/// Lower-case hex of `bytes` into `out` (twice as long): one lookup per
+/// byte, in a table of the 256 digit pairs.
 fn write_hex(out: &mut [u8], bytes: &[u8]) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
-        pair[0] = HEX[usize::from(b >> 4)];
-        pair[1] = HEX[usize::from(b & 0xf)];
+    const PAIRS: [[u8; 2]; 256] = {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut pairs = [[0u8; 2]; 256];
+        let mut i = 0;
+        while i < 256 {
+            pairs[i] = [HEX[i >> 4], HEX[i & 0xf]];
+            i += 1;
+        }
+        pairs
+    };
+    for (pair, &b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair.copy_from_slice(&PAIRS[usize::from(b)]);
     }
 }
 
@@ -178,5 +190,16 @@ mod tests {
         assert_eq!(f[1], "4bf92f3577b34da6a3ce929d0e0e4736");
         let f = fields(&traceparent(Some("garbage"), Some("trace_123")));
         assert_eq!((f[0].as_str(), f[1].len(), f[2].len()), ("00", 32, 16));
+    }
+
+    #[test]
+    fn every_byte_is_written_as_its_two_digits_and_no_id_is_zero() {
+        let bytes: Vec<u8> = (0..=255).collect();
+        let mut out = vec![0u8; 512];
+        write_hex(&mut out, &bytes);
+        let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(out, expected.as_bytes());
+        assert_eq!(nonzero([0u8; 8]), [0, 0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(nonzero([0u8, 5]), [0, 5]);
     }
 }

@@ -25,7 +25,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method};
 
 use crate::auth::{resource, AuthError, Caller, CallerKind, Credentials, Target};
-use crate::call::call_tool;
+use crate::call::{execute_call, parse_call_request, render_result};
 use crate::catalog::search::SearchRequest;
 use crate::error::RequestError;
 use crate::gateway::{Gateway, Generation};
@@ -120,6 +120,13 @@ pub(super) struct Head<'h> {
 
 /// Where a request's body comes from: each reader reads its own.
 pub(super) trait RequestBody {
+    /// The whole body, at most `limit` bytes, when it has already arrived
+    /// (a small body mostly comes with its head): what `read` would return
+    /// at once, without a future to poll. `None`: `read` it.
+    fn ready(&mut self, _limit: usize) -> Option<Result<Bytes, RequestError>> {
+        None
+    }
+
     /// The whole body, at most `limit` bytes (413 otherwise), arriving
     /// within `deadline` (408 otherwise).
     fn read(
@@ -250,11 +257,14 @@ impl FrontDoor {
             (Route::Call, &Method::POST) => {
                 // Credentials first: an unauthenticated client's body is not read.
                 let caller = self.authenticate(&generation, head, Target::Otc, span.as_deref_mut())?;
-                let body = read_body(&generation, body).await?;
+                let body = match body.ready(generation.config.server.max_body_bytes) {
+                    Some(ready) => ready?,
+                    None => read_body(&generation, body).await?,
+                };
                 let _admitted = self.admit(&generation)?;
-                let (reply, _completed) =
-                    call_tool(&self.gateway, generation, &caller, &body, traceparent(head, span.as_deref())).await?;
-                Reply::ok(reply)
+                let call = parse_call_request(&generation, &body, traceparent(head, span.as_deref()))?;
+                let completed = execute_call(&self.gateway, generation, &caller, call).await?;
+                Reply::ok(render_result(&completed.result))
             }
             (Route::Mcp, _) => return self.mcp(generation, head, body, span).await,
             (Route::OAuth, _) => self.oauth(generation, head, body).await?,
@@ -335,7 +345,10 @@ impl FrontDoor {
         let mcp_head = McpHead { traceparent: traceparent(head, span.as_deref()), ..head.mcp.clone() };
         let answer = match head.method {
             Method::POST => {
-                let body = read_body(&generation, body).await?;
+                let body = match body.ready(generation.config.server.max_body_bytes) {
+                    Some(ready) => ready?,
+                    None => read_body(&generation, body).await?,
+                };
                 // A stream holds no admission slot: it is bounded by `[mcp]
                 // max_streams` instead.
                 let _admitted = self.admit(&generation)?;

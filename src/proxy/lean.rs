@@ -293,6 +293,16 @@ struct LeanBody<'c> {
 }
 
 impl RequestBody for LeanBody<'_> {
+    /// The body, when the buffer holds it whole (its length was checked
+    /// against the limit with the head).
+    fn ready(&mut self, _limit: usize) -> Option<Result<Bytes, RequestError>> {
+        if self.conn.buf.len() < self.len {
+            return None;
+        }
+        self.conn.set_busy(true);
+        Some(Ok(self.conn.buf.split_to(self.len).freeze()))
+    }
+
     /// The body (its length was checked against the limit with the head).
     /// Once it is in, the connection runs a request: never closed for room.
     async fn read(&mut self, _limit: usize, deadline: Duration) -> Result<Bytes, RequestError> {

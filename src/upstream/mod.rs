@@ -34,6 +34,34 @@ use crate::wire::{CallContext, UpstreamResult};
 
 pub use crate::mcp::client::WatchEnd;
 
+/// Who answered a call: the upstream it was sent to, or, for an answer
+/// replayed from the idempotency store, the name stored with it. Cloned
+/// for the metrics, the log and the ring of recent calls without copying
+/// the name.
+#[derive(Debug, Clone)]
+pub enum AnsweredBy {
+    /// The upstream the call was sent to.
+    Upstream(std::sync::Arc<Upstream>),
+    /// A replayed answer's upstream, by name.
+    Stored(String),
+}
+
+impl AnsweredBy {
+    /// The upstream's name.
+    pub fn name(&self) -> &str {
+        match self {
+            AnsweredBy::Upstream(upstream) => &upstream.name,
+            AnsweredBy::Stored(name) => name,
+        }
+    }
+}
+
+impl serde::Serialize for AnsweredBy {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(self.name())
+    }
+}
+
 /// A configured upstream, ready to be called.
 #[derive(Debug)]
 pub struct Upstream {
