@@ -20,9 +20,10 @@ impl Traceparent {
 /// every call.
 pub fn traceparent(incoming: Option<&str>, trace_id: Option<&str>) -> Traceparent {
     let mut out = *b"00-00000000000000000000000000000000-0000000000000000-01";
-    // One draw from the thread's generator for both ids: the span's, and the
-    // trace's when the call starts a trace.
-    let random: [u8; 24] = rand::random();
+    // One draw from the thread's generator for both ids (as two integers:
+    // an array would be drawn a word per byte): the span's, and the trace's
+    // when the call starts a trace. An id is never zero (invalid).
+    let (trace_bits, span_bits): (u128, u64) = rand::random();
     match incoming.and_then(parse) {
         Some((trace, flags)) => {
             out[3..35].copy_from_slice(trace.as_bytes());
@@ -30,19 +31,11 @@ pub fn traceparent(incoming: Option<&str>, trace_id: Option<&str>) -> Traceparen
         }
         None => match trace_id.filter(|t| t.len() == 32 && is_lower_hex(t) && !is_zero(t)) {
             Some(trace) => out[3..35].copy_from_slice(trace.as_bytes()),
-            None => write_hex(&mut out[3..35], &nonzero::<16>(random[8..].try_into().expect("16 bytes"))),
+            None => write_hex(&mut out[3..35], &trace_bits.max(1).to_le_bytes()),
         },
     }
-    write_hex(&mut out[36..52], &nonzero::<8>(random[..8].try_into().expect("8 bytes")));
+    write_hex(&mut out[36..52], &span_bits.max(1).to_le_bytes());
     Traceparent(out)
-}
-
-/// `bytes`, unless all are zero (an invalid id): then with the last set to 1.
-fn nonzero<const N: usize>(mut bytes: [u8; N]) -> [u8; N] {
-    if bytes.iter().all(|&b| b == 0) {
-        bytes[N - 1] = 1;
-    }
-    bytes
 }
 
 impl Traceparent {
@@ -193,13 +186,11 @@ mod tests {
     }
 
     #[test]
-    fn every_byte_is_written_as_its_two_digits_and_no_id_is_zero() {
+    fn every_byte_is_written_as_its_two_digits() {
         let bytes: Vec<u8> = (0..=255).collect();
         let mut out = vec![0u8; 512];
         write_hex(&mut out, &bytes);
         let expected: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         assert_eq!(out, expected.as_bytes());
-        assert_eq!(nonzero([0u8; 8]), [0, 0, 0, 0, 0, 0, 0, 1]);
-        assert_eq!(nonzero([0u8, 5]), [0, 5]);
     }
 }
