@@ -30,16 +30,15 @@ pub enum ToolIdError {
 }
 
 /// Parses a requested tool id (the openapi `ToolId` pattern).
+///
+/// Every call's id is parsed, so each part is read in one pass over its
+/// bytes: splitting and `str::parse` cost several times more
+/// (benches/README.md, benches/HISTORY.md "Figures behind the code").
 pub fn parse_tool_id(id: &str) -> Result<ToolRef<'_>, ToolIdError> {
     let malformed = || ToolIdError::Malformed(printable(id));
-    let (key, version) = match split_at_byte(id, b'@') {
-        Some((key, version)) => (key, Some(version)),
-        None => (id, None),
-    };
-    if !is_tool_key(key) {
-        return Err(malformed());
-    }
-    let version = match version {
+    let key_len = key_length(id.as_bytes()).ok_or_else(malformed)?;
+    let key = &id[..key_len];
+    let version = match id.get(key_len + 1..) {
         None => VersionRequest::Latest,
         Some(v) => VersionRequest::Exact(parse_requested_version(v).ok_or_else(malformed)?),
     };
@@ -48,20 +47,22 @@ pub fn parse_tool_id(id: &str) -> Result<ToolRef<'_>, ToolIdError> {
 
 /// Whether `key` is `Toolkit.Name` with both parts `[A-Za-z0-9_]+`.
 pub fn is_tool_key(key: &str) -> bool {
-    match split_at_byte(key, b'.') {
-        Some((toolkit, name)) => is_id_part(toolkit) && is_id_part(name),
-        None => false,
-    }
+    key_length(key.as_bytes()) == Some(key.len())
 }
 
-/// `text` around the first `byte` (ASCII), as `split_once` does. A plain
-/// scan: `split_once(char)`'s memchr costs several times more on an id's
-/// few bytes, and ids are split on every call (benches/README.md).
-fn split_at_byte(text: &str, byte: u8) -> Option<(&str, &str)> {
-    debug_assert!(byte.is_ascii());
-    let at = text.bytes().position(|b| b == byte)?;
-    // An ASCII byte is a char boundary on both sides.
-    Some((&text[..at], &text[at + 1..]))
+/// The length of the `Toolkit.Name` that `id` starts with, when it is one and
+/// ends there or at an `@`.
+fn key_length(id: &[u8]) -> Option<usize> {
+    let mut dot = None;
+    for (i, &b) in id.iter().enumerate() {
+        match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' => {}
+            b'.' if dot.is_none() && i > 0 => dot = Some(i),
+            b'@' => return dot.filter(|&d| d + 1 < i).map(|_| i),
+            _ => return None,
+        }
+    }
+    dot.filter(|&d| d + 1 < id.len()).map(|_| id.len())
 }
 
 /// `[A-Za-z0-9_]+`.
@@ -71,37 +72,38 @@ pub fn is_id_part(part: &str) -> bool {
 
 /// `x.y.z` or the shorthand `x`; nothing else (`1.2`, `latest`, `1.0.0-rc1`).
 pub fn parse_requested_version(text: &str) -> Option<Version> {
-    match number(text.as_bytes()) {
-        Some(major) => Some(Version::new(major, 0, 0)),
-        None => parse_tool_version(text),
+    match version_fields(text.as_bytes())? {
+        ([major, _, _], 1) => Some(Version::new(major, 0, 0)),
+        ([major, minor, patch], 3) => Some(Version::new(major, minor, patch)),
+        _ => None,
     }
 }
 
 /// A tool definition's version: exactly `x.y.z` with decimal integers.
-/// Read byte by byte: `split` and `str::parse` cost several times more, on
-/// every call (benches/HISTORY.md, "Figures behind the code").
 pub fn parse_tool_version(text: &str) -> Option<Version> {
-    let mut fields = [0u64; 3];
-    let mut rest = text.as_bytes();
-    for (i, field) in fields.iter_mut().enumerate() {
-        let end = rest.iter().position(|&b| b == b'.').unwrap_or(rest.len());
-        let (digits, tail) = rest.split_at(end);
-        *field = number(digits)?;
-        rest = match (i, tail) {
-            (2, []) => tail,
-            (0 | 1, [b'.', tail @ ..]) => tail,
-            _ => return None,
-        };
+    match version_fields(text.as_bytes())? {
+        ([major, minor, patch], 3) => Some(Version::new(major, minor, patch)),
+        _ => None,
     }
-    Some(Version::new(fields[0], fields[1], fields[2]))
 }
 
-/// Decimal digits, at most 18 (so never more than a `u64` holds).
-fn number(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
-        return None;
+/// Up to three dot-separated decimal fields of at most 18 digits each (so
+/// never more than a `u64` holds), and how many there are; `None` for
+/// anything else (an empty field, a fourth, another byte).
+fn version_fields(text: &[u8]) -> Option<([u64; 3], usize)> {
+    let mut fields = [0u64; 3];
+    let (mut field, mut digits) = (0, 0);
+    for &b in text {
+        match b {
+            b'0'..=b'9' if digits < 18 => {
+                fields[field] = fields[field] * 10 + u64::from(b - b'0');
+                digits += 1;
+            }
+            b'.' if digits > 0 && field < 2 => (field, digits) = (field + 1, 0),
+            _ => return None,
+        }
     }
-    Some(digits.iter().fold(0, |n, &d| n * 10 + u64::from(d - b'0')))
+    (digits > 0).then_some((fields, field + 1))
 }
 
 /// An id as it may be echoed in an error: bounded, printable.
@@ -173,6 +175,69 @@ mod tests {
             "1.0.1234567890123456789",
         ] {
             assert_eq!(parse_tool_version(bad), None, "{bad:?}");
+        }
+    }
+
+    /// The parsing before it was made one pass: split at `@` and `.`, then
+    /// each part checked.
+    mod reference {
+        use semver::Version;
+
+        pub fn tool_id(id: &str) -> Option<(&str, Option<Version>)> {
+            let (key, version) = match id.split_once('@') {
+                Some((key, version)) => (key, Some(version)),
+                None => (id, None),
+            };
+            let (toolkit, name) = key.split_once('.')?;
+            if !super::is_id_part(toolkit) || !super::is_id_part(name) {
+                return None;
+            }
+            match version {
+                None => Some((key, None)),
+                Some(v) => Some((key, Some(requested(v)?))),
+            }
+        }
+
+        pub fn requested(text: &str) -> Option<Version> {
+            match number(text.as_bytes()) {
+                Some(major) => Some(Version::new(major, 0, 0)),
+                None => definition(text),
+            }
+        }
+
+        pub fn definition(text: &str) -> Option<Version> {
+            let parts: Vec<&str> = text.split('.').collect();
+            let [a, b, c] = parts[..] else { return None };
+            Some(Version::new(number(a.as_bytes())?, number(b.as_bytes())?, number(c.as_bytes())?))
+        }
+
+        fn number(digits: &[u8]) -> Option<u64> {
+            if digits.is_empty() || digits.len() > 18 || !digits.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            Some(digits.iter().fold(0, |n, &d| n * 10 + u64::from(d - b'0')))
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn one_pass_parsing_agrees_with_splitting(id in "[A-Za-z0-9_.@x\\-]{0,12}(@[0-9.]{0,22})?") {
+            let parsed = parse_tool_id(&id).ok().map(|r| {
+                let version = match r.version {
+                    VersionRequest::Latest => None,
+                    VersionRequest::Exact(v) => Some(v),
+                };
+                (r.key, version)
+            });
+            proptest::prop_assert_eq!(parsed, reference::tool_id(&id));
+            let key = id.split('@').next().unwrap_or_default();
+            proptest::prop_assert_eq!(is_tool_key(key), reference::tool_id(key).is_some());
+        }
+
+        #[test]
+        fn versions_agree_with_splitting(text in "[0-9.a]{0,40}") {
+            proptest::prop_assert_eq!(parse_requested_version(&text), reference::requested(&text));
+            proptest::prop_assert_eq!(parse_tool_version(&text), reference::definition(&text));
         }
     }
 }
