@@ -1,5 +1,6 @@
 //! The calls' HTTP/1.1 client: the request written with one write, the
-//! answer's head parsed with httparse, and idle connections kept for reuse.
+//! answer's head read by `response_head.rs`, and idle connections kept for
+//! reuse.
 //!
 //! Calls went through hyper-util's pooled client, which drives every
 //! connection from a task of its own: each call crossed two tasks and ran
@@ -27,8 +28,9 @@ use tokio::io::{AsyncRead, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
+use super::response_head::{parse_head, Framing};
 use super::HttpResponse;
-use crate::http1::{self, decimal};
+use crate::http1;
 
 /// How long a connection may stay idle before it is closed rather than
 /// reused.
@@ -37,8 +39,6 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 const MAX_IDLE: usize = 256;
 /// The longest answer head read; past it the answer is refused.
 const MAX_HEAD: usize = 64 * 1024;
-/// The most header lines an answer may have.
-const MAX_HEADERS: usize = 64;
 /// The first read buffer for an answer (see `read_answer`).
 const ANSWER_BUF: usize = 2 * 1024;
 
@@ -249,25 +249,6 @@ impl IdleConnection {
     }
 }
 
-/// How an answer's body is delimited (RFC 9112, section 6.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framing {
-    Length(usize),
-    Chunked,
-    UntilClose,
-}
-
-/// An answer's head, parsed.
-#[derive(Debug)]
-struct Head {
-    /// Its length in bytes, the blank line included.
-    len: usize,
-    status: StatusCode,
-    is_json: bool,
-    framing: Framing,
-    keep_alive: bool,
-}
-
 /// Reads one answer (skipping interim 1xx ones); whether the connection may
 /// carry another request.
 async fn read_answer<S: AsyncRead + Unpin>(
@@ -309,88 +290,6 @@ async fn read_answer<S: AsyncRead + Unpin>(
     };
     let answer = HttpResponse { status: head.status, is_json: head.is_json, body };
     Ok((answer, head.keep_alive && clean))
-}
-
-/// Parses a complete head at the start of `buf`; `None` while it is partial.
-fn parse_head(buf: &[u8]) -> Result<Option<Head>, ExchangeError> {
-    if buf.is_empty() {
-        return Ok(None);
-    }
-    // Uninitialised: zeroing 64 headers cost more than parsing five.
-    let mut headers = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
-    let mut response = httparse::Response::new(&mut []);
-    let len =
-        match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut response, buf, &mut headers) {
-            Ok(httparse::Status::Complete(len)) => len,
-            Ok(httparse::Status::Partial) => return Ok(None),
-            Err(e) => return Err(ExchangeError::Broken(format!("unreadable answer head: {e}"))),
-        };
-    let code = response.code.unwrap_or_default();
-    let status = StatusCode::from_u16(code)
-        .map_err(|_| ExchangeError::Broken(format!("answer status {code} is not a status")))?;
-    let http11 = response.version == Some(1);
-    let (mut is_json, mut length, mut chunked, mut transfer_encoded) = (false, None, false, false);
-    let mut keep_alive = http11;
-    for header in response.headers.iter() {
-        let value = header.value;
-        if header.name.eq_ignore_ascii_case("content-type") {
-            is_json = mentions_json(value);
-        } else if header.name.eq_ignore_ascii_case("content-length") {
-            let n = decimal(value.trim_ascii())
-                .ok_or_else(|| ExchangeError::Broken("the answer's content-length is not a number".to_owned()))?;
-            if length.is_some_and(|l| l != n) {
-                return Err(ExchangeError::Broken("the answer has two different content-lengths".to_owned()));
-            }
-            length = Some(n);
-        } else if header.name.eq_ignore_ascii_case("transfer-encoding") {
-            transfer_encoded = true;
-            // Only a final `chunked` delimits the body; anything else runs
-            // until the connection closes.
-            chunked = value
-                .rsplit(|&b| b == b',')
-                .next()
-                .is_some_and(|last| last.trim_ascii().eq_ignore_ascii_case(b"chunked"));
-        } else if header.name.eq_ignore_ascii_case("connection") {
-            for token in value.split(|&b| b == b',').map(<[u8]>::trim_ascii) {
-                if token.eq_ignore_ascii_case(b"close") {
-                    keep_alive = false;
-                } else if token.eq_ignore_ascii_case(b"keep-alive") && !http11 {
-                    keep_alive = true;
-                }
-            }
-        }
-    }
-    let framing = if status.is_informational() || status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED
-    {
-        Framing::Length(0)
-    } else if transfer_encoded {
-        if chunked {
-            Framing::Chunked
-        } else {
-            Framing::UntilClose
-        }
-    } else {
-        length.map_or(Framing::UntilClose, Framing::Length)
-    };
-    // An answer with both framings is one an intermediary could read
-    // differently (RFC 9112 6.3): read as chunked, then closed, never reused.
-    let ambiguous = transfer_encoded && length.is_some();
-    Ok(Some(Head {
-        len,
-        status,
-        is_json,
-        framing,
-        keep_alive: keep_alive && framing != Framing::UntilClose && !ambiguous,
-    }))
-}
-
-/// Whether a `Content-Type` says JSON (`application/json`, `...+json`),
-/// in any case.
-fn mentions_json(value: &[u8]) -> bool {
-    value
-        .iter()
-        .enumerate()
-        .any(|(i, &b)| b | 0x20 == b'j' && value.get(i..i + 4).is_some_and(|w| w.eq_ignore_ascii_case(b"json")))
 }
 
 /// Reads more of the answer; 0 at the end of the stream.
@@ -583,15 +482,8 @@ mod tests {
     }
 
     #[test]
-    fn content_types_and_lengths_are_read_exactly() {
-        for json in
-            [&b"application/json"[..], b"Application/JSON; charset=utf-8", b"application/problem+json", b"text/jsonish"]
-        {
-            assert!(mentions_json(json), "{json:?}");
-        }
-        for other in [&b"text/html"[..], b"", b"application/jso", b"j", b"application/x-ndjso"] {
-            assert!(!mentions_json(other), "{other:?}");
-        }
+    fn lengths_are_read_exactly() {
+        use crate::http1::decimal;
         assert_eq!(decimal(b"0"), Some(0));
         assert_eq!(decimal(b"98"), Some(98));
         assert_eq!(decimal(b"9999999999999999999"), Some(9_999_999_999_999_999_999));

@@ -16,6 +16,7 @@ mod fetch;
 mod mcp;
 mod openapi;
 mod otc;
+mod response_head;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
