@@ -434,15 +434,12 @@ pub async fn inject_context(
     }
     for (id, how) in plan.authorization {
         let token = match how {
-            // The grant's and the challenge's futures are boxed: inline, they
-            // would grow every call's future, also of calls that need no grant.
             TokenPlan::Grant { user, scopes } => {
-                match Box::pin(generation.oauth.token(id, user, &scopes, &gateway.metrics)).await {
+                match generation.oauth.token(id, user, &scopes, &gateway.metrics).await {
                     Ok(token) => Some(token.into_exposed()),
                     Err(TokenError::Authorize(ask)) => {
                         let public_url = gateway.public_url(generation);
-                        let challenge = generation.oauth.challenge(id, user, ask, &public_url, &gateway.metrics);
-                        let issued = Box::pin(challenge).await;
+                        let issued = generation.oauth.challenge(id, user, ask, &public_url, &gateway.metrics).await;
                         let issued = issued.map_err(|source| RequestError::AuthorizationUnavailable {
                             provider: id.to_owned(),
                             source,

@@ -171,9 +171,7 @@ impl RateLimits {
         }
         match &self.shared {
             None => self.check_local(caller, key),
-            // Boxed: a Redis round trip's future, inline, would grow every
-            // call's future, also where buckets are local.
-            Some(shared) => Box::pin(self.check_shared(shared, caller, key)).await,
+            Some(shared) => self.check_shared(shared, caller, key).await,
         }
     }
 

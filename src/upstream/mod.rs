@@ -407,13 +407,10 @@ impl Upstream {
         authorization: Option<HeaderValue>,
         max_bytes: usize,
     ) -> Result<UpstreamReply, ForwardError> {
-        // MCP's and OpenAPI's calls are boxed: their futures are large, and
-        // inline they would grow every call's future (and each move of it),
-        // whichever protocol serves it.
         match &self.protocol {
             Protocol::Otc(otc) => otc.call(self, call, authorization, max_bytes).await.map(UpstreamReply::Http),
-            Protocol::Mcp(mcp) => Box::pin(mcp.call(self, call, authorization, max_bytes)).await,
-            Protocol::OpenApi(api) => Box::pin(api.call(self, call, authorization, max_bytes)).await,
+            Protocol::Mcp(mcp) => mcp.call(self, call, authorization, max_bytes).await,
+            Protocol::OpenApi(api) => api.call(self, call, authorization, max_bytes).await,
         }
     }
 

@@ -239,18 +239,14 @@ impl SecretResolver {
     /// Resolves `r`, substituting `user_id` for `{user_id}`.
     pub async fn resolve(&self, r: &SecretRef, user_id: Option<&str>) -> Result<SecretString, VaultError> {
         let concrete = r.with_user_id(user_id)?;
-        // A file's or Vault's read is boxed: held inline, its large future
-        // would grow every call's future (and each move of it), even the
-        // calls whose secrets come from the environment, read at once.
         match &*concrete {
-            SecretRef::Env { name } => self.env.read(name),
-            SecretRef::File { path } => Box::pin(self.file.fetch(std::path::Path::new(path))).await,
+            SecretRef::Env { name } => self.env.fetch(name.as_str()).await,
+            SecretRef::File { path } => self.file.fetch(std::path::Path::new(path)).await,
             SecretRef::Vault { mount, path, field } => {
                 let Some(vault) = &self.vault else {
                     return Err(VaultError::NotConfigured { reference: r.to_string() });
                 };
-                let key = Kv2Key { mount: mount.clone(), path: path.clone(), field: field.clone() };
-                Box::pin(vault.fetch(&key)).await
+                vault.fetch(&Kv2Key { mount: mount.clone(), path: path.clone(), field: field.clone() }).await
             }
         }
     }
