@@ -113,7 +113,7 @@ pub async fn execute_call(
         route.describe(span);
     }
     let finished = run_resolved_call(gateway, &generation, route, caller, &mut call, started, span.as_ref()).await;
-    record_call(gateway, caller, route, call, &finished, started, span.as_mut());
+    record_call(gateway, caller, route, &mut call, &finished, started, span.as_mut());
     finished
 }
 
@@ -252,7 +252,7 @@ fn record_call(
     gateway: &Gateway,
     caller: &Caller,
     route: &Route,
-    call: ParsedCall,
+    call: &mut ParsedCall,
     finished: &Result<FinishedCall, RequestError>,
     started: Instant,
     span: Option<&mut Span>,
@@ -275,14 +275,14 @@ fn record_call(
         Err(RequestError::RateLimited { .. }) => (first_upstream(), None, started.elapsed()),
         Err(_) => (first_upstream(), Some(CallOutcome::ServerError), started.elapsed()),
     };
-    let ParsedCall { call_id, trace_id, .. } = call;
+    let (call_id, trace_id) = (std::mem::take(&mut call.call_id), call.trace_id.as_deref());
     if let Some(outcome) = outcome {
         let tool = route.tool.definition.id.as_str();
         let seconds = took.as_secs_f64();
         gateway.metrics.record_call(tool, upstream.name(), outcome, seconds);
         // The log line leads to the trace: its ids, when it is recorded.
         let span_ids = span.as_ref().map(|s| (s.trace_id_hex(), s.span_id_hex()));
-        let trace_id = span_ids.as_ref().map_or(trace_id.as_deref(), |(trace, _)| Some(trace.as_str()));
+        let trace_id = span_ids.as_ref().map_or(trace_id, |(trace, _)| Some(trace.as_str()));
         let span_id = span_ids.as_ref().map(|(_, span)| span.as_str());
         if let Some(span) = span {
             span.set("otc.upstream", upstream.name());
