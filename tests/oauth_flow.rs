@@ -580,7 +580,8 @@ async fn an_admin_revokes_one_users_grant_with_the_admin_token_only() {
     };
     // `GET /grants`: both users, their scopes and times, never a token.
     let listed = list_grants(w.gw.admin, "").await;
-    let users: Vec<&str> = grants_at(&listed, "idp").iter().filter_map(|g| g["user_id"].as_str()).collect();
+    let users: Vec<String> =
+        grants_at(&listed, "idp").iter().filter_map(|g| g["user_id"].as_str().map(str::to_owned)).collect();
     assert_eq!(users, ["alice", "bob"], "{listed}");
     let alice_grant = grant_of(&listed, "idp", "alice").expect("alice's grant");
     assert!(alice_grant["scopes"].as_array().is_some_and(|s| s.contains(&json!("mail.read"))), "{listed}");
