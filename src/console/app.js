@@ -218,16 +218,23 @@ const pages = {
   },
 };
 
+// Renders race (a hash change while a page's data loads): only the latest
+// one writes the page.
+let rendering = 0;
+
 async function show() {
+  const mine = ++rendering;
   const [name, query] = (location.hash.slice(1) || "overview").split("?");
   const page = pages[name] ? name : "overview";
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("current", a.getAttribute("href") === "#" + page);
   const main = document.getElementById("page");
   try {
-    main.replaceChildren(...[await pages[page](new URLSearchParams(query || ""))].flat(Infinity).filter((n) => n));
+    const nodes = [await pages[page](new URLSearchParams(query || ""))].flat(Infinity).filter((n) => n);
+    if (mine !== rendering) return;
+    main.replaceChildren(...nodes);
     main.setAttribute("data-page", page);
   } catch (error) {
-    main.replaceChildren(el("p", { class: "bad" }, "Could not load this page: " + error));
+    if (mine === rendering) main.replaceChildren(el("p", { class: "bad" }, "Could not load this page: " + error));
   }
 }
 
