@@ -510,6 +510,9 @@ async fn more_scopes_ask_again_for_the_union() {
     let w = World::start(3600, "").await;
     w.connect(ALICE, "alice", "Mail.Read").await;
     w.call(ALICE, "Mail.Read").await.result();
+    let first = grant_of(&list_grants(w.gw.admin, "").await, "idp", "alice").expect("alice's grant");
+    // (Into the next second, so a grant stamped again would show it.)
+    tokio::time::sleep(Duration::from_millis(1100)).await;
 
     // Mail.Send needs mail.send: a new challenge, asking for everything.
     let (url, check) = w.challenge(ALICE, "Mail.Send").await;
@@ -524,6 +527,11 @@ async fn more_scopes_ask_again_for_the_union() {
     assert_eq!(w.status(ALICE, &check).await, "completed");
     w.call(ALICE, "Mail.Send").await.result();
     w.call(ALICE, "Mail.Read").await.result();
+    // The wider grant replaced the first; when alice first connected stays.
+    let wider = grant_of(&list_grants(w.gw.admin, "").await, "idp", "alice").expect("alice's grant");
+    assert_eq!(wider["connected_at"], first["connected_at"], "{first} then {wider}");
+    assert_ne!(wider["expires_at"], first["expires_at"], "a new grant: {first} then {wider}");
+    assert!(wider["scopes"].as_array().is_some_and(|s| s.contains(&json!("mail.send"))), "{wider}");
 }
 
 #[tokio::test]

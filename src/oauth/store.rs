@@ -398,3 +398,37 @@ impl EmbeddedStore {
         write.commit().map_err(|e| store(&e))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store_at(path: &str) -> GrantStoreRef {
+        GrantStoreRef { mount: "secret".into(), path: path.into() }
+    }
+
+    #[test]
+    fn a_record_written_before_the_times_were_kept_still_reads() {
+        let old = r#"{"access_token":"a","refresh_token":"r","expires_at":5,"scope":"x y"}"#;
+        let grant = serde_json::from_str::<Record>(old).expect("an old record").into_grant();
+        assert_eq!((grant.connected_at, grant.refreshed_at), (None, None));
+        assert_eq!(grant.scopes.len(), 2);
+        let mut newer = grant.clone();
+        newer.connected_at = Some(7);
+        let written = serde_json::to_value(Record::of(&newer)).expect("a record");
+        assert_eq!(written["connected_at"], 7);
+        assert!(written.get("refreshed_at").is_none(), "absent, not null: {written}");
+    }
+
+    #[test]
+    fn where_a_vault_store_lists_its_users() {
+        let in_mount = GrantStoreRef { mount: "m-{user_id}".into(), path: "x/{user_id}".into() };
+        assert!(listable(&in_mount).is_err());
+        let listable = |path: &str| listable(&store_at(path)).map_err(|e| e.to_string());
+        assert_eq!(listable("oauth/google/{user_id}"), Ok(("oauth/google".into(), String::new(), String::new())));
+        assert_eq!(listable("{user_id}"), Ok((String::new(), String::new(), String::new())));
+        assert_eq!(listable("grants/{user_id}/google"), Ok(("grants".into(), String::new(), "/google".into())));
+        assert_eq!(listable("g/u-{user_id}.json"), Ok(("g".into(), "u-".into(), ".json".into())));
+        assert!(listable("a/{user_id}/{user_id}").is_err());
+    }
+}
