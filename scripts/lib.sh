@@ -70,10 +70,12 @@ need_nginx() {
   command -v nginx >/dev/null 2>&1 || apt_install nginx
 }
 
-# Debian's Chromium, headless, for the console's browser test
-# (tests/console.rs renders each page with --dump-dom).
+# Debian's Chromium, headless, and its WebDriver (chromium-driver, the same
+# version by Debian's packaging) for the console's browser tests
+# (tests/console.rs renders each page with --dump-dom, and Selenium from
+# tests/peers/requirements.txt drives the pages through chromedriver).
 need_chromium() {
-  command -v chromium >/dev/null 2>&1 || apt_install chromium
+  { command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || apt_install chromium chromium-driver
 }
 
 # What deploy/check.sh (tests/deploy_files.rs) checks with, all from PyPI:

@@ -1,5 +1,6 @@
 //! The admin listener, on `admin_listen`: GET /metrics, /status, /health,
-//! /calls (`recent_calls.rs`) and /explain (`explain.rs`), and with `[server] admin_token` the admin
+//! /calls (`recent_calls.rs`), /explain (`explain.rs`) and /grants (who
+//! holds a grant at each managed provider, no token), and with `[server] admin_token` the admin
 //! actions (POST /reload, DELETE /grants/<provider>/<user_id>).
 //!
 //! Kept off the data plane on its own small tokio runtime so that scrapes and
@@ -78,13 +79,16 @@ enum AdminError {
     /// No such route.
     #[error(
         "admin endpoints: GET / (the console), GET /metrics, GET /status, GET /health, GET /calls, GET /tools, \
-         GET /tools/search, GET or POST /explain, POST /reload, \
+         GET /tools/search, GET or POST /explain, GET /grants, POST /reload, \
          DELETE /grants/<provider>/<user_id>"
     )]
     NotFound,
     /// An explain request that cannot be read.
     #[error("explain: {0}")]
     BadExplain(String),
+    /// A query parameter this endpoint does not take.
+    #[error("{0}")]
+    BadQuery(String),
     /// `DELETE /grants/<provider>/...` of a provider the gateway does not manage.
     #[error("no managed OAuth provider {0:?}")]
     UnknownProvider(String),
@@ -109,7 +113,7 @@ impl AdminError {
             AdminError::Browser(BrowserRefusal::MisdirectedHost) => StatusCode::MISDIRECTED_REQUEST,
             AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
             AdminError::NotFound | AdminError::UnknownProvider(_) => StatusCode::NOT_FOUND,
-            AdminError::BadExplain(_) => StatusCode::BAD_REQUEST,
+            AdminError::BadExplain(_) | AdminError::BadQuery(_) => StatusCode::BAD_REQUEST,
             AdminError::GrantStore(_) => StatusCode::SERVICE_UNAVAILABLE,
             AdminError::Method(_) => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::NoConfigFile => StatusCode::CONFLICT,
@@ -211,11 +215,12 @@ async fn serve(
             });
             Ok(json(if outcome.is_ok() { StatusCode::OK } else { StatusCode::UNPROCESSABLE_ENTITY }, &body))
         }
+        (&Method::GET, "/grants") => list_grants(&generation, request.uri.query()).await,
         (&Method::DELETE, grant) if grant.starts_with("/grants/") => {
             authorize_action(&generation, &request)?;
             revoke_grant(&generation, grant).await
         }
-        (_, "/status" | "/health" | "/metrics" | "/calls") => Err(AdminError::Method("GET")),
+        (_, "/status" | "/health" | "/metrics" | "/calls" | "/grants") => Err(AdminError::Method("GET")),
         (_, "/reload") => Err(AdminError::Method("POST")),
         (_, "/explain") => Err(AdminError::Method("GET, POST")),
         (_, grant) if grant.starts_with("/grants/") => Err(AdminError::Method("DELETE")),
@@ -258,6 +263,28 @@ async fn answer_explain(
     let caller = caller_of(asked, generation).map_err(|e: ExplainError| AdminError::BadExplain(e.to_string()))?;
     let explanation = explain(gateway, generation, &caller, asked.tool.as_deref()).await;
     Ok(json(StatusCode::OK, &explanation))
+}
+
+/// `GET /grants[?provider=P]`: who holds a grant at each managed provider,
+/// with its scopes and times, never a token. A read like `/calls`: it names
+/// users, which is why the admin listener is for operators only.
+async fn list_grants(generation: &Generation, query: Option<&str>) -> Result<Response<Full<Bytes>>, AdminError> {
+    let mut provider = None;
+    for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        match name.as_ref() {
+            "provider" if !value.is_empty() => provider = Some(value.into_owned()),
+            "provider" => {}
+            other => {
+                let other: String = other.chars().take(40).collect();
+                return Err(AdminError::BadQuery(format!("unknown parameter {other:?}: use provider")));
+            }
+        }
+    }
+    match generation.oauth.grants(provider.as_deref()).await {
+        Ok(providers) => Ok(json(StatusCode::OK, &serde_json::json!({ "providers": providers }))),
+        Err(FlowError::UnknownProvider(p)) => Err(AdminError::UnknownProvider(p.chars().take(64).collect())),
+        Err(e) => Err(AdminError::GrantStore(e.to_string())),
+    }
 }
 
 /// `DELETE /grants/<provider>/<user_id>`: forgets the user's grant and

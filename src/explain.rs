@@ -37,7 +37,8 @@ pub struct ExplainRequest {
     /// The user id stands for an API key (no claims).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub api_key: bool,
-    /// A tool reference: `Toolkit.Name` or `Toolkit.Name@version`.
+    /// A tool reference: `Toolkit.Name`, `Toolkit.Name@version`, or the
+    /// tool's MCP name (`Toolkit_Name`, as `/mcp` lists it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
 }
@@ -229,13 +230,18 @@ pub async fn explain(gateway: &Gateway, generation: &Generation, caller: &Caller
 
 /// The tool reference's part: resolution, requirements, rate limits.
 async fn explain_tool(generation: &Generation, catalog: &Catalog, caller: &Caller, tool: &str, out: &mut Explanation) {
-    let route = match resolve_tool(catalog, tool) {
-        Ok(route) => route,
-        Err(e) => {
-            let why = format!("does not resolve: {e}");
-            out.resolution = Some(Resolution { tool_id: None, upstream: None, why, candidates: Vec::new() });
-            return;
-        }
+    // A tool id first, as `/tools/call` takes it; else the name `/mcp` lists
+    // the tool by (always its latest version).
+    let (route, mcp_key) = match resolve_tool(catalog, tool) {
+        Ok(route) => (route, None),
+        Err(e) => match catalog.mcp_names().get(tool).and_then(|key| resolve_tool(catalog, key).ok()) {
+            Some(route) => (route, Some(route.tool.key.clone())),
+            None => {
+                let why = format!("does not resolve: {e} (nor is it a tool's MCP name)");
+                out.resolution = Some(Resolution { tool_id: None, upstream: None, why, candidates: Vec::new() });
+                return;
+            }
+        },
     };
     let key = route.tool.key.as_str();
     // A tool the caller may not see does not exist for them: a call is
@@ -249,8 +255,12 @@ async fn explain_tool(generation: &Generation, catalog: &Catalog, caller: &Calle
         });
         return;
     }
-    out.resolution = Some(resolution(generation, catalog, route, tool));
-    out.rate_limits = generation.rate_limits.state(caller, key);
+    let mut resolved = resolution(generation, catalog, route, tool);
+    if let Some(key) = mcp_key {
+        resolved.why = format!("the MCP name {tool} stands for {key}; {}", resolved.why);
+    }
+    out.resolution = Some(resolved);
+    out.rate_limits = generation.rate_limits.state(caller, key).await;
     out.requirements = requirements_met(generation, route, caller).await;
 }
 
@@ -426,7 +436,7 @@ pub fn in_words(e: &Explanation) -> String {
                     let _ = writeln!(s, "  {}: {left} calls left now, full again in {reset} ms", l.name);
                 }
                 _ => {
-                    let _ = writeln!(s, "  {}: buckets kept in Redis (not read)", l.name);
+                    let _ = writeln!(s, "  {}: buckets kept in Redis, which did not answer", l.name);
                 }
             }
         }

@@ -62,7 +62,8 @@ struct ExplainArgs {
     /// The user id is an API key's (no claims).
     #[arg(long)]
     api_key: bool,
-    /// A tool reference (`Toolkit.Name` or `Toolkit.Name@version`): how it
+    /// A tool reference (`Toolkit.Name`, `Toolkit.Name@version`, or the
+    /// tool's MCP name `Toolkit_Name`): how it
     /// resolves, its requirements and rate limits for this caller.
     #[arg(long)]
     tool: Option<String>,

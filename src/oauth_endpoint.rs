@@ -294,13 +294,17 @@ async fn connections_page(oauth: &crate::oauth::OAuth, user: &str, csrf: &str, p
     let mut rows = String::new();
     for provider in oauth.managed() {
         let standing = oauth.standing(provider, user, &std::collections::BTreeSet::new()).await;
-        let (state, scopes, expiry, connected) = match standing {
+        let (state, scopes, since, expiry, connected) = match standing {
             Ok(s) if s.connected => {
-                let expiry = s.expires_at.map(|at| format!("token expires at {at} (Unix seconds)")).unwrap_or_default();
-                ("connected", s.scopes.join(" "), expiry, true)
+                let since = s.connected_at.map_or_else(|| "before this was recorded".to_owned(), utc);
+                let mut expiry = s.expires_at.map(|at| format!("token expires {}", utc(at))).unwrap_or_default();
+                if let Some(at) = s.refreshed_at {
+                    expiry.push_str(&format!("; last refreshed {}", utc(at)));
+                }
+                ("connected", s.scopes.join(" "), since, expiry, true)
             }
-            Ok(_) => ("not connected", String::new(), String::new(), false),
-            Err(_) => ("unknown (the grant store did not answer)", String::new(), String::new(), false),
+            Ok(_) => ("not connected", String::new(), String::new(), String::new(), false),
+            Err(_) => ("unknown (the grant store did not answer)", String::new(), String::new(), String::new(), false),
         };
         let button = if connected {
             format!(
@@ -314,9 +318,11 @@ async fn connections_page(oauth: &crate::oauth::OAuth, user: &str, csrf: &str, p
             String::new()
         };
         rows.push_str(&format!(
-            "<tr class=\"provider\" data-provider=\"{p}\"><td>{p}</td><td>{state}</td><td>{scopes}</td><td>{expiry}</td><td>{button}</td></tr>",
+            "<tr class=\"provider\" data-provider=\"{p}\"><td>{p}</td><td>{state}</td><td>{scopes}</td>\
+             <td class=\"connected-at\">{since}</td><td>{expiry}</td><td>{button}</td></tr>",
             p = html_escape(provider),
             scopes = html_escape(&scopes),
+            since = html_escape(&since),
             expiry = html_escape(&expiry),
         ));
     }
@@ -324,12 +330,18 @@ async fn connections_page(oauth: &crate::oauth::OAuth, user: &str, csrf: &str, p
     reply.body = Bytes::from(format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>Your connections</title></head><body>\
          <h1>Your connections</h1><p>Signed in as <b id=\"user\">{user}</b>.</p>\
-         <table><tr><th>provider</th><th>state</th><th>scopes</th><th>expiry</th><th></th></tr>{rows}</table></body></html>\n",
+         <table><tr><th>provider</th><th>state</th><th>scopes</th><th>connected at</th><th>expiry</th><th></th></tr>{rows}</table></body></html>\n",
         user = html_escape(user),
     ));
     reply.headers.retain(|(name, _)| *name != "content-security-policy");
     reply.headers.push(("content-security-policy", "default-src 'none'; form-action 'self'".to_owned()));
     reply
+}
+
+/// Unix seconds as `2026-11-27 21:34:20 UTC`.
+fn utc(at: u64) -> String {
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs(at);
+    format!("{} UTC", humantime::format_rfc3339_seconds(time)).replacen('T', " ", 1).replacen("Z UTC", " UTC", 1)
 }
 
 /// A callback's query parameters.

@@ -291,6 +291,14 @@ async fn users_see_and_disconnect_only_their_own_connections() {
     assert!(alice_page.body.contains("<b id=\"user\">alice</b>"), "{}", alice_page.body);
     assert!(alice_page.body.contains("<td>idp</td><td>connected</td>"), "{}", alice_page.body);
     assert!(alice_page.body.contains("mail.read"), "{}", alice_page.body);
+    // When she connected: the grant's `connected_at`, recorded by the flow.
+    let connected_at = alice_page.body.split("<td class=\"connected-at\">").nth(1).and_then(|r| r.split('<').next());
+    let year = |t: &str| t.get(..4).and_then(|y| y.parse::<u32>().ok());
+    assert!(
+        connected_at.is_some_and(|t| t.ends_with(" UTC") && year(t).is_some_and(|y| y >= 2024)),
+        "{}",
+        alice_page.body
+    );
     assert!(!alice_page.body.contains(alice_token.as_str().unwrap_or("no token")), "no token on the page");
     let csp = alice_page.headers.get("content-security-policy").and_then(|v| v.to_str().ok()).unwrap_or_default();
     assert!(csp.contains("default-src 'none'"), "{csp}");

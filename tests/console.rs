@@ -1,7 +1,16 @@
-//! The operator console in a real browser: Debian's Chromium, headless
-//! (`scripts/lib.sh`, `need_chromium`), renders each page of a running
-//! gateway's admin listener with `--dump-dom`, after its script has fetched
-//! the data; the test reads the rendered DOM and what the page logged.
+//! The operator console and the user's page in a real browser: Debian's
+//! Chromium, headless (`scripts/lib.sh`, `need_chromium`).
+//!
+//! - Each console page of a running gateway's admin listener, rendered with
+//!   `--dump-dom` after its script fetched the data: the DOM and what the
+//!   page logged.
+//! - Driven by Selenium (`tests/peers/console_browser.py`, through Debian's
+//!   chromium-driver) against a gateway with a real tool server and a real
+//!   OpenID provider: two users connect in browsers of their own, an
+//!   operator explains a hidden tool, lists grants, is refused without the
+//!   admin token and revokes with it, and a user disconnects through the
+//!   button on `/oauth/`. With `OTC_CONSOLE_SCREENSHOTS=DIR` it saves a
+//!   screenshot of each page there (how docs/console/'s pictures are taken).
 
 mod common;
 
@@ -9,8 +18,9 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use bytes::Bytes;
-use common::{echo, send, send_with_headers, temp_file, tool, GatewayConfig, ToolServer};
-use serde_json::json;
+use common::oidc::OidcProvider;
+use common::{echo, jwt, needing, send, send_with_headers, temp_file, tool, wait_until, GatewayConfig, ToolServer};
+use serde_json::{json, Value};
 
 const ADMIN_TOKEN: &str = "console-admin-token-2f9a";
 
@@ -44,30 +54,6 @@ fn render(browser: &PathBuf, url: &str) -> (String, String) {
         .expect("run chromium");
     let _ = std::fs::remove_dir_all(&profile);
     (String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
-}
-
-/// With `OTC_CONSOLE_SCREENSHOTS=DIR`, a screenshot of `url` as `DIR/NAME.png`
-/// (how docs/console/'s pictures are taken).
-fn screenshot(browser: &PathBuf, url: &str, name: &str) {
-    let Ok(dir) = std::env::var("OTC_CONSOLE_SCREENSHOTS") else { return };
-    let profile = temp_file("chromium-profile", "d", "");
-    std::fs::remove_file(&profile).expect("a fresh name");
-    let out = Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--window-size=1280,800",
-            "--virtual-time-budget=10000",
-            &format!("--user-data-dir={}", profile.display()),
-            &format!("--screenshot={dir}/{name}.png"),
-            url,
-        ])
-        .output()
-        .expect("run chromium");
-    let _ = std::fs::remove_dir_all(&profile);
-    assert!(out.status.success(), "screenshot of {url}: {}", String::from_utf8_lossy(&out.stderr));
 }
 
 /// The page's console messages among Chromium's log lines.
@@ -126,14 +112,11 @@ async fn every_page_renders_real_data_and_the_csp_holds() {
         ("catalog", "#catalog?q=mailbox".into(), &["Mail.Read@1.0.0"]),
         ("explain", explain_hash, &["Caller: ann", "denied by policy \"mail-team\" (pattern \"Mail.Send\")"]),
         ("calls", "#calls".into(), &["console-call-1", "Calc.Add@1.0.0", "ann", "success"]),
-        ("grants", "#grants".into(), &["Revoke"]),
+        ("grants", "#grants".into(), &["No managed provider is configured"]),
         ("actions", "#actions".into(), &["Read-only: type the admin token above to enable actions."]),
     ];
     for (page, hash, expected) in pages {
         let (dom, log) = render(&browser, &format!("{base}{hash}"));
-        if !hash.contains('?') || page == "explain" {
-            screenshot(&browser, &format!("{base}{hash}"), page);
-        }
         assert!(dom.contains(&format!("data-page=\"{page}\"")), "{hash} did not render:\n{dom}\n{log}");
         for text in expected {
             assert!(dom.contains(text), "{hash}: {text:?} is not on the page:\n{dom}");
@@ -164,4 +147,157 @@ async fn every_page_renders_real_data_and_the_csp_holds() {
 
 fn url_escape(text: &str) -> String {
     form_urlencoded::byte_serialize(text.as_bytes()).collect()
+}
+
+const JWT_SECRET: &str = "console-selenium-jwt-secret-0123456789ab";
+const LOGIN_CLIENT: &str = "otc-console-login";
+const LOGIN_SECRET: &str = "console-login-secret-77c1";
+const MAIL_CLIENT: &str = "otc-console-mail";
+const MAIL_SECRET: &str = "console-mail-secret-1a9f";
+
+/// A caller's `Authorization`: a JWT naming `user`.
+fn bearer(user: &str) -> String {
+    jwt::bearer(&jwt::hs256(&jwt::claims(user, json!({})), JWT_SECRET.as_bytes()))
+}
+
+async fn call(gw: &common::Gateway, user: &str, tool: &str) -> common::Resp {
+    let body = json!({"request": {"tool_id": tool, "input": {"a": 1, "b": 2}}}).to_string();
+    let auth = bearer(user);
+    let headers = [("content-type", "application/json"), ("authorization", auth.as_str())];
+    send_with_headers(gw.addr, "POST", "/tools/call", Bytes::from(body), &headers).await
+}
+
+/// A call to `Mail.Read` as `user` is challenged: the link to connect.
+async fn link(gw: &common::Gateway, user: &str) -> String {
+    let body = call(gw, user, "Mail.Read").await.server_error(400);
+    body["missing_requirements"]["authorization"][0]["url"].as_str().expect("a link").to_owned()
+}
+
+async fn grants(gw: &common::Gateway) -> Vec<String> {
+    let listed = send(gw.admin, "GET", "/grants", Bytes::new(), None).await.json();
+    let idp = listed["providers"].as_array().and_then(|p| p.first()).cloned().unwrap_or(Value::Null);
+    let users = idp["grants"].as_array().cloned().unwrap_or_default();
+    users.iter().filter_map(|g| g["user_id"].as_str().map(str::to_owned)).collect()
+}
+
+/// Debian's chromedriver, or a failure telling how to install it.
+fn chromedriver() -> PathBuf {
+    let found = Command::new("sh").args(["-c", "command -v chromedriver"]).output().expect("sh");
+    assert!(
+        found.status.success(),
+        "chromedriver is not installed: run scripts/test.sh (need_chromium) or apt-get install chromium-driver"
+    );
+    PathBuf::from(String::from_utf8_lossy(&found.stdout).trim())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn people_click_through_the_console_and_their_connections_page() {
+    let Some(browser) = chromium() else {
+        panic!("Chromium is not installed: run scripts/test.sh (need_chromium) or apt-get install chromium");
+    };
+    let driver = chromedriver();
+    let idp = OidcProvider::start(json!({"scopes": ["mail.read"]})).await;
+    let tools = ToolServer::start(common::catalog(vec![
+        tool("Calc.Add", "1.0.0", common::add_schema()),
+        needing("Mail.Read", json!({"authorization": [{"id": "idp", "oauth2": {"scopes": ["mail.read"]}}]})),
+        tool("Mail.Send", "1.0.0", json!({"type": "object"})),
+    ]))
+    .await;
+    tools.on_call(echo);
+    let state = temp_file("console-state", "d", "");
+    std::fs::remove_file(&state).expect("a fresh name");
+    let config = GatewayConfig::new()
+        .upstream_with("org", &tools.url(), "authorization = [\"idp\"]")
+        .server_line("admin_token = \"env:CONSOLE_ADMIN\"")
+        .raw(&format!(
+            r#"
+[auth]
+mode = "jwt"
+hs256_secret = "env:CONSOLE_JWT"
+
+[login]
+issuer = "{issuer}"
+client_id = "{LOGIN_CLIENT}"
+client_secret = "env:CONSOLE_LOGIN_SECRET"
+
+[authorization.idp]
+issuer = "{issuer}"
+client_id = "{MAIL_CLIENT}"
+client_secret = "env:CONSOLE_MAIL_SECRET"
+scopes = ["openid"]
+
+[state]
+dir = "{dir}"
+
+[[policy]]
+name = "mail-team"
+when = {{ user_id = "alice" }}
+allow = ["*"]
+deny = ["Mail.Send"]
+
+[[policy]]
+name = "everyone"
+when = {{ any = true }}
+allow = ["Calc.*", "Mail.Read"]
+"#,
+            issuer = idp.issuer(),
+            dir = state.display()
+        ));
+    let env = [
+        ("CONSOLE_ADMIN", ADMIN_TOKEN),
+        ("CONSOLE_JWT", JWT_SECRET),
+        ("CONSOLE_LOGIN_SECRET", LOGIN_SECRET),
+        ("CONSOLE_MAIL_SECRET", MAIL_SECRET),
+    ];
+    let gw = config.start_with_env(&env).await;
+    idp.register_client(LOGIN_CLIENT, LOGIN_SECRET, &[format!("{}/oauth/login/callback", gw.url())]).await;
+    idp.register_client(MAIL_CLIENT, MAIL_SECRET, &[format!("{}/oauth/idp/callback", gw.url())]).await;
+    wait_until("the catalog", async || call(&gw, "alice", "Calc.Add").await.status == 200).await;
+    let (alice_link, bob_link) = (link(&gw, "alice").await, link(&gw, "bob").await);
+
+    let mut script = Command::new(common::sdk_python());
+    script.arg(common::peer_script("console_browser.py")).args([
+        "--admin",
+        &format!("http://{}", gw.admin),
+        "--gateway",
+        &gw.url(),
+        "--alice-link",
+        &alice_link,
+        "--bob-link",
+        &bob_link,
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--chromium",
+        &browser.display().to_string(),
+        "--chromedriver",
+        &driver.display().to_string(),
+    ]);
+    // Selenium must not look for a driver of its own on the network.
+    script.env("SE_OFFLINE", "true");
+    let out = tokio::task::spawn_blocking(move || script.output()).await.expect("join").expect("run the script");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{said}\n{}\n{}", String::from_utf8_lossy(&out.stderr), gw.logs());
+    let seen: Value = serde_json::from_str(&said).expect("the script's JSON");
+
+    // What the browsers showed.
+    let text = |key: &str| seen[key].as_str().unwrap_or_default().to_owned();
+    assert!(text("explain").contains("denied by policy \"mail-team\" (pattern \"Mail.Send\")"), "{seen}");
+    assert!(text("refused").starts_with("401"), "{seen}");
+    assert_eq!(text("revoked"), "Revoked bob's grant at idp.", "{seen}");
+    assert!(text("alice_page").contains("connected") && !text("alice_page").contains("bob"), "{seen}");
+    assert!(text("alice_after").contains("not connected"), "{seen}");
+    assert!(seen["resources_checked"].as_u64().is_some_and(|n| n >= 3), "{seen}");
+    let listed = seen["grants"].as_array().cloned().unwrap_or_default();
+    assert!(listed.len() == 2 && listed.iter().all(|g| g.as_str().is_some_and(|g| g.contains("mail.read"))), "{seen}");
+
+    // And what the gateway did: alice disconnected herself, the operator
+    // revoked bob, the reload went through; both are challenged again.
+    assert!(grants(&gw).await.is_empty(), "no grant left");
+    call(&gw, "alice", "Mail.Read").await.server_error(400);
+    call(&gw, "bob", "Mail.Read").await.server_error(400);
+    assert_eq!(idp.stats().await["revocations"], 2, "both revoked at the provider");
+    assert_eq!(send(gw.admin, "GET", "/status", Bytes::new(), None).await.json()["generation"], 2);
+    for logs in [gw.logs(), gw.stdout()] {
+        assert!(!logs.contains(ADMIN_TOKEN), "the admin token reached the logs");
+    }
 }

@@ -164,6 +164,23 @@ async fn explain_names_the_rule_that_hid_a_tool_and_what_a_call_needs() {
     let bob = json!({"sub": "bob", "groups": ["mail"]});
     assert_eq!(explain(&gw, &claims_query(&bob, Some("Sms.Send"))).await["rate_limits"][0]["remaining"], 5);
 
+    // The name `/mcp` lists a tool by is a tool reference too: the same
+    // resolution, requirements and buckets as its tool id.
+    let mcp_names = mcp_tool_names(&gw, &ann).await;
+    assert!(mcp_names.contains(&"Sms_Send".to_owned()), "{mcp_names:?}");
+    let by_mcp_name = explain(&gw, &claims_query(&ann, Some("Sms_Send"))).await;
+    assert_eq!(by_mcp_name["resolution"]["tool_id"], "Sms.Send@1.0.0", "{by_mcp_name}");
+    assert_eq!(by_mcp_name["resolution"]["upstream"], "org", "{by_mcp_name}");
+    let why = by_mcp_name["resolution"]["why"].as_str().unwrap_or_default();
+    assert!(why.contains("the MCP name Sms_Send stands for Sms.Send"), "{by_mcp_name}");
+    assert_eq!(by_mcp_name["requirements"], after["requirements"], "{by_mcp_name}");
+    assert_eq!(by_mcp_name["rate_limits"][0]["remaining"], 4, "the same bucket: {by_mcp_name}");
+    let hidden_by_name = explain(&gw, &claims_query(&ann, Some("Mail_Send"))).await;
+    assert_eq!(hidden_by_name["resolution"]["tool_id"], "Mail.Send@1.0.0", "{hidden_by_name}");
+    assert!(hidden_by_name["resolution"]["why"].as_str().unwrap_or_default().contains("hidden"), "{hidden_by_name}");
+    let not_a_name = explain(&gw, &claims_query(&ann, Some("Sms_Nope"))).await;
+    assert!(not_a_name["resolution"]["tool_id"].is_null(), "{not_a_name}");
+
     // A hidden tool resolves to nothing a call could reach; an unknown one
     // does not resolve.
     let hidden = explain(&gw, &claims_query(&ann, Some("Mail.Send@1.0.0"))).await;
@@ -209,6 +226,15 @@ async fn explain_names_the_rule_that_hid_a_tool_and_what_a_call_needs() {
     ] {
         assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
     }
+    let by_name = std::process::Command::new(common::gateway_bin())
+        .args(["explain", "--admin", &gw.admin.to_string(), "--claims", &ann.to_string(), "--tool", "Sms_Send"])
+        .output()
+        .expect("run otc-gateway explain");
+    let words = String::from_utf8_lossy(&by_name.stdout);
+    assert!(by_name.status.success(), "{words}");
+    for expected in ["Resolution: Sms.Send@1.0.0", "the MCP name Sms_Send stands for Sms.Send", "a call goes to org"] {
+        assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
+    }
     let down = std::process::Command::new(common::gateway_bin())
         .args(["explain", "--admin", "127.0.0.1:1"])
         .output()
@@ -217,6 +243,65 @@ async fn explain_names_the_rule_that_hid_a_tool_and_what_a_call_needs() {
     for text in [gw.logs(), gw.stdout()] {
         assert!(!text.contains(TWILIO_VALUE) && !text.contains(&token), "a secret or token reached the logs");
     }
+}
+
+/// The names `/mcp`'s `tools/list` gives the caller with `claims` (in a
+/// token for `/mcp`: its `aud`).
+async fn mcp_tool_names(gw: &Gateway, claims: &Value) -> Vec<String> {
+    let mut claims = claims.clone();
+    claims["aud"] = json!(format!("{}/mcp", gw.url()));
+    let auth = format!("Bearer {}", jwt(claims));
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2025-06-18"),
+    ];
+    let resp = send_with_headers(gw.addr, "POST", "/mcp", Bytes::from(list.to_string()), &headers).await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    let body = resp.json();
+    let tools = body["result"]["tools"].as_array().unwrap_or_else(|| panic!("{body}"));
+    tools.iter().filter_map(|t| t["name"].as_str().map(str::to_owned)).collect()
+}
+
+/// With `[state] redis`, explain reads each caller's bucket from Redis,
+/// counting nothing; when Redis is gone it says it does not know.
+#[tokio::test]
+async fn explain_reads_redis_held_buckets_without_counting() {
+    let redis = common::fleet::Redis::start();
+    let rules = format!("{RULES}\n[state]\nredis = \"{}\"\n", redis.url());
+    let (_server, gw) = start(&rules).await;
+    let ann = json!({"sub": "ann", "groups": ["mail"]});
+    let bob = json!({"sub": "bob", "groups": ["mail"]});
+    let buckets = |claims: &Value| {
+        let query = claims_query(claims, Some("Sms.Send"));
+        let gw = &gw;
+        async move { explain(gw, &query).await["rate_limits"].clone() }
+    };
+    assert_eq!(buckets(&ann).await, json!([{"name": "sms", "remaining": 5, "reset_ms": 0}]));
+    // Two calls by ann count in her bucket in Redis (refused after
+    // admission for the missing secret, as above).
+    for _ in 0..2 {
+        assert_eq!(call(&gw, &jwt(ann.clone()), "Sms.Send@1.0.0").await.status, 400);
+    }
+    for _ in 0..3 {
+        let seen = buckets(&ann).await;
+        assert_eq!(seen[0]["remaining"], 3, "asking counts nothing: {seen}");
+        // Two calls at 5/h with a burst of 5: full again in about 24 minutes.
+        let reset = seen[0]["reset_ms"].as_u64().expect("a reset time");
+        assert!(reset > 23 * 60 * 1000 && reset <= 24 * 60 * 1000, "{seen}");
+    }
+    assert_eq!(buckets(&bob).await[0]["remaining"], 5, "bob's bucket is his own");
+    // The buckets are Redis's, not this process's: they are in Redis.
+    let mut connection =
+        redis::Client::open(redis.url()).expect("client").get_multiplexed_async_connection().await.expect("connect");
+    let keys: Vec<String> =
+        redis::cmd("KEYS").arg("otc-gateway:rl:*").query_async(&mut connection).await.expect("keys");
+    assert_eq!(keys.len(), 1, "ann's bucket only: {keys:?}");
+    drop(redis);
+    let gone = buckets(&ann).await;
+    assert_eq!(gone, json!([{"name": "sms", "remaining": null, "reset_ms": null}]), "unknown, not made up");
 }
 
 /// One random `[[policy]]`.

@@ -510,6 +510,9 @@ async fn more_scopes_ask_again_for_the_union() {
     let w = World::start(3600, "").await;
     w.connect(ALICE, "alice", "Mail.Read").await;
     w.call(ALICE, "Mail.Read").await.result();
+    let first = grant_of(&list_grants(w.gw.admin, "").await, "idp", "alice").expect("alice's grant");
+    // (Into the next second, so a grant stamped again would show it.)
+    tokio::time::sleep(Duration::from_millis(1100)).await;
 
     // Mail.Send needs mail.send: a new challenge, asking for everything.
     let (url, check) = w.challenge(ALICE, "Mail.Send").await;
@@ -524,6 +527,11 @@ async fn more_scopes_ask_again_for_the_union() {
     assert_eq!(w.status(ALICE, &check).await, "completed");
     w.call(ALICE, "Mail.Send").await.result();
     w.call(ALICE, "Mail.Read").await.result();
+    // The wider grant replaced the first; when alice first connected stays.
+    let wider = grant_of(&list_grants(w.gw.admin, "").await, "idp", "alice").expect("alice's grant");
+    assert_eq!(wider["connected_at"], first["connected_at"], "{first} then {wider}");
+    assert_ne!(wider["expires_at"], first["expires_at"], "a new grant: {first} then {wider}");
+    assert!(wider["scopes"].as_array().is_some_and(|s| s.contains(&json!("mail.send"))), "{wider}");
 }
 
 #[tokio::test]
@@ -578,6 +586,28 @@ async fn an_admin_revokes_one_users_grant_with_the_admin_token_only() {
         let all = explained["requirements"].as_array().cloned().unwrap_or_default();
         all.into_iter().find(|r| r["kind"] == "authorization" && r["id"] == "idp").expect("the idp requirement")
     };
+    // `GET /grants`: both users, their scopes and times, never a token.
+    let listed = list_grants(w.gw.admin, "").await;
+    let users: Vec<String> =
+        grants_at(&listed, "idp").iter().filter_map(|g| g["user_id"].as_str().map(str::to_owned)).collect();
+    assert_eq!(users, ["alice", "bob"], "{listed}");
+    let alice_grant = grant_of(&listed, "idp", "alice").expect("alice's grant");
+    assert!(alice_grant["scopes"].as_array().is_some_and(|s| s.contains(&json!("mail.read"))), "{listed}");
+    let connected_at = alice_grant["connected_at"].as_u64().expect("connected_at recorded");
+    assert!(connected_at.abs_diff(unix_now()) < 600, "{listed}");
+    assert!(alice_grant["expires_at"].as_u64().is_some_and(|at| at > connected_at), "{listed}");
+    assert_eq!(alice_grant["refreshed_at"], Value::Null, "never refreshed yet: {listed}");
+    assert!(!listed.to_string().contains(&alice_token), "no token value in the listing");
+    assert_eq!(list_grants(w.gw.admin, "?provider=idp").await, listed);
+    let unknown = common::send(w.gw.admin, "GET", "/grants?provider=nope", Bytes::new(), None).await;
+    assert_eq!(unknown.status, 404, "{}", unknown.text());
+    let bad = common::send(w.gw.admin, "GET", "/grants?user=alice", Bytes::new(), None).await;
+    assert_eq!(bad.status, 400, "{}", bad.text());
+    // Only on the admin listener: a caller on the data plane lists nothing.
+    let from_data_plane = send_with_headers(w.gw.addr, "GET", "/grants", Bytes::new(), &[("oxp-api-key", ALICE)]).await;
+    assert!(!from_data_plane.text().contains("bob"), "{}", from_data_plane.text());
+    assert_ne!(from_data_plane.status, 200, "{}", from_data_plane.text());
+
     let before = explain("alice").await;
     assert_eq!(idp_requirement(&before)["met"], true, "{before}");
     assert!(idp_requirement(&before)["why"].as_str().unwrap_or_default().contains("mail.read"), "{before}");
@@ -612,6 +642,9 @@ async fn an_admin_revokes_one_users_grant_with_the_admin_token_only() {
     w.call(BOB, "Mail.Read").await.result();
     assert_eq!(idp_requirement(&explain("alice").await)["met"], false);
     assert_eq!(idp_requirement(&explain("bob").await)["met"], true, "bob's grant untouched");
+    let after = list_grants(w.gw.admin, "").await;
+    assert!(grant_of(&after, "idp", "alice").is_none(), "a revoked grant is no longer listed: {after}");
+    assert!(grant_of(&after, "idp", "bob").is_some(), "{after}");
     let again = revoke(admin.clone(), "/grants/idp/alice").await;
     assert_eq!(again.json()["revoked"], false, "{}", again.text());
     assert_eq!(revoke(admin.clone(), "/grants/nope/alice").await.status, 404);
@@ -619,6 +652,30 @@ async fn an_admin_revokes_one_users_grant_with_the_admin_token_only() {
     for text in [w.gw.logs(), w.gw.stdout()] {
         assert!(!text.contains(ADMIN) && !text.contains(&alice_token), "a token reached the logs");
     }
+}
+
+/// `GET /grants{query}` on the admin listener.
+async fn list_grants(admin: std::net::SocketAddr, query: &str) -> Value {
+    let resp = common::send(admin, "GET", &format!("/grants{query}"), Bytes::new(), None).await;
+    assert_eq!(resp.status, 200, "{}", resp.text());
+    resp.json()
+}
+
+/// The grants a `GET /grants` answer lists at `provider`.
+fn grants_at(listed: &Value, provider: &str) -> Vec<Value> {
+    let providers = listed["providers"].as_array().cloned().unwrap_or_default();
+    let at =
+        providers.into_iter().find(|p| p["provider"] == provider).unwrap_or_else(|| panic!("{provider}: {listed}"));
+    assert!(at.get("error").is_none(), "{listed}");
+    at["grants"].as_array().cloned().unwrap_or_default()
+}
+
+fn grant_of(listed: &Value, provider: &str, user: &str) -> Option<Value> {
+    grants_at(listed, provider).into_iter().find(|g| g["user_id"] == user)
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs())
 }
 
 #[tokio::test]
@@ -710,6 +767,13 @@ async fn vault_kept_grants_are_shared_and_refreshed_once_across_replicas() {
     // From now on the vault refuses any write to alice's grant that does not
     // carry the version it replaces: every write below is a check-and-set.
     vault.require_cas(ALICE_GRANT).await;
+    // Listed from vault (a KV v2 LIST, then a read per user), by either replica.
+    let listed = list_grants(two.admin, "").await;
+    let alice_listed = grant_of(&listed, "idp", "alice").expect("alice is listed");
+    assert_eq!(grants_at(&listed, "idp").len(), 1, "bob holds none: {listed}");
+    let connected_at = alice_listed["connected_at"].as_u64().expect("connected_at is in the vault record");
+    assert_eq!(stored["connected_at"], json!(connected_at), "{stored}");
+    assert!(!listed.to_string().contains(stored["access_token"].as_str().unwrap_or("-")), "no token listed");
 
     // The other replica serves alice from the same grant.
     w.call_as(&two, Some(ALICE), "Mail.Read").await.result();
@@ -739,6 +803,11 @@ async fn vault_kept_grants_are_shared_and_refreshed_once_across_replicas() {
     assert_eq!(leased["access_token"], stored["access_token"], "{leased}");
     let until = leased["refreshing_until"].as_u64();
     assert!(until.is_some_and(|u| u > 0), "version 2 is the lease: {leased}");
+    // The refresh is recorded; when alice connected is kept.
+    let listed = list_grants(w.gw.admin, "").await;
+    let alice_listed = grant_of(&listed, "idp", "alice").expect("alice is listed");
+    assert_eq!(alice_listed["connected_at"], json!(connected_at), "{listed}");
+    assert!(alice_listed["refreshed_at"].as_u64().is_some_and(|at| at >= connected_at), "{listed}");
 
     // Disconnecting removes it from vault, every version and the metadata
     // (the other replica's cached copy lives out its cache_ttl; the provider
@@ -747,6 +816,7 @@ async fn vault_kept_grants_are_shared_and_refreshed_once_across_replicas() {
     assert_eq!(resp.json()["disconnected"], true);
     assert!(vault.latest(ALICE_GRANT).await.is_none());
     assert!(vault.metadata(ALICE_GRANT).await.is_none(), "no version is left to undelete");
+    assert!(grants_at(&list_grants(w.gw.admin, "").await, "idp").is_empty(), "nothing listed after disconnect");
     w.challenge(ALICE, "Mail.Read").await;
 }
 

@@ -176,6 +176,24 @@ impl Catalog {
         self.tools.keys().map(String::as_str).collect()
     }
 
+    /// Each MCP name and the `Toolkit.Name` it stands for: `Toolkit_Name`,
+    /// except that when two keys give the same name (`A_B.C` and `A.B_C`)
+    /// the later in sort order keeps its dotted key. The one rule behind the
+    /// MCP front's `tools/list` (`mcp_endpoint/tools.rs`) and explain.
+    pub fn mcp_names(&self) -> BTreeMap<String, &str> {
+        let mut keys: Vec<&str> =
+            self.tools.iter().filter(|(_, versions)| !versions.is_empty()).map(|(k, _)| k.as_str()).collect();
+        keys.sort_unstable();
+        let mut names = BTreeMap::new();
+        for key in keys {
+            let underscored = key.replace('.', "_");
+            // The dotted key cannot collide: keys are unique.
+            let name = if names.contains_key(&underscored) { key.to_owned() } else { underscored };
+            names.insert(name, key);
+        }
+        names
+    }
+
     /// Resolves a parsed tool id to the route that serves it.
     pub fn lookup(&self, tool: &ToolRef<'_>) -> Result<&Arc<Route>, LookupError> {
         let versions = self.tools.get(tool.key).ok_or_else(|| LookupError::UnknownTool(tool.key.to_owned()))?;

@@ -131,7 +131,7 @@ const pages = {
       el("label", {}, "User id ", el("input", { type: "text", name: "user_id", value: params.get("user_id") || "" })),
       el("label", {}, "Claims (JSON) ", el("input", { type: "text", name: "claims", value: params.get("claims") || "" })),
       el("label", {}, "or a JWT (decoded here, not verified; never put in the URL) ", el("input", { type: "text", name: "jwt", value: "" })),
-      el("label", {}, "Tool ", el("input", { type: "text", name: "tool", value: params.get("tool") || "", placeholder: "Toolkit.Name or Toolkit.Name@1.0.0" })),
+      el("label", {}, "Tool ", el("input", { type: "text", name: "tool", value: params.get("tool") || "", placeholder: "Toolkit.Name, Toolkit.Name@1.0.0 or its MCP name Toolkit_Name" })),
       el("button", { type: "submit" }, "Explain"));
     if (!params.get("run")) return [el("h1", {}, "Explain"), form];
     const asked = {};
@@ -155,7 +155,7 @@ const pages = {
       e.requirements.length ? [el("h2", {}, "Requirements"), table(["kind", "id", "met", "why"],
         e.requirements.map((q) => [q.kind, q.id, el("span", { class: q.met ? "ok" : "bad" }, q.met ? "met" : "not met"), q.why]))] : null,
       e.rate_limits.length ? [el("h2", {}, "Rate limits"), table(["limit", "calls left", "full again in"],
-        e.rate_limits.map((l) => [l.name, l.remaining === null ? "in Redis" : l.remaining, l.reset_ms === null ? "" : l.reset_ms + " ms"]))] : null,
+        e.rate_limits.map((l) => [l.name, l.remaining === null ? "unknown (Redis did not answer)" : l.remaining, l.reset_ms === null ? "" : l.reset_ms + " ms"]))] : null,
     ];
   },
 
@@ -173,21 +173,35 @@ const pages = {
 
   async grants() {
     const result = el("div", { id: "grant-result" });
-    const form = el("form", { id: "revoke-form", onsubmit: async (e) => {
-      e.preventDefault();
-      const provider = e.target.provider.value, user = e.target.user_id.value;
+    const listing = await getJson("/grants");
+    if (!listing.ok) return [el("h1", {}, "Grants"), el("p", { class: "bad" }, listing.body.message)];
+    const revoke = (provider, user) => async () => {
       if (!confirm(`Revoke ${user}'s grant at ${provider}?`)) return;
       const answer = await getJson(`/grants/${encodeURIComponent(provider)}/${encodeURIComponent(user)}`, { method: "DELETE", headers: adminHeaders() });
       result.replaceChildren(el("p", { class: answer.ok ? "result ok" : "result bad" },
         answer.ok ? (answer.body.revoked ? `Revoked ${user}'s grant at ${provider}.` : `${user} held no grant at ${provider}.`) : `${answer.status}: ${answer.body.message}`));
-    } },
-      el("label", {}, "Provider ", el("input", { type: "text", name: "provider" })),
-      el("label", {}, "User id ", el("input", { type: "text", name: "user_id" })),
-      el("button", { type: "submit", disabled: !tokenInput.value }, "Revoke"));
+      if (answer.ok) document.getElementById("grants-of-" + provider)?.querySelector(`tr[data-user="${CSS.escape(user)}"]`)?.remove();
+    };
+    const providers = listing.body.providers;
     return [el("h1", {}, "Grants"),
-      el("p", {}, "Forget a user's grant at a managed provider and revoke it there. Needs the admin token. ",
-        "Whether a user holds a grant, its scopes and expiry: ask ", el("a", { href: "#explain" }, "Explain"), " with a tool that needs the provider."),
-      form, result];
+      el("p", {}, "Who holds a grant at each managed provider: scopes and times, never a token. ",
+        tokenInput.value ? "Revoke forgets a grant here and revokes it at the provider; it asks first." : "Read-only: type the admin token above to revoke."),
+      result,
+      providers.length ? null : el("p", {}, "No managed provider is configured ([authorization.<provider>] with an issuer)."),
+      providers.map((p) => [
+        el("h2", {}, p.provider),
+        p.error ? el("p", { class: "bad" }, "The grant store could not be listed: " + p.error) : null,
+        p.grants.length ? el("table", { id: "grants-of-" + p.provider },
+          el("tr", {}, ["user", "scopes", "connected at", "token expires", "last refreshed", ""].map((h) => el("th", {}, h))),
+          p.grants.map((g) => el("tr", { "data-user": g.user_id },
+            el("td", {}, g.user_id), el("td", {}, g.scopes.join(" ")),
+            el("td", {}, g.connected_at ? when(g.connected_at * 1000) : "not recorded"),
+            el("td", {}, g.expires_at ? when(g.expires_at * 1000) : "not said"),
+            el("td", {}, g.refreshed_at ? when(g.refreshed_at * 1000) : (g.refreshable ? "never" : "never (no refresh token)")),
+            el("td", {}, el("button", { class: "revoke", disabled: !tokenInput.value, onclick: revoke(p.provider, g.user_id) }, "Revoke")))))
+          : (p.error ? null : el("p", {}, "Nobody holds a grant here.")),
+      ]),
+    ];
   },
 
   async actions() {
@@ -204,16 +218,23 @@ const pages = {
   },
 };
 
+// Renders race (a hash change while a page's data loads): only the latest
+// one writes the page.
+let rendering = 0;
+
 async function show() {
+  const mine = ++rendering;
   const [name, query] = (location.hash.slice(1) || "overview").split("?");
   const page = pages[name] ? name : "overview";
   for (const a of document.querySelectorAll("#nav a")) a.classList.toggle("current", a.getAttribute("href") === "#" + page);
   const main = document.getElementById("page");
   try {
-    main.replaceChildren(...[await pages[page](new URLSearchParams(query || ""))].flat(Infinity).filter((n) => n));
+    const nodes = [await pages[page](new URLSearchParams(query || ""))].flat(Infinity).filter((n) => n);
+    if (mine !== rendering) return;
+    main.replaceChildren(...nodes);
     main.setAttribute("data-page", page);
   } catch (error) {
-    main.replaceChildren(el("p", { class: "bad" }, "Could not load this page: " + error));
+    if (mine === rendering) main.replaceChildren(el("p", { class: "bad" }, "Could not load this page: " + error));
   }
 }
 

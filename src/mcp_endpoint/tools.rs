@@ -76,14 +76,9 @@ impl NameCache {
 
 impl ToolNames {
     fn build(catalog: &Catalog) -> ToolNames {
-        let mut keys: Vec<&str> = catalog.keys();
-        keys.sort_unstable();
         let mut by_name: BTreeMap<String, (String, Value)> = BTreeMap::new();
-        for key in keys {
+        for (name, key) in catalog.mcp_names() {
             let Ok(route) = catalog.lookup(&ToolRef { key, version: VersionRequest::Latest }) else { continue };
-            let underscored = key.replace('.', "_");
-            // The dotted key cannot collide: keys are unique.
-            let name = if by_name.contains_key(&underscored) { key.to_owned() } else { underscored };
             let tool = mcp_tool(&name, &route.tool);
             by_name.insert(name, (key.to_owned(), tool));
         }

@@ -191,7 +191,12 @@ impl OAuth {
             .exchange(&self.secrets, &flow.redirect_uri, code, flow.verifier.clone(), &flow.scopes)
             .await;
         let outcome = match exchanged {
-            Ok(grant) => managed.store.put(provider, &flow.user, &grant, None).await.map(drop).map_err(FlowError::from),
+            Ok(mut grant) => {
+                // Asking again for more scopes keeps when the user first connected.
+                let earlier = managed.store.get_versioned(provider, &flow.user).await.ok().flatten();
+                grant.connected_at = earlier.and_then(|v| v.grant.connected_at).or(Some(super::store::now()));
+                managed.store.put(provider, &flow.user, &grant, None).await.map(drop).map_err(FlowError::from)
+            }
             Err(e) => Err(e.into()),
         };
         let (status, label) = match outcome {

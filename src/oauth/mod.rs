@@ -321,9 +321,36 @@ impl OAuth {
             connected: grant.is_some(),
             scopes: grant.as_ref().map(|g| g.scopes.iter().cloned().collect()).unwrap_or_default(),
             expires_at: grant.as_ref().and_then(|g| g.expires_at),
+            connected_at: grant.as_ref().and_then(|g| g.connected_at),
+            refreshed_at: grant.as_ref().and_then(|g| g.refreshed_at),
             met,
             why,
         })
+    }
+
+    /// Every grant held at each managed provider (or only at `provider`),
+    /// without a token: who, which scopes, and when (`GET /grants` on the
+    /// admin listener). A provider whose store fails is reported as such.
+    pub async fn grants(&self, provider: Option<&str>) -> Result<Vec<ProviderGrants>, FlowError> {
+        if let Some(p) = provider {
+            self.provider(p)?;
+        }
+        let mut out = Vec::new();
+        for id in self.managed().into_iter().filter(|id| provider.is_none_or(|p| p == *id)) {
+            let listed = match self.providers.get(id) {
+                Some(managed) => managed.store.list(id).await,
+                None => continue,
+            };
+            let (grants, error) = match listed {
+                Ok(mut grants) => {
+                    grants.sort_by(|a, b| a.0.cmp(&b.0));
+                    (grants.into_iter().map(|(user, g)| GrantSummary::of(user, &g)).collect(), None)
+                }
+                Err(e) => (Vec::new(), Some(e.to_string())),
+            };
+            out.push(ProviderGrants { provider: id.to_owned(), grants, error });
+        }
+        Ok(out)
     }
 
     /// The grant after one refresh, however many calls ask at once: in this
@@ -368,8 +395,10 @@ impl OAuth {
                 version += 1;
             }
             return match p.refresh(&self.secrets, &current.grant).await {
-                Ok(Refreshed::Grant(fresh)) => {
+                Ok(Refreshed::Grant(mut fresh)) => {
                     metrics.record_oauth_refresh(&p.id, "ok");
+                    fresh.connected_at = current.grant.connected_at;
+                    fresh.refreshed_at = Some(now());
                     let cas = store.is_shared().then_some(version);
                     if !store.put(&p.id, user, &fresh, cas).await.map_err(unavailable)? {
                         tracing::warn!(provider = p.id, "a refreshed grant lost a check-and-set race; using it anyway");
@@ -488,10 +517,56 @@ pub struct GrantStanding {
     pub scopes: Vec<String>,
     /// When its access token expires (Unix seconds), when known.
     pub expires_at: Option<u64>,
+    /// When the user first connected (Unix seconds), when recorded.
+    pub connected_at: Option<u64>,
+    /// When the gateway last refreshed it (Unix seconds), if ever.
+    pub refreshed_at: Option<u64>,
     /// Whether a call would get a token from it.
     pub met: bool,
     /// Why, in words.
     pub why: String,
+}
+
+/// One provider's grants, as `GET /grants` lists them.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProviderGrants {
+    /// The provider.
+    pub provider: String,
+    /// Each user's grant, by user id.
+    pub grants: Vec<GrantSummary>,
+    /// Why the store could not be listed, when it could not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One user's grant, without its tokens.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GrantSummary {
+    /// The user.
+    pub user_id: String,
+    /// The scopes it covers.
+    pub scopes: Vec<String>,
+    /// When its access token expires (Unix seconds), when known.
+    pub expires_at: Option<u64>,
+    /// When the user first connected (Unix seconds), when recorded.
+    pub connected_at: Option<u64>,
+    /// When the gateway last refreshed it (Unix seconds), if ever.
+    pub refreshed_at: Option<u64>,
+    /// Whether the provider gave a refresh token (the gateway renews it).
+    pub refreshable: bool,
+}
+
+impl GrantSummary {
+    fn of(user_id: String, grant: &Grant) -> GrantSummary {
+        GrantSummary {
+            user_id,
+            scopes: grant.scopes.iter().cloned().collect(),
+            expires_at: grant.expires_at,
+            connected_at: grant.connected_at,
+            refreshed_at: grant.refreshed_at,
+            refreshable: grant.refresh_token.is_some(),
+        }
+    }
 }
 
 /// `{public_url}/oauth/{provider}/callback`: the redirect URI to register.

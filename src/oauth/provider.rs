@@ -384,6 +384,8 @@ fn grant_from(answer: &TokenAnswer, asked: &BTreeSet<String>, previous_refresh: 
         expires_at: answer.expires_in().map(|d| now().saturating_add(d.as_secs())),
         scopes,
         refreshing_until: None,
+        connected_at: None,
+        refreshed_at: None,
     }
 }
 

@@ -35,6 +35,11 @@ pub(crate) struct Grant {
     pub scopes: BTreeSet<String>,
     /// Vault store only: another replica is refreshing it until then.
     pub refreshing_until: Option<u64>,
+    /// When the user first connected (Unix seconds); `None` for a grant
+    /// stored before this was recorded.
+    pub connected_at: Option<u64>,
+    /// When the gateway last refreshed it (Unix seconds), if ever.
+    pub refreshed_at: Option<u64>,
 }
 
 impl Grant {
@@ -73,6 +78,11 @@ struct Record {
     scope: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     refreshing_until: Option<u64>,
+    // Absent from records written before they were kept: read as unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    connected_at: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    refreshed_at: Option<u64>,
 }
 
 impl Record {
@@ -83,6 +93,8 @@ impl Record {
             expires_at: grant.expires_at,
             scope: grant.scopes.iter().cloned().collect::<Vec<_>>().join(" "),
             refreshing_until: grant.refreshing_until,
+            connected_at: grant.connected_at,
+            refreshed_at: grant.refreshed_at,
         }
     }
 
@@ -93,6 +105,8 @@ impl Record {
             expires_at: self.expires_at,
             scopes: self.scope.split_whitespace().map(str::to_owned).collect(),
             refreshing_until: self.refreshing_until,
+            connected_at: self.connected_at,
+            refreshed_at: self.refreshed_at,
         }
     }
 }
@@ -191,6 +205,46 @@ impl GrantStore {
         }
     }
 
+    /// Every user holding a grant at `provider`, with it (for the admin
+    /// listing: the caller never shows the tokens). Embedded: a range scan;
+    /// Vault: a KV v2 LIST of the directory holding `{user_id}`, then one
+    /// read per user.
+    pub(super) async fn list(&self, provider: &str) -> Result<Vec<(String, Grant)>, OAuthError> {
+        match self {
+            GrantStore::Embedded(db) => {
+                let (db, provider) = (db.clone(), provider.to_owned());
+                tokio::task::spawn_blocking(move || db.list(&provider))
+                    .await
+                    .map_err(|e| OAuthError::Store(e.to_string()))?
+            }
+            GrantStore::Vault { secrets, at } => {
+                let vault =
+                    secrets.vault().ok_or_else(|| OAuthError::Setup(format!("{at} needs a [vault] section")))?;
+                let (dir, before, after) = listable(at)?;
+                let names = vault.list(&at.mount, &dir).await.map_err(|e| OAuthError::Store(e.to_string()))?;
+                let mut grants = Vec::new();
+                for name in names {
+                    // `alice` is a secret, `alice/` a folder: whichever the
+                    // path after `{user_id}` needs.
+                    let entry = if after.contains('/') {
+                        name.strip_suffix('/')
+                    } else {
+                        Some(name.as_str()).filter(|n| !n.ends_with('/'))
+                    };
+                    let user = entry.and_then(|e| e.strip_prefix(before.as_str())).and_then(|e| {
+                        let rest_of_segment = after.split('/').next().unwrap_or_default();
+                        e.strip_suffix(rest_of_segment)
+                    });
+                    let Some(user) = user.filter(|u| !u.is_empty()) else { continue };
+                    if let Some(grant) = self.get_versioned(provider, user).await?.map(|v| v.grant) {
+                        grants.push((user.to_owned(), grant));
+                    }
+                }
+                Ok(grants)
+            }
+        }
+    }
+
     /// Whether replicas share it (and so must coordinate refreshes).
     pub(super) fn is_shared(&self) -> bool {
         matches!(self, GrantStore::Vault { .. })
@@ -219,6 +273,23 @@ fn vault_key<'s>(
     }
 }
 
+/// Where a Vault grant store's users can be listed: the folder holding the
+/// `{user_id}` segment, and what precedes and follows `{user_id}` (the
+/// latter to the end of the path). `{user_id}` must appear once, in the path.
+fn listable(at: &GrantStoreRef) -> Result<(String, String, String), OAuthError> {
+    let template = crate::config::USER_ID_TEMPLATE;
+    let cannot = || OAuthError::Setup(format!("{at}: grants can be listed only with one {template} in the path"));
+    if at.mount.contains(template) || at.path.matches(template).count() != 1 {
+        return Err(cannot());
+    }
+    let (head, after) = at.path.split_once(template).ok_or_else(cannot)?;
+    let (dir, before) = match head.rsplit_once('/') {
+        Some((dir, before)) => (dir.to_owned(), before.to_owned()),
+        None => (String::new(), head.to_owned()),
+    };
+    Ok((dir, before, after.to_owned()))
+}
+
 /// A grant from a Vault secret's fields; `None` when it has no access token.
 fn from_fields(data: &SecretData) -> Option<Grant> {
     let text = |k: &str| data.get(k).and_then(Option::as_ref).map(|v| v.expose().to_owned());
@@ -229,6 +300,8 @@ fn from_fields(data: &SecretData) -> Option<Grant> {
         expires_at: number("expires_at"),
         scope: text("scope").unwrap_or_default(),
         refreshing_until: number("refreshing_until"),
+        connected_at: number("connected_at"),
+        refreshed_at: number("refreshed_at"),
     };
     Some(record.into_grant())
 }
@@ -291,6 +364,29 @@ impl EmbeddedStore {
         write.commit().map_err(|e| store(&e))
     }
 
+    /// Every grant at `provider`: the keys `provider\0user`, in order.
+    fn list(&self, provider: &str) -> Result<Vec<(String, Grant)>, OAuthError> {
+        let store = |e: &dyn std::fmt::Display| OAuthError::Store(e.to_string());
+        let read = self.db.begin_read().map_err(|e| store(&e))?;
+        let table = match read.open_table(GRANTS) {
+            Ok(table) => table,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(store(&e)),
+        };
+        // `\0` < `\x01`: the range holds exactly this provider's keys.
+        let (from, to) = (format!("{provider}\0"), format!("{provider}\x01"));
+        let mut grants = Vec::new();
+        for entry in table.range(from.as_str()..to.as_str()).map_err(|e| store(&e))? {
+            let (key, sealed) = entry.map_err(|e| store(&e))?;
+            let Some(user) = key.value().strip_prefix(from.as_str()).map(str::to_owned) else { continue };
+            // One that the current key cannot open is skipped, as `get` does.
+            let Some(plain) = self.sealer.open(key.value().as_bytes(), sealed.value()) else { continue };
+            let record: Record = serde_json::from_slice(&plain).map_err(|e| store(&e))?;
+            grants.push((user, record.into_grant()));
+        }
+        Ok(grants)
+    }
+
     fn delete(&self, provider: &str, user: &str) -> Result<(), OAuthError> {
         let key = Self::key(provider, user);
         let store = |e: &dyn std::fmt::Display| OAuthError::Store(e.to_string());
@@ -300,5 +396,39 @@ impl EmbeddedStore {
             table.remove(key.as_str()).map_err(|e| store(&e))?;
         }
         write.commit().map_err(|e| store(&e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store_at(path: &str) -> GrantStoreRef {
+        GrantStoreRef { mount: "secret".into(), path: path.into() }
+    }
+
+    #[test]
+    fn a_record_written_before_the_times_were_kept_still_reads() {
+        let old = r#"{"access_token":"a","refresh_token":"r","expires_at":5,"scope":"x y"}"#;
+        let grant = serde_json::from_str::<Record>(old).expect("an old record").into_grant();
+        assert_eq!((grant.connected_at, grant.refreshed_at), (None, None));
+        assert_eq!(grant.scopes.len(), 2);
+        let mut newer = grant.clone();
+        newer.connected_at = Some(7);
+        let written = serde_json::to_value(Record::of(&newer)).expect("a record");
+        assert_eq!(written["connected_at"], 7);
+        assert!(written.get("refreshed_at").is_none(), "absent, not null: {written}");
+    }
+
+    #[test]
+    fn where_a_vault_store_lists_its_users() {
+        let in_mount = GrantStoreRef { mount: "m-{user_id}".into(), path: "x/{user_id}".into() };
+        assert!(listable(&in_mount).is_err());
+        let listable = |path: &str| listable(&store_at(path)).map_err(|e| e.to_string());
+        assert_eq!(listable("oauth/google/{user_id}"), Ok(("oauth/google".into(), String::new(), String::new())));
+        assert_eq!(listable("{user_id}"), Ok((String::new(), String::new(), String::new())));
+        assert_eq!(listable("grants/{user_id}/google"), Ok(("grants".into(), String::new(), "/google".into())));
+        assert_eq!(listable("g/u-{user_id}.json"), Ok(("g".into(), "u-".into(), ".json".into())));
+        assert!(listable("a/{user_id}/{user_id}").is_err());
     }
 }

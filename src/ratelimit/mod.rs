@@ -33,9 +33,11 @@ pub struct RateLimits {
 pub struct LimitState {
     /// The `[[rate_limit]]`'s name.
     pub name: String,
-    /// Calls the caller may make at once; `None` when the bucket is in Redis.
+    /// Calls the caller may make at once; `None` when the bucket is in a
+    /// Redis that did not answer.
     pub remaining: Option<u64>,
-    /// Milliseconds until the bucket is full again (0: it is).
+    /// Milliseconds until the bucket is full again (0: it is); `None` as
+    /// for `remaining`.
     pub reset_ms: Option<u64>,
 }
 
@@ -241,24 +243,38 @@ impl RateLimits {
     }
 
     /// The limits a call by `caller` to `key` would count against, and
-    /// their buckets now, counting nothing. Shared buckets (in Redis) are
-    /// not read: their state is `None`.
-    pub fn state(&self, caller: &Caller, key: &str) -> Vec<LimitState> {
-        let now = self.now();
-        self.applying(key)
-            .map(|limit| {
-                let local = self.shared.is_none().then(|| {
-                    let tat = limit.lock().get(limit.bucket(caller)).copied().unwrap_or(now).max(now);
-                    // GCRA: room for what the tolerance still holds ahead of
-                    // the bucket's theoretical arrival time.
-                    let room = limit.tolerance.saturating_sub(tat - now) / limit.interval;
-                    (room, (tat - now).div_ceil(1_000_000))
-                });
-                LimitState {
-                    name: limit.config.name.clone(),
-                    remaining: local.map(|(room, _)| room),
-                    reset_ms: local.map(|(_, reset)| reset),
+    /// their buckets now, counting nothing. Shared buckets are read from
+    /// Redis (one read-only script, no call counted); when Redis does not
+    /// answer, their state is `None`.
+    pub async fn state(&self, caller: &Caller, key: &str) -> Vec<LimitState> {
+        let matching: Vec<&Arc<Limit>> = self.applying(key).collect();
+        // Each bucket's theoretical arrival time ahead of now, nanoseconds.
+        let ahead: Vec<Option<u64>> = match &self.shared {
+            None => {
+                let now = self.now();
+                matching
+                    .iter()
+                    .map(|l| Some(l.lock().get(l.bucket(caller)).copied().unwrap_or(now).max(now) - now))
+                    .collect()
+            }
+            Some(shared) if !matching.is_empty() => {
+                let buckets: Vec<_> = matching.iter().map(|l| (&l.config, l.bucket(caller))).collect();
+                match shared.peek(&buckets).await {
+                    Ok(ahead) => ahead.into_iter().map(Some).collect(),
+                    Err(_) => vec![None; matching.len()],
                 }
+            }
+            Some(_) => Vec::new(),
+        };
+        matching
+            .iter()
+            .zip(ahead)
+            .map(|(limit, ahead)| LimitState {
+                name: limit.config.name.clone(),
+                // GCRA: room for what the tolerance still holds ahead of the
+                // bucket's theoretical arrival time.
+                remaining: ahead.map(|a| limit.tolerance.saturating_sub(a) / limit.interval),
+                reset_ms: ahead.map(|a| a.div_ceil(1_000_000)),
             })
             .collect()
     }
@@ -356,25 +372,32 @@ mod tests {
         assert!(wait > Duration::from_secs(29 * 60) && wait <= Duration::from_secs(30 * 60), "{wait:?}");
     }
 
-    #[test]
-    fn state_counts_down_with_calls_and_touches_nothing() {
+    #[tokio::test]
+    async fn state_counts_down_with_calls_and_touches_nothing() {
         let limits = limits(
             "[[rate_limit]]\nname = \"calc\"\ntools = [\"Calc.*\"]\nper = \"user\"\nrate = \"2/h\"\nburst = 3\n",
         );
         let ann = user("ann");
-        let remaining = |caller: &Caller| limits.state(caller, "Calc.Add")[0].remaining;
-        assert_eq!(remaining(&ann), Some(3));
-        assert_eq!(limits.state(&ann, "Calc.Add")[0].reset_ms, Some(0));
+        let state = |caller: Caller, key: &'static str| {
+            let limits = &limits;
+            async move { limits.state(&caller, key).await }
+        };
+        let remaining = |caller: &Caller| {
+            let caller = caller.clone();
+            async move { state(caller, "Calc.Add").await[0].remaining }
+        };
+        assert_eq!(remaining(&ann).await, Some(3));
+        assert_eq!(state(ann.clone(), "Calc.Add").await[0].reset_ms, Some(0));
         for _ in 0..5 {
-            assert_eq!(remaining(&ann), Some(3), "asking counts nothing");
+            assert_eq!(remaining(&ann).await, Some(3), "asking counts nothing");
         }
         assert!(limits.check_local(&ann, "Calc.Add").is_ok());
-        assert_eq!(remaining(&ann), Some(2));
-        assert!(limits.state(&ann, "Calc.Add")[0].reset_ms > Some(29 * 60 * 1000));
-        assert_eq!(remaining(&user("bob")), Some(3), "another caller's bucket is its own");
-        assert!(limits.state(&ann, "Mail.Send").is_empty(), "no limit applies");
+        assert_eq!(remaining(&ann).await, Some(2));
+        assert!(state(ann.clone(), "Calc.Add").await[0].reset_ms > Some(29 * 60 * 1000));
+        assert_eq!(remaining(&user("bob")).await, Some(3), "another caller's bucket is its own");
+        assert!(state(ann.clone(), "Mail.Send").await.is_empty(), "no limit applies");
         assert!(limits.check_local(&ann, "Calc.Add").is_ok() && limits.check_local(&ann, "Calc.Add").is_ok());
-        assert_eq!(remaining(&ann), Some(0));
+        assert_eq!(remaining(&ann).await, Some(0));
         assert!(limits.check_local(&ann, "Calc.Add").is_err(), "0 left means refused");
     }
 

@@ -55,6 +55,20 @@ end
 return {0, 0}
 ";
 
+/// How far each bucket of `KEYS` runs ahead of Redis's clock, in
+/// microseconds (0: full); reads only, so explaining a caller counts nothing.
+const PEEK: &str = r"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local ahead = {}
+for i, key in ipairs(KEYS) do
+  local tat = tonumber(redis.call('GET', key)) or now
+  if tat < now then tat = now end
+  ahead[i] = string.format('%.0f', tat - now)
+end
+return ahead
+";
+
 /// Why the shared buckets could not answer.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SharedError {
@@ -139,6 +153,22 @@ impl SharedBuckets {
         };
         *self.down_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + DOWN_PAUSE);
         Err(SharedError::Unavailable(failure))
+    }
+
+    /// How far each bucket of `buckets` runs ahead of now, in nanoseconds
+    /// (`GET /explain`; nothing is counted). Unlike a check it is not
+    /// skipped after a failure: it is no call's business.
+    pub(crate) async fn peek(&self, buckets: &[(&RateLimitConfig, Bucket<'_>)]) -> Result<Vec<u64>, SharedError> {
+        let script = redis::Script::new(PEEK);
+        let mut invocation = script.prepare_invoke();
+        for (limit, bucket) in buckets {
+            invocation.key(key(limit, *bucket));
+        }
+        let mut connection = self.redis.connection();
+        let ahead = redis_client::bounded(CHECK_TIMEOUT, invocation.invoke_async::<Vec<String>>(&mut connection))
+            .await
+            .map_err(SharedError::Unavailable)?;
+        Ok(ahead.iter().map(|micros| micros.parse::<u64>().unwrap_or(0).saturating_mul(1000)).collect())
     }
 
     /// Logs the store's unavailability, at most once per [`LOG_EVERY`].

@@ -322,6 +322,39 @@ impl Kv2Source {
         }
     }
 
+    /// The names under folder `dir` of `mount` (`GET
+    /// /v1/{mount}/metadata/{dir}?list=true`, KV v2's LIST): a folder's name
+    /// ends with `/`. A folder with nothing in it is empty, not an error.
+    pub(crate) async fn list(&self, mount: &str, dir: &str) -> Result<Vec<String>, VaultError> {
+        let key = Kv2Key { mount: mount.to_owned(), path: dir.to_owned(), field: String::new() };
+        let uri = metadata_url(&self.base, mount, dir)
+            .and_then(|u| format!("{u}?list=true").parse())
+            .map_err(|e| VaultError::Config(format!("cannot build the URL for {key}: {e}")))?;
+        let headers = self.headers().await.map_err(|e| e.into_error(&key))?;
+        let (status, body) = http_client::get(&self.client, uri, headers, self.timeout).await.map_err(|reason| {
+            self.requests_error.fetch_add(1, Ordering::Relaxed);
+            VaultError::Unavailable { reference: key.to_string(), reason }
+        })?;
+        let counter = if status.is_success() || status == StatusCode::NOT_FOUND {
+            &self.requests_ok
+        } else {
+            &self.requests_error
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        match status.as_u16() {
+            200 => {
+                let doc: serde_json::Value = serde_json::from_slice(&body).map_err(|_| VaultError::Unavailable {
+                    reference: key.to_string(),
+                    reason: "the list is not JSON".into(),
+                })?;
+                let keys = doc.pointer("/data/keys").and_then(serde_json::Value::as_array);
+                Ok(keys.into_iter().flatten().filter_map(|k| k.as_str().map(str::to_owned)).collect())
+            }
+            404 => Ok(Vec::new()),
+            _ => Err(ReadError::classify_status(status).into_error(&key)),
+        }
+    }
+
     /// One request other than a read, counted like reads.
     async fn send(
         &self,

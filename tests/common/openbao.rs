@@ -32,10 +32,10 @@ use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 /// The policy a gateway's token gets from [`OpenBao::gateway_token`]: what a
 /// deployment grants it. Read any secret under `secret/`, write the grants
 /// it keeps there (check-and-set needs nothing more than create and update),
-/// destroy a grant on disconnect.
+/// destroy a grant on disconnect, list them for `GET /grants`.
 pub const GATEWAY_POLICY: &str = r#"
 path "secret/data/*" { capabilities = ["read", "create", "update"] }
-path "secret/metadata/*" { capabilities = ["delete"] }
+path "secret/metadata/*" { capabilities = ["delete", "list"] }
 "#;
 
 /// The name of the audit device every server is started with.

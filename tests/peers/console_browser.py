@@ -1,0 +1,282 @@
+"""Drives the operator console and the user's page in Debian's headless
+Chromium through Selenium (chromium-driver), as a person would: typing into
+forms, clicking buttons, answering confirmation dialogs. tests/console.rs
+starts a real gateway, a real tool server and a real OpenID provider, then
+runs this script with the URLs; it prints one JSON object of what it saw
+and exits non-zero on the first thing that is wrong.
+
+People: alice and bob connect the provider through their own challenge
+links, each in a browser of their own (separate profiles); an operator
+uses the console in a third.
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from urllib.parse import urlsplit
+
+from selenium import webdriver
+from selenium.common.exceptions import TimeoutException, WebDriverException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support import expected_conditions as ec
+from selenium.webdriver.support.ui import WebDriverWait
+
+WAIT = 20
+
+
+class Failed(Exception):
+    pass
+
+
+def check(condition, message):
+    if not condition:
+        raise Failed(message)
+
+
+def browser(args):
+    options = webdriver.ChromeOptions()
+    options.binary_location = args.chromium
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--no-first-run",
+                 "--disable-extensions", "--window-size=1280,800", "--hide-scrollbars",
+                 f"--user-data-dir={tempfile.mkdtemp(prefix='otc-console-profile-')}"):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    return webdriver.Chrome(service=Service(executable_path=args.chromedriver), options=options)
+
+
+def wait_for(driver, condition, what):
+    try:
+        return WebDriverWait(driver, WAIT).until(condition)
+    except TimeoutException:
+        raise Failed(f"timed out waiting for {what} at {driver.current_url}:\n{driver.page_source[:3000]}")
+
+
+def text_present(driver, css, text, what):
+    wait_for(driver, ec.text_to_be_present_in_element((By.CSS_SELECTOR, css), text), what)
+
+
+def screenshot(driver, args, name):
+    if args.screenshots:
+        driver.save_screenshot(os.path.join(args.screenshots, f"{name}.png"))
+
+
+def connect(driver, link, user, gateway):
+    """Opens a challenge link, signs in to the gateway and consents at the
+    provider as `user` (its login and consent forms), until the gateway's
+    "Connected" page."""
+    driver.get(link)
+    for _ in range(12):
+        wait_for(driver, lambda d: d.execute_script("return document.readyState") == "complete", "a page")
+        if driver.current_url.startswith(gateway) and "Connected" in driver.page_source:
+            return
+        prompts = driver.find_elements(By.CSS_SELECTOR, "input[name=prompt]")
+        check(prompts, f"{user}: neither a provider form nor the Connected page at {driver.current_url}:\n"
+              f"{driver.page_source[:2000]}")
+        form = prompts[0].find_element(By.XPATH, "./ancestor::form")
+        if prompts[0].get_attribute("value") == "login":
+            form.find_element(By.NAME, "login").send_keys(user)
+            form.find_element(By.NAME, "password").send_keys("any")
+        form.find_element(By.CSS_SELECTOR, "button[type=submit], button:not([type])").click()
+        # Login and consent can share a URL: wait for the form itself to go.
+        wait_for(driver, lambda d: gone(form), "the form to be sent")
+    raise Failed(f"{user}: never reached the Connected page; at {driver.current_url}")
+
+
+def gone(element):
+    """Whether the page holding `element` was replaced (Chromium answers
+    either "stale" or "not in the document" then)."""
+    try:
+        element.is_enabled()
+        return False
+    except WebDriverException:
+        return True
+
+
+def console_errors(driver):
+    """What the page logged, but the report of the console's own blocked
+    inline self-test script (proof the Content-Security-Policy holds)."""
+    entries = driver.get_log("browser")
+    blocked = [e for e in entries if "inline script" in e["message"] and "violates" in e["message"]]
+    return blocked, [e["message"] for e in entries if e not in blocked]
+
+
+def same_origin_only(driver, origin):
+    urls = driver.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)"
+        ".concat(performance.getEntriesByType('navigation').map(e => e.name))")
+    foreign = [u for u in urls if not u.startswith(origin + "/")]
+    check(not foreign, f"loaded from another origin: {foreign}")
+    return len(urls)
+
+
+def accept(driver):
+    wait_for(driver, ec.alert_is_present(), "the confirmation dialog")
+    alert = driver.switch_to.alert
+    message = alert.text
+    alert.accept()
+    return message
+
+
+def type_token(driver, token):
+    """Types over the admin token box and presses Enter (one change event:
+    the page renders again with actions enabled)."""
+    box = driver.find_element(By.ID, "admin-token")
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(token + Keys.ENTER)
+    wait_for(driver, lambda d: d.execute_script("return sessionStorage.getItem('otc-admin-token')") == token,
+             "the token to be taken")
+
+
+def console_page(driver, admin, hash_, marker_css, marker, args, shot):
+    driver.get(f"{admin}/{hash_}")
+    text_present(driver, marker_css, marker, f"{hash_}: {marker!r}")
+    page = hash_.split("?")[0].lstrip("#")
+    wait_for(driver, lambda d: d.find_element(By.ID, "page").get_attribute("data-page") == page, f"{hash_} rendered")
+    if shot:
+        screenshot(driver, args, page)
+
+
+def operator(args, seen):
+    admin = args.admin.rstrip("/")
+    origin = "{0.scheme}://{0.netloc}".format(urlsplit(admin))
+    driver = browser(args)
+    try:
+        pages = [
+            ("#overview", "#page", "config generation"),
+            ("#upstreams", "#page", "org"),
+            ("#catalog", "#page", "Mail.Read@1.0.0"),
+            ("#calls", "#page", "Calc.Add@1.0.0"),
+            ("#actions", "#page", "Read-only"),
+        ]
+        loaded = 0
+        reported = False
+        for hash_, css, marker in pages:
+            console_page(driver, admin, hash_, css, marker, args, True)
+            blocked, errors = console_errors(driver)
+            # (Reported once per page load; a hash change loads nothing.)
+            reported = reported or bool(blocked)
+            check(not errors, f"{hash_}: the page logged {errors}")
+            check(driver.find_element(By.ID, "csp-warning").get_attribute("hidden") is not None,
+                  f"{hash_}: an inline script ran")
+            loaded += same_origin_only(driver, origin)
+        check(reported, "no report of the blocked inline script: the CSP is not enforced")
+        seen["resources_checked"] = loaded
+        check(driver.find_element(By.ID, "reload").get_attribute("disabled") is not None, "reload enabled without a token")
+
+        # Explain: the form, typed into and sent; the answer names the rule
+        # that hid the tool.
+        driver.get(f"{admin}/#explain")
+        form = wait_for(driver, ec.presence_of_element_located((By.ID, "explain-form")), "the explain form")
+        form.find_element(By.NAME, "user_id").send_keys("alice")
+        form.find_element(By.NAME, "tool").send_keys("Mail_Send")
+        form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        text_present(driver, "#page", 'denied by policy "mail-team" (pattern "Mail.Send")', "the hiding rule")
+        text_present(driver, "#resolution", "hidden from this caller by policy", "the resolution")
+        seen["explain"] = driver.find_element(By.ID, "page").text
+        screenshot(driver, args, "explain")
+        _, errors = console_errors(driver)
+        check(not errors, f"explain logged {errors}")
+
+        # Grants: both users listed, scopes and when, no token.
+        console_page(driver, admin, "#grants", "#grants-of-idp", "bob", args, False)
+        rows = driver.find_elements(By.CSS_SELECTOR, "#grants-of-idp tr[data-user]")
+        seen["grants"] = [r.text for r in rows]
+        check([r.get_attribute("data-user") for r in rows] == ["alice", "bob"], f"grants listed: {seen['grants']}")
+        check(all("mail.read" in r.text for r in rows), f"scopes: {seen['grants']}")
+        check(all(b.get_attribute("disabled") is not None for b in driver.find_elements(By.CSS_SELECTOR, "button.revoke")),
+              "revoke enabled without a token")
+        screenshot(driver, args, "grants")
+
+        # An action with a wrong admin token: confirmed, sent, refused.
+        type_token(driver, "not-the-admin-token")
+        bob_revoke = wait_for(driver, ec.element_to_be_clickable(
+            (By.CSS_SELECTOR, "#grants-of-idp tr[data-user=bob] button.revoke")), "an enabled revoke button")
+        bob_revoke.click()
+        seen["confirm"] = accept(driver)
+        text_present(driver, "#grant-result", "401", "the refusal")
+        seen["refused"] = driver.find_element(By.ID, "grant-result").text
+        # The browser reports the refused request itself; nothing else.
+        _, errors = console_errors(driver)
+        check(all("/grants/idp/bob" in e and "401" in e for e in errors), f"the refused revoke logged {errors}")
+        driver.refresh()
+        text_present(driver, "#grants-of-idp", "bob", "bob still listed after the refused revoke")
+
+        # The same action with the admin token: done.
+        wait_for(driver, ec.presence_of_element_located((By.CSS_SELECTOR, "#grants-of-idp")), "the grants")
+        type_token(driver, args.admin_token)
+        bob_revoke = wait_for(driver, ec.element_to_be_clickable(
+            (By.CSS_SELECTOR, "#grants-of-idp tr[data-user=bob] button.revoke")), "an enabled revoke button")
+        bob_revoke.click()
+        accept(driver)
+        text_present(driver, "#grant-result", "Revoked bob's grant at idp.", "the revocation")
+        seen["revoked"] = driver.find_element(By.ID, "grant-result").text
+
+        # Reload, confirmed, with the token.
+        driver.get(f"{admin}/#actions")
+        reload = wait_for(driver, ec.element_to_be_clickable((By.ID, "reload")), "the reload button")
+        reload.click()
+        accept(driver)
+        text_present(driver, "#action-result", "Reloaded: generation 2", "the reload")
+        screenshot(driver, args, "actions")
+        _, errors = console_errors(driver)
+        check(not errors, f"actions logged {errors}")
+    finally:
+        driver.quit()
+
+
+def user_page(driver, gateway, user, args, shot):
+    driver.get(f"{gateway}/oauth/")
+    text_present(driver, "#user", user, f"{user}'s connections page")
+    return driver.find_element(By.TAG_NAME, "body").text
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    for name in ("admin", "gateway", "alice_link", "bob_link", "admin_token", "chromium", "chromedriver"):
+        parser.add_argument("--" + name.replace("_", "-"), required=True)
+    parser.add_argument("--screenshots", default=os.environ.get("OTC_CONSOLE_SCREENSHOTS"))
+    args = parser.parse_args()
+    gateway = args.gateway.rstrip("/")
+    seen = {}
+    alice = browser(args)
+    bob = browser(args)
+    try:
+        connect(alice, args.alice_link, "alice", gateway)
+        connect(bob, args.bob_link, "bob", gateway)
+        page = user_page(alice, gateway, "alice", args, True)
+        check("connected" in page and "mail.read" in page and "UTC" in page, f"alice's page:\n{page}")
+        check("bob" not in page, f"alice sees bob:\n{page}")
+        seen["alice_page"] = page
+        screenshot(alice, args, "connections")
+
+        operator(args, seen)
+
+        # Alice disconnects through her page's button (a POST with its CSRF
+        # token), and lands back on her page, not connected.
+        alice.find_element(By.CSS_SELECTOR, "tr[data-provider=idp] button[type=submit]").click()
+        wait_for(alice, lambda d: "not connected" in d.find_element(By.TAG_NAME, "body").text, "alice disconnected")
+        seen["alice_after"] = alice.find_element(By.TAG_NAME, "body").text
+        check(not alice.find_elements(By.CSS_SELECTOR, "tr[data-provider=idp] button"), "a disconnect button remains")
+        # Bob's grant was revoked by the operator: his page says so too.
+        seen["bob_after"] = user_page(bob, gateway, "bob", args, False)
+        check("not connected" in seen["bob_after"], f"bob's page:\n{seen['bob_after']}")
+        for who, driver in (("alice", alice), ("bob", bob)):
+            _, errors = console_errors(driver)
+            gateway_errors = [e for e in errors if gateway in e]
+            check(not gateway_errors, f"{who}'s gateway pages logged {gateway_errors}")
+    except Failed as failure:
+        print(json.dumps(seen, indent=1))
+        print(f"FAILED: {failure}", file=sys.stderr)
+        sys.exit(1)
+    finally:
+        alice.quit()
+        bob.quit()
+    print(json.dumps(seen, indent=1))
+
+
+if __name__ == "__main__":
+    main()
