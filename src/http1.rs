@@ -1,6 +1,7 @@
 //! HTTP/1.1 reading helpers that both of the gateway's readers share: the
-//! data plane's lean request reader (`proxy/lean.rs`) and the upstream call
-//! client (`upstream/call_client.rs`).
+//! data plane's lean request reader (`proxy/lean.rs`, `proxy/lean_head.rs`)
+//! and the upstream call client (`upstream/call_client.rs`,
+//! `upstream/response_head.rs`).
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -19,7 +20,7 @@ pub(crate) fn decimal(digits: &[u8]) -> Option<usize> {
 
 /// The bytes one header line takes, as `max_header_bytes` counts them (name,
 /// `": "`, value, CRLF).
-pub(crate) fn header_line_size(name: &str, value: &[u8]) -> usize {
+pub(crate) fn header_line_size(name: &[u8], value: &[u8]) -> usize {
     name.len() + value.len() + 4
 }
 
@@ -34,4 +35,96 @@ pub(crate) async fn read_more<S: AsyncRead + Unpin>(
         buf.reserve(grow);
     }
     stream.read_buf(buf).await
+}
+
+/// A head's header lines of the common shape, read in one pass: each a
+/// token, `:`, optional blanks, then visible ASCII, blanks or tabs, ended by
+/// CRLF, until a blank line. Yields each line's name and value (its leading
+/// and trailing blanks left out, as httparse has them), at most `max_lines`.
+///
+/// Both readers' heads are nearly always of this shape, and httparse spends
+/// several times as many instructions on them (benches/README.md, "Per-call
+/// work after the front door"). Anything else (another byte, a bare LF, a
+/// folded line, more lines, the end of the buffer first) ends the lines
+/// with no [`HeaderLines::head_len`]: the caller then parses the head with
+/// httparse, which reads or refuses it. So this reads a subset of what
+/// httparse reads, and the callers' property tests check that they agree.
+pub(crate) struct HeaderLines<'b> {
+    buf: &'b [u8],
+    at: usize,
+    lines_left: usize,
+    /// Past the blank line, once it was read.
+    end: Option<usize>,
+}
+
+impl<'b> HeaderLines<'b> {
+    /// The lines from `buf[start..]` (just past the start line's CRLF).
+    pub(crate) fn new(buf: &'b [u8], start: usize, max_lines: usize) -> HeaderLines<'b> {
+        HeaderLines { buf, at: start, lines_left: max_lines, end: None }
+    }
+
+    /// The head's length, blank line included, once every line was read;
+    /// `None` when the head is not of the common shape (or not whole).
+    pub(crate) fn head_len(&self) -> Option<usize> {
+        self.end
+    }
+
+    fn line(&mut self) -> Option<(&'b [u8], &'b [u8])> {
+        let buf = self.buf;
+        let mut i = self.at;
+        if buf.get(i..i + 2)? == b"\r\n" {
+            self.end = Some(i + 2);
+            return None;
+        }
+        self.lines_left = self.lines_left.checked_sub(1)?;
+        let name_start = i;
+        while is_token(*buf.get(i)?) {
+            i += 1;
+        }
+        if i == name_start || buf[i] != b':' {
+            return None;
+        }
+        let name = &buf[name_start..i];
+        i += 1;
+        while matches!(*buf.get(i)?, b' ' | b'\t') {
+            i += 1;
+        }
+        let value_start = i;
+        while is_text(*buf.get(i)?) {
+            i += 1;
+        }
+        if buf.get(i..i + 2)? != b"\r\n" {
+            return None;
+        }
+        self.at = i + 2;
+        Some((name, buf[value_start..i].trim_ascii_end()))
+    }
+}
+
+impl<'b> Iterator for HeaderLines<'b> {
+    type Item = (&'b [u8], &'b [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.end.is_some() {
+            return None;
+        }
+        let line = self.line();
+        if line.is_none() {
+            // Whatever ended the lines, nothing more is read.
+            self.lines_left = 0;
+            self.at = self.buf.len();
+        }
+        line
+    }
+}
+
+/// A byte of a header value (or a reason phrase) in the common shape:
+/// visible ASCII, a space or a tab (httparse also takes bytes above 0x7f).
+pub(crate) fn is_text(b: u8) -> bool {
+    b == b'\t' || (b' '..=b'~').contains(&b)
+}
+
+/// A header name's byte (RFC 9110 `tchar`).
+fn is_token(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }

@@ -6,8 +6,10 @@
 //! pingora's session spends a large share of a call's instructions reading
 //! a request head (a `RequestHeader` with a case-preserving copy of every
 //! header name) (benches/HISTORY.md, "Figures behind the code"). Such a
-//! head is parsed here with httparse into only what the call needs; any
-//! other head is left to pingora's path, byte for byte.
+//! head is read here into only what the call needs: in one pass when it
+//! has the common shape (`http1::HeaderLines`), else with httparse (a
+//! property test checks that both read every head alike); any other head is
+//! left to pingora's path, byte for byte.
 
 use std::ops::Range;
 
@@ -15,7 +17,7 @@ use http::Method;
 
 use super::front_door::{Head, Route};
 use crate::auth::{Credentials, API_KEY_HEADER};
-use crate::http1::{decimal, header_line_size};
+use crate::http1::{decimal, header_line_size, HeaderLines};
 use crate::mcp::v2026_07_28::{METHOD_HEADER, NAME_HEADER};
 use crate::mcp::{PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 use crate::mcp_endpoint::McpHead;
@@ -25,6 +27,7 @@ const MAX_HEADERS: usize = 32;
 
 /// Where the headers `/mcp` reads are in a head (the first of each).
 #[derive(Debug, Default)]
+#[cfg_attr(test, derive(PartialEq))]
 pub(super) struct McpPositions {
     /// `MCP-Protocol-Version`.
     protocol_version: Option<Range<usize>>,
@@ -40,6 +43,7 @@ pub(super) struct McpPositions {
 
 /// A plain call's head, parsed: what serving it needs, as positions in the
 /// connection's buffer.
+#[cfg_attr(test, derive(Debug, PartialEq))]
 pub(super) struct CallHead {
     /// Which route it is for: [`Route::Call`] or [`Route::Mcp`].
     pub route: Route,
@@ -98,6 +102,7 @@ impl CallHead {
 // (Returned and matched at once: boxing the head would be an allocation
 // per request.)
 #[allow(clippy::large_enum_variant)]
+#[cfg_attr(test, derive(Debug, PartialEq))]
 pub(super) enum Parsed {
     /// A complete head of a plain call.
     Call(CallHead),
@@ -117,6 +122,34 @@ pub(super) fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usi
     if buf.is_empty() {
         return Parsed::Partial;
     }
+    // The common shape in one pass (`http1::HeaderLines`); any other head,
+    // a partial one included, is httparse's.
+    if let Some((route, path, start)) = plain_request_line(buf) {
+        let mut lines = HeaderLines::new(buf, start, MAX_HEADERS);
+        let parsed = read_lines(buf, route, path, &mut lines, max_header_bytes, max_body);
+        if let Some(len) = lines.head_len() {
+            return match parsed {
+                Parsed::Call(head) => Parsed::Call(CallHead { len, ..head }),
+                other => other,
+            };
+        }
+    }
+    parse_with_httparse(buf, max_header_bytes, max_body)
+}
+
+/// The request lines of plain calls, as clients send them: the route, the
+/// path and where the header lines start.
+fn plain_request_line(buf: &[u8]) -> Option<(Route, &'static str, usize)> {
+    const LINES: [(&[u8], Route, &str); 3] = [
+        (b"POST /tools/call HTTP/1.1\r\n", Route::Call, "/tools/call"),
+        (b"POST /mcp HTTP/1.1\r\n", Route::Mcp, "/mcp"),
+        (b"POST /call HTTP/1.1\r\n", Route::Call, "/call"),
+    ];
+    LINES.iter().find(|(line, _, _)| buf.starts_with(line)).map(|&(line, route, path)| (route, path, line.len()))
+}
+
+/// Any head, by httparse.
+fn parse_with_httparse(buf: &[u8], max_header_bytes: usize, max_body: usize) -> Parsed {
     let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut request = httparse::Request::new(&mut slots);
     let len = match request.parse(buf) {
@@ -133,10 +166,27 @@ pub(super) fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usi
     if request.method != Some("POST") || request.version != Some(1) {
         return Parsed::Other;
     }
+    // (httparse has refused control bytes in values, as `HeaderValue` does.)
+    let lines = request.headers.iter().map(|header| (header.name.as_bytes(), header.value));
+    match read_lines(buf, route, path, lines, max_header_bytes, max_body) {
+        Parsed::Call(head) => Parsed::Call(CallHead { len, ..head }),
+        other => other,
+    }
+}
+
+/// A plain call's head from its header lines (`len` is set by the caller).
+fn read_lines<'b>(
+    buf: &'b [u8],
+    route: Route,
+    path: &'static str,
+    lines: impl Iterator<Item = (&'b [u8], &'b [u8])>,
+    max_header_bytes: usize,
+    max_body: usize,
+) -> Parsed {
     let mut head = CallHead {
         route,
         path,
-        len,
+        len: 0,
         body_len: 0,
         api_key: None,
         authorization: None,
@@ -152,11 +202,9 @@ pub(super) fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usi
         let start = value.as_ptr() as usize - buf.as_ptr() as usize;
         start..start + value.len()
     };
-    for header in request.headers.iter() {
-        // (httparse has refused control bytes in values, as `HeaderValue` does.)
-        let (name, value) = (header.name, header.value);
+    for (name, value) in lines {
         size += header_line_size(name, value);
-        let slot = if name.eq_ignore_ascii_case("content-length") {
+        let slot = if name.eq_ignore_ascii_case(b"content-length") {
             let declared = decimal(value.trim_ascii());
             match (body_len, declared) {
                 (None, Some(n)) if n <= max_body => body_len = Some(n),
@@ -165,40 +213,40 @@ pub(super) fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usi
                 _ => return Parsed::Other,
             }
             continue;
-        } else if name.eq_ignore_ascii_case("transfer-encoding")
-            || name.eq_ignore_ascii_case("expect")
-            || name.eq_ignore_ascii_case("upgrade")
-            || (name.eq_ignore_ascii_case("connection") && !value.eq_ignore_ascii_case(b"keep-alive"))
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding")
+            || name.eq_ignore_ascii_case(b"expect")
+            || name.eq_ignore_ascii_case(b"upgrade")
+            || (name.eq_ignore_ascii_case(b"connection") && !value.eq_ignore_ascii_case(b"keep-alive"))
         {
             return Parsed::Other;
-        } else if name.eq_ignore_ascii_case(API_KEY_HEADER.as_str()) {
+        } else if name.eq_ignore_ascii_case(API_KEY_HEADER.as_str().as_bytes()) {
             &mut head.api_key
-        } else if name.eq_ignore_ascii_case("authorization") {
+        } else if name.eq_ignore_ascii_case(b"authorization") {
             &mut head.authorization
-        } else if name.eq_ignore_ascii_case("traceparent") {
+        } else if name.eq_ignore_ascii_case(b"traceparent") {
             // A second one is ignored, as on pingora's path.
             head.traceparent.get_or_insert_with(|| at(value));
             continue;
-        } else if name.eq_ignore_ascii_case("host") {
+        } else if name.eq_ignore_ascii_case(b"host") {
             hosts += 1;
             head.host = at(value);
             continue;
-        } else if name.eq_ignore_ascii_case("origin") {
+        } else if name.eq_ignore_ascii_case(b"origin") {
             &mut head.origin
-        } else if route == Route::Mcp && name.as_bytes().get(..4).is_some_and(|p| p.eq_ignore_ascii_case(b"mcp-")) {
+        } else if route == Route::Mcp && name.get(..4).is_some_and(|p| p.eq_ignore_ascii_case(b"mcp-")) {
             let mcp = &mut head.mcp;
-            let mirrored = if name.eq_ignore_ascii_case(PROTOCOL_VERSION_HEADER) {
+            let mirrored = if name.eq_ignore_ascii_case(PROTOCOL_VERSION_HEADER.as_bytes()) {
                 &mut mcp.protocol_version
-            } else if name.eq_ignore_ascii_case(METHOD_HEADER) {
+            } else if name.eq_ignore_ascii_case(METHOD_HEADER.as_bytes()) {
                 // Any line naming it, whatever else the head says.
                 if value.trim_ascii().eq_ignore_ascii_case(b"subscriptions/listen") {
                     return Parsed::Other;
                 }
                 &mut mcp.method
-            } else if name.eq_ignore_ascii_case(NAME_HEADER) {
+            } else if name.eq_ignore_ascii_case(NAME_HEADER.as_bytes()) {
                 &mut mcp.name
             } else {
-                if name.eq_ignore_ascii_case(SESSION_HEADER) {
+                if name.eq_ignore_ascii_case(SESSION_HEADER.as_bytes()) {
                     mcp.session.get_or_insert_with(|| at(value));
                 }
                 continue;
@@ -446,11 +494,79 @@ mod tests {
         }
     }
 
+    /// A header line of the kinds clients send, and some they do not.
+    fn header_line() -> impl proptest::strategy::Strategy<Value = Vec<u8>> {
+        use proptest::prelude::*;
+        let name = prop_oneof![
+            Just(b"Host".to_vec()),
+            Just(b"content-length".to_vec()),
+            Just(b"Transfer-Encoding".to_vec()),
+            Just(b"Authorization".to_vec()),
+            Just(b"OXP-API-Key".to_vec()),
+            Just(b"traceparent".to_vec()),
+            Just(b"Origin".to_vec()),
+            Just(b"Mcp-Method".to_vec()),
+            Just(b"MCP-Protocol-Version".to_vec()),
+            Just(b"mcp-name".to_vec()),
+            Just(b"Mcp-Session-Id".to_vec()),
+            Just(b"Connection".to_vec()),
+            Just(b"Expect".to_vec()),
+            proptest::collection::vec(prop_oneof![Just(b'X'), Just(b'-'), Just(b' '), Just(b'\xe9'), Just(b'@')], 0..4),
+        ];
+        let word = prop_oneof![
+            Just(b"2".to_vec()),
+            Just(b"localhost".to_vec()),
+            Just(b"keep-alive".to_vec()),
+            Just(b"close".to_vec()),
+            Just(b"subscriptions/listen".to_vec()),
+            Just(b"Bearer t".to_vec()),
+        ];
+        let odd = prop_oneof![Just(b'\r'), Just(b'\n'), Just(b'\0'), Just(b'\xff')];
+        let tail = proptest::collection::vec(
+            prop_oneof![8 => prop_oneof![Just(b'1'), Just(b' '), Just(b'\t'), Just(b'a')], 1 => odd],
+            0..4,
+        );
+        let colon =
+            prop_oneof![Just(b":".to_vec()), Just(b": ".to_vec()), Just(b":\t ".to_vec()), Just(b" :".to_vec())];
+        let end = prop_oneof![Just(b"\r\n".to_vec()), Just(b"\n".to_vec())];
+        (name, colon, proptest::option::of(word), tail, end)
+            .prop_map(|(name, colon, word, tail, end)| [name, colon, word.unwrap_or_default(), tail, end].concat())
+    }
+
+    use proptest::strategy::Strategy as _;
+
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, ..Default::default() })]
 
         /// No bytes make the reader panic, and whatever it takes as a call
         /// is one: its head ends inside the buffer.
+        /// The one-pass reading and httparse's agree on every head, whole or
+        /// cut short.
+        #[test]
+        fn the_one_pass_reading_agrees_with_httparse(
+            line in proptest::prop_oneof![
+                proptest::strategy::Just(&b"POST /tools/call HTTP/1.1\r\n"[..]),
+                proptest::strategy::Just(&b"POST /mcp HTTP/1.1\r\n"[..]),
+                proptest::strategy::Just(&b"POST /call HTTP/1.1\r\n"[..]),
+                proptest::strategy::Just(&b"POST /mcp HTTP/1.0\r\n"[..]),
+            ],
+            lines in proptest::collection::vec(header_line(), 0..5)
+                .prop_map(|mut lines| {
+                    // A Host and a Content-Length, so that many heads are calls.
+                    lines.push(b"Host: localhost \t\r\n".to_vec());
+                    lines.push(b"Content-Length: 2\r\n".to_vec());
+                    lines
+                })
+                .prop_shuffle(),
+            end in proptest::prop_oneof![proptest::strategy::Just(&b"\r\n"[..]), proptest::strategy::Just(&b"\n"[..])],
+            cut in proptest::prelude::any::<proptest::sample::Index>(),
+        ) {
+            let head = [line, &lines.concat(), end, b"{}"].concat();
+            for buf in [&head[..], &head[..cut.index(head.len() + 1)]] {
+                proptest::prop_assert_eq!(parse_call_head(buf, 8192, 1024), parse_with_httparse(buf, 8192, 1024));
+            }
+        }
+
         #[test]
         fn any_bytes_are_read_without_a_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
             if let Parsed::Call(call) = parse_call_head(&bytes, 8192, 1024) {

@@ -79,7 +79,8 @@ fn check_framing<'r>(
     raw: &'r Bytes,
 ) -> Result<head::Framed<'r>, RequestError> {
     let headers = &session.req_header().headers;
-    let size: usize = headers.iter().map(|(name, value)| header_line_size(name.as_str(), value.as_bytes())).sum();
+    let size: usize =
+        headers.iter().map(|(name, value)| header_line_size(name.as_str().as_bytes(), value.as_bytes())).sum();
     if size > server.max_header_bytes {
         return Err(RequestError::HeadersTooLarge { limit: server.max_header_bytes });
     }

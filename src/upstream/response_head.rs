@@ -14,7 +14,7 @@
 use http::StatusCode;
 
 use super::call_client::ExchangeError;
-use crate::http1::decimal;
+use crate::http1::{decimal, is_text, HeaderLines};
 
 /// The most header lines an answer may have.
 const MAX_HEADERS: usize = 64;
@@ -136,10 +136,10 @@ fn head(len: usize, code: u16, http11: bool, facts: &Facts) -> Result<Head, Exch
 }
 
 /// The common shape, in one pass: `HTTP/1.x NNN reason`, then at most
-/// [`MAX_HEADERS`] lines of a token, `:`, optional blanks and visible ASCII
-/// (or tabs), each ended by CRLF, then CRLF. The head's length, status code
-/// and whether it is HTTP/1.1; `None` for anything else, a partial head, or
-/// a line `facts` refuses (httparse then reads it again, and says why).
+/// [`MAX_HEADERS`] lines of the common shape ([`HeaderLines`]). The head's
+/// length, status code and whether it is HTTP/1.1; `None` for anything
+/// else, a partial head, or a line `facts` refuses (httparse then reads it
+/// again, and says why).
 fn scan(buf: &[u8], facts: &mut Facts) -> Option<(usize, u16, bool)> {
     let http11 = match buf.get(..9)? {
         b"HTTP/1.1 " => true,
@@ -159,49 +159,16 @@ fn scan(buf: &[u8], facts: &mut Facts) -> Option<(usize, u16, bool)> {
             i += 1;
         }
     }
-    i = crlf(buf, i)?;
-    for _ in 0..=MAX_HEADERS {
-        if buf.get(i..i + 2)? == b"\r\n" {
-            return Some((i + 2, code, http11));
-        }
-        let name_start = i;
-        while is_token(*buf.get(i)?) {
-            i += 1;
-        }
-        if i == name_start || buf[i] != b':' {
-            return None;
-        }
-        let name = &buf[name_start..i];
-        i += 1;
-        while matches!(*buf.get(i)?, b' ' | b'\t') {
-            i += 1;
-        }
-        let value_start = i;
-        while is_text(*buf.get(i)?) {
-            i += 1;
-        }
-        let value = buf[value_start..i].trim_ascii_end();
-        i = crlf(buf, i)?;
+    let mut lines = HeaderLines::new(buf, crlf(buf, i)?, MAX_HEADERS);
+    for (name, value) in &mut lines {
         facts.note(name, value).ok()?;
     }
-    // One line more than allowed: httparse refuses it.
-    None
+    Some((lines.head_len()?, code, http11))
 }
 
 /// The position after the CRLF at `i`.
 fn crlf(buf: &[u8], i: usize) -> Option<usize> {
     (buf.get(i..i + 2)? == b"\r\n").then_some(i + 2)
-}
-
-/// A byte of a reason phrase or a header value that `scan` reads: visible
-/// ASCII, a space or a tab (httparse also takes bytes above 0x7f).
-fn is_text(b: u8) -> bool {
-    b == b'\t' || (b' '..=b'~').contains(&b)
-}
-
-/// A header name's byte (RFC 9110 `tchar`).
-fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
 /// Any head httparse reads: the head's length, status code and whether it
