@@ -78,7 +78,7 @@ impl<'b> HeaderLines<'b> {
         }
         self.lines_left = self.lines_left.checked_sub(1)?;
         let name_start = i;
-        while is_token(*buf.get(i)?) {
+        while *TOKEN.get(usize::from(*buf.get(i)?))? {
             i += 1;
         }
         if i == name_start || buf[i] != b':' {
@@ -90,9 +90,7 @@ impl<'b> HeaderLines<'b> {
             i += 1;
         }
         let value_start = i;
-        while is_text(*buf.get(i)?) {
-            i += 1;
-        }
+        i = text_end(buf, i);
         if buf.get(i..i + 2)? != b"\r\n" {
             return None;
         }
@@ -124,7 +122,72 @@ pub(crate) fn is_text(b: u8) -> bool {
     b == b'\t' || (b' '..=b'~').contains(&b)
 }
 
-/// A header name's byte (RFC 9110 `tchar`).
-fn is_token(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+/// Whether each byte may be in a header name (RFC 9110 `tchar`): one
+/// lookup per byte.
+static TOKEN: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        table[b] = c.is_ascii_alphanumeric()
+            || matches!(
+                c,
+                b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~'
+            );
+        b += 1;
+    }
+    table
+};
+
+/// Where the header text ([`is_text`]) that starts at `i` ends. Eight bytes
+/// at a time while none of them is a control byte, DEL or above 0x7f (the
+/// word tests may also stop at a tab, which the byte loop then reads).
+fn text_end(buf: &[u8], mut i: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    while let Some(word) = buf.get(i..i + 8) {
+        let w = u64::from_le_bytes(word.try_into().expect("eight bytes"));
+        // A byte below 0x20 (or a false alarm), a byte equal to 0x7f, a byte
+        // from 0x80: each sets a high bit (Bit Twiddling Hacks, "hasless").
+        let below = w.wrapping_sub(ONES * 0x20) & !w;
+        let del = (w ^ (ONES * 0x7f)).wrapping_sub(ONES) & !(w ^ (ONES * 0x7f));
+        if (below | del | w) & HIGH != 0 {
+            break;
+        }
+        i += 8;
+    }
+    while buf.get(i).is_some_and(|&b| is_text(b)) {
+        i += 1;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    proptest::proptest! {
+        /// The word-at-a-time scan stops where the byte-at-a-time one does.
+        #[test]
+        fn header_text_ends_where_a_byte_scan_ends(
+            bytes in proptest::collection::vec(proptest::prop_oneof![
+                8 => 0x20u8..0x7f,
+                1 => proptest::prelude::any::<u8>(),
+                1 => proptest::strategy::Just(b'\t'),
+            ], 0..40),
+            start in 0usize..8,
+        ) {
+            let start = start.min(bytes.len());
+            let by_byte = bytes[start..].iter().position(|&b| !is_text(b)).map_or(bytes.len(), |n| start + n);
+            proptest::prop_assert_eq!(text_end(&bytes, start), by_byte);
+        }
+    }
+
+    #[test]
+    fn tokens_are_rfc_9110s() {
+        let tchars: Vec<u8> = (0..=255u8).filter(|&b| TOKEN[usize::from(b)]).collect();
+        let expected: Vec<u8> =
+            (0..=255u8).filter(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b)).collect();
+        assert_eq!(tchars, expected);
+    }
 }
