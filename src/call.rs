@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use http::HeaderValue;
 use serde_json::Value;
+use smallvec::SmallVec;
 
 use crate::auth::{Caller, CallerKind};
 use crate::catalog::{Catalog, Route, Target};
@@ -502,7 +503,7 @@ pub async fn inject_context(
 
 /// The values the gateway injected into `context` (its secrets and user
 /// tokens, not what the client sent itself).
-fn injected_values<'c>(generation: &Generation, context: &'c CallContext) -> Vec<&'c str> {
+fn injected_values<'c>(generation: &Generation, context: &'c CallContext) -> SmallVec<[&'c str; 4]> {
     let config = &generation.config;
     let secrets = context.secrets.iter().filter(|s| config.secrets.contains_key(&s.id)).map(|s| s.value.as_str());
     let tokens =
