@@ -78,7 +78,7 @@ impl<'b> HeaderLines<'b> {
         }
         self.lines_left = self.lines_left.checked_sub(1)?;
         let name_start = i;
-        while *TOKEN.get(usize::from(*buf.get(i)?))? {
+        while TOKEN[usize::from(*buf.get(i)?)] {
             i += 1;
         }
         if i == name_start || buf[i] != b':' {

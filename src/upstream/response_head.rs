@@ -55,6 +55,11 @@ impl Facts {
     /// Notes one header line; a `Content-Length` that is not one number is
     /// an error.
     fn note(&mut self, name: &[u8], value: &[u8]) -> Result<(), ExchangeError> {
+        // Every name read starts with c or t: the others (Server, Date, ...)
+        // are passed over at their first byte.
+        if !matches!(name.first().map(|b| b | 0x20), Some(b'c' | b't')) {
+            return Ok(());
+        }
         if name.eq_ignore_ascii_case(b"content-type") {
             self.is_json = mentions_json(value);
         } else if name.eq_ignore_ascii_case(b"content-length") {
