@@ -117,9 +117,24 @@ impl Span {
         self.0.error = Some(error_type);
     }
 
+    /// Whether the span is marked failed.
+    pub fn is_failed(&self) -> bool {
+        self.0.error.is_some()
+    }
+
     /// The `traceparent` naming this span as the parent.
     pub fn traceparent(&self) -> Traceparent {
         Traceparent::of_span(&self.0.trace_id, &self.0.span_id)
+    }
+
+    /// A `tracing` span naming this one: every log line written inside it
+    /// carries `trace_id` and `span_id`, so it leads to its trace. Made only
+    /// for a recorded span: an unrecorded request's log lines cost what
+    /// they cost without `[tracing]`. (`error` level: enabled whenever any
+    /// line is logged, so no level filter hides the ids.)
+    pub fn log_context(&self) -> tracing::Span {
+        let (trace_id, span_id) = (self.trace_id_hex(), self.span_id_hex());
+        tracing::error_span!("trace", trace_id = trace_id.as_str(), span_id = span_id.as_str())
     }
 
     /// The trace id in hex, for log lines.

@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method};
+use tracing::Instrument;
 
 use crate::auth::{resource, AuthError, Caller, CallerKind, Credentials, Target};
 use crate::call::{execute_call, parse_call_request, render_result};
@@ -214,7 +215,15 @@ impl FrontDoor {
         if let Some(span) = &mut span {
             describe_request(span, head);
         }
-        let answer = match self.answer(generation, head, body, accepted, span.as_mut()).await {
+        let answered = match span.as_ref().map(Span::log_context) {
+            None => self.answer(generation, head, body, accepted, span.as_mut()).await,
+            // A recorded request's log lines carry its ids. Boxed, so that
+            // an unrecorded request's future stays the size it was.
+            Some(logged) => {
+                Box::pin(self.answer(generation, head, body, accepted, span.as_mut()).instrument(logged)).await
+            }
+        };
+        let answer = match answered {
             Ok(answer) => answer,
             Err(e) => Answer::Reply(e.to_reply()),
         };
