@@ -220,10 +220,16 @@ impl Drop for McpPeer {
 
 fn mcp_peer() -> (McpPeer, SocketAddr) {
     let addr = free_addr();
+    (mcp_peer_at(addr, &[]), addr)
+}
+
+/// tests/peers/mcp_server.py on `addr`, with its `flags`.
+fn mcp_peer_at(addr: SocketAddr, flags: &[&str]) -> McpPeer {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/mcp_server.py");
     let mut child = Command::new(sdk_python())
         .arg(script)
         .arg(addr.port().to_string())
+        .args(flags)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -234,7 +240,7 @@ fn mcp_peer() -> (McpPeer, SocketAddr) {
         assert!(Instant::now() < deadline, "mcp_server.py did not listen within 30 s");
         std::thread::sleep(Duration::from_millis(100));
     }
-    (McpPeer(child), addr)
+    McpPeer(child)
 }
 
 #[tokio::test]
@@ -543,4 +549,54 @@ async fn log_lines_of_a_recorded_request_carry_its_trace_and_span_ids() {
     let lines = log_lines(&gw, &["tool call", "22222222222222222222222222222222"]);
     assert!(lines.len() == 1 && lines[0].contains(&span_id), "{lines:?}");
     assert_eq!(log_lines(&gw, &["upstream unreachable"]).len(), 2);
+}
+
+#[tokio::test]
+async fn an_mcp_upstream_probed_again_for_a_call_is_a_span_of_that_call() {
+    let receiver = Receiver::start("ok");
+    // A 2025-11-25 server (a session) that keeps no stream open to the
+    // gateway, polled once an hour: after it restarts, only a call finds
+    // that its session is gone, and probes it again.
+    let addr = free_addr();
+    let flags = ["legacy", "quiet"];
+    let mut peer = mcp_peer_at(addr, &flags);
+    let toml = GatewayConfig::new()
+        .raw(&format!(
+            "[[upstreams]]\nname = \"py\"\nurl = \"http://{addr}/mcp\"\nprotocol = \"mcp\"\ntoolkit = \"Py\"\nversion = \"1.0.0\"\ncall_timeout = \"5s\"\n"
+        ))
+        .raw(&tracing_section(&receiver.endpoint(), "sample_ratio = 0.0"))
+        .toml()
+        .replace("poll_interval = \"200ms\"", "poll_interval = \"1h\"");
+    let gw = Gateway::start(&toml).await;
+    gw.wait_for_tool("Py.add@1.0.0").await;
+    assert_eq!(call_with(&gw, "Py.add", json!({"a": 1, "b": 1}), &[]).await.result()["value"], 2);
+
+    drop(peer);
+    peer = mcp_peer_at(addr, &flags);
+    // A connection pooled before the restart may break under the first
+    // call (a tool failure; the session is not judged then): the call that
+    // is answered is the one that found the session gone.
+    let mut attempt = 0;
+    let trace = wait_until("a call to the restarted server is answered", async || {
+        attempt += 1;
+        let trace = format!("{attempt:032x}");
+        let traceparent = format!("00-{trace}-00f067aa0ba902b7-01");
+        let resp = call_with(&gw, "Py.add", json!({"a": 1, "b": 2}), &[("traceparent", &traceparent)]).await;
+        if resp.status == 200 && resp.result()["value"] == 3 {
+            Ok(trace)
+        } else {
+            Err(resp.text())
+        }
+    })
+    .await;
+    let spans = receiver.wait_for(&trace, "the call's spans", |s| s.iter().any(|s| s["name"] == "mcp discover")).await;
+    let client = named(&spans, "tools/call add");
+    assert_eq!(client["kind"], CLIENT);
+    assert_eq!(children(&spans, client), ["mcp discover"], "the probe is part of the upstream call");
+    let discover = named(&spans, "mcp discover");
+    assert_eq!(discover["kind"], CLIENT);
+    assert_eq!(discover["attributes"]["mcp.method.name"], "server/discover");
+    assert_eq!(discover["attributes"]["mcp.protocol.version"], "2025-11-25");
+    assert_ne!(discover["status_code"], STATUS_ERROR, "{discover}");
+    drop(peer);
 }
