@@ -469,10 +469,7 @@ impl Gateway {
             }
         };
         // A recorded poll's log lines carry its ids, as a request's do.
-        let refreshed = match span.as_ref().map(Span::log_context) {
-            Some(logged) => tracing::Instrument::instrument(fetch, logged).await,
-            None => fetch.await,
-        };
+        let refreshed = crate::otel::Logged::new(std::pin::pin!(fetch), span.as_ref().map(Span::log_context)).await;
         if let Some(span) = &mut span {
             span.set("otc.upstream", upstream.name.as_str());
             span.set("otc.catalog.result", format!("{refreshed:?}").to_ascii_lowercase());

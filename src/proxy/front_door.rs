@@ -23,7 +23,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method};
-use tracing::Instrument;
 
 use crate::auth::{resource, AuthError, Caller, CallerKind, Credentials, Target};
 use crate::call::{execute_call, parse_call_request, render_result};
@@ -215,13 +214,11 @@ impl FrontDoor {
         if let Some(span) = &mut span {
             describe_request(span, head);
         }
-        let answered = match span.as_ref().map(Span::log_context) {
-            None => self.answer(generation, head, body, accepted, span.as_mut()).await,
-            // A recorded request's log lines carry its ids. Boxed, so that
-            // an unrecorded request's future stays the size it was.
-            Some(logged) => {
-                Box::pin(self.answer(generation, head, body, accepted, span.as_mut()).instrument(logged)).await
-            }
+        // A recorded request's log lines carry its ids.
+        let context = span.as_ref().map(Span::log_context);
+        let answered = {
+            let answering = std::pin::pin!(self.answer(generation, head, body, accepted, span.as_mut()));
+            otel::Logged::new(answering, context).await
         };
         let answer = match answered {
             Ok(answer) => answer,
