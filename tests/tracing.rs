@@ -556,11 +556,14 @@ async fn an_mcp_upstream_probed_again_for_a_call_is_a_span_of_that_call() {
     let receiver = Receiver::start("ok");
     // A 2025-11-25 server (a session) that keeps no stream open to the
     // gateway, polled once an hour: after it restarts, only a call finds
-    // that its session is gone, and probes it again.
+    // that its session is gone, and probes it again. One worker thread: the
+    // tool list watcher, woken when the call drops the session, would
+    // otherwise race it to the probe from another.
     let addr = free_addr();
     let flags = ["legacy", "quiet"];
     let mut peer = mcp_peer_at(addr, &flags);
     let toml = GatewayConfig::new()
+        .server_line("threads = 1")
         .raw(&format!(
             "[[upstreams]]\nname = \"py\"\nurl = \"http://{addr}/mcp\"\nprotocol = \"mcp\"\ntoolkit = \"Py\"\nversion = \"1.0.0\"\ncall_timeout = \"5s\"\n"
         ))
@@ -571,25 +574,41 @@ async fn an_mcp_upstream_probed_again_for_a_call_is_a_span_of_that_call() {
     gw.wait_for_tool("Py.add@1.0.0").await;
     assert_eq!(call_with(&gw, "Py.add", json!({"a": 1, "b": 1}), &[]).await.result()["value"], 2);
 
-    drop(peer);
-    peer = mcp_peer_at(addr, &flags);
     // A connection pooled before the restart may break under the first
-    // call (a tool failure; the session is not judged then): the call that
-    // is answered is the one that found the session gone.
+    // call (a tool failure; the session is not judged then), and a slow
+    // restart may fail a probe: calls until one is answered, each its own
+    // trace (only they are recorded, at ratio 0). One of them found the
+    // session gone and probed again; should the watcher have won that race
+    // after all, the server is restarted again.
     let mut attempt = 0;
-    let trace = wait_until("a call to the restarted server is answered", async || {
-        attempt += 1;
-        let trace = format!("{attempt:032x}");
-        let traceparent = format!("00-{trace}-00f067aa0ba902b7-01");
-        let resp = call_with(&gw, "Py.add", json!({"a": 1, "b": 2}), &[("traceparent", &traceparent)]).await;
-        if resp.status == 200 && resp.result()["value"] == 3 {
-            Ok(trace)
-        } else {
-            Err(resp.text())
+    let mut probes = Vec::new();
+    for _restart in 0..3 {
+        drop(peer);
+        peer = mcp_peer_at(addr, &flags);
+        let answered = wait_until("a call to the restarted server is answered", async || {
+            attempt += 1;
+            let trace = format!("{attempt:032x}");
+            let traceparent = format!("00-{trace}-00f067aa0ba902b7-01");
+            let resp = call_with(&gw, "Py.add", json!({"a": 1, "b": 2}), &[("traceparent", &traceparent)]).await;
+            if resp.status == 200 && resp.result()["value"] == 3 {
+                Ok(trace)
+            } else {
+                Err(resp.text())
+            }
+        })
+        .await;
+        // Its server span ends last: the earlier calls' spans are in by then.
+        let root = |s: &[Value]| s.iter().any(|s| s["name"] == "POST /tools/call");
+        receiver.wait_for(&answered, "the answered call's spans", root).await;
+        probes = receiver.spans().await.into_iter().filter(|s| s["name"] == "mcp discover").collect();
+        if !probes.is_empty() {
+            break;
         }
-    })
-    .await;
-    let spans = receiver.wait_for(&trace, "the call's spans", |s| s.iter().any(|s| s["name"] == "mcp discover")).await;
+    }
+    assert!(!probes.is_empty(), "no call probed the restarted server, in three restarts");
+    let trace = probes[0]["trace_id"].as_str().expect("a trace id").to_owned();
+    let spans =
+        receiver.wait_for(&trace, "the call's spans", |s| s.iter().any(|s| s["name"] == "tools/call add")).await;
     let client = named(&spans, "tools/call add");
     assert_eq!(client["kind"], CLIENT);
     assert_eq!(children(&spans, client), ["mcp discover"], "the probe is part of the upstream call");
