@@ -91,8 +91,9 @@ fn hot_path(c: &mut Criterion) {
     c.bench_function("rewrite_request (inject secret + upstream body)", |b| {
         b.iter(|| {
             let call = parse_call(body).expect("parses");
-            let context =
-                rt.block_on(inject_context(&gateway, &generation, route, &caller, call.context)).expect("injects");
+            let context = rt
+                .block_on(inject_context(&gateway, &generation, route, &caller, call.context, None))
+                .expect("injects");
             Bytes::from(upstream_call_body(&UpstreamCallRequest {
                 tool_id: &route.tool.definition.id,
                 call_id: &call.call_id,

@@ -137,7 +137,8 @@ async fn run_resolved_call(
     let scope = call.client_call_id.then(|| CallerScope::of(caller, &call.context));
     let step = otel::child(span, "inject", Kind::Internal);
     let context = std::mem::take(&mut call.context);
-    let context = ended(step, inject_context(gateway, generation, route, caller, context).await)?;
+    let injected = inject_context(gateway, generation, route, caller, context, step.as_ref()).await;
+    let context = ended(step, injected)?;
     let claim =
         match claim_call_id(generation, route, scope.as_ref(), &call.call_id, &call.input, &context, started).await? {
             Claimed::Replay(completed) => return Ok(completed),
@@ -401,13 +402,15 @@ pub fn validate_input(route: &Route, input: &Value) -> Result<(), RequestError> 
 ///   a requirement met by neither is refused before the call.
 /// - A managed provider's token is refreshed first when it is about to
 ///   expire; a caller without one (or without the scopes the tool needs)
-///   gets a challenge: a link to authorize and a `check_url`.
+///   gets a challenge: a link to authorize and a `check_url`; a refresh is
+///   a span under `span` (the step's own), when it is recorded.
 pub async fn inject_context(
     gateway: &Gateway,
     generation: &Generation,
     route: &Route,
     caller: &Caller,
     mut context: CallContext,
+    span: Option<&Span>,
 ) -> Result<CallContext, RequestError> {
     if caller.kind != CallerKind::Anonymous {
         context.user_id = caller.user_id.clone();
@@ -436,7 +439,7 @@ pub async fn inject_context(
     for (id, how) in plan.authorization {
         let token = match how {
             TokenPlan::Grant { user, scopes } => {
-                match generation.oauth.token(id, user, &scopes, &gateway.metrics).await {
+                match generation.oauth.token(id, user, &scopes, &gateway.metrics, span).await {
                     Ok(token) => Some(token.into_exposed()),
                     Err(TokenError::Authorize(ask)) => {
                         let public_url = gateway.public_url(generation);

@@ -19,7 +19,7 @@ use crate::config::{Config, ConfigError, IdempotencyConfig, SecretRef, TracingCo
 use crate::idempotency::{IdempotencyError, IdempotencyStore};
 use crate::metrics::Metrics;
 use crate::oauth::{OAuth, OAuthError};
-use crate::otel::Tracer;
+use crate::otel::{Span, Tracer};
 use crate::policy::AccessPolicy;
 use crate::ratelimit::{RateLimits, SharedBuckets};
 use crate::recent_calls::RecentCalls;
@@ -459,13 +459,17 @@ impl Gateway {
     /// A fetch is a trace of its own under `[tracing]` (at `sample_ratio`).
     async fn refresh_upstream(&self, generation: &Generation, upstream: &Upstream) -> Refreshed {
         let mut span = generation.tracer.as_ref().and_then(|t| t.start_root("catalog poll"));
-        let refreshed = match upstream_bearer(generation, upstream).await {
-            Ok(bearer) => self.catalog.refresh(upstream, bearer, generation.poll).await,
-            Err(e) => {
-                tracing::warn!(upstream = upstream.name, error = %e, "cannot read the upstream's bearer_token; catalog not fetched");
-                Refreshed::Failed
+        let fetch = async {
+            match upstream_bearer(generation, upstream).await {
+                Ok(bearer) => self.catalog.refresh(upstream, bearer, generation.poll).await,
+                Err(e) => {
+                    tracing::warn!(upstream = upstream.name, error = %e, "cannot read the upstream's bearer_token; catalog not fetched");
+                    Refreshed::Failed
+                }
             }
         };
+        // A recorded poll's log lines carry its ids, as a request's do.
+        let refreshed = crate::otel::Logged::new(std::pin::pin!(fetch), span.as_ref().map(Span::log_context)).await;
         if let Some(span) = &mut span {
             span.set("otc.upstream", upstream.name.as_str());
             span.set("otc.catalog.result", format!("{refreshed:?}").to_ascii_lowercase());

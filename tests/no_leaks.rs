@@ -15,6 +15,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::jwt::{self, hs256};
 use common::openbao::OpenBao;
+use common::otlp::Receiver;
 use common::{echo, needing, send_with_headers, temp_file, tool, wait_until, Gateway, GatewayConfig, Resp, ToolServer};
 use serde_json::{json, Value};
 
@@ -315,8 +316,9 @@ async fn no_secret_or_token_appears_in_output_responses_status_or_metrics() {
 /// level, through a whole flow against a real provider, a refresh, a refused
 /// link, a forged callback and a disconnect, the access and refresh tokens,
 /// the authorization code and the
-/// client secret appear nowhere the gateway writes or answers, and in no
-/// upstream but as the injected token.
+/// client secret appear nowhere the gateway writes or answers (its spans,
+/// every request recorded, included), and in no upstream but as the
+/// injected token.
 #[tokio::test]
 async fn no_oauth_token_or_client_secret_appears_anywhere() {
     use common::oidc::{Browser, OidcProvider};
@@ -324,6 +326,7 @@ async fn no_oauth_token_or_client_secret_appears_anywhere() {
     const KEY: &str = "leak-canary-alice-api-key-7b7b";
     let vault = OpenBao::start().await;
     let vault_token = vault.gateway_token().await;
+    let receiver = Receiver::start("ok");
     let idp = OidcProvider::start(json!({"access_token_ttl": 4, "scopes": ["mail.read"]})).await;
     let tools = ToolServer::start(common::catalog(vec![needing(
         "Mail.Read",
@@ -349,9 +352,13 @@ refresh_margin = "1s"
 store = "vault:secret/oauth/idp/{{user_id}}"
 user_verification = "verifier"
 verifier_url = "{verifier}"
+
+[tracing]
+otlp_endpoint = "{collector}"
 "#,
         vault = vault.url(),
-        issuer = idp.issuer()
+        issuer = idp.issuer(),
+        collector = receiver.endpoint()
     ));
     let gw = Gateway::start_with_env(
         &config.toml(),
@@ -397,6 +404,8 @@ verifier_url = "{verifier}"
     bodies.push(("a call after a refresh".into(), resp.text()));
     let second = vault.latest("secret/oauth/idp/alice").await.expect("the refreshed grant");
     assert_ne!(first["access_token"], second["access_token"], "a refresh happened");
+    // Its span was exported (the spans are read for leaks below).
+    receiver.wait_for_any("the refresh's span", |s| s["name"] == "oauth refresh").await;
     let resp = send_with_headers(gw.addr, "DELETE", "/oauth/idp", Bytes::new(), &alice).await;
     bodies.push(("the disconnect".into(), resp.text()));
     for path in ["/status", "/metrics"] {
@@ -426,6 +435,8 @@ verifier_url = "{verifier}"
     in_logs.push(("the challenge's link".into(), url.rsplit('/').next().expect("a link id").to_owned()));
     found.extend(leaks("the gateway's stderr", &stderr, &in_logs));
     found.extend(leaks("the gateway's stdout", &stdout, &in_logs));
+    let spans = Value::Array(receiver.spans().await).to_string();
+    found.extend(leaks("the spans exported", &spans, &in_logs));
     for (what, body) in &bodies {
         found.extend(leaks(&format!("the response to {what}"), body, &canaries));
     }

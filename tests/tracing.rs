@@ -12,85 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::otlp::Receiver;
 use common::*;
 use serde_json::{json, Value};
-
-/// tests/peers/otlp_receiver.py on a loopback port, killed on drop.
-struct Receiver {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Receiver {
-    /// `mode`: "ok", "fail" (503) or "hang" (never answers).
-    fn start(mode: &str) -> Receiver {
-        let addr = free_addr();
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/otlp_receiver.py");
-        let mut child = Command::new(sdk_python())
-            .arg(script)
-            .arg(addr.port().to_string())
-            .arg(mode)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start otlp_receiver.py");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-            assert!(
-                child.try_wait().expect("wait").is_none(),
-                "otlp_receiver.py exited (is opentelemetry-proto installed?)"
-            );
-            assert!(Instant::now() < deadline, "otlp_receiver.py did not listen within 30 s");
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Receiver { child, addr }
-    }
-
-    fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    async fn spans(&self) -> Vec<Value> {
-        let resp = send(self.addr, "GET", "/spans", Bytes::new(), None).await;
-        resp.expect_status(200);
-        resp.json().as_array().cloned().unwrap_or_default()
-    }
-
-    /// The spans of `trace`, once `pred` holds for them.
-    async fn wait_for(&self, trace: &str, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let spans: Vec<Value> = self.spans().await.into_iter().filter(|s| s["trace_id"] == trace).collect();
-            if pred(&spans) {
-                return spans;
-            }
-            assert!(Instant::now() < deadline, "{what}: not received within 20 s; trace {trace} has {spans:#?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-impl Receiver {
-    /// The spans of any trace for which `pred` holds, once there is one.
-    async fn wait_for_any(&self, what: &str, pred: impl Fn(&Value) -> bool) -> Vec<Value> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let spans: Vec<Value> = self.spans().await.into_iter().filter(&pred).collect();
-            if !spans.is_empty() {
-                return spans;
-            }
-            assert!(Instant::now() < deadline, "{what}: not received within 20 s");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-}
-
-impl Drop for Receiver {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 const SERVER: i64 = 2;
 const CLIENT: i64 = 3;
@@ -296,10 +220,16 @@ impl Drop for McpPeer {
 
 fn mcp_peer() -> (McpPeer, SocketAddr) {
     let addr = free_addr();
+    (mcp_peer_at(addr, &[]), addr)
+}
+
+/// tests/peers/mcp_server.py on `addr`, with its `flags`.
+fn mcp_peer_at(addr: SocketAddr, flags: &[&str]) -> McpPeer {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/peers/mcp_server.py");
     let mut child = Command::new(sdk_python())
         .arg(script)
         .arg(addr.port().to_string())
+        .args(flags)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -310,7 +240,7 @@ fn mcp_peer() -> (McpPeer, SocketAddr) {
         assert!(Instant::now() < deadline, "mcp_server.py did not listen within 30 s");
         std::thread::sleep(Duration::from_millis(100));
     }
-    (McpPeer(child), addr)
+    McpPeer(child)
 }
 
 #[tokio::test]
@@ -422,4 +352,270 @@ async fn tracing_is_hot_reloaded_on_and_off() {
     let late: Vec<Value> =
         receiver.spans().await.into_iter().filter(|s| s["trace_id"] == "dddddddddddddddddddddddddddddddd").collect();
     assert!(late.is_empty(), "no spans once [tracing] is gone: {late:#?}");
+}
+
+const ALICE: &str = "trace-alice-key-5d2e91";
+const CLIENT_SECRET: &str = "trace-client-secret-8c41f0";
+
+/// Each line of the gateway's log holding every one of `needles`.
+fn log_lines(gw: &Gateway, needles: &[&str]) -> Vec<String> {
+    gw.logs().lines().filter(|l| needles.iter().all(|n| l.contains(n))).map(str::to_owned).collect()
+}
+
+/// The `idp` token the tool server got on its last call.
+fn last_token(tools: &ToolServer) -> String {
+    let context = tools.last_request()["context"].clone();
+    let tokens = context["authorization"].as_array().cloned().unwrap_or_default();
+    let token = tokens.iter().find(|t| t["id"] == "idp").unwrap_or_else(|| panic!("no idp token in {context}"));
+    token["token"].as_str().expect("a string token").to_owned()
+}
+
+#[tokio::test]
+async fn a_call_that_needs_a_refresh_has_the_refresh_at_the_provider_as_a_client_span() {
+    use common::oidc::{Browser, OidcProvider};
+    let receiver = Receiver::start("ok");
+    // Access tokens live 5 s and are refreshed within 1 s of expiry.
+    let idp = OidcProvider::start(json!({"access_token_ttl": 5, "scopes": ["mail.read"]})).await;
+    let tools = ToolServer::start(catalog(vec![needing(
+        "Mail.Read",
+        json!({"authorization": [{"id": "idp", "oauth2": {"scopes": ["mail.read"]}}]}),
+    )]))
+    .await;
+    tools.on_call(echo);
+    let state_dir = temp_file("trace-oauth-state", "d", "");
+    std::fs::remove_file(&state_dir).expect("a fresh name");
+    let gw = GatewayConfig::new()
+        .upstream_with("mail", &tools.url(), "authorization = [\"idp\"]")
+        .raw(&format!(
+            r#"
+[auth]
+api_keys = [{{ key = "env:TRACE_ALICE_KEY", user_id = "alice" }}]
+
+[authorization.idp]
+issuer = "{issuer}"
+client_id = "trace-test"
+client_secret = "env:TRACE_CLIENT_SECRET"
+scopes = ["openid"]
+refresh_margin = "1s"
+user_verification = "verifier"
+verifier_url = "{tools}/connect/verify"
+
+[state]
+dir = "{dir}"
+"#,
+            issuer = idp.issuer(),
+            tools = tools.url(),
+            dir = state_dir.display()
+        ))
+        .raw(&tracing_section(&receiver.endpoint(), ""))
+        .start_with_env(&[("TRACE_ALICE_KEY", ALICE), ("TRACE_CLIENT_SECRET", CLIENT_SECRET)])
+        .await;
+    idp.register_client("trace-test", CLIENT_SECRET, &[format!("{}/oauth/idp/callback", gw.url())]).await;
+    gw.wait_for_tool("Mail.Read@1.0.0").await;
+    let alice = ("oxp-api-key", ALICE);
+
+    // Alice connects: a challenge, the provider, the application confirms.
+    let challenged = call_with(&gw, "Mail.Read", json!({}), &[alice]).await;
+    let url = challenged.server_error(400)["missing_requirements"]["authorization"][0]["url"]
+        .as_str()
+        .expect("a link")
+        .to_owned();
+    let page = Browser::new().follow_as(&url, "alice").await;
+    let flow_id = page.url.split(['?', '&']).find_map(|kv| kv.strip_prefix("flow_id=")).expect("a flow_id");
+    let body = Bytes::from(json!({ "flow_id": flow_id }).to_string());
+    let headers = [("content-type", "application/json"), alice];
+    send_with_headers(gw.addr, "POST", "/oauth/confirm", body, &headers).await.expect_status(200);
+    call_with(&gw, "Mail.Read", json!({}), &[alice]).await.result();
+    let first = last_token(&tools);
+
+    // Due for a refresh: the call refreshes the grant at the provider first.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    let refreshing = "00-eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee-00f067aa0ba902b7-01";
+    call_with(&gw, "Mail.Read", json!({}), &[alice, ("traceparent", refreshing)]).await.result();
+    let second = last_token(&tools);
+    assert_ne!(first, second, "the refreshed token is injected");
+    assert_eq!(idp.stats().await["token_requests"]["refresh_token"], 1);
+    let has_refresh = |s: &[Value]| s.iter().any(|s| s["name"] == "oauth refresh") && s.len() >= 8;
+    let spans = receiver.wait_for("eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee", "the refreshing call's spans", has_refresh).await;
+    let execute = named(&spans, "execute_tool Mail.Read@1.0.0");
+    assert_eq!(execute["attributes"]["otc.outcome"], "success");
+    let inject = named(&spans, "inject");
+    assert_eq!(inject["parent_span_id"], execute["span_id"]);
+    assert_eq!(children(&spans, inject), ["oauth refresh"], "the refresh is a step of injecting the token");
+    let refresh = named(&spans, "oauth refresh");
+    assert_eq!(refresh["kind"], CLIENT);
+    assert_ne!(refresh["status_code"], STATUS_ERROR, "{refresh}");
+    let attributes = &refresh["attributes"];
+    let issuer = idp.issuer();
+    let port: i64 = issuer.rsplit(':').next().and_then(|p| p.parse().ok()).expect("the issuer's port");
+    assert_eq!(attributes["http.request.method"], "POST");
+    assert_eq!(attributes["server.address"], "127.0.0.1");
+    assert_eq!(attributes["server.port"], port);
+    assert_eq!(attributes["http.response.status_code"], 200);
+    let full = attributes["url.full"].as_str().expect("url.full");
+    assert!(full.starts_with(&issuer) && !full.contains('?'), "the token endpoint, no query: {full}");
+    assert_eq!(attributes["otc.oauth.provider"], "idp");
+    assert_eq!(attributes["otc.oauth.grant_type"], "refresh_token");
+    assert_eq!(attributes["otc.oauth.refresh.outcome"], "ok");
+    let mut keys: Vec<&str> = attributes.as_object().expect("attributes").keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "http.request.method",
+            "http.response.status_code",
+            "otc.oauth.grant_type",
+            "otc.oauth.provider",
+            "otc.oauth.refresh.outcome",
+            "server.address",
+            "server.port",
+            "url.full"
+        ],
+        "names and outcomes only"
+    );
+    let bounded = |s: &Value| (s["start"].as_u64(), s["end"].as_u64());
+    let ((inject_start, inject_end), (start, end)) = (bounded(inject), bounded(refresh));
+    assert!(inject_start <= start && end <= inject_end, "the refresh is inside the inject step: {spans:#?}");
+
+    // The provider refuses the next refresh: the span says so, the call is
+    // challenged, and the log line about it leads to the trace.
+    tokio::time::sleep(Duration::from_millis(4500)).await;
+    idp.invalidate_refresh_tokens().await;
+    let refused = "00-ffffffffffffffffffffffffffffffff-00f067aa0ba902b7-01";
+    let resp = call_with(&gw, "Mail.Read", json!({}), &[alice, ("traceparent", refused)]).await;
+    assert!(resp.server_error(400)["missing_requirements"]["authorization"][0]["url"].is_string());
+    let spans = receiver.wait_for("ffffffffffffffffffffffffffffffff", "the refused refresh's spans", has_refresh).await;
+    let refresh = named(&spans, "oauth refresh");
+    assert_eq!(refresh["status_code"], STATUS_ERROR);
+    assert_eq!(refresh["attributes"]["error.type"], "invalid_grant");
+    assert_eq!(refresh["attributes"]["http.response.status_code"], 400);
+    assert_eq!(refresh["attributes"]["otc.oauth.refresh.outcome"], "invalid_grant");
+    assert_eq!(named(&spans, "inject")["status_code"], STATUS_ERROR);
+    gw.wait_for_log(&["the provider refused the refresh token", "ffffffffffffffffffffffffffffffff"]).await;
+    let root = named(&spans, "POST /tools/call");
+    let line = log_lines(&gw, &["the provider refused the refresh token"]).pop().expect("the line");
+    assert!(line.contains("trace_id=\"ffffffffffffffffffffffffffffffff\""), "{line}");
+    assert!(line.contains(&format!("span_id=\"{}\"", root["span_id"].as_str().unwrap_or_default())), "{line}");
+
+    // No token, secret or key in any span the gateway sent.
+    let all = Value::Array(receiver.spans().await).to_string();
+    for never in [first.as_str(), second.as_str(), CLIENT_SECRET, ALICE] {
+        assert!(!all.contains(never), "{never} in a span");
+    }
+    let _ = std::fs::remove_dir_all(&state_dir);
+}
+
+#[tokio::test]
+async fn log_lines_of_a_recorded_request_carry_its_trace_and_span_ids() {
+    let receiver = Receiver::start("ok");
+    let mut server = ToolServer::start(catalog(vec![tool("Calc.Echo", "1.0.0", any_object())])).await;
+    server.on_call(echo);
+    // Ratio 0: only a caller's sampled trace is recorded.
+    let gw = GatewayConfig::new()
+        .upstream_with("calc", &server.url(), "circuit_failures = 100")
+        .raw(&tracing_section(&receiver.endpoint(), "sample_ratio = 0.0"))
+        .start()
+        .await;
+    gw.wait_for_tool("Calc.Echo@1.0.0").await;
+    server.stop().await;
+
+    // An unrecorded call: its warning is as without [tracing].
+    let unsampled = "00-11111111111111111111111111111111-00f067aa0ba902b7-00";
+    let resp = call_with(&gw, "Calc.Echo", json!({}), &[("traceparent", unsampled)]).await;
+    resp.server_error(400);
+    let line = gw.wait_for_log(&["upstream unreachable"]).await;
+    let line = line.lines().find(|l| l.contains("upstream unreachable")).expect("the line");
+    assert!(!line.contains("trace_id") && !line.contains("span_id"), "{line}");
+
+    // A recorded one: the warning names its trace and its server span.
+    let sampled = "00-22222222222222222222222222222222-00f067aa0ba902b7-01";
+    let resp = call_with(&gw, "Calc.Echo", json!({}), &[("traceparent", sampled)]).await;
+    resp.server_error(400);
+    let spans = receiver
+        .wait_for("22222222222222222222222222222222", "the failed call's spans", |s| {
+            s.iter().any(|s| s["name"] == "POST /tools/call")
+        })
+        .await;
+    let root = named(&spans, "POST /tools/call");
+    assert_eq!(root["attributes"]["http.response.status_code"], 400);
+    let upstream = named(&spans, "POST");
+    assert_eq!(upstream["attributes"]["error.type"], "connect");
+    let lines = log_lines(&gw, &["upstream unreachable", "22222222222222222222222222222222"]);
+    assert_eq!(lines.len(), 1, "{}", gw.logs());
+    assert!(lines[0].contains("trace_id=\"22222222222222222222222222222222\""), "{}", lines[0]);
+    let span_id = format!("span_id=\"{}\"", root["span_id"].as_str().unwrap_or_default());
+    assert!(lines[0].contains(&span_id), "{}", lines[0]);
+    // So does the call's own line.
+    let lines = log_lines(&gw, &["tool call", "22222222222222222222222222222222"]);
+    assert!(lines.len() == 1 && lines[0].contains(&span_id), "{lines:?}");
+    assert_eq!(log_lines(&gw, &["upstream unreachable"]).len(), 2);
+}
+
+#[tokio::test]
+async fn an_mcp_upstream_probed_again_for_a_call_is_a_span_of_that_call() {
+    let receiver = Receiver::start("ok");
+    // A 2025-11-25 server (a session) that keeps no stream open to the
+    // gateway, polled once an hour: after it restarts, only a call finds
+    // that its session is gone, and probes it again. One worker thread: the
+    // tool list watcher, woken when the call drops the session, would
+    // otherwise race it to the probe from another.
+    let addr = free_addr();
+    let flags = ["legacy", "quiet"];
+    let mut peer = mcp_peer_at(addr, &flags);
+    let toml = GatewayConfig::new()
+        .server_line("threads = 1")
+        .raw(&format!(
+            "[[upstreams]]\nname = \"py\"\nurl = \"http://{addr}/mcp\"\nprotocol = \"mcp\"\ntoolkit = \"Py\"\nversion = \"1.0.0\"\ncall_timeout = \"5s\"\n"
+        ))
+        .raw(&tracing_section(&receiver.endpoint(), "sample_ratio = 0.0"))
+        .toml()
+        .replace("poll_interval = \"200ms\"", "poll_interval = \"1h\"");
+    let gw = Gateway::start(&toml).await;
+    gw.wait_for_tool("Py.add@1.0.0").await;
+    assert_eq!(call_with(&gw, "Py.add", json!({"a": 1, "b": 1}), &[]).await.result()["value"], 2);
+
+    // A connection pooled before the restart may break under the first
+    // call (a tool failure; the session is not judged then), and a slow
+    // restart may fail a probe: calls until one is answered, each its own
+    // trace (only they are recorded, at ratio 0). One of them found the
+    // session gone and probed again; should the watcher have won that race
+    // after all, the server is restarted again.
+    let mut attempt = 0;
+    let mut probes = Vec::new();
+    for _restart in 0..3 {
+        drop(peer);
+        peer = mcp_peer_at(addr, &flags);
+        let answered = wait_until("a call to the restarted server is answered", async || {
+            attempt += 1;
+            let trace = format!("{attempt:032x}");
+            let traceparent = format!("00-{trace}-00f067aa0ba902b7-01");
+            let resp = call_with(&gw, "Py.add", json!({"a": 1, "b": 2}), &[("traceparent", &traceparent)]).await;
+            if resp.status == 200 && resp.result()["value"] == 3 {
+                Ok(trace)
+            } else {
+                Err(resp.text())
+            }
+        })
+        .await;
+        // Its server span ends last: the earlier calls' spans are in by then.
+        let root = |s: &[Value]| s.iter().any(|s| s["name"] == "POST /tools/call");
+        receiver.wait_for(&answered, "the answered call's spans", root).await;
+        probes = receiver.spans().await.into_iter().filter(|s| s["name"] == "mcp discover").collect();
+        if !probes.is_empty() {
+            break;
+        }
+    }
+    assert!(!probes.is_empty(), "no call probed the restarted server, in three restarts");
+    let trace = probes[0]["trace_id"].as_str().expect("a trace id").to_owned();
+    let spans =
+        receiver.wait_for(&trace, "the call's spans", |s| s.iter().any(|s| s["name"] == "tools/call add")).await;
+    let client = named(&spans, "tools/call add");
+    assert_eq!(client["kind"], CLIENT);
+    assert_eq!(children(&spans, client), ["mcp discover"], "the probe is part of the upstream call");
+    let discover = named(&spans, "mcp discover");
+    assert_eq!(discover["kind"], CLIENT);
+    assert_eq!(discover["attributes"]["mcp.method.name"], "server/discover");
+    assert_eq!(discover["attributes"]["mcp.protocol.version"], "2025-11-25");
+    assert_ne!(discover["status_code"], STATUS_ERROR, "{discover}");
+    drop(peer);
 }

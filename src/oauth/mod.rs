@@ -39,6 +39,7 @@ use self::seal::Sealer;
 use self::store::{now, EmbeddedStore, Grant, GrantStore};
 use crate::config::{Config, StateConfig, UserVerification};
 use crate::metrics::Metrics;
+use crate::otel::{self, Kind, Span};
 use crate::redis_client::SharedRedis;
 use crate::secret::SecretString;
 use crate::vault::SecretResolver;
@@ -259,13 +260,15 @@ impl OAuth {
 
     /// The caller's access token for `provider` covering `required` (and
     /// the configured scopes), refreshed first when it expires within the
-    /// provider's margin.
+    /// provider's margin. A refresh at the provider is a client span under
+    /// `span` (the call's `inject` step), when that is recorded.
     pub async fn token(
         &self,
         provider: &str,
         user: &str,
         required: &BTreeSet<String>,
         metrics: &Metrics,
+        span: Option<&Span>,
     ) -> Result<SecretString, TokenError> {
         let Some(Managed { provider: p, store, .. }) = self.providers.get(provider) else {
             return Err(TokenError::Unavailable(OAuthError::Setup(format!("{provider} is not managed"))));
@@ -282,7 +285,7 @@ impl OAuth {
                 Err(TokenError::Authorize(wanted))
             }
             Judgement::Use => grant.map(|g| g.access_token).ok_or(TokenError::Authorize(wanted)),
-            Judgement::Refresh => self.refreshed(p, store, user, metrics).await.map_err(|e| match e {
+            Judgement::Refresh => self.refreshed(p, store, user, metrics, span).await.map_err(|e| match e {
                 TokenError::Authorize(_) => TokenError::Authorize(wanted),
                 other => other,
             }),
@@ -362,6 +365,7 @@ impl OAuth {
         store: &GrantStore,
         user: &str,
         metrics: &Metrics,
+        span: Option<&Span>,
     ) -> Result<SecretString, TokenError> {
         let lock = self.refresh_lock(&p.id, user);
         let _held = lock.lock().await;
@@ -394,7 +398,13 @@ impl OAuth {
                 }
                 version += 1;
             }
-            return match p.refresh(&self.secrets, &current.grant).await {
+            let mut client = otel::child(span, "oauth refresh", Kind::Client);
+            let refreshed = p.refresh(&self.secrets, &current.grant, client.as_mut()).await;
+            if let Some(client) = &mut client {
+                describe_refresh(client, &p.id, &refreshed);
+            }
+            drop(client);
+            return match refreshed {
                 Ok(Refreshed::Grant(mut fresh)) => {
                     metrics.record_oauth_refresh(&p.id, "ok");
                     fresh.connected_at = current.grant.connected_at;
@@ -477,6 +487,25 @@ impl OAuth {
             }
         }
         Ok(true)
+    }
+}
+
+/// A refresh's client span: the provider, and the outcome as
+/// `otc_gateway_oauth_refreshes_total` counts it. Never a token.
+fn describe_refresh(span: &mut Span, provider: &str, refreshed: &Result<Refreshed, OAuthError>) {
+    span.set("otc.oauth.provider", provider);
+    span.set("otc.oauth.grant_type", "refresh_token");
+    let outcome = match refreshed {
+        Ok(Refreshed::Grant(_)) => "ok",
+        Ok(Refreshed::Revoked) => "invalid_grant",
+        Err(_) => "error",
+    };
+    span.set("otc.oauth.refresh.outcome", outcome);
+    match outcome {
+        "invalid_grant" => span.fail("invalid_grant"),
+        // The status, when the provider answered with an error one, is set.
+        "error" if !span.is_failed() => span.fail("provider_error"),
+        _ => {}
     }
 }
 

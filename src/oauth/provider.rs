@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::Duration;
 
 use base64::Engine as _;
@@ -25,6 +26,7 @@ use super::store::{now, Grant};
 use super::OAuthError;
 use crate::config::{scope_ok, AuthorizationProvider};
 use crate::http_client::{self, HttpClient};
+use crate::otel::Span;
 use crate::secret::SecretString;
 use crate::vault::SecretResolver;
 
@@ -259,12 +261,24 @@ impl Provider {
             .ok_or_else(|| OAuthError::Provider("the discovery document names no jwks_uri".into()))
     }
 
-    /// Refreshes `grant` with its refresh token.
-    pub(super) async fn refresh(&self, secrets: &SecretResolver, grant: &Grant) -> Result<Refreshed, OAuthError> {
+    /// Refreshes `grant` with its refresh token. `span`, the refresh's
+    /// client span when its call is recorded, gets the token endpoint and
+    /// the status it answered (OpenTelemetry's HTTP client attributes).
+    pub(super) async fn refresh(
+        &self,
+        secrets: &SecretResolver,
+        grant: &Grant,
+        span: Option<&mut Span>,
+    ) -> Result<Refreshed, OAuthError> {
         let Some(refresh_token) = &grant.refresh_token else { return Ok(Refreshed::Revoked) };
         let client = self.client(secrets, None).await?;
         let token = RefreshToken::new(refresh_token.expose().to_owned());
-        match client.exchange_refresh_token(&token).request_async(&self.http).await {
+        let http = Observed { http: &self.http, status: AtomicU16::new(0) };
+        let answer = client.exchange_refresh_token(&token).request_async(&http).await;
+        if let Some(span) = span {
+            describe_token_request(span, client.token_uri().url(), http.status.load(Ordering::Relaxed));
+        }
+        match answer {
             Ok(answer) => Ok(Refreshed::Grant(grant_from(&answer, &grant.scopes, grant.refresh_token.clone()))),
             Err(RequestTokenError::ServerResponse(e)) if *e.error() == BasicErrorResponseType::InvalidGrant => {
                 Ok(Refreshed::Revoked)
@@ -365,6 +379,51 @@ impl<'c> oauth2::AsyncHttpClient<'c> for ProviderHttp {
             }
             response.body(body.to_vec()).map_err(|e| OAuthError::Provider(e.to_string()))
         })
+    }
+}
+
+/// [`ProviderHttp`], keeping the status of the answer (for a span).
+struct Observed<'h> {
+    http: &'h ProviderHttp,
+    /// The last answer's status; 0 before one came.
+    status: AtomicU16,
+}
+
+impl<'c> oauth2::AsyncHttpClient<'c> for Observed<'_> {
+    type Error = OAuthError;
+    type Future = Pin<Box<dyn Future<Output = Result<HttpResponse, OAuthError>> + Send + 'c>>;
+
+    fn call(&'c self, request: HttpRequest) -> Self::Future {
+        Box::pin(async move {
+            let answer = self.http.call(request).await;
+            if let Ok(response) = &answer {
+                self.status.store(response.status().as_u16(), Ordering::Relaxed);
+            }
+            answer
+        })
+    }
+}
+
+/// A request to the token endpoint `url`, answered with `status` (0: no
+/// answer), in OpenTelemetry's HTTP client terms: the URL without its query,
+/// fragment or credentials, never the form sent (it holds the tokens).
+fn describe_token_request(span: &mut Span, url: &oauth2::url::Url, status: u16) {
+    span.set("http.request.method", "POST");
+    span.set("server.address", url.host_str().unwrap_or_default());
+    if let Some(port) = url.port_or_known_default() {
+        span.set_int("server.port", i64::from(port));
+    }
+    let mut full = url.clone();
+    // Never fails on a URL with a host, which a token endpoint has.
+    let _ = (full.set_username(""), full.set_password(None));
+    full.set_query(None);
+    full.set_fragment(None);
+    span.set("url.full", full.as_str());
+    if status != 0 {
+        span.set_int("http.response.status_code", i64::from(status));
+    }
+    if status >= 400 {
+        span.fail(status.to_string());
     }
 }
 

@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use crate::config::TracingConfig;
 use crate::trace::SpanContext;
 
-pub use span::{child, Kind, Span};
+pub use span::{child, Kind, Logged, Span};
 
 /// Spans waiting for export, at most (OpenTelemetry's default queue size).
 const QUEUE: usize = 2048;

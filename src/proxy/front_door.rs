@@ -214,7 +214,13 @@ impl FrontDoor {
         if let Some(span) = &mut span {
             describe_request(span, head);
         }
-        let answer = match self.answer(generation, head, body, accepted, span.as_mut()).await {
+        // A recorded request's log lines carry its ids.
+        let context = span.as_ref().map(Span::log_context);
+        let answered = {
+            let answering = std::pin::pin!(self.answer(generation, head, body, accepted, span.as_mut()));
+            otel::Logged::new(answering, context).await
+        };
+        let answer = match answered {
             Ok(answer) => answer,
             Err(e) => Answer::Reply(e.to_reply()),
         };

@@ -24,7 +24,8 @@
 //! Vault's KV v2 API does, only for the fault a real server cannot produce:
 //! connections dropped without an answer), `oidc.rs` (a real OpenID Connect
 //! provider, and a browser to click through it), `fleet.rs`
-//! (redis-server and nginx, for replicas sharing state), `jwt.rs` (tokens
+//! (redis-server and nginx, for replicas sharing state), `otlp.rs` (an
+//! OTLP trace receiver on the official protobuf definitions), `jwt.rs` (tokens
 //! signed here, and forged ones) and `wait.rs` (the one poll loop:
 //! [`wait_until`] a condition holds, with a deadline and a message saying
 //! what was awaited).
@@ -40,6 +41,7 @@ pub mod jwt;
 pub mod kv2;
 pub mod oidc;
 pub mod openbao;
+pub mod otlp;
 mod replies;
 mod tool_server;
 mod wait;

@@ -1,6 +1,6 @@
 """A real MCP server (the official Python SDK) for tests/mcp_bridge.rs.
 
-Usage: mcp_server.py PORT [json] [modern|legacy|dual]
+Usage: mcp_server.py PORT [json] [modern|legacy|dual] [quiet]
 
 Serves streamable HTTP at http://127.0.0.1:PORT/mcp with the SDK's defaults
 (stateful sessions, SSE replies), or JSON replies when "json" is given.
@@ -15,6 +15,9 @@ The era (default "dual", the SDK's own behaviour):
   `MCP-Protocol-Version` is refused as a 2025-11-25 server refuses it (the
   SDK 1.x transport: 400 with a JSON-RPC error -32600 that is no 2026-07-28
   error), so a dual-era client falls back to `initialize`.
+
+"quiet": the server does not say it announces tool list changes (the SDK's
+default), so a client keeps no stream open to it.
 
 `POST /test/add-tool` with `{"name": "..."}` adds a tool at runtime and tells
 every client that listens: 2026-07-28 `subscriptions/listen` streams, and the
@@ -177,7 +180,8 @@ def create_initialization_options(notification_options=None, *args, **kwargs):
     return _create_initialization_options(options, *args, **kwargs)
 
 
-lowlevel.create_initialization_options = create_initialization_options
+if "quiet" not in sys.argv[2:]:
+    lowlevel.create_initialization_options = create_initialization_options
 
 
 def header(scope, name):
