@@ -139,22 +139,29 @@ static TOKEN: [bool; 256] = {
     table
 };
 
-/// Where the header text ([`is_text`]) that starts at `i` ends. Eight bytes
-/// at a time while none of them is a control byte, DEL or above 0x7f (the
-/// word tests may also stop at a tab, which the byte loop then reads).
+/// Where the header text ([`is_text`]) that starts at `i` ends: eight bytes
+/// at a time. A word with a byte that is a control byte, DEL or above 0x7f
+/// sets that byte's high bit in `mask` (Bit Twiddling Hacks, "hasless" and
+/// "haszero": a borrow may also flag a byte above a flagged one, never one
+/// below), so its lowest flagged byte is the first such byte: the end,
+/// unless it is a tab.
 fn text_end(buf: &[u8], mut i: usize) -> usize {
     const ONES: u64 = 0x0101_0101_0101_0101;
     const HIGH: u64 = 0x8080_8080_8080_8080;
     while let Some(word) = buf.get(i..i + 8) {
         let w = u64::from_le_bytes(word.try_into().expect("eight bytes"));
-        // A byte below 0x20 (or a false alarm), a byte equal to 0x7f, a byte
-        // from 0x80: each sets a high bit (Bit Twiddling Hacks, "hasless").
         let below = w.wrapping_sub(ONES * 0x20) & !w;
         let del = (w ^ (ONES * 0x7f)).wrapping_sub(ONES) & !(w ^ (ONES * 0x7f));
-        if (below | del | w) & HIGH != 0 {
-            break;
+        let mask = (below | del | w) & HIGH;
+        if mask == 0 {
+            i += 8;
+            continue;
         }
-        i += 8;
+        i += (mask.trailing_zeros() / 8) as usize;
+        if buf[i] != b'\t' {
+            return i;
+        }
+        i += 1;
     }
     while buf.get(i).is_some_and(|&b| is_text(b)) {
         i += 1;
