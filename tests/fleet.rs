@@ -257,6 +257,8 @@ async fn one_connection_to_redis_serves_every_shared_store() {
     .await;
     server.on_call(add);
     // Rate-limit buckets, call_ids and OAuth challenges, all in [state] redis.
+    // (An hourly rate: a bucket's key lives one interval, and at 100/s that
+    // is 11 ms, gone before a loaded machine lists the keys.)
     let config = GatewayConfig::new().upstream_with("calc", &server.url(), "authorization = [\"idp\"]").raw(&format!(
         r#"
 [auth]
@@ -275,7 +277,7 @@ redis = "{}"
 name = "per-user"
 tools = ["Calc.*"]
 per = "user"
-rate = "100/s"
+rate = "100/h"
 "#,
         redis.url()
     ));
