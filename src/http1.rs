@@ -78,7 +78,7 @@ impl<'b> HeaderLines<'b> {
         }
         self.lines_left = self.lines_left.checked_sub(1)?;
         let name_start = i;
-        while TOKEN[usize::from(*buf.get(i)?)] {
+        while is_token(*buf.get(i)?) {
             i += 1;
         }
         if i == name_start || buf[i] != b':' {
@@ -120,6 +120,11 @@ impl<'b> Iterator for HeaderLines<'b> {
 /// visible ASCII, a space or a tab (httparse also takes bytes above 0x7f).
 pub(crate) fn is_text(b: u8) -> bool {
     b == b'\t' || (b' '..=b'~').contains(&b)
+}
+
+/// Whether `b` may be in a header name (RFC 9110 `tchar`).
+pub(crate) fn is_token(b: u8) -> bool {
+    TOKEN[usize::from(b)]
 }
 
 /// Whether each byte may be in a header name (RFC 9110 `tchar`): one

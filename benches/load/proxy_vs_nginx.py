@@ -74,6 +74,9 @@ def main():
     ap.add_argument("--connections", type=int, default=50)
     ap.add_argument("--skip-paced", action="store_true", help="only the saturating runs")
     ap.add_argument("--skip-mcp", action="store_true", help="only the OTC call and nginx, as before MCP was measured")
+    ap.add_argument("--tracing", action="store_true",
+                    help="also two gateways with [tracing], sample_ratio 0 and 1 (exporting to the upstream nginx, "
+                         "which refuses the posts: the whole export is counted), side by side with the one without")
     args = ap.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="otc-bench-"))
@@ -111,6 +114,19 @@ secrets = ["BENCH_API_KEY"]
 BENCH_API_KEY = "env:BENCH_API_KEY"
 """, b.PROXY_CPU, work, env={"BENCH_API_KEY": "bench-secret-value"})
         procs.append(gateway)
+        traced = {}
+        if args.tracing:
+            config = (work / "gateway.toml").read_text()
+            for name, ratio in [("ratio0", 0.0), ("ratio1", 1.0)]:
+                port, admin = b.free_port(), b.free_port()
+                text = config.replace(f"127.0.0.1:{gw_port}", f"127.0.0.1:{port}").replace(
+                    f"127.0.0.1:{admin_port}", f"127.0.0.1:{admin}")
+                text += f'\n[tracing]\notlp_endpoint = "http://127.0.0.1:{up_port}"\nsample_ratio = {ratio}\n'
+                proc = b.start_gateway(f"gateway-{name}", text, b.PROXY_CPU, work,
+                                       env={"BENCH_API_KEY": "bench-secret-value"})
+                procs.append(proc)
+                b.wait_tool(port)
+                traced[name] = (proc, f"http://127.0.0.1:{port}/tools/call")
 
         direct = f"http://127.0.0.1:{up_port}/tools/call"
         via = {"nginx": f"http://127.0.0.1:{ngx_port}/tools/call", "gateway": f"http://127.0.0.1:{gw_port}/tools/call"}
@@ -133,6 +149,7 @@ BENCH_API_KEY = "env:BENCH_API_KEY"
                    "mcp-2026": (gateway, mcp_url, MCP_2026_BODY, MCP_2026_HEADERS)}
         if args.skip_mcp:
             targets = {name: targets[name] for name in ("gateway", "nginx")}
+        targets.update(traced)
         runs, rps_ratio, cpu_ratio = b.side_by_side(targets, args.rounds, args.seconds, args.connections, BODY)
         keys = ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "user_us_per_req", "sys_us_per_req")
         med = {name: {k: b.median([r[k] for r in rs]) for k in keys} for name, rs in runs.items()}
@@ -143,7 +160,8 @@ BENCH_API_KEY = "env:BENCH_API_KEY"
                   f"{m['sys_us_per_req']:.1f} system)")
         b.say(f"median ratio gateway/nginx, requests per second:        {rps_ratio:.3f}")
         b.say(f"median ratio gateway/nginx, requests per CPU second:     {cpu_ratio:.3f}")
-        for cand, base in [("mcp", "nginx"), ("mcp-2026", "nginx"), ("mcp", "gateway"), ("mcp-2026", "gateway")]:
+        for cand, base in [("mcp", "nginx"), ("mcp-2026", "nginx"), ("mcp", "gateway"), ("mcp-2026", "gateway"),
+                           ("ratio0", "gateway"), ("ratio1", "gateway")]:
             if cand in runs:
                 rps, cpu = b.ratios(runs, cand, base)
                 rounds = ", ".join(f"{r['cpu_us_per_req'] / c['cpu_us_per_req']:.2f}"
