@@ -153,6 +153,15 @@ impl CallClient {
         Ok((answer, reusable.then_some(stream)))
     }
 
+    /// Closes every idle connection: the upstream was removed, and nothing
+    /// will take them again.
+    pub fn close_idle(&self) {
+        for pool in self.idle.iter() {
+            let idle = std::mem::take(&mut *lock(pool));
+            drop(idle);
+        }
+    }
+
     /// Closes idle connections that have timed out or that the server
     /// closed, in every thread's pool.
     pub fn close_stale(&self) {

@@ -504,6 +504,11 @@ impl Upstream {
     /// Tells this instance's tasks to end: a reload removed or replaced it.
     pub fn retire(&self) {
         self.retired.send_replace(true);
+        // Past calls' records (the ring of recent calls) may hold this
+        // instance a while yet: its idle connections close now, not then.
+        if let Protocol::Otc(otc) = &self.protocol {
+            otc.close_idle_connections();
+        }
     }
 
     /// Resolves once [`Upstream::retire`] was called.

@@ -118,6 +118,10 @@ impl OtcUpstream {
     pub(super) fn close_stale_connections(&self) {
         self.call_client.close_stale();
     }
+
+    pub(super) fn close_idle_connections(&self) {
+        self.call_client.close_idle();
+    }
 }
 
 /// Reads a GET /tools body in any of the OTC dialects.
