@@ -18,7 +18,12 @@ import tempfile
 from urllib.parse import urlsplit
 
 from selenium import webdriver
-from selenium.common.exceptions import TimeoutException, WebDriverException
+from selenium.common.exceptions import (
+    NoSuchElementException,
+    StaleElementReferenceException,
+    TimeoutException,
+    WebDriverException,
+)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
@@ -50,7 +55,10 @@ def browser(args):
 
 def wait_for(driver, condition, what):
     try:
-        return WebDriverWait(driver, WAIT).until(condition)
+        # A page that is being replaced (a form posted) leaves elements
+        # stale, or not there yet: asked again, not failed.
+        ignored = (NoSuchElementException, StaleElementReferenceException)
+        return WebDriverWait(driver, WAIT, ignored_exceptions=ignored).until(condition)
     except TimeoutException:
         raise Failed(f"timed out waiting for {what} at {driver.current_url}:\n{driver.page_source[:3000]}")
 
