@@ -137,15 +137,17 @@ pub(super) fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usi
     parse_with_httparse(buf, max_header_bytes, max_body)
 }
 
-/// The request lines of plain calls, as clients send them: the route, the
-/// path and where the header lines start.
+/// The paths of plain calls, and their routes.
+const PLAIN_PATHS: [(&str, Route); 3] = [("/tools/call", Route::Call), ("/mcp", Route::Mcp), ("/call", Route::Call)];
+
+/// A plain call's request line as clients send it (`POST <path> HTTP/1.1`):
+/// the route, the path and where the header lines start.
 fn plain_request_line(buf: &[u8]) -> Option<(Route, &'static str, usize)> {
-    const LINES: [(&[u8], Route, &str); 3] = [
-        (b"POST /tools/call HTTP/1.1\r\n", Route::Call, "/tools/call"),
-        (b"POST /mcp HTTP/1.1\r\n", Route::Mcp, "/mcp"),
-        (b"POST /call HTTP/1.1\r\n", Route::Call, "/call"),
-    ];
-    LINES.iter().find(|(line, _, _)| buf.starts_with(line)).map(|&(line, route, path)| (route, path, line.len()))
+    let rest = buf.strip_prefix(b"POST ")?;
+    PLAIN_PATHS.iter().find_map(|&(path, route)| {
+        let after = rest.strip_prefix(path.as_bytes())?.strip_prefix(b" HTTP/1.1\r\n")?;
+        Some((route, path, buf.len() - after.len()))
+    })
 }
 
 /// Any head, by httparse.
@@ -157,11 +159,8 @@ fn parse_with_httparse(buf: &[u8], max_header_bytes: usize, max_body: usize) -> 
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,
     };
-    let (route, path) = match request.path {
-        Some("/tools/call") => (Route::Call, "/tools/call"),
-        Some("/call") => (Route::Call, "/call"),
-        Some("/mcp") => (Route::Mcp, "/mcp"),
-        _ => return Parsed::Other,
+    let Some(&(path, route)) = PLAIN_PATHS.iter().find(|(path, _)| request.path == Some(*path)) else {
+        return Parsed::Other;
     };
     if request.method != Some("POST") || request.version != Some(1) {
         return Parsed::Other;
