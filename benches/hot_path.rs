@@ -93,7 +93,8 @@ fn hot_path(c: &mut Criterion) {
             let call = parse_call(body).expect("parses");
             let context = rt
                 .block_on(inject_context(&gateway, &generation, route, &caller, call.context, None))
-                .expect("injects");
+                .expect("injects")
+                .context;
             Bytes::from(upstream_call_body(&UpstreamCallRequest {
                 tool_id: &route.tool.definition.id,
                 call_id: &call.call_id,

@@ -22,10 +22,10 @@ use crate::metrics::CallOutcome;
 use crate::oauth::TokenError;
 use crate::otel::{self, Kind, Span};
 use crate::recent_calls::CallRecord;
-use crate::requirements::{self, authenticated_user, check_grants, SecretPlan, TokenPlan};
+use crate::requirements::{self, authenticated_user, check_grants, Granted, SecretPlan, TokenPlan};
 use crate::resolve::parse_tool_id;
 use crate::scrub;
-use crate::trace::OutgoingTrace;
+use crate::trace::{write_hex, OutgoingTrace};
 pub use crate::upstream::Native;
 use crate::upstream::{AnsweredBy, ForwardError, UpstreamCall, UpstreamReply};
 use crate::wire::{
@@ -138,7 +138,7 @@ async fn run_resolved_call(
     let step = otel::child(span, "inject", Kind::Internal);
     let context = std::mem::take(&mut call.context);
     let injected = inject_context(gateway, generation, route, caller, context, step.as_ref()).await;
-    let context = ended(step, injected)?;
+    let Injected { context, granted } = ended(step, injected)?;
     let claim =
         match claim_call_id(generation, route, scope.as_ref(), &call.call_id, &call.input, &context, started).await? {
             Claimed::Replay(completed) => return Ok(completed),
@@ -158,7 +158,7 @@ async fn run_resolved_call(
         passthrough: call.passthrough.as_ref(),
         span: None,
     };
-    let forwarded = forward_call(generation, route, request, max_response, span).await;
+    let forwarded = forward_call(generation, route, granted, request, max_response, span).await;
     // The upstream's own token is the operator's secret too.
     let bearer = forwarded.as_ref().ok().and_then(|(_, _, bearer)| bearer.clone());
     let mut finished = forwarded.and_then(|(target, forwarded, _)| {
@@ -325,8 +325,15 @@ const MIN_RESPONSE_LIMIT: usize = 16 * 1024 * 1024;
 
 /// A new call id, for a call whose client sent none.
 pub(crate) fn new_call_id() -> String {
-    // Written without `core::fmt`, which is slower here (benches/HISTORY.md, "Figures behind the code").
-    uuid::Uuid::new_v4().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()).to_owned()
+    // A version 4 UUID from one draw of the thread's generator, its hex
+    // written by digit pairs: the uuid crate's own draw and text cost more
+    // (benches/README.md, "Per-call work after the front door").
+    let bytes = uuid::Builder::from_random_bytes(rand::random::<u128>().to_le_bytes()).into_uuid().into_bytes();
+    let mut text = *b"00000000-0000-0000-0000-000000000000";
+    for (digits, group) in [(0..8, 0..4), (9..13, 4..6), (14..18, 6..8), (19..23, 8..10), (24..36, 10..16)] {
+        write_hex(&mut text[digits], &bytes[group]);
+    }
+    String::from_utf8(text.to_vec()).expect("hex digits and hyphens")
 }
 
 /// Parse: any accepted body shape into a [`ParsedCall`].
@@ -411,15 +418,17 @@ pub async fn inject_context(
     caller: &Caller,
     mut context: CallContext,
     span: Option<&Span>,
-) -> Result<CallContext, RequestError> {
+) -> Result<Injected, RequestError> {
     if caller.kind != CallerKind::Anonymous {
         context.user_id = caller.user_id.clone();
     }
     let managed = &generation.config.secrets;
     context.secrets.retain(|s| !managed.contains_key(&s.id));
     context.authorization.retain(|a| !generation.config.authorization.contains_key(&a.id));
-    let Some(requirements) = &route.tool.definition.requirements else { return Ok(context) };
-    check_grants(generation, route, requirements)?;
+    let Some(requirements) = &route.tool.definition.requirements else {
+        return Ok(Injected { context, granted: Granted::Every });
+    };
+    let granted = check_grants(generation, route, requirements)?;
     let plan = requirements::plan(generation, requirements, caller, &context);
     let mut missing = MissingRequirements { user_id: plan.user_id_missing, ..MissingRequirements::default() };
     for (id, how) in plan.secrets {
@@ -498,10 +507,19 @@ pub async fn inject_context(
         }
     }
     if missing.is_empty() {
-        Ok(context)
+        Ok(Injected { context, granted })
     } else {
         Err(RequestError::MissingRequirements(missing))
     }
+}
+
+/// What inject hands forward.
+#[derive(Debug)]
+pub struct Injected {
+    /// The context to send, the gateway's secrets and tokens in it.
+    pub context: CallContext,
+    /// Which targets may be sent it.
+    pub granted: Granted,
 }
 
 /// The values the gateway injected into `context` (its secrets and user
@@ -553,13 +571,15 @@ fn challenge(provider: &str, authorize_url: Option<&str>, user: Option<&str>) ->
 }
 
 /// Forward: sends the call (`request`, its `tool` set per target) to the
-/// first target that accepts a connection. Only a connection that could not
+/// first target that accepts a connection, among those `granted` (inject's
+/// decision) reaches. Only a connection that could not
 /// be made moves on to the next replica: a request that was sent is never
 /// sent again. Returns the target, its answer, and the upstream's own
 /// `Authorization` when it has a `bearer_token`.
 pub async fn forward_call<'r>(
     generation: &Generation,
     route: &'r Route,
+    granted: Granted,
     request: UpstreamCall<'_>,
     max_response: usize,
     span: Option<&Span>,
@@ -579,8 +599,7 @@ pub async fn forward_call<'r>(
             }
         })?;
         // Only an upstream granted all the tool declares gets its context.
-        if route.tool.definition.requirements.as_ref().is_some_and(|r| !target.upstream.granted(r, &generation.config))
-        {
+        if !granted.reaches(generation, route, target) {
             continue;
         }
         // The upstream's traceparent names this attempt's client span.
@@ -698,6 +717,19 @@ mod tests {
         let call = parse_call(br#"{"request": {"tool_id": "A.B"}}"#).expect("parses");
         assert_eq!(call.call_id.len(), 36);
         assert_eq!(call.input, json!({}));
+    }
+
+    #[test]
+    fn a_made_call_id_is_a_random_version_4_uuid_in_its_usual_text() {
+        let ids: Vec<String> = (0..64).map(|_| new_call_id()).collect();
+        for id in &ids {
+            let uuid = uuid::Uuid::parse_str(id).expect("a uuid");
+            assert_eq!(uuid.get_version_num(), 4, "{id}");
+            assert_eq!(uuid.get_variant(), uuid::Variant::RFC4122, "{id}");
+            assert_eq!(&uuid.hyphenated().to_string(), id, "lower case, hyphenated");
+        }
+        let distinct: std::collections::HashSet<&String> = ids.iter().collect();
+        assert_eq!(distinct.len(), ids.len());
     }
 
     #[test]

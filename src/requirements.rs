@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use smallvec::SmallVec;
 
 use crate::auth::{Caller, CallerKind};
-use crate::catalog::Route;
+use crate::catalog::{Route, Target};
 use crate::config::SecretRef;
 use crate::error::{MissingRequirements, RequestError, Ungranted};
 use crate::gateway::Generation;
@@ -155,16 +155,41 @@ pub(crate) fn ungranted(generation: &Generation, route: &Route, requirements: &R
         .collect()
 }
 
+/// Which targets of a route may be sent a call's context: decided once a
+/// call, by inject ([`check_grants`]), and obeyed by forward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Granted {
+    /// Every target (the common case: one upstream, granted what it needs).
+    Every,
+    /// Only the targets whose upstream was granted everything the tool
+    /// declares of what the gateway supplies; at least one was.
+    Some,
+}
+
+impl Granted {
+    /// Whether `target` of `route` may be sent the call.
+    pub fn reaches(self, generation: &Generation, route: &Route, target: &Target) -> bool {
+        match (self, &route.tool.definition.requirements) {
+            (Granted::Some, Some(requirements)) => target.upstream.granted(requirements, &generation.config),
+            _ => true,
+        }
+    }
+}
+
 /// Refuses a call none of whose upstreams was granted everything the tool
 /// declares of what the gateway supplies; names what the first lacks.
+/// Otherwise says which targets were.
 pub(crate) fn check_grants(
     generation: &Generation,
     route: &Route,
     requirements: &Requirements,
-) -> Result<(), RequestError> {
+) -> Result<Granted, RequestError> {
+    if route.targets.iter().all(|t| t.upstream.granted(requirements, &generation.config)) {
+        return Ok(Granted::Every);
+    }
     let ungranted = ungranted(generation, route, requirements);
     if ungranted.is_empty() {
-        return Ok(());
+        return Ok(Granted::Some);
     }
     tracing::warn!(
         tool = route.tool.definition.id,

@@ -134,8 +134,9 @@ pub enum McpAnswer {
     /// One response (or 202 with no body).
     Reply(Reply),
     /// An event stream (`text/event-stream`) the transport writes until
-    /// the client goes or the gateway stops.
-    Stream(Listen),
+    /// the client goes or the gateway stops. Boxed: a stream is rare, and
+    /// every reply is moved a few times on its way out.
+    Stream(Box<Listen>),
 }
 
 impl McpAnswer {
@@ -201,9 +202,13 @@ impl McpEndpoint {
             return McpAnswer::Reply(e.reply(Value::Null, Era::R2025_11_25));
         }
         match self.stream_slot(gateway, caller) {
-            Ok(slot) => {
-                McpAnswer::Stream(Listen::open(self.names.clone(), gateway.clone(), caller.clone(), None, slot))
-            }
+            Ok(slot) => McpAnswer::Stream(Box::new(Listen::open(
+                self.names.clone(),
+                gateway.clone(),
+                caller.clone(),
+                None,
+                slot,
+            ))),
             Err(e) => McpAnswer::Reply(e.reply(Value::Null, Era::R2025_11_25)),
         }
     }
@@ -243,7 +248,7 @@ impl McpEndpoint {
                 }
                 "subscriptions/listen" => {
                     return match self.listen(gateway, caller, id.clone(), &params) {
-                        Ok(listen) => McpAnswer::Stream(listen),
+                        Ok(listen) => McpAnswer::Stream(Box::new(listen)),
                         Err(e) => McpAnswer::Reply(e.reply(id, Era::R2026_07_28)),
                     }
                 }

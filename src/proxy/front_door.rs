@@ -141,8 +141,8 @@ pub(super) enum Answer {
     /// One reply.
     Reply(Reply),
     /// An event stream, written until the client goes or the gateway stops
-    /// (only pingora's path writes one).
-    Stream(Listen),
+    /// (only pingora's path writes one). Boxed, as in [`McpAnswer`].
+    Stream(Box<Listen>),
 }
 
 impl Answer {

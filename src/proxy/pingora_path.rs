@@ -221,7 +221,7 @@ impl PingoraPath {
                 let head_only = session.req_header().method == http::Method::HEAD;
                 send::send_reply(session, reply, head_only).await
             }
-            Answer::Stream(listen) => send::send_stream(session, listen, shutdown).await,
+            Answer::Stream(listen) => send::send_stream(session, *listen, shutdown).await,
         }
     }
 }
