@@ -25,7 +25,7 @@ use crate::recent_calls::CallRecord;
 use crate::requirements::{self, authenticated_user, check_grants, Granted, SecretPlan, TokenPlan};
 use crate::resolve::parse_tool_id;
 use crate::scrub;
-use crate::trace::{write_hex, OutgoingTrace};
+use crate::trace::OutgoingTrace;
 pub use crate::upstream::Native;
 use crate::upstream::{AnsweredBy, ForwardError, UpstreamCall, UpstreamReply};
 use crate::wire::{
@@ -325,15 +325,11 @@ const MIN_RESPONSE_LIMIT: usize = 16 * 1024 * 1024;
 
 /// A new call id, for a call whose client sent none.
 pub(crate) fn new_call_id() -> String {
-    // A version 4 UUID from one draw of the thread's generator, its hex
-    // written by digit pairs: the uuid crate's own draw and text cost more
-    // (benches/README.md, "Per-call work after the front door").
-    let bytes = uuid::Builder::from_random_bytes(rand::random::<u128>().to_le_bytes()).into_uuid().into_bytes();
-    let mut text = *b"00000000-0000-0000-0000-000000000000";
-    for (digits, group) in [(0..8, 0..4), (9..13, 4..6), (14..18, 6..8), (19..23, 8..10), (24..36, 10..16)] {
-        write_hex(&mut text[digits], &bytes[group]);
-    }
-    String::from_utf8(text.to_vec()).expect("hex digits and hyphens")
+    // Written without `core::fmt`, which is slower here (benches/HISTORY.md,
+    // "Figures behind the code"). Digit pairs and one draw of the thread's
+    // generator were tried: the text then needs a UTF-8 check, which cost
+    // what they saved (benches/README.md, "Per-call work after the front door").
+    uuid::Uuid::new_v4().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()).to_owned()
 }
 
 /// Parse: any accepted body shape into a [`ParsedCall`].

@@ -110,7 +110,7 @@ fn is_zero(text: &str) -> bool {
 
 /// Lower-case hex of `bytes` into `out` (twice as long): one lookup per
 /// byte, in a table of the 256 digit pairs.
-pub(crate) fn write_hex(out: &mut [u8], bytes: &[u8]) {
+fn write_hex(out: &mut [u8], bytes: &[u8]) {
     const PAIRS: [[u8; 2]; 256] = {
         const HEX: &[u8; 16] = b"0123456789abcdef";
         let mut pairs = [[0u8; 2]; 256];
