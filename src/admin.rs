@@ -424,13 +424,13 @@ fn status(gateway: &Gateway) -> Status {
         .upstreams
         .iter()
         .map(|u| UpstreamReport {
-            name: u.name.clone(),
+            name: u.name.to_string(),
             granted: Granted {
                 secrets: u.secret_grants.to_list(),
                 authorization: u.authorization_grants.to_list(),
                 toolkits: u.reserved_toolkits.clone(),
             },
-            status: statuses.remove(&u.name).unwrap_or_default(),
+            status: statuses.remove(&*u.name).unwrap_or_default(),
         })
         .collect();
     Status {

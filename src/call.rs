@@ -27,7 +27,7 @@ use crate::resolve::parse_tool_id;
 use crate::scrub;
 use crate::trace::OutgoingTrace;
 pub use crate::upstream::Native;
-use crate::upstream::{AnsweredBy, ForwardError, UpstreamCall, UpstreamReply};
+use crate::upstream::{ForwardError, UpstreamCall, UpstreamReply};
 use crate::wire::{
     self, is_supported_schema, AuthorizationToken, CallBody, CallContext, CallResult, SecretValue, UpstreamResult,
 };
@@ -61,8 +61,9 @@ pub struct FinishedCall {
     pub result: CallResult,
     /// Success or tool error.
     pub outcome: CallOutcome,
-    /// The upstream that answered.
-    pub upstream: AnsweredBy,
+    /// The name of the upstream that answered (for a replayed answer, the
+    /// name stored with it).
+    pub upstream: Arc<str>,
     /// How long the call took: measured once, for the result's `duration`
     /// and for the metrics.
     pub took: Duration,
@@ -167,7 +168,7 @@ async fn run_resolved_call(
         Ok(FinishedCall {
             outcome: if result.success { CallOutcome::Success } else { CallOutcome::ToolError },
             result,
-            upstream: AnsweredBy::Upstream(target.upstream.clone()),
+            upstream: target.upstream.name.clone(),
             took,
             native,
         })
@@ -219,7 +220,7 @@ async fn claim_call_id(
         Ok(Decision::Replay(stored)) => Ok(Claimed::Replay(FinishedCall {
             outcome: if stored.result.success { CallOutcome::Success } else { CallOutcome::ToolError },
             result: stored.result.clone(),
-            upstream: AnsweredBy::Stored(stored.upstream.clone()),
+            upstream: Arc::from(stored.upstream.as_str()),
             took: started.elapsed(),
             native: None,
         })),
@@ -238,8 +239,7 @@ async fn claim_call_id(
 async fn remember_call(claim: Pending, finished: &Result<FinishedCall, RequestError>) {
     match finished {
         Ok(completed) if !completed.is_question() => {
-            let stored =
-                StoredCall { result: completed.result.clone(), upstream: completed.upstream.name().to_owned() };
+            let stored = StoredCall { result: completed.result.clone(), upstream: completed.upstream.to_string() };
             claim.complete(&stored).await;
         }
         _ => claim.release().await,
@@ -259,12 +259,7 @@ fn record_call(
     started: Instant,
     span: Option<&mut Span>,
 ) {
-    let first_upstream = || {
-        route
-            .targets
-            .first()
-            .map_or_else(|| AnsweredBy::Stored(String::new()), |t| AnsweredBy::Upstream(t.upstream.clone()))
-    };
+    let first_upstream = || route.targets.first().map_or_else(|| Arc::from(""), |t| t.upstream.name.clone());
     // `None`: a rate-limited call, counted by its status (429) in
     // otc_gateway_http_requests_total, not as a call.
     let (upstream, outcome, took) = match finished {
@@ -281,13 +276,13 @@ fn record_call(
     if let Some(outcome) = outcome {
         let tool = route.tool.definition.id.as_str();
         let seconds = took.as_secs_f64();
-        gateway.metrics.record_call(tool, upstream.name(), outcome, seconds);
+        gateway.metrics.record_call(tool, &upstream, outcome, seconds);
         // The log line leads to the trace: its ids, when it is recorded.
         let span_ids = span.as_ref().map(|s| (s.trace_id_hex(), s.span_id_hex()));
         let trace_id = span_ids.as_ref().map_or(trace_id, |(trace, _)| Some(trace.as_str()));
         let span_id = span_ids.as_ref().map(|(_, span)| span.as_str());
         if let Some(span) = span {
-            span.set("otc.upstream", upstream.name());
+            span.set("otc.upstream", &*upstream);
             span.set("otc.outcome", outcome.as_str());
             match finished {
                 Err(e) => mark_failed(Some(span), e),
@@ -300,7 +295,7 @@ fn record_call(
             trace_id,
             span_id,
             tool,
-            upstream = upstream.name(),
+            upstream = &*upstream,
             outcome = outcome.as_str(),
             duration_ms = seconds * 1000.0,
             "tool call"
@@ -611,7 +606,7 @@ pub async fn forward_call<'r>(
         }
         match forwarded {
             Err(e @ ForwardError::Connect { .. }) => {
-                tracing::warn!(upstream = target.upstream.name, error = %e, "upstream unreachable; trying the next replica if any");
+                tracing::warn!(upstream = &*target.upstream.name, error = %e, "upstream unreachable; trying the next replica if any");
                 unreachable.push(e.to_string());
             }
             other => return Ok((target, other, authorization)),

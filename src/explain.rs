@@ -269,7 +269,7 @@ fn candidates(generation: &Generation, route: &Route) -> Vec<Candidate> {
         .targets
         .iter()
         .map(|t| Candidate {
-            upstream: t.upstream.name.clone(),
+            upstream: t.upstream.name.to_string(),
             priority: t.upstream.priority,
             granted: route
                 .tool

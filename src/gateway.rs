@@ -379,7 +379,7 @@ impl Gateway {
             .upstreams
             .iter()
             .filter(|u| !generation.upstreams.iter().any(|n| n.name == u.name))
-            .map(|u| u.name.clone())
+            .map(|u| u.name.to_string())
             .collect();
         // Instances not carried over (removed, or changed and built anew).
         let retired: Vec<Arc<Upstream>> =
@@ -449,8 +449,8 @@ impl Gateway {
         generation
             .upstreams
             .iter()
-            .filter(|u| !statuses.get(&u.name).is_some_and(|status| status.up))
-            .map(|u| u.name.clone())
+            .filter(|u| !statuses.get(&*u.name).is_some_and(|status| status.up))
+            .map(|u| u.name.to_string())
             .collect()
     }
 
@@ -463,7 +463,7 @@ impl Gateway {
             match upstream_bearer(generation, upstream).await {
                 Ok(bearer) => self.catalog.refresh(upstream, bearer, generation.poll).await,
                 Err(e) => {
-                    tracing::warn!(upstream = upstream.name, error = %e, "cannot read the upstream's bearer_token; catalog not fetched");
+                    tracing::warn!(upstream = &*upstream.name, error = %e, "cannot read the upstream's bearer_token; catalog not fetched");
                     Refreshed::Failed
                 }
             }
@@ -471,7 +471,7 @@ impl Gateway {
         // A recorded poll's log lines carry its ids, as a request's do.
         let refreshed = crate::otel::Logged::new(std::pin::pin!(fetch), span.as_ref().map(Span::log_context)).await;
         if let Some(span) = &mut span {
-            span.set("otc.upstream", upstream.name.as_str());
+            span.set("otc.upstream", &*upstream.name);
             span.set("otc.catalog.result", format!("{refreshed:?}").to_ascii_lowercase());
             if refreshed == Refreshed::Failed {
                 span.fail("fetch_failed");
@@ -541,7 +541,7 @@ async fn poll_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
         }
         if asked {
             tracing::debug!(
-                upstream = upstream.name,
+                upstream = &*upstream.name,
                 ?refreshed,
                 "catalog fetched as asked (a change announced, a stream opened, a reload)"
             );
@@ -628,13 +628,13 @@ async fn watch_upstream(gateway: Arc<Gateway>, upstream: Arc<Upstream>) {
                 if watched.opened {
                     pause = FIRST_RETRY;
                     tracing::info!(
-                        upstream = upstream.name,
+                        upstream = &*upstream.name,
                         reason,
                         "the tool list change stream closed; reopening it"
                     );
                 } else {
                     tracing::debug!(
-                        upstream = upstream.name,
+                        upstream = &*upstream.name,
                         reason,
                         ?pause,
                         "cannot open the tool list change stream"

@@ -17,7 +17,6 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use serde::{Serialize, Serializer};
 
 use crate::dialect::CatalogTool;
-use crate::upstream::AnsweredBy;
 
 /// How many calls the ring keeps.
 pub const CAPACITY: usize = 512;
@@ -35,7 +34,8 @@ pub struct CallRecord {
     #[serde(serialize_with = "tool_id")]
     pub tool: Arc<CatalogTool>,
     /// The upstream that answered (else the route's first), by its name.
-    pub upstream: AnsweredBy,
+    #[serde(serialize_with = "text")]
+    pub upstream: Arc<str>,
     /// The HTTP status the call was answered with (200 for a tool error too).
     pub status: u16,
     /// `success`, `tool_error`, `denied`, `validation_error`, `rate_limited`
@@ -86,6 +86,10 @@ impl RecentCalls {
     }
 }
 
+fn text<S: Serializer>(text: &Arc<str>, serializer: S) -> Result<S::Ok, S::Error> {
+    serializer.serialize_str(text)
+}
+
 fn tool_id<S: Serializer>(tool: &Arc<CatalogTool>, serializer: S) -> Result<S::Ok, S::Error> {
     serializer.serialize_str(&tool.definition.id)
 }
@@ -109,7 +113,7 @@ mod tests {
             at: Instant::now(),
             caller: Some(format!("user-{n}")),
             tool: Arc::new(tool),
-            upstream: AnsweredBy::Stored("calc".into()),
+            upstream: "calc".into(),
             status: 200,
             outcome: "success",
             duration_ms: 1.0,

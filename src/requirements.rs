@@ -148,7 +148,7 @@ pub(crate) fn ungranted(generation: &Generation, route: &Route, requirements: &R
         .upstream
         .ungranted(requirements, &generation.config)
         .map(|requirement| Ungranted {
-            upstream: first.upstream.name.clone(),
+            upstream: first.upstream.name.to_string(),
             key: requirement.grant_key(),
             id: requirement.id().to_owned(),
         })

@@ -89,6 +89,26 @@ async fn an_edited_config_adds_and_removes_upstreams_without_a_restart() {
 }
 
 #[tokio::test]
+async fn a_removed_upstream_s_connections_close_at_the_reload() {
+    let calc = server_with("Calculator.Add").await;
+    let text = server_with("Text.Count").await;
+    let gw = Gateway::start(&config("30s", &[("calc", &calc.url()), ("text", &text.url())])).await;
+    gw.wait_for_tool("Text.Count@1.0.0").await;
+    // The call's connection is kept for the next call (for 90 s), as is
+    // the catalog fetch's; the ring of recent calls records the call.
+    let r = gw.call("Text.Count@1.0.0", json!({"a": 1, "b": 2})).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(text.open_connections() >= 1, "a connection is kept open");
+    assert_eq!(send(gw.admin, "GET", "/calls", Bytes::new(), None).await.json()["calls"][0]["upstream"], json!("text"));
+
+    gw.rewrite_config(&config("30s", &[("calc", &calc.url())]));
+    wait_generation(&gw, 2).await;
+    text.wait_until("the removed upstream's connections are closed", |t| t.open_connections() == 0).await;
+    // The record of its call stays.
+    assert_eq!(send(gw.admin, "GET", "/calls", Bytes::new(), None).await.json()["calls"][0]["upstream"], json!("text"));
+}
+
+#[tokio::test]
 async fn an_invalid_config_keeps_the_old_one_serving() {
     let calc = server_with("Calculator.Add").await;
     let good = config("200ms", &[("calc", &calc.url())]);

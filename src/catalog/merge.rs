@@ -20,7 +20,7 @@ pub fn merge(upstreams: &[UpstreamTools]) -> Catalog {
     let started = std::time::Instant::now();
     // A reserved toolkit is served by its upstream alone.
     let reserved: HashMap<&str, &str> =
-        upstreams.iter().flat_map(|(u, _)| u.reserved_toolkits.iter().map(|t| (t.as_str(), u.name.as_str()))).collect();
+        upstreams.iter().flat_map(|(u, _)| u.reserved_toolkits.iter().map(|t| (t.as_str(), &*u.name))).collect();
     let mut refused = Vec::new();
     let mut servers: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     // Candidates per canonical id, in config order.
@@ -29,15 +29,15 @@ pub fn merge(upstreams: &[UpstreamTools]) -> Catalog {
     for (upstream, tools) in upstreams {
         for tool in tools.iter() {
             let toolkit = tool.toolkit();
-            if let Some(owner) = reserved.get(toolkit).filter(|owner| **owner != upstream.name) {
+            if let Some(owner) = reserved.get(toolkit).filter(|owner| **owner != &*upstream.name) {
                 refused.push(RefusedTool {
                     tool: tool.definition.id.clone(),
-                    upstream: upstream.name.clone(),
+                    upstream: upstream.name.to_string(),
                     reason: format!("toolkit {toolkit} is reserved for upstream {owner}"),
                 });
                 continue;
             }
-            servers.entry(toolkit).or_default().insert(upstream.name.as_str());
+            servers.entry(toolkit).or_default().insert(&*upstream.name);
             candidates.entry(tool.definition.id.as_str()).or_default().push((upstream, tool));
         }
     }
@@ -69,14 +69,14 @@ pub fn merge(upstreams: &[UpstreamTools]) -> Catalog {
             } else {
                 tracing::warn!(
                     tool = id,
-                    winner = winner_upstream.name,
-                    loser = upstream.name,
+                    winner = &*winner_upstream.name,
+                    loser = &*upstream.name,
                     "two upstreams of equal priority serve different definitions; the first in config order wins"
                 );
                 conflicts.push(Conflict {
                     tool: id.to_owned(),
-                    winner: winner_upstream.name.clone(),
-                    loser: upstream.name.clone(),
+                    winner: winner_upstream.name.to_string(),
+                    loser: upstream.name.to_string(),
                 });
             }
         }

@@ -252,7 +252,7 @@ impl Catalog {
                 for requirement in target.upstream.ungranted(requirements, config) {
                     found.push(UngrantedRequirement {
                         tool: route.tool.definition.id.clone(),
-                        upstream: target.upstream.name.clone(),
+                        upstream: target.upstream.name.to_string(),
                         key: requirement.grant_key(),
                         id: requirement.id().to_owned(),
                     });

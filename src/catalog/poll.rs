@@ -102,9 +102,9 @@ impl CatalogStore {
     /// configured are dropped, so their tools leave the catalog at once.
     pub fn publish(&self, upstreams: &[Arc<Upstream>]) {
         let mut state = self.lock();
-        state.retain(|name, _| upstreams.iter().any(|u| &u.name == name));
+        state.retain(|name, _| upstreams.iter().any(|u| *u.name == **name));
         let lists: Vec<_> =
-            upstreams.iter().map(|u| (u.clone(), state.entry(u.name.clone()).or_default().tools.clone())).collect();
+            upstreams.iter().map(|u| (u.clone(), state.entry(u.name.to_string()).or_default().tools.clone())).collect();
         // Merge under the lock so two pollers cannot publish out of order.
         let catalog = Arc::new(merge(&lists));
         let generation = catalog.generation();
@@ -141,12 +141,12 @@ impl CatalogStore {
         authorization: Option<HeaderValue>,
         settings: PollSettings,
     ) -> Refreshed {
-        let etag = self.lock().get(&upstream.name).and_then(|u| u.etag.clone());
+        let etag = self.lock().get(&*upstream.name).and_then(|u| u.etag.clone());
         let outcome =
             upstream.fetch_catalog(authorization, etag.as_deref(), settings.timeout, settings.max_bytes).await;
         let now = unix_now();
         let mut state = self.lock();
-        let entry = state.entry(upstream.name.clone()).or_default();
+        let entry = state.entry(upstream.name.to_string()).or_default();
         entry.status.last_fetch = Some(now);
         entry.status.mcp_protocol_version = upstream.mcp_protocol_version();
         let failure = match outcome {
@@ -162,13 +162,13 @@ impl CatalogStore {
                         Ok((tools, skipped)) => {
                             for s in &skipped {
                                 tracing::warn!(
-                                    upstream = upstream.name,
+                                    upstream = &*upstream.name,
                                     tool = s.what,
                                     reason = s.reason,
                                     "tool definition skipped"
                                 );
                             }
-                            tracing::info!(upstream = upstream.name, tools = tools.len(), "catalog updated");
+                            tracing::info!(upstream = &*upstream.name, tools = tools.len(), "catalog updated");
                             entry.status.skipped =
                                 skipped.into_iter().map(|s| format!("{}: {}", s.what, s.reason)).collect();
                             entry.status.tools = tools.len();
@@ -192,7 +192,7 @@ impl CatalogStore {
             Some(error) => {
                 if entry.status.up || entry.status.last_error.as_deref() != Some(error.as_str()) {
                     tracing::warn!(
-                        upstream = upstream.name,
+                        upstream = &*upstream.name,
                         error,
                         "catalog fetch failed; keeping the last good catalog"
                     );

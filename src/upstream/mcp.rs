@@ -131,7 +131,7 @@ impl McpUpstream {
                 }
             }
             ToolListEvent::Changed => {
-                tracing::debug!(upstream = upstream.name, "the MCP server says its tool list changed");
+                tracing::debug!(upstream = &*upstream.name, "the MCP server says its tool list changed");
                 upstream.refresh_soon();
             }
         };
@@ -210,7 +210,7 @@ fn user_bearer(context: &CallContext, provider: &str) -> Option<HeaderValue> {
 
 /// A failed exchange in the error taxonomy of the re-wrap step.
 fn failure(upstream: &Upstream, error: McpError) -> Result<UpstreamReply, ForwardError> {
-    let name = upstream.name.clone();
+    let name = upstream.name.to_string();
     match error {
         McpError::Connect(detail) => Err(ForwardError::Connect { upstream: name, detail }),
         e @ McpError::Initialize(_) => Err(ForwardError::Connect { upstream: name, detail: e.to_string() }),

@@ -19,6 +19,7 @@ mod otc;
 mod response_head;
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -35,39 +36,13 @@ use crate::wire::{CallContext, UpstreamResult};
 
 pub use crate::mcp::client::WatchEnd;
 
-/// Who answered a call: the upstream it was sent to, or, for an answer
-/// replayed from the idempotency store, the name stored with it. Cloned
-/// for the metrics, the log and the ring of recent calls without copying
-/// the name.
-#[derive(Debug, Clone)]
-pub enum AnsweredBy {
-    /// The upstream the call was sent to.
-    Upstream(std::sync::Arc<Upstream>),
-    /// A replayed answer's upstream, by name.
-    Stored(String),
-}
-
-impl AnsweredBy {
-    /// The upstream's name.
-    pub fn name(&self) -> &str {
-        match self {
-            AnsweredBy::Upstream(upstream) => &upstream.name,
-            AnsweredBy::Stored(name) => name,
-        }
-    }
-}
-
-impl serde::Serialize for AnsweredBy {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_str(self.name())
-    }
-}
-
 /// A configured upstream, ready to be called.
 #[derive(Debug)]
 pub struct Upstream {
-    /// Its unique name from the config.
-    pub name: String,
+    /// Its unique name from the config; shared, not copied, by what records
+    /// a call (the ring of recent calls), which keeps only the name, so a
+    /// removed upstream's instance (its connections) goes with its last call.
+    pub name: Arc<str>,
     /// Its position in the config: the tie-breaker between equal priorities.
     pub order: usize,
     /// The higher wins when two upstreams serve the same tool id.
@@ -326,7 +301,7 @@ impl Upstream {
             config::Protocol::OpenApi => Protocol::OpenApi(openapi::OpenApiUpstream::new(config)?),
         };
         Ok(Upstream {
-            name: config.name.get_ref().0.clone(),
+            name: config.name.get_ref().0.as_str().into(),
             order,
             priority: config.priority,
             toolkit: config.toolkit.as_ref().map(|t| t.0.clone()),
@@ -447,7 +422,7 @@ impl Upstream {
                 "openapi"
             }
         };
-        span.set("otc.upstream", self.name.as_str());
+        span.set("otc.upstream", &*self.name);
         span.set("otc.upstream.protocol", protocol);
         // Another replica after one that could not be reached.
         span.set_int("otc.upstream.attempt", i64::try_from(attempt).unwrap_or(i64::MAX));
@@ -504,8 +479,8 @@ impl Upstream {
     /// Tells this instance's tasks to end: a reload removed or replaced it.
     pub fn retire(&self) {
         self.retired.send_replace(true);
-        // Past calls' records (the ring of recent calls) may hold this
-        // instance a while yet: its idle connections close now, not then.
+        // Calls still running hold this instance a while yet: its idle
+        // connections close now, not when the last of them ends.
         if let Protocol::Otc(otc) = &self.protocol {
             otc.close_idle_connections();
         }

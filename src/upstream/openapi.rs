@@ -134,7 +134,7 @@ impl OpenApiUpstream {
         let started = Instant::now();
         let imported = openapi::import(body, settings).map_err(|e| CatalogShapeError::Document(e.to_string()))?;
         tracing::info!(
-            upstream = upstream.name,
+            upstream = &*upstream.name,
             tools = imported.tools.len(),
             skipped = imported.skipped.len(),
             bytes = body.len(),
@@ -154,7 +154,7 @@ impl OpenApiUpstream {
         authorization: Option<HeaderValue>,
         max_bytes: usize,
     ) -> Result<UpstreamReply, ForwardError> {
-        let name = || upstream.name.clone();
+        let name = || upstream.name.to_string();
         let client =
             self.call_client.as_ref().map_err(|e| ForwardError::Connect { upstream: name(), detail: e.clone() })?;
         let Some(operation) = self.plans.load().get(call.tool).cloned() else {

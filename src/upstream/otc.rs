@@ -96,7 +96,7 @@ impl OtcUpstream {
             }
             None => &headers[..1],
         };
-        let name = || upstream.name.clone();
+        let name = || upstream.name.to_string();
         match self.call_client.post(headers, &body, max_bytes, upstream.call_timeout).await {
             Ok(response) => {
                 upstream.circuit.record_success();

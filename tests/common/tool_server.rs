@@ -41,6 +41,8 @@ struct ServerState {
     /// Each call body as the bytes received (a `Value` may have rounded its numbers).
     raw_calls: Mutex<Vec<Bytes>>,
     requests: Mutex<Vec<Seen>>,
+    /// Connections accepted and not yet closed.
+    open: AtomicUsize,
 }
 
 /// A real HTTP/1 OTC tool server on 127.0.0.1: GET /tools from a replaceable
@@ -70,6 +72,7 @@ impl ToolServer {
             calls: Mutex::new(Vec::new()),
             raw_calls: Mutex::new(Vec::new()),
             requests: Mutex::new(Vec::new()),
+            open: AtomicUsize::new(0),
         });
         let mut server = ToolServer { addr, state, accept: None };
         server.listen().await;
@@ -88,11 +91,14 @@ impl ToolServer {
                     accepted = listener.accept() => {
                         if let Ok((stream, _)) = accepted {
                             let state = state.clone();
+                            state.open.fetch_add(1, Ordering::SeqCst);
                             conns.spawn(async move {
-                                let svc = service_fn(move |req| handle(req, state.clone()));
+                                let served = state.clone();
+                                let svc = service_fn(move |req| handle(req, served.clone()));
                                 let _ = hyper::server::conn::http1::Builder::new()
                                     .serve_connection(TokioIo::new(stream), svc)
                                     .await;
+                                state.open.fetch_sub(1, Ordering::SeqCst);
                             });
                         }
                     }
@@ -100,6 +106,11 @@ impl ToolServer {
                 }
             }
         }));
+    }
+
+    /// Connections open to this server now (the client has not closed them).
+    pub fn open_connections(&self) -> usize {
+        self.state.open.load(Ordering::SeqCst)
     }
 
     /// The server's address.
