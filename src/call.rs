@@ -323,7 +323,8 @@ pub(crate) fn new_call_id() -> String {
     // Written without `core::fmt`, which is slower here (benches/HISTORY.md,
     // "Figures behind the code"). Digit pairs and one draw of the thread's
     // generator were tried: the text then needs a UTF-8 check, which cost
-    // what they saved (benches/README.md, "Per-call work after the front door").
+    // what they saved (benches/README.md, "Per-call work after the front
+    // door: the bound met").
     uuid::Uuid::new_v4().hyphenated().encode_lower(&mut uuid::Uuid::encode_buffer()).to_owned()
 }
 

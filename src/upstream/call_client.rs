@@ -250,9 +250,9 @@ impl IdleConnection {
         let mut cx = Context::from_waker(Waker::noop());
         // Most idle connections are not readable (a short read cleared it):
         // `poll_read_ready` says so without the waiter list that `ready`'s
-        // future joins and leaves, a third of the cost (benches/README.md,
-        // "Per-call work after the front door"). Only a readable one needs
-        // the details.
+        // future joins and leaves, for about a third less (benches/README.md,
+        // "Per-call work after the front door: the bound met"). Only a
+        // readable one needs the details.
         if self.stream.poll_read_ready(&mut cx).is_pending() {
             return true;
         }
