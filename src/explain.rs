@@ -352,14 +352,13 @@ async fn requirements_met(generation: &Generation, route: &Route, caller: &Calle
         let (met, why) = match how {
             TokenPlan::Grant { user, scopes } => match generation.oauth.standing(id, user, &scopes).await {
                 Ok(standing) => {
-                    let expiry =
-                        standing.expires_at.map(|at| format!("; expires at {at} (Unix seconds)")).unwrap_or_default();
-                    let held = if standing.connected {
-                        format!("; scopes held: {}", standing.scopes.join(" "))
-                    } else {
-                        String::new()
-                    };
-                    (standing.met, format!("{}{held}{expiry}", standing.why))
+                    let held = standing.held.as_ref();
+                    let expiry = held
+                        .and_then(|g| g.expires_at)
+                        .map(|at| format!("; expires at {at} (Unix seconds)"))
+                        .unwrap_or_default();
+                    let scopes = held.map(|g| format!("; scopes held: {}", g.scopes.join(" "))).unwrap_or_default();
+                    (standing.met, format!("{}{scopes}{expiry}", standing.why))
                 }
                 Err(e) => (false, format!("the grant store could not be read: {e}")),
             },

@@ -295,13 +295,13 @@ async fn connections_page(oauth: &crate::oauth::OAuth, user: &str, csrf: &str, p
     for provider in oauth.managed() {
         let standing = oauth.standing(provider, user, &std::collections::BTreeSet::new()).await;
         let (state, scopes, since, expiry, connected) = match standing {
-            Ok(s) if s.connected => {
-                let since = s.connected_at.map_or_else(|| "before this was recorded".to_owned(), utc);
-                let mut expiry = s.expires_at.map(|at| format!("token expires {}", utc(at))).unwrap_or_default();
-                if let Some(at) = s.refreshed_at {
+            Ok(crate::oauth::GrantStanding { held: Some(g), .. }) => {
+                let since = g.connected_at.map_or_else(|| "before this was recorded".to_owned(), utc);
+                let mut expiry = g.expires_at.map(|at| format!("token expires {}", utc(at))).unwrap_or_default();
+                if let Some(at) = g.refreshed_at {
                     expiry.push_str(&format!("; last refreshed {}", utc(at)));
                 }
-                ("connected", s.scopes.join(" "), since, expiry, true)
+                ("connected", g.scopes.join(" "), since, expiry, true)
             }
             Ok(_) => ("not connected", String::new(), String::new(), String::new(), false),
             Err(_) => ("unknown (the grant store did not answer)", String::new(), String::new(), String::new(), false),

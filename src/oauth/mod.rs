@@ -320,15 +320,7 @@ impl OAuth {
             Judgement::Use => (true, "connected, with the scopes needed".to_owned()),
             Judgement::Refresh => (true, "connected; the token is refreshed on the next call".to_owned()),
         };
-        Ok(GrantStanding {
-            connected: grant.is_some(),
-            scopes: grant.as_ref().map(|g| g.scopes.iter().cloned().collect()).unwrap_or_default(),
-            expires_at: grant.as_ref().and_then(|g| g.expires_at),
-            connected_at: grant.as_ref().and_then(|g| g.connected_at),
-            refreshed_at: grant.as_ref().and_then(|g| g.refreshed_at),
-            met,
-            why,
-        })
+        Ok(GrantStanding { held: grant.as_ref().map(GrantFacts::of), met, why })
     }
 
     /// Every grant held at each managed provider (or only at `provider`),
@@ -347,7 +339,9 @@ impl OAuth {
             let (grants, error) = match listed {
                 Ok(mut grants) => {
                     grants.sort_by(|a, b| a.0.cmp(&b.0));
-                    (grants.into_iter().map(|(user, g)| GrantSummary::of(user, &g)).collect(), None)
+                    let summary =
+                        |(user_id, grant): (String, Grant)| GrantSummary { user_id, grant: GrantFacts::of(&grant) };
+                    (grants.into_iter().map(summary).collect(), None)
                 }
                 Err(e) => (Vec::new(), Some(e.to_string())),
             };
@@ -540,8 +534,17 @@ fn judge(p: &Provider, grant: Option<&Grant>, wanted: &BTreeSet<String>) -> Judg
 /// A user's grant at a provider, as `GET /explain` reports it: no token.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct GrantStanding {
-    /// Whether a grant is stored.
-    pub connected: bool,
+    /// The grant stored, if any.
+    pub held: Option<GrantFacts>,
+    /// Whether a call would get a token from it.
+    pub met: bool,
+    /// Why, in words.
+    pub why: String,
+}
+
+/// What the gateway shows of a stored grant: never its tokens.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GrantFacts {
     /// The scopes it covers.
     pub scopes: Vec<String>,
     /// When its access token expires (Unix seconds), when known.
@@ -550,10 +553,20 @@ pub struct GrantStanding {
     pub connected_at: Option<u64>,
     /// When the gateway last refreshed it (Unix seconds), if ever.
     pub refreshed_at: Option<u64>,
-    /// Whether a call would get a token from it.
-    pub met: bool,
-    /// Why, in words.
-    pub why: String,
+    /// Whether the provider gave a refresh token (the gateway renews it).
+    pub refreshable: bool,
+}
+
+impl GrantFacts {
+    fn of(grant: &Grant) -> GrantFacts {
+        GrantFacts {
+            scopes: grant.scopes.iter().cloned().collect(),
+            expires_at: grant.expires_at,
+            connected_at: grant.connected_at,
+            refreshed_at: grant.refreshed_at,
+            refreshable: grant.refresh_token.is_some(),
+        }
+    }
 }
 
 /// One provider's grants, as `GET /grants` lists them.
@@ -573,29 +586,9 @@ pub struct ProviderGrants {
 pub struct GrantSummary {
     /// The user.
     pub user_id: String,
-    /// The scopes it covers.
-    pub scopes: Vec<String>,
-    /// When its access token expires (Unix seconds), when known.
-    pub expires_at: Option<u64>,
-    /// When the user first connected (Unix seconds), when recorded.
-    pub connected_at: Option<u64>,
-    /// When the gateway last refreshed it (Unix seconds), if ever.
-    pub refreshed_at: Option<u64>,
-    /// Whether the provider gave a refresh token (the gateway renews it).
-    pub refreshable: bool,
-}
-
-impl GrantSummary {
-    fn of(user_id: String, grant: &Grant) -> GrantSummary {
-        GrantSummary {
-            user_id,
-            scopes: grant.scopes.iter().cloned().collect(),
-            expires_at: grant.expires_at,
-            connected_at: grant.connected_at,
-            refreshed_at: grant.refreshed_at,
-            refreshable: grant.refresh_token.is_some(),
-        }
-    }
+    /// The grant.
+    #[serde(flatten)]
+    pub grant: GrantFacts,
 }
 
 /// `{public_url}/oauth/{provider}/callback`: the redirect URI to register.
