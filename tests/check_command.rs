@@ -4,9 +4,9 @@
 mod common;
 
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{gateway_bin, temp_file};
+use common::{gateway_bin, temp_file, wait_blocking};
 
 /// Runs `otc-gateway check --config <file with toml>`; it must finish on its own.
 fn check(toml: &str) -> Output {
@@ -23,21 +23,21 @@ fn run_check(config: &[&str]) -> Output {
         cmd.arg("--config").arg(c);
     }
     let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "`otc-gateway check` did not finish within 20s (is it serving?); stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    // A check that serves instead of ending is killed, and the wait fails.
+    let finished = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        wait_blocking(Duration::from_secs(20), "`otc-gateway check` finishes (is it serving?)", || {
+            child.try_wait().unwrap().is_some()
+        })
+    }));
+    if finished.is_err() {
+        let _ = child.kill();
     }
+    let out = child.wait_with_output().unwrap();
+    if let Err(panic) = finished {
+        eprintln!("stderr: {}", String::from_utf8_lossy(&out.stderr));
+        std::panic::resume_unwind(panic);
+    }
+    out
 }
 
 /// The 1-based line of the first line containing `needle`.

@@ -5,11 +5,8 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
-
 use bytes::Bytes;
-use common::{echo, ids, needing, send, send_with_headers, tool, Gateway, Resp, ToolServer};
-use jsonwebtoken::{encode, get_current_timestamp, Algorithm, EncodingKey, Header};
+use common::{echo, ids, needing, send, send_with_headers, tool, wait_until, Gateway, Resp, ToolServer};
 use proptest::prelude::*;
 use serde_json::{json, Value};
 
@@ -18,10 +15,9 @@ const ADMIN_TOKEN: &str = "explain-admin-token-5c1d";
 const TWILIO_VALUE: &str = "twilio-canary-value-93ad";
 const ECHO_TOOLS: [&str; 5] = ["Mail.Read", "Mail.Send", "Cal.List", "Calc.Add", "Admin.Wipe"];
 
+/// `claims`, valid for ten minutes, signed with the gateway's secret.
 fn jwt(claims: Value) -> String {
-    let mut claims = claims;
-    claims["exp"] = json!(get_current_timestamp() + 600);
-    encode(&Header::new(Algorithm::HS256), &claims, &EncodingKey::from_secret(SECRET.as_bytes())).expect("sign")
+    common::jwt::hs256(&common::jwt::merged(claims, json!({"exp": common::jwt::now() + 600})), SECRET.as_bytes())
 }
 
 async fn org_tools() -> ToolServer {
@@ -65,16 +61,16 @@ async fn start(rules: &str) -> (ToolServer, Gateway) {
     let server = org_tools().await;
     let env = [("EXPLAIN_HS256", SECRET), ("EXPLAIN_ADMIN", ADMIN_TOKEN), ("EXPLAIN_TWILIO", TWILIO_VALUE)];
     let gw = Gateway::start_with_env(&config(&server.url(), rules), &env).await;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
+    wait_until("the catalog arrived", async || {
         let seen = explain(&gw, "").await;
         let count = |list: &str| seen[list].as_array().map_or(0, Vec::len);
         if count("visible") + count("hidden") == 6 {
-            break;
+            Ok(())
+        } else {
+            Err(seen.to_string())
         }
-        assert!(Instant::now() < deadline, "the catalog never arrived");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
     (server, gw)
 }
 

@@ -6,10 +6,10 @@
 
 mod common;
 
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::otlp::Receiver;
@@ -234,12 +234,7 @@ fn mcp_peer_at(addr: SocketAddr, flags: &[&str]) -> McpPeer {
         .stderr(Stdio::null())
         .spawn()
         .expect("start mcp_server.py");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
-        assert!(child.try_wait().expect("wait").is_none(), "mcp_server.py exited before listening");
-        assert!(Instant::now() < deadline, "mcp_server.py did not listen within 30 s");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_listening(&mut child, addr, "mcp_server.py", Duration::from_secs(30), String::new);
     McpPeer(child)
 }
 
@@ -297,11 +292,10 @@ async fn a_collector_that_is_down_or_hangs_costs_no_call() {
             assert_eq!(resp.expect_status(200).result()["value"], json!({"i": i}), "{endpoint}");
         }
         // The spans were dropped, and counted, without a call noticing.
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while metric(&gw, r#"otc_gateway_trace_spans_total{result="dropped"}"#).await == 0.0 {
-            assert!(Instant::now() < deadline, "{endpoint}: no dropped spans counted");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        wait_within(Duration::from_secs(30), &format!("{endpoint}: dropped spans are counted"), async || {
+            metric(&gw, r#"otc_gateway_trace_spans_total{result="dropped"}"#).await > 0.0
+        })
+        .await;
         let status = send(gw.admin, "GET", "/status", Bytes::new(), None).await.json();
         assert!(status["tracing"]["spans_dropped"].as_u64() > Some(0), "{status}");
         assert_eq!(status["tracing"]["spans_exported"], 0, "{status}");
@@ -321,11 +315,10 @@ async fn tracing_is_hot_reloaded_on_and_off() {
     assert!(status.get("tracing").is_none(), "no [tracing], nothing said: {status}");
 
     gw.rewrite_config(&config.clone().raw(&tracing_section(&receiver.endpoint(), "")).toml());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while send(gw.admin, "GET", "/status", Bytes::new(), None).await.json().get("tracing").is_none() {
-        assert!(Instant::now() < deadline, "the reload adding [tracing] was not applied");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_within(Duration::from_secs(20), "the reload adding [tracing] is applied", async || {
+        send(gw.admin, "GET", "/status", Bytes::new(), None).await.json().get("tracing").is_some()
+    })
+    .await;
     call_with(&gw, "Calc.Echo", json!({}), &[]).await.expect_status(200);
     let seen = server.requests().into_iter().rfind(|r| r.method == "POST").expect("a call");
     let (trace, _) = ids(seen.headers.get("traceparent").expect("a traceparent"));
@@ -337,11 +330,10 @@ async fn tracing_is_hot_reloaded_on_and_off() {
 
     // Off again: nothing more is recorded.
     gw.rewrite_config(&config.toml());
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while send(gw.admin, "GET", "/status", Bytes::new(), None).await.json().get("tracing").is_some() {
-        assert!(Instant::now() < deadline, "the reload removing [tracing] was not applied");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_within(Duration::from_secs(20), "the reload removing [tracing] is applied", async || {
+        send(gw.admin, "GET", "/status", Bytes::new(), None).await.json().get("tracing").is_none()
+    })
+    .await;
     // The reload itself was a trace, under the section in force before it.
     let reloads = receiver.wait_for_any("the reload's span", |s| s["name"] == "config reload").await;
     assert_eq!(reloads[0]["attributes"]["otc.reload.applied"], true);
