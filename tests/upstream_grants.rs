@@ -14,7 +14,8 @@ use std::process::Command;
 
 use bytes::Bytes;
 use common::{
-    gateway_bin, needing, send_with_headers, success, temp_file, tool_error, Gateway, GatewayConfig, Resp, ToolServer,
+    gateway_bin, needing, send_with_headers, success, temp_file, tool_error, wait_until, Gateway, GatewayConfig, Resp,
+    ToolServer,
 };
 use serde_json::{json, Value};
 
@@ -146,6 +147,40 @@ async fn a_hostile_tool_server_receives_nothing_it_was_not_granted() {
     let text = status.to_string();
     for canary in [API_KEY, ADMIN_KEY, ALICE_TOKEN] {
         assert!(!text.contains(canary), "/status shows {canary}");
+    }
+}
+
+#[tokio::test]
+async fn a_replica_not_granted_is_passed_over_and_its_granted_twin_serves_every_call() {
+    // Two servers of the same Mail.Read@1.0.0: replicas of one route, which
+    // take turns being tried first. Only "mail" was granted what it needs.
+    let (mail, twin) = (honest().await, honest().await);
+    mail.on_call(|req| success(req, json!("mail")));
+    twin.on_call(|req| success(req, json!("twin")));
+    let gw = Gateway::start_with_env(&config(&mail, &twin, "").toml(), &ENV).await;
+    // Both are the route's targets, and explain says which one was granted.
+    let candidates = wait_until("the route has both replicas", async || {
+        let explained = common::send(gw.admin, "GET", "/explain?tool=Mail.Read@1.0.0", Bytes::new(), None).await;
+        let candidates = explained.json()["resolution"]["candidates"].clone();
+        if candidates.as_array().is_some_and(|c| c.len() == 2) {
+            Ok(candidates)
+        } else {
+            Err(explained.text())
+        }
+    })
+    .await;
+    let granted = |name: &str| candidates.as_array().into_iter().flatten().find(|c| c["upstream"] == name).cloned();
+    assert_eq!(granted("mail").map(|c| c["granted"].clone()), Some(json!(true)), "{candidates}");
+    assert_eq!(granted("evil").map(|c| c["granted"].clone()), Some(json!(false)), "{candidates}");
+
+    for _ in 0..6 {
+        assert_eq!(call(&gw, "Mail.Read@1.0.0").await.result()["value"], json!("mail"));
+    }
+    assert_eq!(mail.call_count(), 6);
+    assert_eq!(twin.call_count(), 0, "the replica not granted was never called");
+    let seen = received(&twin);
+    for canary in [API_KEY, ADMIN_KEY, ALICE_TOKEN] {
+        assert!(!seen.contains(canary), "the replica not granted got {canary}");
     }
 }
 
