@@ -526,11 +526,16 @@ async fn each_caller_hears_only_of_changes_to_the_tools_it_may_see() {
     // A change both see: both hear of it.
     calc.set_catalog(calculator_catalog(&["Bob.Secret", "Calculator.Mul"]));
     bob.next().await.expect("bob hears of the calculator");
-    // Then the gateway stops: each stream ends with its result.
+    // Alice hears of it before the gateway is stopped: the stop must not
+    // race her stream's notice.
+    let heard = alice.next().await.expect("alice hears of the calculator");
+    assert_eq!(heard["method"], "notifications/tools/list_changed", "{heard}");
+    // Then the gateway stops: each stream ends with its result, and alice
+    // heard of nothing else (bob's tool was none of hers).
     gw.signal("TERM");
     let rest = alice.rest().await;
     let methods: Vec<&str> = rest.iter().filter_map(|m| m["method"].as_str()).collect();
-    assert_eq!(methods, ["notifications/tools/list_changed"], "alice heard of the calculator only: {rest:?}");
+    assert!(methods.is_empty(), "alice heard of the calculator only: {heard} then {rest:?}");
     let last = rest.last().expect("a closing result");
     assert_eq!((&last["id"], &last["result"]["resultType"]), (&json!(41), &json!("complete")), "{last}");
     let prompts_rest = prompts_only.rest().await;
