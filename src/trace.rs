@@ -19,11 +19,16 @@ impl Traceparent {
 /// The `traceparent` for an upstream call. Built in place: it is made for
 /// every call.
 pub fn traceparent(incoming: Option<&str>, trace_id: Option<&str>) -> Traceparent {
-    let mut out = *b"00-00000000000000000000000000000000-0000000000000000-01";
     // One draw from the thread's generator for both ids (as two integers:
     // an array would be drawn a word per byte): the span's, and the trace's
-    // when the call starts a trace. An id is never zero (invalid).
-    let (trace_bits, span_bits): (u128, u64) = rand::random();
+    // when the call starts a trace.
+    with_ids(incoming, trace_id, rand::random())
+}
+
+/// [`traceparent`] with the random bits drawn: an id made of them is never
+/// zero (invalid).
+fn with_ids(incoming: Option<&str>, trace_id: Option<&str>, (trace_bits, span_bits): (u128, u64)) -> Traceparent {
+    let mut out = *b"00-00000000000000000000000000000000-0000000000000000-01";
     match incoming.and_then(parse) {
         Some((trace, flags)) => {
             out[3..35].copy_from_slice(trace.as_bytes());
@@ -153,6 +158,14 @@ mod tests {
     fn fields(v: &Traceparent) -> Vec<String> {
         assert!(http::HeaderValue::from_bytes(v.as_bytes()).is_ok(), "a valid header value");
         std::str::from_utf8(v.as_bytes()).expect("ascii").split('-').map(str::to_owned).collect()
+    }
+
+    #[test]
+    fn no_id_made_is_zero() {
+        let f = fields(&with_ids(None, None, (0, 0)));
+        assert_eq!((f[1].as_str(), f[2].as_str()), ("01000000000000000000000000000000", "0100000000000000"));
+        let kept = fields(&with_ids(None, Some("4bf92f3577b34da6a3ce929d0e0e4736"), (0, 0)));
+        assert_eq!(kept[1], "4bf92f3577b34da6a3ce929d0e0e4736");
     }
 
     #[test]

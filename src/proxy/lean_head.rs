@@ -537,8 +537,6 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig { cases: 512, ..Default::default() })]
 
-        /// No bytes make the reader panic, and whatever it takes as a call
-        /// is one: its head ends inside the buffer.
         /// The one-pass reading and httparse's agree on every head, whole or
         /// cut short.
         #[test]
@@ -566,6 +564,8 @@ mod tests {
             }
         }
 
+        /// No bytes make the reader panic, and whatever it takes as a call
+        /// is one: its head ends inside the buffer.
         #[test]
         fn any_bytes_are_read_without_a_panic(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300)) {
             if let Parsed::Call(call) = parse_call_head(&bytes, 8192, 1024) {

@@ -327,31 +327,38 @@ impl Upstream {
         requirements: &'r crate::wire::Requirements,
         config: &'r config::Config,
     ) -> impl Iterator<Item = Requirement<'r>> + 'r {
-        let (secrets, providers) = (&self.secret_grants, &self.authorization_grants);
         let secrets = requirements
             .secrets
             .iter()
-            .filter(move |s| !secrets.allows(&s.id) && config.secrets.contains_key(&s.id))
+            .filter(move |s| self.withholds_secret(&s.id, config))
             .map(|s| Requirement::Secret(&s.id));
         let providers = requirements
             .authorization
             .iter()
-            .filter(move |a| !providers.allows(&a.id) && config.authorization.contains_key(&a.id))
+            .filter(move |a| self.withholds_provider(&a.id, config))
             .map(|a| Requirement::Authorization(&a.id));
         secrets.chain(providers)
     }
 
     /// Whether this upstream was granted all of `requirements` that the
-    /// gateway supplies (see [`Upstream::ungranted`]).
+    /// gateway supplies: none is [`Upstream::ungranted`]. Two plain loops
+    /// over the same rule, not the chained iterator: inject asks it on every
+    /// call that declares requirements.
     pub fn granted(&self, requirements: &crate::wire::Requirements, config: &config::Config) -> bool {
-        // Asked twice on every call that declares requirements: two plain
-        // loops, not `ungranted`'s chained iterator.
-        let (secrets, providers) = (&self.secret_grants, &self.authorization_grants);
-        requirements.secrets.iter().all(|s| secrets.allows(&s.id) || !config.secrets.contains_key(&s.id))
-            && requirements
-                .authorization
-                .iter()
-                .all(|a| providers.allows(&a.id) || !config.authorization.contains_key(&a.id))
+        !requirements.secrets.iter().any(|s| self.withholds_secret(&s.id, config))
+            && !requirements.authorization.iter().any(|a| self.withholds_provider(&a.id, config))
+    }
+
+    /// The grant rule for a secret: the gateway supplies it (`[secrets]`)
+    /// and this upstream was not granted it.
+    fn withholds_secret(&self, id: &str, config: &config::Config) -> bool {
+        !self.secret_grants.allows(id) && config.secrets.contains_key(id)
+    }
+
+    /// The grant rule for a provider's token: the gateway supplies it
+    /// (`[authorization]`) and this upstream was not granted it.
+    fn withholds_provider(&self, id: &str, config: &config::Config) -> bool {
+        !self.authorization_grants.allows(id) && config.authorization.contains_key(id)
     }
 
     /// Fetches the catalog as the upstream publishes it (OTC: GET /tools,
