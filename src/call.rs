@@ -579,6 +579,12 @@ pub async fn forward_call<'r>(
     let mut unreachable = Vec::new();
     let mut retry_after: Option<Duration> = None;
     for (attempt, target) in route.targets_in_turn().enumerate() {
+        // Only an upstream granted all the tool declares gets its context;
+        // decided first, so an ungranted replica neither takes the circuit's
+        // half-open probe nor fails the call with its own bearer token.
+        if !granted.reaches(generation, route, target) {
+            continue;
+        }
         if let Admission::Reject(wait) = target.upstream.circuit.admit() {
             unreachable.push(format!("{}: circuit open", target.upstream.name));
             retry_after = Some(retry_after.map_or(wait, |w| w.min(wait)));
@@ -590,10 +596,6 @@ pub async fn forward_call<'r>(
                 source,
             }
         })?;
-        // Only an upstream granted all the tool declares gets its context.
-        if !granted.reaches(generation, route, target) {
-            continue;
-        }
         // The upstream's traceparent names this attempt's client span.
         let mut client = otel::child(span, "upstream", Kind::Client);
         if let Some(s) = client.as_mut() {

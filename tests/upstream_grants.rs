@@ -184,6 +184,47 @@ async fn a_replica_not_granted_is_passed_over_and_its_granted_twin_serves_every_
     }
 }
 
+/// Grants are decided before anything else about a replica: one that was
+/// not granted what the tool needs is never admitted by its circuit nor
+/// has its bearer token read, so its own troubles fail no call that its
+/// granted twin serves. The twin's bearer token is readable while its
+/// catalog is fetched, then its file goes: reading it for a call fails.
+#[tokio::test]
+async fn an_ungranted_replica_s_unreadable_bearer_token_fails_no_call() {
+    let (mail, twin) = (honest().await, honest().await);
+    mail.on_call(|req| success(req, json!("mail")));
+    twin.on_call(|req| success(req, json!("twin")));
+    let token = temp_file("twin-bearer", "txt", "twin-bearer-token-3b9e");
+    let toml = GatewayConfig::new()
+        .upstream_with("mail", &mail.url(), "secrets = [\"API_KEY\"]\nauthorization = [\"prov\"]")
+        .upstream_with("twin", &twin.url(), &format!("bearer_token = \"file:{}\"", token.display()))
+        .raw(
+            "[secrets]\nAPI_KEY = \"env:GR_API_KEY\"\nADMIN_KEY = \"env:GR_ADMIN_KEY\"\n\n\
+             [authorization.prov]\ntoken = \"env:GR_PROV_{user_id}\"\n\n\
+             [auth]\napi_keys = [{ key = \"env:GR_ALICE_KEY\", user_id = \"alice\" }]\n",
+        )
+        .toml();
+    let gw = Gateway::start_with_env(&toml, &ENV).await;
+    wait_until("the route has both replicas", async || {
+        let explained = common::send(gw.admin, "GET", "/explain?tool=Mail.Read@1.0.0", Bytes::new(), None).await;
+        let candidates = explained.json()["resolution"]["candidates"].clone();
+        if candidates.as_array().is_some_and(|c| c.len() == 2) {
+            Ok(())
+        } else {
+            Err(explained.text())
+        }
+    })
+    .await;
+    std::fs::remove_file(&token).unwrap();
+    // Replicas take turns being tried first: the twin is first in half of them.
+    for _ in 0..6 {
+        let answer = call(&gw, "Mail.Read@1.0.0").await;
+        assert_eq!(answer.status, 200, "{}", answer.text());
+        assert_eq!(answer.result()["value"], json!("mail"));
+    }
+    assert_eq!(twin.call_count(), 0);
+}
+
 #[tokio::test]
 async fn a_reserved_toolkit_is_served_by_its_upstream_alone() {
     let (mail, evil) = (honest().await, hostile().await);
