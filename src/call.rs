@@ -140,11 +140,10 @@ async fn run_resolved_call(
     let context = std::mem::take(&mut call.context);
     let injected = inject_context(gateway, generation, route, caller, context, step.as_ref()).await;
     let Injected { context, granted } = ended(step, injected)?;
-    let claim =
-        match claim_call_id(generation, route, scope.as_ref(), &call.call_id, &call.input, &context, started).await? {
-            Claimed::Replay(completed) => return Ok(completed),
-            Claimed::Run(claim) => claim,
-        };
+    let claim = match claim_call_id(generation, route, scope.as_ref(), &call.call_id, &call.input, started).await? {
+        Claimed::Replay(completed) => return Ok(completed),
+        Claimed::Run(claim) => claim,
+    };
     let max_response = generation.config.server.max_body_bytes.max(MIN_RESPONSE_LIMIT);
     let trace =
         OutgoingTrace { trace_id: call.trace_id.as_deref(), traceparent: call.traceparent.as_deref(), span: None };
@@ -207,12 +206,11 @@ async fn claim_call_id(
     scope: Option<&CallerScope>,
     call_id: &str,
     input: &Value,
-    context: &CallContext,
     started: Instant,
 ) -> Result<Claimed, RequestError> {
     let Some(scope) = scope else { return Ok(Claimed::Run(None)) };
     let tool = &route.tool.definition.id;
-    let fingerprint = Fingerprint::of(tool, input, context);
+    let fingerprint = Fingerprint::of(tool, input);
     // A concurrent duplicate waits as long as the first call may take.
     let longest = route.targets.iter().map(|t| t.upstream.call_timeout).max().unwrap_or_default();
     match generation.idempotency.claim(&scope.key(call_id), &fingerprint, longest + Duration::from_secs(5)).await {

@@ -248,7 +248,7 @@ async fn two_stores(redis: &Redis, ttl: Duration) -> (IdempotencyStore, Idempote
 async fn redis_claims_abandoned_by_a_replica_do_not_block_the_call_id() {
     let redis = Redis::start();
     let (one, two) = two_stores(&redis, Duration::from_secs(60)).await;
-    let fp = Fingerprint::of("Calculator.Add@1.0.0", &json!({"a": 1, "b": 1}), &CallContext::default());
+    let fp = Fingerprint::of("Calculator.Add@1.0.0", &json!({"a": 1, "b": 1}));
 
     // A claim dropped on one replica (its client went away) frees the id
     // for the other (the release runs on a spawned task).
@@ -278,7 +278,7 @@ async fn redis_claims_abandoned_by_a_replica_do_not_block_the_call_id() {
         Ok(Decision::Replay(call)) => assert_eq!(*call, stored(5)),
         other => panic!("{other:?}"),
     }
-    let other_input = Fingerprint::of("Calculator.Add@1.0.0", &json!({"a": 2, "b": 1}), &CallContext::default());
+    let other_input = Fingerprint::of("Calculator.Add@1.0.0", &json!({"a": 2, "b": 1}));
     assert!(matches!(one.claim(&key("crashed"), &other_input, Duration::from_secs(1)).await, Ok(Decision::Conflict)));
 
     // The answer is kept for the ttl, under the documented prefix.
@@ -295,7 +295,7 @@ async fn concurrent_claims_across_redis_replicas_elect_one() {
     let redis = Redis::start();
     let (one, two) = two_stores(&redis, Duration::from_secs(60)).await;
     let (one, two) = (Arc::new(one), Arc::new(two));
-    let fp = Fingerprint::of("Calculator.Add@1.0.0", &json!({"a": 1, "b": 1}), &CallContext::default());
+    let fp = Fingerprint::of("Calculator.Add@1.0.0", &json!({"a": 1, "b": 1}));
     let runs = Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = (0..10)
         .map(|i| {
@@ -421,6 +421,27 @@ async fn another_user_with_my_call_id_gets_their_own_call_never_my_answer() {
         .collect();
     assert_ne!(ids[0], ids[1], "{ids:?}");
     assert!(ids.iter().all(|id| id.ends_with(".X-1")), "{ids:?}");
+}
+
+/// What the gateway injects is not part of what makes a call the same:
+/// after the secret it injects is rotated, the caller's retry with the same
+/// `call_id` gets the first answer, not "a different call" (which would
+/// invite a second run under a new id).
+#[tokio::test]
+async fn a_retry_after_a_secret_rotation_is_the_same_call() {
+    let server = profile_server().await;
+    let key = common::temp_file("profile-key", "txt", "profile-key-before-7c1d");
+    let config = profile_config(&server, JWT_AUTH, "").replace("env:PROFILE_KEY", &format!("file:{}", key.display()));
+    let gw = Gateway::start_with_env(&config, ENV).await;
+    gw.wait_listed(&[("oxp-api-key", "svc-api-key-0123456789")], "User.Profile@1.0.0").await;
+    let first = as_user(&gw, "alice", "rotated-1", 1).await;
+    std::fs::write(&key, "profile-key-after-0e5a").unwrap();
+    assert_eq!(as_user(&gw, "alice", "rotated-1", 1).await, first, "the retry is answered from the first run");
+    assert_eq!(server.call_count(), 1);
+    // The rotation did take: a new call gets the new key.
+    as_user(&gw, "alice", "rotated-2", 1).await;
+    let calls = server.calls();
+    assert_eq!(common::forwarded(&calls[1])["context"]["secrets"][0]["value"], json!("profile-key-after-0e5a"));
 }
 
 #[tokio::test]

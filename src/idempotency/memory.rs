@@ -262,7 +262,7 @@ mod tests {
     }
 
     fn fp(input: i64) -> Fingerprint {
-        Fingerprint::of("T.t@1.0.0", &json!({"x": input}), &CallContext::default())
+        Fingerprint::of("T.t@1.0.0", &json!({"x": input}))
     }
 
     fn run(claim: Claim) -> Token {
@@ -287,7 +287,7 @@ mod tests {
         assert_eq!(replayed(store.claim_now("a", &fp(1), WAIT).await), 7);
         assert!(matches!(store.claim_now("a", &fp(2), WAIT).await, Claim::Conflict));
         // Another tool with the same input is another call too.
-        let other_tool = Fingerprint::of("T.t@2.0.0", &json!({"x": 1}), &CallContext::default());
+        let other_tool = Fingerprint::of("T.t@2.0.0", &json!({"x": 1}));
         assert!(matches!(store.claim_now("a", &other_tool, WAIT).await, Claim::Conflict));
         // The conflict changed nothing.
         assert_eq!(replayed(store.claim_now("a", &fp(1), WAIT).await), 7);

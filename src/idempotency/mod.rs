@@ -1,8 +1,8 @@
 //! Idempotent calls: the spec calls `call_id` "an idempotency key".
 //!
 //! A `call_id` belongs to its caller. A call whose client-sent `call_id` the
-//! same caller used within the ttl, for the same resolved tool, input and
-//! injected context, gets the first call's answer again without the tool
+//! same caller used within the ttl, for the same resolved tool and input,
+//! gets the first call's answer again without the tool
 //! being called. A duplicate that arrives while the first is still running
 //! waits for it. The same caller's `call_id` with another tool or input is
 //! refused. Another caller's identical `call_id` is simply their own call:
@@ -112,25 +112,29 @@ fn hex(bytes: &[u8]) -> String {
     out
 }
 
-/// What makes two calls with one `call_id` the same call: the resolved tool
-/// id, the input and the context the tool would get, hashed.
+/// What makes two calls with one `call_id` the same call: what the caller
+/// sent, the resolved tool id and the input, hashed. Not what the gateway
+/// injected: a retry after a token refresh or a secret rotation is the same
+/// call (refusing it would invite a second run under a new id), and no
+/// digest of a secret is stored beside the answer. Who the caller is lives
+/// in the key ([`CallerScope`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Fingerprint(String);
 
 impl Fingerprint {
-    /// Hashes the resolved tool id (version included), the input and the
-    /// injected context (user id, secrets, tokens: whatever can change the
-    /// tool's result; only their digest is kept) in a canonical form: object
-    /// keys sorted at every level. Sorting here rather than relying on
-    /// serde_json's default `BTreeMap` keeps two equal inputs equal even if
-    /// some dependency turns serde_json's `preserve_order` on.
-    pub fn of(tool: &str, input: &Value, context: &CallContext) -> Fingerprint {
+    /// Hashes the resolved tool id (version included) and the input in a
+    /// canonical form: object keys sorted at every level. Sorting here
+    /// rather than relying on serde_json's default `BTreeMap` keeps two
+    /// equal inputs equal even if some dependency turns serde_json's
+    /// `preserve_order` on.
+    pub fn of(tool: &str, input: &Value) -> Fingerprint {
         let mut hasher = Sha256::new();
+        // Told apart from the fingerprints of earlier releases, which
+        // covered the injected context.
+        hasher.update(b"call v3\0");
         hasher.update(tool.as_bytes());
         hasher.update([0]);
         canonical(&mut hasher, input);
-        hasher.update([0]);
-        canonical(&mut hasher, &serde_json::to_value(context).unwrap_or_default());
         Fingerprint(hex(&hasher.finalize()))
     }
 
@@ -463,51 +467,22 @@ mod tests {
 
     #[test]
     fn the_fingerprint_ignores_key_order_and_sees_everything_else() {
-        let a = Fingerprint::of("T.t@1.0.0", &json!({"a": 1, "b": {"x": [1, 2], "y": "s"}}), &CallContext::default());
+        let a = Fingerprint::of("T.t@1.0.0", &json!({"a": 1, "b": {"x": [1, 2], "y": "s"}}));
         let reordered: Value = serde_json::from_str(r#"{"b": {"y": "s", "x": [1, 2]}, "a": 1}"#).expect("json");
-        assert_eq!(a, Fingerprint::of("T.t@1.0.0", &reordered, &CallContext::default()));
-        assert_ne!(a, Fingerprint::of("T.t@1.0.1", &reordered, &CallContext::default()), "the version counts");
-        assert_ne!(
-            a,
-            Fingerprint::of("T.t@1.0.0", &json!({"a": 1, "b": {"x": [2, 1], "y": "s"}}), &CallContext::default())
-        );
-        assert_ne!(
-            a,
-            Fingerprint::of("T.t@1.0.0", &json!({"a": "1", "b": {"x": [1, 2], "y": "s"}}), &CallContext::default())
-        );
+        assert_eq!(a, Fingerprint::of("T.t@1.0.0", &reordered));
+        assert_ne!(a, Fingerprint::of("T.t@1.0.1", &reordered), "the version counts");
+        assert_ne!(a, Fingerprint::of("T.t@1.0.0", &json!({"a": 1, "b": {"x": [2, 1], "y": "s"}})));
+        assert_ne!(a, Fingerprint::of("T.t@1.0.0", &json!({"a": "1", "b": {"x": [1, 2], "y": "s"}})));
         // A key that looks like a separator cannot fake another structure.
         assert_ne!(
-            Fingerprint::of("T", &json!({"a": {"b": 1}}), &CallContext::default()),
-            Fingerprint::of("T", &serde_json::from_str(r#"{"a\":{\"b": 1}"#).expect("json"), &CallContext::default())
+            Fingerprint::of("T", &json!({"a": {"b": 1}})),
+            Fingerprint::of("T", &serde_json::from_str(r#"{"a\":{\"b": 1}"#).expect("json"))
         );
         assert_eq!(a.as_str().len(), 64);
     }
 
     fn context(json: Value) -> CallContext {
         serde_json::from_value(json).expect("a context")
-    }
-
-    #[test]
-    fn the_fingerprint_sees_the_injected_context_by_digest_only() {
-        let input = json!({"a": 1});
-        let with = |secret: &str| {
-            Fingerprint::of(
-                "T.t@1.0.0",
-                &input,
-                &context(json!({"user_id": "ann", "secrets": [{"id": "K", "value": secret}]})),
-            )
-        };
-        assert_eq!(with("s3cr3t-one"), with("s3cr3t-one"));
-        assert_ne!(with("s3cr3t-one"), with("s3cr3t-two"), "a rotated secret is another call");
-        assert_ne!(
-            with("s3cr3t-one"),
-            Fingerprint::of(
-                "T.t@1.0.0",
-                &input,
-                &context(json!({"user_id": "bob", "secrets": [{"id": "K", "value": "s3cr3t-one"}]}))
-            )
-        );
-        assert!(!with("s3cr3t-one").as_str().contains("s3cr3t"));
     }
 
     #[test]
@@ -543,7 +518,7 @@ mod tests {
 
     #[test]
     fn numbers_count_digit_for_digit() {
-        let of = |text: &str| Fingerprint::of("T", &serde_json::from_str(text).expect("json"), &CallContext::default());
+        let of = |text: &str| Fingerprint::of("T", &serde_json::from_str(text).expect("json"));
         assert_eq!(of(r#"{"n": 98765432109876543210}"#), of(r#"{"n": 98765432109876543210}"#));
         assert_ne!(of(r#"{"n": 98765432109876543210}"#), of(r#"{"n": 98765432109876543211}"#));
         assert_ne!(of(r#"{"n": 1.000000000000000000001}"#), of(r#"{"n": 1.000000000000000000002}"#));

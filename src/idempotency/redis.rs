@@ -223,7 +223,7 @@ mod tests {
 
     #[test]
     fn values_parse_and_passwords_are_hidden() {
-        let fp = Fingerprint::of("T", &serde_json::json!({}), &CallContext::default());
+        let fp = Fingerprint::of("T", &serde_json::json!({}));
         let pending = pending_value(&fp, Token(7));
         assert!(matches!(parse(&pending), Stored::Pending(f) if f == fp.as_str()));
         assert!(matches!(parse("D abc {\"x\": 1}"), Stored::Done("abc", "{\"x\": 1}")));
