@@ -28,7 +28,7 @@ use tokio::net::TcpListener;
 use crate::browser::BrowserRefusal;
 use crate::catalog::poll::UpstreamStatus;
 use crate::catalog::search::{IndexStats, SearchRequest};
-use crate::catalog::{Conflict, RefusedTool, SharedToolkit, UngrantedRequirement};
+use crate::catalog::{Conflict, McpNameConflict, RefusedTool, SharedToolkit, UngrantedRequirement};
 use crate::console;
 use crate::explain::{caller_of, explain, ExplainError, ExplainRequest};
 use crate::gateway::{Gateway, Generation};
@@ -378,6 +378,8 @@ struct Status {
     refused_tools: Vec<RefusedTool>,
     /// Toolkits whose tools come from more than one upstream.
     shared_toolkits: Vec<SharedToolkit>,
+    /// Tools whose MCP names clash: the ones not served on MCP.
+    mcp_name_conflicts: Vec<McpNameConflict>,
     /// Settings that weaken the gateway's defences, as written.
     security_warnings: Vec<String>,
     /// How long building the current catalog took (merge, listing and
@@ -443,6 +445,7 @@ fn status(gateway: &Gateway) -> Status {
         ungranted: catalog.ungranted(&generation.config),
         refused_tools: catalog.refused().to_vec(),
         shared_toolkits: catalog.shared_toolkits().to_vec(),
+        mcp_name_conflicts: catalog.mcp_name_conflicts().to_vec(),
         security_warnings: generation.config.security_warnings(),
         catalog_build_ms: catalog.build_time().as_secs_f64() * 1000.0,
         search_index: catalog.search_index().stats(),

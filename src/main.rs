@@ -105,10 +105,9 @@ fn main() -> ExitCode {
                     eprintln!("warning: {warning}");
                 }
                 // What the catalogs can tell: which tools policies match,
-                // and which secrets and providers tools ask their upstream
-                // for without a grant.
-                let worth = !config.policy.is_empty() || !config.secrets.is_empty() || !config.authorization.is_empty();
-                if worth && !config.upstreams.is_empty() {
+                // which secrets and providers tools ask their upstream for
+                // without a grant, which tools are refused or clash.
+                if !config.upstreams.is_empty() {
                     check_against_catalogs(config);
                 }
                 ExitCode::SUCCESS
@@ -214,6 +213,18 @@ fn check_against_catalogs(mut config: Config) {
         }
         for refused in catalog.refused() {
             eprintln!("warning: tool {} of upstream {} is not served: {}", refused.tool, refused.upstream, refused.reason);
+        }
+        for clash in catalog.mcp_name_conflicts() {
+            eprintln!(
+                "warning: tools {} and {} both have the MCP name {}: {} holds it ({}), {} is not served on /mcp; `toolkits = [\"{}\"]` on its upstream reserves the toolkit that should hold it",
+                clash.served,
+                clash.hidden,
+                clash.name,
+                clash.served,
+                clash.reason,
+                clash.hidden,
+                clash.hidden.split_once('.').map_or(clash.hidden.as_str(), |(toolkit, _)| toolkit),
+            );
         }
         for shared in catalog.shared_toolkits() {
             eprintln!(

@@ -220,6 +220,35 @@ allow = ["Calculator.*", "Calculatr.*"]
     assert!(stderr.contains("upstream calc: catalog not fetched"), "{stderr}");
 }
 
+/// Two tools asking for one MCP name are a warning naming both, the one
+/// that holds the name, and the line that would reserve the other's toolkit.
+#[test]
+fn an_mcp_name_clash_is_a_warning() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let one = rt.block_on(common::ToolServer::start(common::catalog(vec![common::tool(
+        "A_B.C",
+        "1.0.0",
+        common::add_schema(),
+    )])));
+    let two = rt.block_on(common::ToolServer::start(common::catalog(vec![common::tool(
+        "A.B_C",
+        "1.0.0",
+        common::add_schema(),
+    )])));
+    let toml = format!(
+        "[[upstreams]]\nname = \"one\"\nurl = \"{}\"\ntoolkits = [\"A_B\"]\n\n[[upstreams]]\nname = \"two\"\nurl = \"{}\"\n",
+        one.url(),
+        two.url()
+    );
+    let out = check(&toml);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a warning must not fail the check: {stderr}");
+    assert!(
+        stderr.contains("tools A_B.C and A.B_C both have the MCP name A_B_C: A_B.C holds it (its toolkit is reserved)"),
+        "{stderr}"
+    );
+}
+
 /// `check` with policies builds a gateway to compare patterns with the
 /// catalog; it must not open, create or lock the OAuth grant store (a
 /// running gateway may hold it).
@@ -269,7 +298,8 @@ fn the_protected_resource_keys_are_checked() {
     let out = check(&good);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
-    assert!(!stderr.contains("warning"), "{stderr}");
+    // (GOOD's upstreams are not running: `check` says so, and that is all.)
+    assert!(!stderr.contains("authorization server"), "{stderr}");
 
     for (keys, key, bad) in [
         ("resource = \"tools.example.com/mcp\"\n", "resource", "tools.example.com"),
@@ -301,7 +331,7 @@ fn the_protected_resource_keys_are_checked() {
     // An issuer that is an http(s) URL is the default authorization server;
     // without one, MCP clients cannot find where to get a token.
     let out = check(&auth("issuer = \"https://login.example.com\"\n"));
-    assert!(out.status.success() && !String::from_utf8_lossy(&out.stderr).contains("warning"));
+    assert!(out.status.success() && !String::from_utf8_lossy(&out.stderr).contains("authorization server"));
     for keys in ["", "issuer = \"my-issuer\"\n"] {
         let out = check(&auth(keys));
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -9,14 +9,16 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use super::mcp_names::McpNaming;
 use super::{Catalog, CatalogTool, Conflict, RefusedTool, Route, SharedToolkit, Target, ToolMap};
 use crate::upstream::Upstream;
 
 /// One upstream and the tools its last catalog fetch found.
 pub type UpstreamTools = (Arc<Upstream>, Arc<Vec<Arc<CatalogTool>>>);
 
-/// Builds the merged catalog. `upstreams` must be in config order.
-pub fn merge(upstreams: &[UpstreamTools]) -> Catalog {
+/// Builds the merged catalog. `upstreams` must be in config order;
+/// `before` is the catalog it replaces (the MCP names it gave are kept).
+pub fn merge(upstreams: &[UpstreamTools], before: &Catalog) -> Catalog {
     let started = std::time::Instant::now();
     // A reserved toolkit is served by its upstream alone.
     let reserved: HashMap<&str, &str> =
@@ -87,7 +89,10 @@ pub fn merge(upstreams: &[UpstreamTools]) -> Catalog {
     }
     conflicts.sort_by(|a, b| a.tool.cmp(&b.tool).then(a.loser.cmp(&b.loser)));
     refused.sort_by(|a, b| a.tool.cmp(&b.tool).then(a.upstream.cmp(&b.upstream)));
+    let keys = routes.iter().filter(|(_, versions)| !versions.is_empty()).map(|(key, _)| key.as_str());
+    let mcp = McpNaming::assign(keys, |toolkit| reserved.contains_key(toolkit), &before.mcp);
     let mut catalog = Catalog::new(routes, conflicts);
+    catalog.mcp = mcp;
     catalog.refused = refused;
     catalog.shared_toolkits = shared;
     catalog.build_time = started.elapsed();

@@ -5,6 +5,7 @@
 //! swap, so a request sees one consistent catalog from start to end and the
 //! hot path reads it without a lock.
 
+mod mcp_names;
 pub mod merge;
 pub mod poll;
 pub(crate) mod search;
@@ -22,6 +23,7 @@ use crate::resolve::{ToolRef, VersionRequest};
 use crate::upstream::Upstream;
 
 pub use crate::dialect::CatalogTool;
+pub use mcp_names::McpNameConflict;
 
 /// Every tool's versions by `Toolkit.Name`. foldhash, not SipHash: a call
 /// looks its tool up here, and the keys come from upstreams' catalogs.
@@ -40,6 +42,8 @@ pub struct Catalog {
     refused: Vec<RefusedTool>,
     /// Toolkits whose tools come from more than one upstream.
     shared_toolkits: Vec<SharedToolkit>,
+    /// Each tool's MCP name, and the clashes.
+    mcp: mcp_names::McpNaming,
     /// The tool search index of this catalog.
     search: search::SearchIndex,
     /// How long merging took, the listing and the search index included.
@@ -145,6 +149,7 @@ impl Catalog {
             conflicts,
             refused: Vec::new(),
             shared_toolkits: Vec::new(),
+            mcp: Default::default(),
             search,
             build_time: Default::default(),
         }
@@ -176,22 +181,18 @@ impl Catalog {
         self.tools.keys().map(String::as_str).collect()
     }
 
-    /// Each MCP name and the `Toolkit.Name` it stands for: `Toolkit_Name`,
-    /// except that when two keys give the same name (`A_B.C` and `A.B_C`)
-    /// the later in sort order keeps its dotted key. The one rule behind the
-    /// MCP front's `tools/list` (`mcp_endpoint/tools.rs`) and explain.
-    pub fn mcp_names(&self) -> BTreeMap<String, &str> {
-        let mut keys: Vec<&str> =
-            self.tools.iter().filter(|(_, versions)| !versions.is_empty()).map(|(k, _)| k.as_str()).collect();
-        keys.sort_unstable();
-        let mut names = BTreeMap::new();
-        for key in keys {
-            let underscored = key.replace('.', "_");
-            // The dotted key cannot collide: keys are unique.
-            let name = if names.contains_key(&underscored) { key.to_owned() } else { underscored };
-            names.insert(name, key);
-        }
-        names
+    /// Each MCP name and the `Toolkit.Name` that holds it (`mcp_names.rs`
+    /// says who holds a name two keys ask for): the one table behind the
+    /// MCP front's `tools/list` and calls (`mcp_endpoint/tools.rs`) and
+    /// explain. A key that lost its name to another is not in it.
+    pub fn mcp_names(&self) -> &BTreeMap<String, String> {
+        &self.mcp.names
+    }
+
+    /// Tools whose MCP names clash: one holds each name, the others are not
+    /// served on MCP.
+    pub fn mcp_name_conflicts(&self) -> &[McpNameConflict] {
+        &self.mcp.conflicts
     }
 
     /// Resolves a parsed tool id to the route that serves it.

@@ -106,7 +106,7 @@ impl CatalogStore {
         let lists: Vec<_> =
             upstreams.iter().map(|u| (u.clone(), state.entry(u.name.to_string()).or_default().tools.clone())).collect();
         // Merge under the lock so two pollers cannot publish out of order.
-        let catalog = Arc::new(merge(&lists));
+        let catalog = Arc::new(merge(&lists, &self.published.load()));
         let generation = catalog.generation();
         self.published.store(catalog);
         self.changed.send_replace(generation);

@@ -115,6 +115,8 @@ const pages = {
       ])) : el("p", { class: "bad" }, listing.body.message),
       s.conflicts.length ? [el("h2", {}, "Conflicts"), el("pre", {}, JSON.stringify(s.conflicts, null, 2))] : null,
       s.refused_tools.length ? [el("h2", {}, "Refused tools"), el("pre", {}, JSON.stringify(s.refused_tools, null, 2))] : null,
+      s.mcp_name_conflicts.length ? [el("h2", {}, "MCP name clashes"), table(["MCP name", "held by", "not served on MCP", "why"],
+        s.mcp_name_conflicts.map((c) => [el("code", {}, c.name), el("code", {}, c.served), el("code", {}, c.hidden), c.reason]))] : null,
     ];
   },
 

@@ -219,7 +219,6 @@ fn parse(value: &str) -> Stored<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::CallContext;
 
     #[test]
     fn values_parse_and_passwords_are_hidden() {

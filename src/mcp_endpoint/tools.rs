@@ -2,10 +2,9 @@
 //! of `tools/list`, and the tool errors of calls that did not run (the
 //! result of one that ran is written by `write.rs`).
 //!
-//! Every tool of the catalog is listed at its latest version, named
-//! `Toolkit_Name`. If two keys give the same name (`A_B.C` and `A.B_C`),
-//! the later in sort order keeps its dotted OTC key (`A.B_C`) as its name.
-//! The list is sorted by name, so its order is the same on every request
+//! Every tool of the catalog is listed at its latest version, under the
+//! MCP name the catalog gave it (`Toolkit_Name`; `catalog/mcp_names.rs`
+//! says who holds a name two keys ask for). The list is sorted by name, so its order is the same on every request
 //! while the catalog does not change.
 
 use std::collections::hash_map::DefaultHasher;
@@ -79,8 +78,8 @@ impl ToolNames {
         let mut by_name: BTreeMap<String, (String, Value)> = BTreeMap::new();
         for (name, key) in catalog.mcp_names() {
             let Ok(route) = catalog.lookup(&ToolRef { key, version: VersionRequest::Latest }) else { continue };
-            let tool = mcp_tool(&name, &route.tool);
-            by_name.insert(name, (key.to_owned(), tool));
+            let tool = mcp_tool(name, &route.tool);
+            by_name.insert(name.clone(), (key.clone(), tool));
         }
         let keys = by_name.iter().map(|(name, (key, _))| (name.clone(), key.clone())).collect();
         let tools: Vec<ListedTool> = by_name
