@@ -57,7 +57,7 @@ fn big_catalog(generation: &Generation) -> Catalog {
     let (tools, skipped) = normalise_catalog(&body, DialectDefaults::default()).expect("a catalog");
     assert!(skipped.is_empty());
     let tools = Arc::new(tools.into_iter().map(Arc::new).collect::<Vec<_>>());
-    merge(&[(generation.upstreams[0].clone(), tools)], &Default::default())
+    merge(&[(generation.upstreams[0].clone(), tools)], &Default::default(), None)
 }
 
 fn hot_path(c: &mut Criterion) {

@@ -32,6 +32,7 @@ use crate::catalog::{Conflict, McpNameConflict, RefusedTool, SharedToolkit, Ungr
 use crate::console;
 use crate::explain::{caller_of, explain, ExplainError, ExplainRequest};
 use crate::gateway::{Gateway, Generation};
+use crate::integrity::{ChangeState, HeldTool, ReviewError};
 use crate::oauth::FlowError;
 
 /// The largest `POST /explain` body (a caller's claims, a pasted JWT).
@@ -79,8 +80,8 @@ enum AdminError {
     /// No such route.
     #[error(
         "admin endpoints: GET / (the console), GET /metrics, GET /status, GET /health, GET /calls, GET /tools, \
-         GET /tools/search, GET or POST /explain, GET /grants, POST /reload, \
-         DELETE /grants/<provider>/<user_id>"
+         GET /tools/search, GET or POST /explain, GET /grants, GET /changes, POST /reload, \
+         DELETE /grants/<provider>/<user_id>, POST /changes/<id>/approve, POST /changes/<id>/reject"
     )]
     NotFound,
     /// An explain request that cannot be read.
@@ -101,6 +102,9 @@ enum AdminError {
     /// `POST /reload` without a config file (the demo).
     #[error("this gateway was started without a config file to reload")]
     NoConfigFile,
+    /// A decision on a tool definition change that was not taken.
+    #[error(transparent)]
+    Review(#[from] ReviewError),
 }
 
 impl AdminError {
@@ -117,6 +121,9 @@ impl AdminError {
             AdminError::GrantStore(_) => StatusCode::SERVICE_UNAVAILABLE,
             AdminError::Method(_) => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::NoConfigFile => StatusCode::CONFLICT,
+            AdminError::Review(ReviewError::Unknown(_)) => StatusCode::NOT_FOUND,
+            AdminError::Review(ReviewError::Decided { .. }) => StatusCode::CONFLICT,
+            AdminError::Review(ReviewError::Journal(_)) => StatusCode::SERVICE_UNAVAILABLE,
         };
         let mut response = json(status, &serde_json::json!({ "message": self.to_string() }));
         match self {
@@ -216,11 +223,17 @@ async fn serve(
             Ok(json(if outcome.is_ok() { StatusCode::OK } else { StatusCode::UNPROCESSABLE_ENTITY }, &body))
         }
         (&Method::GET, "/grants") => list_grants(&generation, request.uri.query()).await,
+        (&Method::GET, "/changes") => list_changes(gateway, request.uri.query()),
+        (&Method::POST, decision) if decision.starts_with("/changes/") => {
+            authorize_action(&generation, &request)?;
+            decide_change(gateway, decision, body).await
+        }
         (&Method::DELETE, grant) if grant.starts_with("/grants/") => {
             authorize_action(&generation, &request)?;
             revoke_grant(&generation, grant).await
         }
-        (_, "/status" | "/health" | "/metrics" | "/calls" | "/grants") => Err(AdminError::Method("GET")),
+        (_, "/status" | "/health" | "/metrics" | "/calls" | "/grants" | "/changes") => Err(AdminError::Method("GET")),
+        (_, decision) if decision.starts_with("/changes/") => Err(AdminError::Method("POST")),
         (_, "/reload") => Err(AdminError::Method("POST")),
         (_, "/explain") => Err(AdminError::Method("GET, POST")),
         (_, grant) if grant.starts_with("/grants/") => Err(AdminError::Method("DELETE")),
@@ -285,6 +298,52 @@ async fn list_grants(generation: &Generation, query: Option<&str>) -> Result<Res
         Err(FlowError::UnknownProvider(p)) => Err(AdminError::UnknownProvider(p.chars().take(64).collect())),
         Err(e) => Err(AdminError::GrantStore(e.to_string())),
     }
+}
+
+/// `GET /changes[?state=pending|approved|rejected|all]`: tool definition
+/// changes, pending ones by default, newest first.
+fn list_changes(gateway: &Gateway, query: Option<&str>) -> Result<Response<Full<Bytes>>, AdminError> {
+    let mut state = Some(ChangeState::Pending);
+    for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        match (name.as_ref(), value.as_ref()) {
+            ("state", "all") => state = None,
+            ("state", word) => {
+                state =
+                    Some(ChangeState::parse(word).ok_or_else(|| {
+                        AdminError::BadQuery("state: use pending, approved, rejected or all".to_owned())
+                    })?);
+            }
+            (other, _) => {
+                let other: String = other.chars().take(40).collect();
+                return Err(AdminError::BadQuery(format!("unknown parameter {other:?}: use state")));
+            }
+        }
+    }
+    Ok(json(StatusCode::OK, &serde_json::json!({ "changes": gateway.integrity.changes(state) })))
+}
+
+/// `POST /changes/<id>/approve` or `/reject`, with an optional JSON body
+/// `{"by": "<who>"}` recorded with the decision.
+async fn decide_change(gateway: &Gateway, path: &str, body: Incoming) -> Result<Response<Full<Bytes>>, AdminError> {
+    let rest = path.strip_prefix("/changes/").unwrap_or_default();
+    let (id, approve) = match rest.split_once('/') {
+        Some((id, "approve")) => (id, true),
+        Some((id, "reject")) => (id, false),
+        _ => return Err(AdminError::NotFound),
+    };
+    let bytes = Limited::new(body, 4096)
+        .collect()
+        .await
+        .map_err(|_| AdminError::BadQuery("the body must be at most 4096 bytes".into()))?
+        .to_bytes();
+    let by = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(value) => value.get("by").and_then(|by| by.as_str()).map(|by| by.chars().take(80).collect::<String>()),
+        Err(_) if bytes.iter().all(u8::is_ascii_whitespace) => None,
+        Err(e) => return Err(AdminError::BadQuery(format!("the JSON body: {e}"))),
+    };
+    let by = by.map_or_else(|| "admin".to_owned(), |by| format!("admin ({by})"));
+    let change = gateway.integrity.decide(id, approve, &by).await?;
+    Ok(json(StatusCode::OK, &change))
 }
 
 /// `DELETE /grants/<provider>/<user_id>`: forgets the user's grant and
@@ -380,6 +439,11 @@ struct Status {
     shared_toolkits: Vec<SharedToolkit>,
     /// Tools whose MCP names clash: the ones not served on MCP.
     mcp_name_conflicts: Vec<McpNameConflict>,
+    /// Tools whose definition waits for review: not served (`new`), or
+    /// served at their pinned definition (`changed`).
+    held_tools: Vec<HeldTool>,
+    /// How many tool definition changes wait for review (`GET /changes`).
+    tool_changes_pending: usize,
     /// Settings that weaken the gateway's defences, as written.
     security_warnings: Vec<String>,
     /// How long building the current catalog took (merge, listing and
@@ -446,6 +510,8 @@ fn status(gateway: &Gateway) -> Status {
         refused_tools: catalog.refused().to_vec(),
         shared_toolkits: catalog.shared_toolkits().to_vec(),
         mcp_name_conflicts: catalog.mcp_name_conflicts().to_vec(),
+        held_tools: catalog.held().to_vec(),
+        tool_changes_pending: gateway.integrity.pending(),
         security_warnings: generation.config.security_warnings(),
         catalog_build_ms: catalog.build_time().as_secs_f64() * 1000.0,
         search_index: catalog.search_index().stats(),

@@ -12,7 +12,7 @@ use serde_json::Value;
 use smallvec::SmallVec;
 
 use crate::auth::{Caller, CallerKind};
-use crate::catalog::{Catalog, Route, Target};
+use crate::catalog::{Catalog, LookupError, Route, Target};
 use crate::circuit::Admission;
 use crate::error::{ended, mark_failed, AuthorizationChallenge, MissingRequirements, RequestError};
 use crate::gateway::{upstream_bearer, Gateway, Generation};
@@ -110,7 +110,8 @@ pub async fn execute_call(
     let mut span = tracer.and_then(|t| t.continue_trace(call.traceparent.as_deref(), "execute_tool"));
     let catalog = gateway.catalog.load_owned();
     let step = otel::child(span.as_ref(), "resolve", Kind::Internal);
-    let route = ended(step, resolve_tool(&catalog, &call.tool_id)).inspect_err(|e| mark_failed(span.as_mut(), e))?;
+    let resolved = resolve_tool(&catalog, &call.tool_id).map_err(|e| unseen_unless_allowed(&generation, caller, e));
+    let route = ended(step, resolved).inspect_err(|e| mark_failed(span.as_mut(), e))?;
     if let Some(span) = &mut span {
         route.describe(span);
     }
@@ -361,6 +362,23 @@ pub fn parse_call(body: &[u8]) -> Result<ParsedCall, RequestError> {
 pub fn resolve_tool<'c>(catalog: &'c Catalog, tool_id: &str) -> Result<&'c Route, RequestError> {
     let tool = parse_tool_id(tool_id)?;
     Ok(catalog.lookup(&tool)?)
+}
+
+/// A tool that waits for review is one only for callers whose policies let
+/// them see it; to anyone else it does not exist.
+fn unseen_unless_allowed(generation: &Generation, caller: &Caller, error: RequestError) -> RequestError {
+    match error {
+        RequestError::Lookup(LookupError::Held { tool, .. })
+            if !generation.access.allows(generation.access.matching(caller), tool_key_of(&tool)) =>
+        {
+            RequestError::Denied(tool_key_of(&tool).to_owned())
+        }
+        other => other,
+    }
+}
+
+fn tool_key_of(id: &str) -> &str {
+    id.split_once('@').map_or(id, |(key, _)| key)
 }
 
 /// Admit: the caller's policies must allow the tool (a denied tool is

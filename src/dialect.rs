@@ -44,9 +44,48 @@ pub struct CatalogTool {
     /// The compiled input_schema, once the tool has been called (`None`:
     /// it did not compile, which the catalog check makes unexpected).
     validator: OnceLock<Option<InputValidator>>,
+    /// A digest of what clients are shown, once asked for (a catalog's
+    /// tools are compared with their pins when it changes, not per call).
+    digest: OnceLock<[u8; 32]>,
 }
 
 impl CatalogTool {
+    fn new(key: String, version: Version, definition: ToolDefinition, upstream_id: String) -> CatalogTool {
+        let (validator, digest) = (OnceLock::new(), OnceLock::new());
+        CatalogTool { key, version, definition, upstream_id, annotations: None, validator, digest }
+    }
+
+    /// Everything a client is shown of the tool, as one JSON object: the
+    /// definition, and an MCP tool's `annotations` when it has them.
+    pub fn shown(&self) -> Value {
+        let mut shown = serde_json::to_value(&self.definition).unwrap_or_default();
+        if let (Value::Object(fields), Some(annotations)) = (&mut shown, &self.annotations) {
+            fields.insert("annotations".into(), annotations.clone());
+        }
+        shown
+    }
+
+    /// A SHA-256 of [`CatalogTool::shown`] (object keys sorted at every
+    /// level, schemas included), computed once.
+    pub fn digest(&self) -> [u8; 32] {
+        *self.digest.get_or_init(|| {
+            use sha2::Digest;
+            sha2::Sha256::digest(self.shown().to_string().as_bytes()).into()
+        })
+    }
+
+    /// A tool rebuilt from what clients were shown of it (a pinned
+    /// definition kept across restarts).
+    pub fn from_shown(mut shown: Value) -> Result<CatalogTool, String> {
+        let annotations = shown.as_object_mut().and_then(|fields| fields.remove("annotations"));
+        let definition: ToolDefinition = serde_json::from_value(shown).map_err(|e| e.to_string())?;
+        let (key, version) = definition.id.split_once('@').ok_or("the id has no version")?;
+        let version = parse_tool_version(version).ok_or("the id's version is not x.y.z")?;
+        let mut tool = CatalogTool::new(key.to_owned(), version, definition.clone(), definition.id.clone());
+        tool.annotations = annotations;
+        Ok(tool)
+    }
+
     /// The toolkit: `key` up to its dot.
     pub fn toolkit(&self) -> &str {
         self.key.split_once('.').map_or(self.key.as_str(), |(toolkit, _)| toolkit)
@@ -172,7 +211,7 @@ pub(crate) fn normalise_tool(item: Value, defaults: DialectDefaults<'_>) -> Resu
         output_schema: obj.remove("output_schema").map_or_else(RawJson::null, |schema| RawJson::from_value(&schema)),
         requirements,
     };
-    Ok(CatalogTool { key, version, definition, upstream_id, annotations: None, validator: OnceLock::new() })
+    Ok(CatalogTool::new(key, version, definition, upstream_id))
 }
 
 /// Splits a published id into `Toolkit.Name` and its version, completing a

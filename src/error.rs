@@ -298,6 +298,9 @@ impl RequestError {
             RequestError::Lookup(LookupError::UnknownTool(key))
             | RequestError::Lookup(LookupError::UnknownVersion { key, .. })
             | RequestError::Denied(key) => format!("Tool '{key}' was not found"),
+            RequestError::Lookup(LookupError::Held { tool, .. }) => {
+                format!("Tool '{tool}' waits for an operator's review of its definition and cannot be called yet")
+            }
             RequestError::RateLimited { retry_after, .. } => {
                 format!("Too many calls; retry in {} s", retry_after.as_secs_f64().ceil().max(1.0))
             }

@@ -17,6 +17,7 @@ use crate::browser::BrowserPolicy;
 use crate::catalog::poll::{CatalogStore, PollSettings, Refreshed};
 use crate::config::{Config, ConfigError, IdempotencyConfig, SecretRef, TracingConfig, UpstreamConfig};
 use crate::idempotency::{IdempotencyError, IdempotencyStore};
+use crate::integrity::{Integrity, Keep, Modes};
 use crate::metrics::Metrics;
 use crate::oauth::{OAuth, OAuthError};
 use crate::otel::{Span, Tracer};
@@ -50,6 +51,9 @@ pub enum BuildError {
     /// `[tracing]` could not be set up (its headers' secrets).
     #[error("tracing: {0}")]
     Tracing(String),
+    /// The tool pins' journal could not be opened.
+    #[error(transparent)]
+    Pins(#[from] crate::integrity::JournalError),
     /// An upstream URL that http cannot use.
     #[error("upstream {name}: {source}")]
     UpstreamUrl {
@@ -249,8 +253,11 @@ pub struct Gateway {
     last_reload: std::sync::Mutex<Option<ReloadReport>>,
     /// Serialises reloads: the file watcher and SIGHUP may fire together.
     reloading: tokio::sync::Mutex<()>,
-    /// Rung by a poller whose upstream's catalog changed.
-    catalog_changed: tokio::sync::Notify,
+    /// Rung by a poller whose upstream's catalog changed, and by tool
+    /// integrity when a decision changes what is served.
+    catalog_changed: Arc<tokio::sync::Notify>,
+    /// Tool definitions pinned, and the changes that wait for review.
+    pub integrity: Arc<Integrity>,
     /// The data plane's bound address (`public_url`'s default).
     listen: std::sync::OnceLock<std::net::SocketAddr>,
 }
@@ -281,7 +288,21 @@ impl Gateway {
     /// A gateway for a config; no upstream is polled until
     /// [`Gateway::start_polling`]. Must run inside a tokio runtime.
     pub async fn new(config: Config) -> Result<Arc<Gateway>, BuildError> {
+        Self::build(config, false).await
+    }
+
+    /// A gateway for `otc-gateway check`: it reads the pins a running
+    /// gateway keeps and writes none.
+    pub async fn for_check(config: Config) -> Result<Arc<Gateway>, BuildError> {
+        Self::build(config, true).await
+    }
+
+    async fn build(config: Config, read_only: bool) -> Result<Arc<Gateway>, BuildError> {
         let generation = Generation::build(config, None).await?;
+        let catalog_changed = Arc::new(tokio::sync::Notify::new());
+        let (dir, redis) = (generation.config.state.dir.as_path(), generation.redis.clone());
+        let keep = if read_only { Keep::ReadOnly(dir, redis) } else { Keep::State(dir, redis) };
+        let integrity = Arc::new(Integrity::open(keep, catalog_changed.clone()).await?);
         let gateway = Arc::new(Gateway {
             generation: ArcSwap::from_pointee(generation),
             catalog: CatalogStore::default(),
@@ -290,11 +311,16 @@ impl Gateway {
             generation_number: AtomicU64::new(1),
             last_reload: std::sync::Mutex::new(None),
             reloading: tokio::sync::Mutex::new(()),
-            catalog_changed: tokio::sync::Notify::new(),
+            catalog_changed,
+            integrity,
             listen: std::sync::OnceLock::new(),
         });
         gateway.metrics.set_generation(1);
-        gateway.catalog.publish(&gateway.generation().upstreams);
+        gateway.publish(&gateway.generation());
+        if !read_only {
+            let every = gateway.generation().poll.interval;
+            tokio::spawn(gateway.integrity.clone().sync(every));
+        }
         // Idle until a poller rings; pollers start with `start_polling`.
         tokio::spawn(publish_changes(gateway.clone()));
         Ok(gateway)
@@ -398,9 +424,18 @@ impl Gateway {
         // again. Removed upstreams' tools leave the catalog now; every
         // upstream (new ones included) is polled at once.
         self.catalog.forget_validators();
-        self.catalog.publish(&self.generation().upstreams);
+        self.publish(&self.generation());
         self.start_polling();
         Ok(())
+    }
+
+    /// Merges the upstreams' catalogs and publishes the result, each tool
+    /// held to its pin under the current `[catalog] pin` and `suspicious`.
+    pub fn publish(&self, generation: &Generation) {
+        let catalog = &generation.config.catalog;
+        let modes = Modes { pin: catalog.pin, suspicious: catalog.suspicious };
+        self.catalog.publish(&generation.upstreams, Some((&self.integrity, modes)));
+        self.metrics.set_tool_changes_pending(self.integrity.pending());
     }
 
     /// The current generation: one atomic load.
@@ -444,7 +479,7 @@ impl Gateway {
             fetches.spawn(async move { gateway.refresh_upstream(&generation, &upstream).await });
         }
         while fetches.join_next().await.is_some() {}
-        self.catalog.publish(&generation.upstreams);
+        self.publish(&generation);
         let statuses = self.catalog.statuses();
         generation
             .upstreams
@@ -499,7 +534,7 @@ async fn publish_changes(gateway: Arc<Gateway>) {
         gateway.catalog_changed.notified().await;
         tokio::time::sleep(PUBLISH_COALESCE).await;
         let generation = gateway.generation();
-        gateway.catalog.publish(&generation.upstreams);
+        gateway.publish(&generation);
         crate::allocator::release_freed_memory();
         for pattern in generation.access.unmatched_patterns(&gateway.catalog.load()) {
             tracing::warn!(pattern, "a policy pattern matches no tool in the catalog");

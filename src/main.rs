@@ -185,7 +185,7 @@ fn check_against_catalogs(mut config: Config) {
         Err(e) => return eprintln!("warning: the config was not checked against the catalogs: {e}"),
     };
     tokio.block_on(async {
-        let gateway = match otc_gateway::gateway::Gateway::new(config).await {
+        let gateway = match otc_gateway::gateway::Gateway::for_check(config).await {
             Ok(gateway) => gateway,
             Err(e) => return eprintln!("warning: the config was not checked against the catalogs: {e}"),
         };
@@ -213,6 +213,16 @@ fn check_against_catalogs(mut config: Config) {
         }
         for refused in catalog.refused() {
             eprintln!("warning: tool {} of upstream {} is not served: {}", refused.tool, refused.upstream, refused.reason);
+        }
+        for held in catalog.held() {
+            let what = match held.kind {
+                otc_gateway::integrity::ChangeKind::New => "is not served: the scan flagged its definition",
+                otc_gateway::integrity::ChangeKind::Changed => "is served at its pinned definition: it changed",
+            };
+            eprintln!(
+                "warning: tool {} of upstream {} {what}; review change {} (GET /changes, `otc-gateway changes`)",
+                held.tool, held.upstream, held.change
+            );
         }
         for clash in catalog.mcp_name_conflicts() {
             eprintln!(

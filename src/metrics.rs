@@ -15,6 +15,7 @@
 //! | `otc_gateway_catalog_tools` | gauge | `upstream` |
 //! | `otc_gateway_config_reloads_total` | counter | `result` |
 //! | `otc_gateway_config_generation` | gauge | |
+//! | `otc_gateway_tool_changes_pending` | gauge | |
 //! | `otc_gateway_vault_requests_total` | counter | `backend`, `outcome` |
 //! | `otc_gateway_vault_stale_served_total` | counter | `backend` |
 //! | `otc_gateway_idempotency_total` | counter | `result` |
@@ -152,6 +153,7 @@ pub struct Metrics {
     upstream_up: IntGaugeVec,
     catalog_tools: IntGaugeVec,
     config_generation: IntGauge,
+    tool_changes_pending: IntGauge,
     vault_requests: IntCounterVec,
     vault_stale_served: IntCounterVec,
     /// `http_requests` children for [`ROUTES`] × statuses 100..=599.
@@ -283,6 +285,14 @@ impl Metrics {
             )
             .expect("fixed metric definition is valid"),
         );
+        let tool_changes_pending = register(
+            &registry,
+            IntGauge::new(
+                "otc_gateway_tool_changes_pending",
+                "Tool definition changes (and flagged new tools) that wait for an operator's review.",
+            )
+            .expect("fixed metric definition is valid"),
+        );
         let vault_requests = counter_vec(
             &registry,
             "otc_gateway_vault_requests_total",
@@ -365,6 +375,7 @@ impl Metrics {
             upstream_up,
             catalog_tools,
             config_generation,
+            tool_changes_pending,
             vault_requests: vault_requests.clone(),
             vault_stale_served: vault_stale_served.clone(),
             http_cache,
@@ -493,6 +504,11 @@ impl Metrics {
         self.config_generation.set(i64::try_from(generation).unwrap_or(i64::MAX));
     }
 
+    /// How many tool definition changes wait for an operator.
+    pub fn set_tool_changes_pending(&self, pending: usize) {
+        self.tool_changes_pending.set(i64::try_from(pending).unwrap_or(i64::MAX));
+    }
+
     /// Counts a request to a secret backend (`backend` is its kind or
     /// configured name, `outcome` a fixed word such as `success`, `error`,
     /// `not_found`).
@@ -619,6 +635,7 @@ mod tests {
             ("otc_gateway_catalog_tools", "gauge"),
             ("otc_gateway_config_reloads_total", "counter"),
             ("otc_gateway_config_generation", "gauge"),
+            ("otc_gateway_tool_changes_pending", "gauge"),
             ("otc_gateway_vault_requests_total", "counter"),
             ("otc_gateway_vault_stale_served_total", "counter"),
             ("otc_gateway_idempotency_total", "counter"),

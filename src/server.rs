@@ -98,7 +98,7 @@ pub fn run(
         let _entered = handle.enter();
         gateway.start_polling();
         handle.spawn(crate::admin::serve_admin(admin, gateway.clone(), config_path.clone()));
-        handle.spawn(drain_on_sigterm(serving.clone(), shutdown_timeout));
+        handle.spawn(drain_on_sigterm(serving.clone(), shutdown_timeout, gateway.integrity.clone()));
         match config_path {
             Some(path) => Some(watch_for_reloads(&gateway, &handle, path)?),
             None => None,
@@ -194,8 +194,8 @@ fn watch_for_reloads(
 }
 
 /// On SIGTERM, waits until no request is in flight (or `deadline` passes),
-/// then exits 0. pingora has stopped accepting by then.
-async fn drain_on_sigterm(serving: Arc<AtomicUsize>, deadline: Duration) {
+/// writes the tool pins not written yet, then exits 0. pingora has stopped accepting by then.
+async fn drain_on_sigterm(serving: Arc<AtomicUsize>, deadline: Duration, integrity: Arc<crate::integrity::Integrity>) {
     let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
         Ok(term) => term,
         Err(e) => {
@@ -215,6 +215,8 @@ async fn drain_on_sigterm(serving: Arc<AtomicUsize>, deadline: Duration) {
     if left > 0 {
         tracing::warn!(left, "shutdown deadline reached with calls still in flight");
     }
+    // Tools pinned since the last write are kept for the next start.
+    integrity.flush().await;
     tracing::info!("otc-gateway stopped");
     std::process::exit(0);
 }

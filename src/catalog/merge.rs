@@ -9,16 +9,18 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use super::mcp_names::McpNaming;
+use super::mcp_names::{underscored, McpNaming};
 use super::{Catalog, CatalogTool, Conflict, RefusedTool, Route, SharedToolkit, Target, ToolMap};
+use crate::integrity::{ChangeKind, HeldTool, Integrity, Modes, Offer, Verdict};
 use crate::upstream::Upstream;
 
 /// One upstream and the tools its last catalog fetch found.
 pub type UpstreamTools = (Arc<Upstream>, Arc<Vec<Arc<CatalogTool>>>);
 
 /// Builds the merged catalog. `upstreams` must be in config order;
-/// `before` is the catalog it replaces (the MCP names it gave are kept).
-pub fn merge(upstreams: &[UpstreamTools], before: &Catalog) -> Catalog {
+/// `before` is the catalog it replaces (the MCP names it gave are kept);
+/// `review`, the pins each served definition is held to.
+pub fn merge(upstreams: &[UpstreamTools], before: &Catalog, review: Option<(&Integrity, Modes)>) -> Catalog {
     let started = std::time::Instant::now();
     // A reserved toolkit is served by its upstream alone.
     let reserved: HashMap<&str, &str> =
@@ -56,7 +58,8 @@ pub fn merge(upstreams: &[UpstreamTools], before: &Catalog) -> Catalog {
         .collect();
     let mut routes = ToolMap::default();
     let mut conflicts = Vec::new();
-    for (id, mut offers) in candidates {
+    for (&id, offers) in &candidates {
+        let mut offers = offers.clone();
         // Stable sort: equal priorities keep config order.
         offers.sort_by_key(|(u, _)| std::cmp::Reverse(u.priority));
         let (winner_upstream, winner_tool) = offers[0];
@@ -87,14 +90,88 @@ pub fn merge(upstreams: &[UpstreamTools], before: &Catalog) -> Catalog {
             .or_default()
             .insert(winner_tool.version.clone(), Arc::new(Route::new(winner_tool.clone(), targets)));
     }
+    let held = match review {
+        Some((integrity, modes)) => hold_to_pins(&mut routes, &candidates, integrity, modes),
+        None => Vec::new(),
+    };
     conflicts.sort_by(|a, b| a.tool.cmp(&b.tool).then(a.loser.cmp(&b.loser)));
     refused.sort_by(|a, b| a.tool.cmp(&b.tool).then(a.upstream.cmp(&b.upstream)));
     let keys = routes.iter().filter(|(_, versions)| !versions.is_empty()).map(|(key, _)| key.as_str());
     let mcp = McpNaming::assign(keys, |toolkit| reserved.contains_key(toolkit), &before.mcp);
     let mut catalog = Catalog::new(routes, conflicts);
     catalog.mcp = mcp;
+    catalog.held = held;
     catalog.refused = refused;
     catalog.shared_toolkits = shared;
     catalog.build_time = started.elapsed();
     catalog
+}
+
+/// Holds every route to its pin (`integrity/`): a changed definition is
+/// replaced by the approved one, a flagged new tool leaves the catalog.
+/// Returns what waits for review.
+fn hold_to_pins(
+    routes: &mut ToolMap,
+    candidates: &HashMap<&str, Vec<(&Arc<Upstream>, &Arc<CatalogTool>)>>,
+    integrity: &Integrity,
+    modes: Modes,
+) -> Vec<HeldTool> {
+    // Who serves each `Toolkit.Name`, and which key each MCP name stands
+    // for: what a description may name without shadowing another's tool.
+    let mut served_by: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+    for offers in candidates.values() {
+        for (upstream, tool) in offers {
+            served_by.entry(tool.key.as_str()).or_default().insert(&*upstream.name);
+        }
+    }
+    let by_mcp_name: HashMap<String, &str> = served_by.keys().map(|key| (underscored(key), *key)).collect();
+    let foreign = |offer: &Offer<'_>, reference: &str| -> Option<String> {
+        let reference = reference.split_once('@').map_or(reference, |(key, _)| key);
+        let key = match served_by.get_key_value(reference) {
+            Some((key, _)) => *key,
+            None => *by_mcp_name.get(reference)?,
+        };
+        let toolkit = key.split_once('.').map_or(key, |(toolkit, _)| toolkit);
+        let theirs = toolkit != offer.tool.toolkit() && !served_by.get(key)?.contains(offer.upstream);
+        theirs.then(|| key.to_owned())
+    };
+    let served: Vec<Arc<Route>> = routes.values().flat_map(|versions| versions.values().cloned()).collect();
+    let offers: Vec<Offer<'_>> = served
+        .iter()
+        .map(|route| {
+            let winner = &route.targets[0].upstream;
+            Offer { tool: &route.tool, upstream: &winner.name, by_name: !winner.versions_its_tools() }
+        })
+        .collect();
+    let verdicts = integrity.review(&offers, modes, &foreign);
+    let mut held = Vec::new();
+    for (route, verdict) in served.iter().zip(verdicts) {
+        let (key, version) = (&route.tool.key, &route.tool.version);
+        let upstream = route.targets[0].upstream.name.to_string();
+        match verdict {
+            Verdict::Serve => continue,
+            Verdict::Approved(pinned, change) => {
+                held.push(HeldTool {
+                    tool: route.tool.definition.id.clone(),
+                    upstream,
+                    change,
+                    kind: ChangeKind::Changed,
+                });
+                let versions = routes.entry(key.clone()).or_default();
+                versions.remove(version);
+                versions.insert(pinned.version.clone(), Arc::new(Route::new(pinned, route.targets.clone())));
+            }
+            Verdict::Held(change) => {
+                held.push(HeldTool { tool: route.tool.definition.id.clone(), upstream, change, kind: ChangeKind::New });
+                if let Some(versions) = routes.get_mut(key) {
+                    versions.remove(version);
+                    if versions.is_empty() {
+                        routes.remove(key);
+                    }
+                }
+            }
+        }
+    }
+    held.sort_by(|a, b| a.tool.cmp(&b.tool));
+    held
 }

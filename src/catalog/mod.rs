@@ -44,6 +44,8 @@ pub struct Catalog {
     shared_toolkits: Vec<SharedToolkit>,
     /// Each tool's MCP name, and the clashes.
     mcp: mcp_names::McpNaming,
+    /// Tools whose definition waits for an operator (`integrity/`).
+    held: Vec<crate::integrity::HeldTool>,
     /// The tool search index of this catalog.
     search: search::SearchIndex,
     /// How long merging took, the listing and the search index included.
@@ -131,6 +133,14 @@ pub enum LookupError {
         /// The versions there are.
         available: String,
     },
+    /// The tool's definition waits for an operator's review.
+    #[error("tool {tool} waits for an operator's review of its definition (change {change})")]
+    Held {
+        /// The tool id.
+        tool: String,
+        /// The change to review.
+        change: String,
+    },
 }
 
 impl Catalog {
@@ -150,6 +160,7 @@ impl Catalog {
             refused: Vec::new(),
             shared_toolkits: Vec::new(),
             mcp: Default::default(),
+            held: Vec::new(),
             search,
             build_time: Default::default(),
         }
@@ -195,9 +206,17 @@ impl Catalog {
         &self.mcp.conflicts
     }
 
+    /// Tools whose definition waits for an operator: not served at all
+    /// (`new`), or served at their pinned definition (`changed`).
+    pub fn held(&self) -> &[crate::integrity::HeldTool] {
+        &self.held
+    }
+
     /// Resolves a parsed tool id to the route that serves it.
     pub fn lookup(&self, tool: &ToolRef<'_>) -> Result<&Arc<Route>, LookupError> {
-        let versions = self.tools.get(tool.key).ok_or_else(|| LookupError::UnknownTool(tool.key.to_owned()))?;
+        let Some(versions) = self.tools.get(tool.key) else {
+            return Err(self.held_error(tool).unwrap_or_else(|| LookupError::UnknownTool(tool.key.to_owned())));
+        };
         let found = match &tool.version {
             VersionRequest::Latest => versions.values().next_back(),
             VersionRequest::Exact(v) => versions.get(v),
@@ -267,6 +286,23 @@ impl Catalog {
     /// Every route (each tool version), in no particular order.
     pub fn routes(&self) -> impl Iterator<Item = &Arc<Route>> {
         self.tools.values().flat_map(BTreeMap::values)
+    }
+}
+
+impl Catalog {
+    /// A tool not served because it waits for review, as a lookup error.
+    fn held_error(&self, tool: &ToolRef<'_>) -> Option<LookupError> {
+        let held = self.held.iter().find(|held| {
+            held.kind == crate::integrity::ChangeKind::New
+                && held.tool.split_once('@').is_some_and(|(key, version)| {
+                    key == tool.key
+                        && match &tool.version {
+                            VersionRequest::Latest => true,
+                            VersionRequest::Exact(v) => v.to_string() == version,
+                        }
+                })
+        })?;
+        Some(LookupError::Held { tool: held.tool.clone(), change: held.change.clone() })
     }
 }
 

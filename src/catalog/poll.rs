@@ -16,6 +16,7 @@ use http::HeaderValue;
 use serde::Serialize;
 
 use super::{merge::merge, Catalog, CatalogTool};
+use crate::integrity::{Integrity, Modes};
 use crate::upstream::{Fetched, Upstream};
 
 /// The published catalog and what each upstream last gave.
@@ -98,15 +99,16 @@ impl CatalogStore {
     }
 
     /// Rebuilds and publishes the merged catalog from the upstreams given
-    /// (the current config's, in order). Entries of upstreams no longer
-    /// configured are dropped, so their tools leave the catalog at once.
-    pub fn publish(&self, upstreams: &[Arc<Upstream>]) {
+    /// (the current config's, in order), each served tool held to its pin
+    /// (`review`). Entries of upstreams no longer configured are dropped,
+    /// so their tools leave the catalog at once.
+    pub fn publish(&self, upstreams: &[Arc<Upstream>], review: Option<(&Integrity, Modes)>) {
         let mut state = self.lock();
         state.retain(|name, _| upstreams.iter().any(|u| *u.name == **name));
         let lists: Vec<_> =
             upstreams.iter().map(|u| (u.clone(), state.entry(u.name.to_string()).or_default().tools.clone())).collect();
         // Merge under the lock so two pollers cannot publish out of order.
-        let catalog = Arc::new(merge(&lists, &self.published.load()));
+        let catalog = Arc::new(merge(&lists, &self.published.load(), review));
         let generation = catalog.generation();
         self.published.store(catalog);
         self.changed.send_replace(generation);

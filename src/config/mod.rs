@@ -41,7 +41,7 @@ pub use policy::{FailMode, Per, PolicyConfig, Rate, RateLimitConfig, ToolPattern
 pub use secret_ref::{SecretRef, SecretRefError, USER_ID_TEMPLATE};
 pub use server::{OriginPattern, ServerConfig};
 pub use tracing::TracingConfig;
-pub use upstream::{CatalogConfig, Protocol, ToolVersion, Toolkit, UpstreamConfig, UpstreamName, UpstreamUrl};
+pub use upstream::{CatalogConfig, Protocol, Review, ToolVersion, Toolkit, UpstreamConfig, UpstreamName, UpstreamUrl};
 pub use vault::{check_token_ref, VaultConfig};
 
 /// Why a config could not be used.

@@ -24,6 +24,11 @@ pub struct CatalogConfig {
     /// random, so that replicas started together do not poll in step.
     #[serde(deserialize_with = "deserialize_duration")]
     pub jitter: Duration,
+    /// What happens when a tool's definition changes after clients saw it
+    /// (docs/security.md, "Tool definitions are pinned").
+    pub pin: Review,
+    /// What happens to a definition the scan finds hidden instructions in.
+    pub suspicious: Review,
 }
 
 impl Default for CatalogConfig {
@@ -33,8 +38,25 @@ impl Default for CatalogConfig {
             request_timeout: Dur(Duration::from_secs(5)),
             max_catalog_bytes: 32 * 1024 * 1024,
             jitter: Duration::ZERO,
+            pin: Review::Hold,
+            suspicious: Review::Hold,
         }
     }
+}
+
+/// `[catalog] pin` and `suspicious`: what a changed (or flagged) tool
+/// definition does before an operator has reviewed it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Review {
+    /// Clients keep what was approved (a flagged new tool is not served)
+    /// until an operator approves the change.
+    #[default]
+    Hold,
+    /// Served at once, and kept for review.
+    Record,
+    /// Nothing is pinned (or scanned).
+    Off,
 }
 
 /// One `[[upstreams]]` entry. (Equality ignores where in the file it was.)

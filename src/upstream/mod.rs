@@ -293,6 +293,13 @@ pub struct UpstreamCall<'a> {
 }
 
 impl Upstream {
+    /// Whether its tools carry versions of their own (OTC), so a new
+    /// version is a new tool; an MCP server's and an OpenAPI document's
+    /// tools are one tool per name, whatever version they are given.
+    pub fn versions_its_tools(&self) -> bool {
+        matches!(self.protocol, Protocol::Otc(_))
+    }
+
     /// Builds an upstream from its config entry.
     pub fn from_config(order: usize, config: &UpstreamConfig) -> Result<Upstream, http::uri::InvalidUri> {
         let protocol = match config.protocol.get_ref() {

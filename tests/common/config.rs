@@ -8,6 +8,7 @@ use super::*;
 pub struct GatewayConfig {
     max_body_bytes: Option<usize>,
     server: Vec<String>,
+    catalog: Vec<String>,
     upstreams: Vec<String>,
     extra: Vec<String>,
 }
@@ -21,12 +22,24 @@ impl Default for GatewayConfig {
 impl GatewayConfig {
     /// No upstreams yet.
     pub fn new() -> GatewayConfig {
-        GatewayConfig { max_body_bytes: None, server: Vec::new(), upstreams: Vec::new(), extra: Vec::new() }
+        GatewayConfig {
+            max_body_bytes: None,
+            server: Vec::new(),
+            catalog: Vec::new(),
+            upstreams: Vec::new(),
+            extra: Vec::new(),
+        }
     }
 
     /// Sets `[server] max_body_bytes`.
     pub fn max_body_bytes(mut self, n: usize) -> Self {
         self.max_body_bytes = Some(n);
+        self
+    }
+
+    /// Adds a key line to `[catalog]` (`pin = "record"`).
+    pub fn catalog_line(mut self, line: &str) -> Self {
+        self.catalog.push(line.to_owned());
         self
     }
 
@@ -69,6 +82,10 @@ impl GatewayConfig {
             s.push('\n');
         }
         s.push_str("\n[catalog]\npoll_interval = \"200ms\"\nrequest_timeout = \"1s\"\n");
+        for line in &self.catalog {
+            s.push_str(line);
+            s.push('\n');
+        }
         for u in &self.upstreams {
             s.push('\n');
             s.push_str(u);

@@ -1,0 +1,159 @@
+//! Where pins and decisions are kept: an append-only journal of events,
+//! one JSON object per entry, in a file of the state directory
+//! (`tool-pins.jsonl`) or in a Redis list a fleet shares. Every replica
+//! folds the same entries in the same order, so they agree.
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::book::Event;
+use crate::redis_client::{self, SharedRedis};
+
+/// The journal's file in the state directory.
+pub(crate) const FILE: &str = "tool-pins.jsonl";
+
+/// The Redis list of a fleet's journal.
+const REDIS_KEY: &str = "otc-gateway:pins:v1";
+
+/// The longest one Redis command of the journal may take.
+const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Why the journal could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    /// The state directory's file.
+    #[error("tool pins at {path}: {error}")]
+    File {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        error: String,
+    },
+    /// The shared Redis.
+    #[error("tool pins in Redis: {0}")]
+    Redis(String),
+}
+
+/// One journal.
+pub(super) enum Journal {
+    File { path: PathBuf, read_only: bool },
+    Redis { redis: Arc<SharedRedis>, read_only: bool },
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Journal::File { path, .. } => write!(f, "Journal({})", path.display()),
+            Journal::Redis { .. } => f.write_str("Journal(redis)"),
+        }
+    }
+}
+
+impl Journal {
+    /// The Redis when there is one, else the file in `dir` (made when
+    /// missing, and cut back to its last whole entry after a crash).
+    pub(super) fn open(dir: &Path, redis: Option<Arc<SharedRedis>>, read_only: bool) -> Result<Journal, JournalError> {
+        if let Some(redis) = redis {
+            return Ok(Journal::Redis { redis, read_only });
+        }
+        let path = dir.join(FILE);
+        let fail = |e: std::io::Error| JournalError::File { path: path.display().to_string(), error: e.to_string() };
+        if !read_only {
+            std::fs::create_dir_all(dir).map_err(fail)?;
+            let mut file =
+                std::fs::OpenOptions::new().create(true).read(true).append(true).open(&path).map_err(fail)?;
+            let mut text = Vec::new();
+            file.read_to_end(&mut text).map_err(fail)?;
+            let whole = text.iter().rposition(|b| *b == b'\n').map_or(0, |at| at + 1);
+            if whole < text.len() {
+                file.set_len(whole as u64).map_err(fail)?;
+            }
+        }
+        Ok(Journal::File { path, read_only })
+    }
+
+    /// Appends `events` in order (nothing when read-only).
+    pub(super) async fn append(&self, events: &[Event]) -> Result<(), JournalError> {
+        let lines: Vec<String> = events.iter().filter_map(|e| serde_json::to_string(e).ok()).collect();
+        match self {
+            Journal::File { read_only: true, .. } | Journal::Redis { read_only: true, .. } => Ok(()),
+            Journal::File { path, .. } => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || {
+                    let fail = |e: std::io::Error| JournalError::File {
+                        path: path.display().to_string(),
+                        error: e.to_string(),
+                    };
+                    let mut file = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(fail)?;
+                    let mut text = lines.join("\n");
+                    text.push('\n');
+                    file.write_all(text.as_bytes()).map_err(fail)?;
+                    file.sync_data().map_err(fail)
+                })
+                .await
+                .map_err(|e| JournalError::File { path: String::new(), error: e.to_string() })?
+            }
+            Journal::Redis { redis, .. } => {
+                let mut connection = redis.connection();
+                let mut push = redis::cmd("RPUSH");
+                push.arg(REDIS_KEY).arg(lines);
+                redis_client::bounded(REDIS_TIMEOUT, push.query_async::<u64>(&mut connection))
+                    .await
+                    .map(|_| ())
+                    .map_err(JournalError::Redis)
+            }
+        }
+    }
+
+    /// The entries from `offset` on (a byte offset in the file, an index in
+    /// Redis), and the offset after them. Unreadable entries are skipped.
+    pub(super) async fn read_from(&self, offset: u64) -> Result<(Vec<Event>, u64), JournalError> {
+        let (entries, next) = match self {
+            Journal::File { path, .. } => {
+                let path = path.clone();
+                tokio::task::spawn_blocking(move || read_file(&path, offset))
+                    .await
+                    .map_err(|e| JournalError::File { path: String::new(), error: e.to_string() })??
+            }
+            Journal::Redis { redis, .. } => {
+                let mut connection = redis.connection();
+                let mut range = redis::cmd("LRANGE");
+                range.arg(REDIS_KEY).arg(offset).arg(-1);
+                let entries: Vec<String> = redis_client::bounded(REDIS_TIMEOUT, range.query_async(&mut connection))
+                    .await
+                    .map_err(JournalError::Redis)?;
+                let next = offset + entries.len() as u64;
+                (entries, next)
+            }
+        };
+        let events = entries
+            .iter()
+            .filter_map(|entry| match serde_json::from_str(entry) {
+                Ok(event) => Some(event),
+                Err(e) => {
+                    tracing::warn!(error = %e, "an unreadable entry in the tool pins journal was skipped");
+                    None
+                }
+            })
+            .collect();
+        Ok((events, next))
+    }
+}
+
+/// The whole lines of the file from `offset`, and the offset after them.
+fn read_file(path: &Path, offset: u64) -> Result<(Vec<String>, u64), JournalError> {
+    let fail = |e: std::io::Error| JournalError::File { path: path.display().to_string(), error: e.to_string() };
+    let mut file = match std::fs::File::open(path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok((Vec::new(), offset)),
+        Err(e) => return Err(fail(e)),
+    };
+    file.seek(SeekFrom::Start(offset)).map_err(fail)?;
+    let mut text = String::new();
+    file.read_to_string(&mut text).map_err(fail)?;
+    let whole = text.rfind('\n').map_or(0, |at| at + 1);
+    let lines = text[..whole].lines().filter(|l| !l.is_empty()).map(str::to_owned).collect();
+    Ok((lines, offset + whole as u64))
+}
