@@ -129,13 +129,19 @@ async fn valid_input_passes_and_reaches_the_upstream_unchanged() {
     assert_eq!(upstream.last_request()["input"], input);
 }
 
+/// Under `[catalog] pin = "record"` a changed definition is served at once
+/// (under the default "hold" it waits for review: tests/tool_integrity.rs).
 #[tokio::test]
 async fn a_changed_schema_is_validated_against_after_the_next_poll() {
-    let (upstream, gw) = booking().await;
+    let upstream = ToolServer::start(catalog(vec![tool("Calculator.Add", "1.0.0", booking_schema())])).await;
+    upstream.on_call(add);
+    let gw =
+        GatewayConfig::new().catalog_line("pin = \"record\"").upstream("calculator", &upstream.url()).start().await;
+    gw.wait_for_tool("Calculator.Add@1.0.0").await;
     gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await.result();
 
     // The same version now wants strings (a careless upstream, but the gateway
-    // must follow the catalog it publishes).
+    // must follow the catalog it publishes when told to serve changes).
     let strings = json!({"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}, "required": ["a", "b"]});
     upstream.set_catalog(catalog(vec![tool("Calculator.Add", "1.0.0", strings.clone())]));
     gw.wait_for_tools("the new schema is published", |items| {
