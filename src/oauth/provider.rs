@@ -205,7 +205,8 @@ impl Provider {
         Ok(url.to_string())
     }
 
-    /// Exchanges an authorization code for a grant covering at least `asked`.
+    /// Exchanges an authorization code for a grant covering at least `asked`,
+    /// and the account it is for when the answer carries an ID token.
     pub(super) async fn exchange(
         &self,
         secrets: &SecretResolver,
@@ -213,9 +214,10 @@ impl Provider {
         code: &str,
         verifier: String,
         asked: &BTreeSet<String>,
-    ) -> Result<Grant, OAuthError> {
+    ) -> Result<(Grant, Option<Account>), OAuthError> {
         let answer = self.token_answer(secrets, redirect_uri, code, verifier).await?;
-        Ok(grant_from(&answer, asked, None))
+        let account = answer.extra_fields().id_token.as_deref().and_then(Account::of_id_token);
+        Ok((grant_from(&answer, asked, None), account))
     }
 
     /// Exchanges a sign-in's authorization code for its ID token (the
@@ -424,6 +426,40 @@ fn describe_token_request(span: &mut Span, url: &oauth2::url::Url, status: u16) 
     }
     if status >= 400 {
         span.fail(status.to_string());
+    }
+}
+
+/// The provider account a grant is for, as its ID token names it: what an
+/// application shows its user before the grant is kept (never a token).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Account {
+    /// The ID token's `sub`: the account's identifier at the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// The ID token's `email`, when the provider put one in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
+}
+
+impl Account {
+    /// The account an ID token names. It came straight from the token
+    /// endpoint over the gateway's own connection (OpenID Connect Core
+    /// 3.1.3.7: TLS stands in for its signature), and it is only shown,
+    /// never trusted for anything else; `None` when it names neither.
+    fn of_id_token(id_token: &str) -> Option<Account> {
+        let payload = id_token.split('.').nth(1)?;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
+        let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+        // Shown to a person: short, printable text only.
+        let text = |name: &str| {
+            claims
+                .get(name)
+                .and_then(serde_json::Value::as_str)
+                .filter(|v| !v.is_empty() && v.len() <= 256 && !v.chars().any(char::is_control))
+                .map(str::to_owned)
+        };
+        let account = Account { subject: text("sub"), email: text("email") };
+        (account.subject.is_some() || account.email.is_some()).then_some(account)
     }
 }
 
