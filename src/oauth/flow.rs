@@ -281,3 +281,22 @@ pub(super) fn refusal(refusal: Refusal) -> FlowError {
         Refusal::Unavailable(e) => FlowError::Failed(e),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_flow_knows_its_browser_by_the_digest_of_its_cookie() {
+        let value = random_id(32).expect("random");
+        assert!(well_formed_binding(&value), "one the gateway made is used again");
+        for planted in ["", "short", "a=b; c", &"x".repeat(44)] {
+            assert!(!well_formed_binding(planted), "{planted:?}");
+        }
+        let kept = digest(&value);
+        assert!(same_browser(Some(&kept), Some(&value)));
+        assert!(!same_browser(Some(&kept), Some(&kept)), "the digest itself is not the cookie");
+        assert!(!same_browser(Some(&kept), None));
+        assert!(!same_browser(None, Some(&value)), "a flow made without a binding has no browser");
+    }
+}

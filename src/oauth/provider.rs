@@ -494,3 +494,24 @@ fn describe<E: std::error::Error, T: oauth2::ErrorResponse>(e: &RequestTokenErro
         RequestTokenError::Other(e) => e.clone(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id_token(claims: serde_json::Value) -> String {
+        let part = |v: &serde_json::Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+        format!("{}.{}.sig", part(&serde_json::json!({"alg": "RS256"})), part(&claims))
+    }
+
+    #[test]
+    fn the_account_is_what_the_id_token_names_and_only_text() {
+        let account = Account::of_id_token(&id_token(serde_json::json!({"sub": "42", "email": "a@example.com"})));
+        assert_eq!(account, Some(Account { subject: Some("42".into()), email: Some("a@example.com".into()) }));
+        let account = Account::of_id_token(&id_token(serde_json::json!({"sub": "42", "email": "a\u{1b}[31m"})));
+        assert_eq!(account, Some(Account { subject: Some("42".into()), email: None }), "no control characters");
+        assert_eq!(Account::of_id_token(&id_token(serde_json::json!({"sub": 42}))), None);
+        assert_eq!(Account::of_id_token("not a token"), None);
+        assert_eq!(Account::of_id_token("a.!!!.c"), None);
+    }
+}
