@@ -250,7 +250,10 @@ impl RequestError {
             RequestError::OAuthFlow(e) | RequestError::Confirmation(e) => match e {
                 FlowError::UnknownProvider(_) | FlowError::NoLogin => 404,
                 FlowError::UnknownLink if matches!(self, RequestError::Confirmation(_)) => 404,
-                FlowError::WrongUser | FlowError::SignInRequired | FlowError::OtherBrowser => 403,
+                FlowError::WrongUser
+                | FlowError::SignInRequired
+                | FlowError::OtherBrowser
+                | FlowError::NotThisBrowser => 403,
                 FlowError::Failed(_) => 502,
                 _ => 400,
             },
@@ -325,7 +328,9 @@ impl RequestError {
             }
             RequestError::Confirmation(e) => match e {
                 FlowError::UnknownLink => "No flow awaits confirmation under this flow_id".into(),
-                FlowError::WrongUser => "This flow belongs to another user; nothing was stored".into(),
+                FlowError::WrongUser => {
+                    "This flow belongs to another user; nothing was stored and the flow has ended".into()
+                }
                 other => capitalised(&other.to_string()),
             },
             RequestError::OAuthFlow(e) => match e {
@@ -338,6 +343,9 @@ impl RequestError {
                 }
                 FlowError::OtherBrowser => {
                     "This sign-in was started in another browser. Open the link again in this browser.".into()
+                }
+                FlowError::NotThisBrowser => {
+                    "This connection was started in another browser, so nothing was stored. Open the link again in the browser you finish in.".into()
                 }
                 FlowError::Refused(_) => {
                     "The provider did not grant access, so nothing was stored. Call the tool again to retry.".into()

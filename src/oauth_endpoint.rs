@@ -7,22 +7,23 @@
 //! | `GET /oauth/P/start/LINK` | the user's browser | 302 to the provider, or to sign-in first; 403 page for another user |
 //! | `GET /oauth/P/callback?code&state` | the provider, through the browser | a page (connected, or why not), or 302 to the verifier |
 //! | `GET /oauth/login/callback?code&state` | `[login]`'s provider, through the browser | 302 back to the link, signed in |
-//! | `POST /oauth/confirm` `{"flow_id"}` | the user's application, as the user (authenticated) | `{"status": "completed"}`, or 403 for another user |
+//! | `POST /oauth/confirm` `{"flow_id"}` | the user's application, as the user (authenticated as at `/mcp`) | `{"status": "confirmed", "account", "return_to"}`, or 403 for another user (the flow ends) |
+//! | `GET /oauth/P/return/VALUE` | the flow's browser, sent by the application | a page: connected, or 403 in another browser |
 //! | `GET /oauth/P/check/CHECK` | the client that got the challenge (authenticated) | `{"status": ...}` |
 //! | `DELETE /oauth/P` | the user's client (authenticated) | `{"disconnected": bool}` |
 //! | `GET /oauth/` | a signed-in browser (`[login]`) | the user's own connections, each with a disconnect form |
 //! | `POST /oauth/` `provider&csrf` | that page's form, in the same browser | 302 back to `/oauth/`, disconnected |
 //!
 //! The browser steps carry no credentials but cookies: a session (`[login]`)
-//! sealed by the gateway, and the binding of a sign-in to the browser that
-//! started it. Both are `HttpOnly`, `SameSite=Lax`, and with an https
+//! sealed by the gateway, and the binding of a sign-in, or of a verifier's
+//! flow, to the browser that started it. Both are `HttpOnly`, `SameSite=Lax`, and with an https
 //! `public_url` `Secure` with the `__Host-` prefix (which requires `Path=/`);
 //! over http they are scoped to the `/oauth/` paths. Who may finish a flow
 //! is `oauth/flow.rs`'s business.
 
 use bytes::Bytes;
 
-use crate::auth::{Caller, CallerKind};
+use crate::auth::{Caller, CallerKind, Target};
 use crate::error::{MissingRequirements, RequestError};
 use crate::gateway::{Gateway, Generation};
 use crate::oauth::{Finished, FlowError, Opened};
@@ -45,6 +46,14 @@ pub(crate) enum OAuthRequest<'p> {
     },
     /// `GET /oauth/login/callback`: back from signing in.
     SignInCallback,
+    /// `GET /oauth/P/return/VALUE`: a confirmed verifier flow's browser,
+    /// back from the application.
+    Return {
+        /// The provider.
+        provider: &'p str,
+        /// The one-time value of `return_to`.
+        value: &'p str,
+    },
     /// `POST /oauth/confirm`.
     Confirm,
     /// `GET /oauth/P/check/CHECK`.
@@ -87,6 +96,7 @@ impl<'p> OAuthRequest<'p> {
             ["confirm"] => (OAuthRequest::Confirm, "POST"),
             [provider, "start", link] if !link.is_empty() => (OAuthRequest::Start { provider, link }, "GET, HEAD"),
             [provider, "callback"] => (OAuthRequest::Callback { provider }, "GET, HEAD"),
+            [provider, "return", value] if !value.is_empty() => (OAuthRequest::Return { provider, value }, "GET, HEAD"),
             [provider, "check", check] if !check.is_empty() => (OAuthRequest::Check { provider, check }, "GET, HEAD"),
             [provider] => (OAuthRequest::Disconnect { provider }, "DELETE"),
             _ => return Err(not_found()),
@@ -106,6 +116,17 @@ impl<'p> OAuthRequest<'p> {
     /// steps carry none).
     pub(crate) fn needs_caller(&self) -> bool {
         matches!(self, OAuthRequest::Check { .. } | OAuthRequest::Disconnect { .. } | OAuthRequest::Confirm)
+    }
+
+    /// What a caller's JWT must be for: a confirmation vouches for a
+    /// browser with the user's own credentials, so (as at `/mcp`) only a
+    /// token issued for the gateway's resource may, never one a user handed
+    /// another service that accepts tokens without `aud`.
+    pub(crate) fn target(&self) -> Target {
+        match self {
+            OAuthRequest::Confirm => Target::Mcp,
+            _ => Target::Otc,
+        }
     }
 }
 
@@ -170,6 +191,9 @@ const SESSION: &str = "otc-session";
 const SIGN_IN: &str = "otc-sign-in";
 /// How long a sign-in's binding cookie lasts.
 const SIGN_IN_MAX_AGE: u64 = 600;
+/// The cookie binding a verifier's flows to the browser that opened their
+/// links.
+const FLOW: &str = "otc-flow";
 
 /// Answers a browser step: opening a link, a provider's callback, or the
 /// sign-in's callback.
@@ -190,8 +214,16 @@ pub(crate) async fn browser_step(
             Ok(Reply::page(200, "Connect", "Open this link in a web browser to continue."))
         }
         OAuthRequest::Start { provider, link } => {
-            match oauth.open_link(provider, link, session_user.as_deref(), &public_url).await? {
-                Opened::Provider(url) => Ok(Reply::redirect(url)),
+            let held = cookies.read(browser, FLOW);
+            match oauth.open_link(provider, link, session_user.as_deref(), held, &public_url).await? {
+                Opened::Provider { url, binding } => {
+                    let mut reply = Reply::redirect(url);
+                    if let Some(binding) = binding {
+                        let cookie = cookies.set(FLOW, &binding.value, binding.max_age.as_secs());
+                        reply.headers.push(("set-cookie", cookie));
+                    }
+                    Ok(reply)
+                }
                 Opened::SignIn => {
                     let start = oauth.sign_in(browser.path, &public_url).await?;
                     let mut reply = Reply::redirect(start.redirect);
@@ -221,6 +253,7 @@ pub(crate) async fn browser_step(
                     query.code(),
                     query.error(),
                     session_user.as_deref(),
+                    cookies.read(browser, FLOW),
                     &gateway.metrics,
                 )
                 .await?;
@@ -232,6 +265,16 @@ pub(crate) async fn browser_step(
                 )),
                 Finished::Confirm(verifier) => Ok(Reply::redirect(verifier)),
             }
+        }
+        OAuthRequest::Return { provider, value } => {
+            let flow = cookies.read(browser, FLOW);
+            let account = oauth.return_to_flow(provider, value, flow, &gateway.metrics).await?;
+            let who = account.and_then(|a| a.email.or(a.subject)).map(|a| format!(" (as {a})")).unwrap_or_default();
+            Ok(Reply::page(
+                200,
+                "Connected",
+                &format!("The tools that use {provider} can now be used{who}. You may close this window."),
+            ))
         }
         OAuthRequest::Connections => {
             let Some(user) = session_user else {
@@ -420,8 +463,20 @@ pub(crate) async fn caller_step(
             let user = user.ok_or_else(need_user)?;
             let ConfirmBody { flow_id } = serde_json::from_slice(body)
                 .map_err(|e| RequestError::MalformedCall(format!("send {{\"flow_id\": \"…\"}}: {e}")))?;
-            let provider = oauth.confirm(&flow_id, user, &gateway.metrics).await.map_err(RequestError::Confirmation)?;
-            Ok(json(200, serde_json::json!({ "provider": provider, "status": "completed" })))
+            let public_url = gateway.public_url(generation);
+            let confirmed = oauth
+                .confirm(&flow_id, user, &public_url, &gateway.metrics)
+                .await
+                .map_err(RequestError::Confirmation)?;
+            Ok(json(
+                200,
+                serde_json::json!({
+                    "provider": confirmed.provider,
+                    "status": "confirmed",
+                    "account": confirmed.account,
+                    "return_to": confirmed.return_to,
+                }),
+            ))
         }
         _ => Err(RequestError::NotFound(String::new())),
     }
@@ -448,6 +503,12 @@ mod tests {
         );
         assert_eq!(OAuthRequest::parse(&get, "/oauth/login/callback").ok(), Some(OAuthRequest::SignInCallback));
         assert_eq!(OAuthRequest::parse(&http::Method::POST, "/oauth/confirm").ok(), Some(OAuthRequest::Confirm));
+        assert_eq!(
+            OAuthRequest::parse(&get, "/oauth/google/return/v").ok(),
+            Some(OAuthRequest::Return { provider: "google", value: "v" })
+        );
+        assert_eq!(OAuthRequest::Confirm.target(), Target::Mcp, "a confirmation's JWT must be for the gateway");
+        assert_eq!(OAuthRequest::Check { provider: "p", check: "c" }.target(), Target::Otc);
         assert_eq!(OAuthRequest::parse(&get, "/oauth/").ok(), Some(OAuthRequest::Connections));
         assert_eq!(OAuthRequest::parse(&http::Method::POST, "/oauth/").ok(), Some(OAuthRequest::DisconnectForm));
         assert_eq!(
@@ -460,6 +521,8 @@ mod tests {
             (&http::Method::POST, "/oauth/google/callback", 405),
             (&get, "/oauth/google/start/", 404),
             (&get, "/oauth/google/start/a/b", 404),
+            (&get, "/oauth/google/return/", 404),
+            (&http::Method::POST, "/oauth/google/return/v", 405),
             (&get, "/oauth//x", 404),
             (&http::Method::DELETE, "/oauth/", 405),
         ] {

@@ -272,6 +272,7 @@ verifier_url = "https://app.example/connect/verify"
 [login]
 issuer = "https://id.example"
 client_id = "gw"
+user_id_claim = "sub"
 
 [state]
 dir = "{}"
@@ -370,8 +371,38 @@ fn a_managed_provider_needs_a_way_to_verify_its_users_browser() {
     assert_rejected(&toml, "verifier_url", line_of(&toml, "user_verification"));
     let toml = format!("{GOOD}\n{managed}user_verification = \"login\"\n");
     assert_rejected(&toml, "[login]", line_of(&toml, "user_verification"));
-    let login = "[login]\nissuer = \"https://id.example\"\nclient_id = \"gw\"\n";
+    let login = "[login]\nissuer = \"https://id.example\"\nclient_id = \"gw\"\nuser_id_claim = \"sub\"\n";
     assert!(check(&format!("{GOOD}\n{managed}{login}")).status.success(), "[login] is the default");
+}
+
+/// `[login]` at another issuer than `[auth]`'s (or with `[auth]` naming
+/// none) would make another provider's `sub` a gateway user id: check and
+/// start-up refuse it, naming `[login]`'s line and the line to add, unless
+/// `[login]` says which claim carries the user id. The same issuer passes.
+#[test]
+fn a_login_issuer_must_be_the_auth_issuer_or_name_the_user_id_claim() {
+    let auth = |issuer: &str| {
+        format!("[auth]\nmode = \"jwt\"\nhs256_secret = \"env:X\"\nuser_id_claim = \"oid\"\nissuer = \"{issuer}\"\n")
+    };
+    let login = "[login]\nissuer = \"https://login.example.com\"\nclient_id = \"gw\"\n";
+    let out = check(&format!("{GOOD}\n{}{login}", auth("https://login.example.com")));
+    assert!(out.status.success(), "the same issuer: {}", String::from_utf8_lossy(&out.stderr));
+
+    for toml in [format!("{GOOD}\n{}{login}", auth("https://tokens.example.com")), format!("{GOOD}\n{login}")] {
+        assert_rejected(&toml, "login.issuer", line_of(&toml, "[login]"));
+        let stderr = String::from_utf8_lossy(&check(&toml).stderr).into_owned();
+        let claim = if toml.contains("[auth]") { "oid" } else { "sub" };
+        assert!(stderr.contains(&format!("user_id_claim = \"{claim}\"")), "the line to add:\n{stderr}");
+        // The start-up error says the same.
+        let path = temp_file("check-login-issuer", "toml", &toml);
+        let started = Command::new(gateway_bin()).arg("--config").arg(&path).output().expect("runs");
+        let _ = std::fs::remove_file(&path);
+        assert!(!started.status.success());
+        assert!(String::from_utf8_lossy(&started.stderr).contains("user_id_claim = "), "{started:?}");
+        // Naming the claim is the operator's word that it is the user id.
+        let out = check(&format!("{toml}user_id_claim = \"email\"\n"));
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
 }
 
 /// Grants name what exists, and a toolkit is reserved once.

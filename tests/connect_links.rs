@@ -26,6 +26,8 @@ struct World {
     idp: OidcProvider,
     tools: ToolServer,
     gw: Gateway,
+    /// The `iss` of the callers' JWTs, when `[auth]` names one.
+    iss: Option<String>,
 }
 
 fn state_dir() -> PathBuf {
@@ -34,13 +36,17 @@ fn state_dir() -> PathBuf {
     dir
 }
 
-/// A caller's `Authorization`: a JWT naming `user`.
-fn bearer(user: &str) -> String {
-    jwt::bearer(&jwt::hs256(&jwt::claims(user, json!({})), JWT_SECRET.as_bytes()))
-}
-
 impl World {
+    /// The gateway as most tests use it: the callers' JWTs (HS256, no
+    /// issuer) name the same user ids as the provider's `sub`, which
+    /// `[login]` says it takes (`[auth]` names no issuer to compare).
     async fn start() -> World {
+        World::start_with("", "user_id_claim = \"sub\"", None).await
+    }
+
+    /// The gateway with `auth` lines added to `[auth]` and `login` lines to
+    /// `[login]`; the callers' JWTs carry `iss` when given.
+    async fn start_with(auth: &str, login: &str, iss: Option<&str>) -> World {
         let idp = OidcProvider::start(json!({"scopes": ["mail.read"]})).await;
         let tools = ToolServer::start(common::catalog(vec![needing(
             "Mail.Read",
@@ -54,11 +60,13 @@ impl World {
 [auth]
 mode = "jwt"
 hs256_secret = "env:CL_JWT_SECRET"
+{auth}
 
 [login]
 issuer = "{issuer}"
 client_id = "{LOGIN_CLIENT}"
 client_secret = "env:CL_LOGIN_SECRET"
+{login}
 
 [authorization.idp]
 issuer = "{issuer}"
@@ -76,14 +84,20 @@ dir = "{dir}"
         let gw = Gateway::start_with_env(&config.toml(), &env).await;
         idp.register_client(LOGIN_CLIENT, LOGIN_SECRET, &[format!("{}/oauth/login/callback", gw.url())]).await;
         idp.register_client(MAIL_CLIENT, MAIL_SECRET, &[format!("{}/oauth/idp/callback", gw.url())]).await;
-        let w = World { idp, tools, gw };
+        let w = World { idp, tools, gw, iss: iss.map(str::to_owned) };
         wait_until("Mail.Read is known", async || w.call("alice").await.text().contains("missing_requirements")).await;
         w
     }
 
+    /// A caller's `Authorization`: a JWT naming `user`.
+    fn bearer(&self, user: &str) -> String {
+        let claims = jwt::claims(user, json!({ "iss": self.iss }));
+        jwt::bearer(&jwt::hs256(&claims, JWT_SECRET.as_bytes()))
+    }
+
     async fn call(&self, user: &str) -> Resp {
         let body = json!({"request": {"tool_id": "Mail.Read", "input": {}}}).to_string();
-        let auth = bearer(user);
+        let auth = self.bearer(user);
         let headers = [("content-type", "application/json"), ("authorization", auth.as_str())];
         send_with_headers(self.gw.addr, "POST", "/tools/call", Bytes::from(body), &headers).await
     }
@@ -98,7 +112,7 @@ dir = "{dir}"
 
     async fn status(&self, user: &str, check_url: &str) -> String {
         let path = check_url.strip_prefix(&self.gw.url()).expect("under public_url");
-        let auth = bearer(user);
+        let auth = self.bearer(user);
         let resp = send_with_headers(self.gw.addr, "GET", path, Bytes::new(), &[("authorization", &auth)]).await;
         resp.json()["status"].as_str().unwrap_or_default().to_owned()
     }
@@ -351,4 +365,40 @@ async fn users_see_and_disconnect_only_their_own_connections() {
     w.call("bob").await.result();
     let bob_after = bob.follow_as(&connections, "bob").await;
     assert!(bob_after.body.contains("<td>idp</td><td>connected</td>"), "bob's grant untouched: {}", bob_after.body);
+}
+
+/// `[login]` at another issuer than `[auth]`'s: its `sub` is not a gateway
+/// user id (the gateway refuses such a config unless `[login]` names the
+/// claim that is, `tests/check_command.rs`). Here the callers' JWTs come
+/// from their own issuer and name people by email, and `[login]` says its
+/// ID tokens' `email` is that id. Bob, whose account at the login provider
+/// has the `sub` `alice@example.test` (alice's gateway user id), is not
+/// alice; alice, whose email it is, is.
+#[tokio::test]
+async fn a_login_provider_of_its_own_names_users_by_the_claim_written_out() {
+    const CORP: &str = "https://tokens.corp.example";
+    let w = World::start_with(
+        &format!("issuer = \"{CORP}\""),
+        "scopes = [\"openid\", \"email\"]\nuser_id_claim = \"email\"",
+        Some(CORP),
+    )
+    .await;
+    const ALICE: &str = "alice@example.test";
+    let (url, check) = w.challenge(ALICE).await;
+
+    // Bob signs in with the account whose `sub` is alice's user id: his
+    // email is another, so his browser is not alice's.
+    let bob = Browser::new();
+    refused(&bob.follow_as(&url, ALICE).await, "belongs to another user");
+    assert_eq!(w.status(ALICE, &check).await, "pending");
+    w.call(ALICE).await.server_error(400);
+
+    // Alice signs in as herself (`sub` "alice", email alice@example.test).
+    let alice = Browser::new();
+    let page = alice.follow_as(&url, "alice").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert_eq!(w.status(ALICE, &check).await, "completed");
+    w.call(ALICE).await.result();
+    let connections = alice.follow_as(&format!("{}/oauth/", w.gw.url()), "alice").await;
+    assert!(connections.body.contains(&format!("<b id=\"user\">{ALICE}</b>")), "{}", connections.body);
 }

@@ -219,6 +219,7 @@ hs256_secret = "env:CONSOLE_JWT"
 issuer = "{issuer}"
 client_id = "{LOGIN_CLIENT}"
 client_secret = "env:CONSOLE_LOGIN_SECRET"
+user_id_claim = "sub"
 
 [authorization.idp]
 issuer = "{issuer}"

@@ -390,8 +390,14 @@ otlp_endpoint = "{collector}"
     let flow_id = page.url.split(['?', '&']).find_map(|kv| kv.strip_prefix("flow_id=")).expect("a flow_id");
     let body = Bytes::from(json!({ "flow_id": flow_id }).to_string());
     let confirmed = send_with_headers(gw.addr, "POST", "/oauth/confirm", body, &alice).await;
-    assert_eq!(confirmed.status, 200, "{}", confirmed.text());
+    let back = common::oidc::return_to(&confirmed);
     bodies.push(("the confirmation".into(), confirmed.text()));
+    let elsewhere = Browser::new().get_no_follow(&back).await;
+    assert_eq!(elsewhere.status, 403, "{}", elsewhere.body);
+    bodies.push(("return_to in another browser".into(), elsewhere.body));
+    let connected = browser.get_no_follow(&back).await;
+    assert_eq!(connected.status, 200, "{}", connected.body);
+    bodies.push(("return_to".into(), connected.body));
     let replayed = Browser::new().get_no_follow(&callback).await;
     bodies.push(("a replayed callback".into(), replayed.body));
     let first = vault.latest("secret/oauth/idp/alice").await.expect("the grant");
@@ -433,6 +439,11 @@ otlp_endpoint = "{collector}"
     // The link is the caller's to see (it is in the challenge), not the log's.
     let mut in_logs = canaries.clone();
     in_logs.push(("the challenge's link".into(), url.rsplit('/').next().expect("a link id").to_owned()));
+    // So is return_to, which finishes the flow: the application's to see.
+    in_logs.push(("the flow's return_to".into(), back.rsplit('/').next().expect("its value").to_owned()));
+    in_logs.push(("the flow's id".into(), flow_id.to_owned()));
+    let binding = browser.cookie(&gw.addr.to_string(), "otc-flow").expect("the flow's cookie");
+    in_logs.push(("the flow's cookie".into(), binding));
     found.extend(leaks("the gateway's stderr", &stderr, &in_logs));
     found.extend(leaks("the gateway's stdout", &stdout, &in_logs));
     let spans = Value::Array(receiver.spans().await).to_string();

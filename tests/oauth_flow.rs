@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::oidc::{Browser, OidcProvider};
+use common::oidc::{flow_id, return_to, Browser, OidcProvider, Page};
 use common::openbao::OpenBao;
 use common::{echo, needing, send_with_headers, temp_file, wait_within, Gateway, GatewayConfig, Resp, ToolServer};
 use serde_json::{json, Value};
@@ -57,7 +57,8 @@ fn state_dir() -> PathBuf {
 /// flow is vouched for by their application: `user_verification =
 /// "verifier"`, the verifier page being the tool server's (a 404 whose URL
 /// carries the `flow_id`), and the test confirming as the application would
-/// (`confirm`). `tests/connect_links.rs` covers `[login]`.
+/// (`confirm`), then sending the browser to the `return_to` it was answered
+/// (`come_back`). `tests/connect_links.rs` covers `[login]`.
 fn config(tools: &ToolServer, idp: &OidcProvider, state_dir: &std::path::Path, extra: &str) -> GatewayConfig {
     GatewayConfig::new().upstream_with("mail", &tools.url(), "authorization = [\"idp\"]").raw(&format!(
         r#"
@@ -85,11 +86,6 @@ dir = "{dir}"
 /// The application page a flow back from the provider is sent to.
 fn verifier_url(tools: &ToolServer) -> String {
     format!("{}/connect/verify", tools.url())
-}
-
-/// The `flow_id` of a page the browser ended on at the verifier.
-fn flow_id(page: &common::oidc::Page) -> String {
-    page.url.split(['?', '&']).find_map(|kv| kv.strip_prefix("flow_id=")).expect("a flow_id").to_owned()
 }
 
 /// The application confirms a flow as the caller with `key`.
@@ -172,18 +168,20 @@ impl World {
         resp.json()["status"].as_str().unwrap_or_default().to_owned()
     }
 
-    /// Opens a link in a browser, logs in at the provider as `user` and
-    /// consents: the verifier page the gateway's callback sent it to.
-    async fn authorize(&self, url: &str, user: &str) -> common::oidc::Page {
-        let page = Browser::new().follow_as(url, user).await;
+    /// Opens a link in a new browser, logs in at the provider as `user`
+    /// and consents: that browser, at the verifier page the gateway's
+    /// callback sent it to.
+    async fn authorize(&self, url: &str, user: &str) -> AtVerifier {
+        let browser = Browser::new();
+        let page = browser.follow_as(url, user).await;
         assert!(page.url.starts_with(&format!("{}?flow_id=", verifier_url(&self.tools))), "ended at {}", page.url);
-        page
+        AtVerifier { browser, page }
     }
 
-    /// The application confirms the flow `page` (at the verifier) stands
-    /// for, as the caller with `key`.
-    async fn confirm(&self, key: &str, page: &common::oidc::Page) -> Resp {
-        confirm_at(self.gw.addr, key, &flow_id(page)).await
+    /// The application confirms the flow at the verifier as the caller
+    /// with `key`.
+    async fn confirm(&self, key: &str, at: &AtVerifier) -> Resp {
+        confirm_at(self.gw.addr, key, &flow_id(&at.page)).await
     }
 
     /// The `idp` token the tool server got on its last call.
@@ -201,13 +199,29 @@ impl World {
 
     async fn connect(&self, key: &str, user: &str, tool: &str) {
         let (url, check) = self.challenge(key, tool).await;
-        let page = self.authorize(&url, user).await;
+        let at = self.authorize(&url, user).await;
         assert_eq!(self.status(key, &check).await, "pending", "not before the application confirms");
-        let confirmed = self.confirm(key, &page).await;
-        assert_eq!(confirmed.status, 200, "{}", confirmed.text());
-        assert_eq!(confirmed.json()["status"], "completed");
+        let confirmed = self.confirm(key, &at).await;
+        assert_eq!(self.status(key, &check).await, "pending", "not before the browser is back");
+        come_back(&at.browser, &confirmed).await;
         assert_eq!(self.status(key, &check).await, "completed");
     }
+}
+
+/// A browser that consented at the provider, at the verifier page the
+/// gateway sent it to (it holds the flow's cookie).
+struct AtVerifier {
+    browser: Browser,
+    page: Page,
+}
+
+/// The application sends `browser` to the `return_to` it was `confirmed`
+/// with: the gateway's page saying the grant is kept.
+async fn come_back(browser: &Browser, confirmed: &Resp) -> Page {
+    let page = browser.get_no_follow(&return_to(confirmed)).await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page.body.contains("can now be used"), "{}", page.body);
+    page
 }
 
 /// The value of a metric series, 0 when absent.
@@ -244,6 +258,13 @@ async fn the_whole_flow_from_challenge_to_injected_token() {
     assert!(query["state"].len() >= 32, "an unguessable state");
     let scopes: BTreeSet<&str> = query["scope"].split(' ').collect();
     assert_eq!(scopes, BTreeSet::from(["openid", "mail.read"]));
+    // The flow is bound to this browser: a cookie only the gateway's
+    // /oauth/ paths get, which no script reads.
+    let set_cookie = redirect.headers.get("set-cookie").and_then(|v| v.to_str().ok()).expect("the flow's cookie");
+    assert!(set_cookie.starts_with("otc-flow="), "{set_cookie}");
+    for attribute in ["Path=/oauth/", "HttpOnly", "SameSite=Lax"] {
+        assert!(set_cookie.contains(attribute), "{attribute} missing: {set_cookie}");
+    }
 
     // The same link a second time, or a HEAD (a chat preview, a mail
     // scanner): nothing is used up, each GET is a flow of its own.
@@ -255,18 +276,32 @@ async fn the_whole_flow_from_challenge_to_injected_token() {
     assert_ne!(again.headers.get("location"), redirect.headers.get("location"), "a new state and verifier");
 
     // Log in and consent at the provider; the callback hands the flow to
-    // the application, which confirms it as alice: the grant is stored.
+    // the application (the verifier URL carries the flow's id and nothing
+    // that finishes it), which confirms it as alice and is told the account
+    // and where to send her browser; back there, the grant is stored.
     let page = browser.follow_as(&location, "alice").await;
+    assert_eq!(page.url, format!("{}?flow_id={}", verifier_url(&w.tools), flow_id(&page)));
     assert_eq!(w.status(ALICE, &check).await, "pending");
     assert_eq!(w.idp.stats().await["token_requests"]["authorization_code"], 0, "no code exchanged before");
-    let confirmed = w.confirm(ALICE, &page).await;
-    assert_eq!(confirmed.status, 200, "{}", confirmed.text());
+    let at = AtVerifier { browser, page };
+    let confirmed = w.confirm(ALICE, &at).await;
+    let answer = confirmed.json();
+    assert_eq!(answer["provider"], "idp", "{answer}");
+    assert_eq!(answer["account"], json!({"subject": "alice"}), "the provider account being connected: {answer}");
+    assert!(return_to(&confirmed).starts_with(&format!("{}/oauth/idp/return/", w.gw.url())), "{answer}");
+    assert_eq!(w.idp.stats().await["token_requests"]["authorization_code"], 1, "exchanged once confirmed");
+    assert_eq!(w.status(ALICE, &check).await, "pending", "not before the browser is back");
+    assert!(grants_at(&list_grants(w.gw.admin, "").await, "idp").is_empty(), "nothing stored yet");
+    let connected = come_back(&at.browser, &confirmed).await;
+    assert!(connected.body.contains("(as alice)"), "{}", connected.body);
     assert_eq!(w.status(ALICE, &check).await, "completed");
-    // Completed: the link is spent now.
+    // Completed: the link is spent now, and so are the flow and its return.
     let spent = Browser::new().get_no_follow(&url).await;
     assert_eq!(spent.status, 400);
     assert!(spent.body.contains("already used"), "{}", spent.body);
-    assert_eq!(w.confirm(ALICE, &page).await.status, 404, "a flow is confirmed once");
+    assert_eq!(w.confirm(ALICE, &at).await.status, 404, "a flow is confirmed once");
+    let returned_again = at.browser.get_no_follow(&return_to(&confirmed)).await;
+    assert_eq!(returned_again.status, 400, "{}", returned_again.body);
 
     // The next call carries alice's token.
     w.call(ALICE, "Mail.Read").await.result();
@@ -326,21 +361,14 @@ async fn one_callers_link_status_and_grant_are_never_anothers() {
     let path = alice_check.strip_prefix(&w.gw.url()).expect("path");
     assert_eq!(common::send(w.gw.addr, "GET", path, Bytes::new(), None).await.status, 404);
 
-    // Alice's flow comes back; bob's application confirming it as bob is
-    // refused and changes nothing; alice's confirms it.
-    let page = w.authorize(&alice_url, "alice").await;
-    let refused = w.confirm(BOB, &page).await;
-    assert_eq!(refused.status, 403, "{}", refused.text());
-    assert!(refused.text().contains("another user"), "{}", refused.text());
-    assert_eq!(w.status(ALICE, &alice_check).await, "pending");
-    w.challenge(BOB, "Mail.Read").await;
-    assert_eq!(w.idp.stats().await["token_requests"]["authorization_code"], 0, "nothing exchanged for bob");
-    // Unauthenticated, or not JSON: refused too.
+    // Alice's flow comes back. Unauthenticated, or not JSON: refused, and
+    // the flow is untouched.
+    let at = w.authorize(&alice_url, "alice").await;
     let anonymous = send_with_headers(
         w.gw.addr,
         "POST",
         "/oauth/confirm",
-        Bytes::from(json!({"flow_id": flow_id(&page)}).to_string()),
+        Bytes::from(json!({"flow_id": flow_id(&at.page)}).to_string()),
         &[("content-type", "application/json")],
     )
     .await;
@@ -349,7 +377,22 @@ async fn one_callers_link_status_and_grant_are_never_anothers() {
         send_with_headers(w.gw.addr, "POST", "/oauth/confirm", Bytes::from_static(b"flow"), &[("oxp-api-key", ALICE)])
             .await;
     assert_eq!(garbled.status, 400, "{}", garbled.text());
-    w.confirm(ALICE, &page).await.expect_status(200);
+    // Bob's application confirming it as bob is refused, and ends that
+    // flow: alice's own application finds nothing left to confirm, nothing
+    // was exchanged or stored, and her link is still open.
+    let refused = w.confirm(BOB, &at).await;
+    assert_eq!(refused.status, 403, "{}", refused.text());
+    assert!(refused.text().contains("another user"), "{}", refused.text());
+    assert!(!refused.text().contains("return_to"), "{}", refused.text());
+    let ended = w.confirm(ALICE, &at).await;
+    assert_eq!(ended.status, 404, "a refused confirmation ends the flow: {}", ended.text());
+    assert_eq!(w.status(ALICE, &alice_check).await, "pending");
+    w.challenge(BOB, "Mail.Read").await;
+    assert_eq!(w.idp.stats().await["token_requests"]["authorization_code"], 0, "nothing exchanged for bob");
+    assert!(grants_at(&list_grants(w.gw.admin, "").await, "idp").is_empty(), "nothing stored");
+    // Alice opens her link again: a new flow, which she completes.
+    let at = w.authorize(&alice_url, "alice").await;
+    come_back(&at.browser, &w.confirm(ALICE, &at).await).await;
     assert_eq!(w.status(ALICE, &alice_check).await, "completed");
     assert_eq!(w.status(BOB, &bob_check).await, "pending");
     w.call(ALICE, "Mail.Read").await.result();
@@ -388,24 +431,194 @@ async fn forged_and_refused_callbacks_store_nothing() {
     let other = Browser::new().get_no_follow(&format!("{}/oauth/nope/start/x", w.gw.url())).await;
     assert_eq!(other.status, 404);
 
-    // The provider sends the browser back with an error: nothing stored,
-    // and (that browser not being proven alice's) the link stays open.
+    // The provider sends the browser back with an error. In another
+    // browser than the one that opened the link: refused, untouched. In
+    // that one: nothing stored, and (that browser not being proven alice's)
+    // the link stays open.
     let (url, check) = w.challenge(ALICE, "Mail.Read").await;
-    let redirect = Browser::new().get_no_follow(&url).await;
+    let opener = Browser::new();
+    let redirect = opener.get_no_follow(&url).await;
     let location = redirect.headers.get("location").and_then(|v| v.to_str().ok()).expect("location").to_owned();
     let state = location.split(['?', '&']).find_map(|kv| kv.strip_prefix("state=")).expect("state").to_owned();
-    let refused = Browser::new()
-        .get_no_follow(&format!("{}/oauth/idp/callback?error=access_denied&state={state}", w.gw.url()))
-        .await;
-    assert_eq!(refused.status, 400);
+    let refusal = format!("{}/oauth/idp/callback?error=access_denied&state={state}", w.gw.url());
+    let elsewhere = Browser::new().get_no_follow(&refusal).await;
+    assert_eq!(elsewhere.status, 403, "{}", elsewhere.body);
+    assert!(elsewhere.body.contains("another browser"), "{}", elsewhere.body);
+    let refused = opener.get_no_follow(&refusal).await;
+    assert_eq!(refused.status, 400, "{}", refused.body);
     assert!(refused.body.contains("did not grant"), "{}", refused.body);
     assert_eq!(w.status(ALICE, &check).await, "pending");
     w.challenge(ALICE, "Mail.Read").await;
     assert_eq!(w.idp.stats().await["token_requests"]["authorization_code"], 0);
     // Alice can still finish the same link.
-    let page = w.authorize(&url, "alice").await;
-    w.confirm(ALICE, &page).await.expect_status(200);
+    let at = w.authorize(&url, "alice").await;
+    come_back(&at.browser, &w.confirm(ALICE, &at).await).await;
     assert_eq!(w.status(ALICE, &check).await, "completed");
+}
+
+/// The flow is bound to the browser that opened the link (a cookie set
+/// then, checked at the provider's callback): the provider's URL forwarded
+/// to another browser, which consents there, finishes nothing, and spoils
+/// nothing for the browser that opened it.
+#[tokio::test]
+async fn a_flow_comes_back_only_to_the_browser_that_opened_its_link() {
+    let w = World::start(3600, "").await;
+    let (url, check) = w.challenge(ALICE, "Mail.Read").await;
+    let opener = Browser::new();
+    let redirect = opener.get_no_follow(&url).await;
+    let location = redirect.headers.get("location").and_then(|v| v.to_str().ok()).expect("location").to_owned();
+
+    let forwarded = Browser::new();
+    let page = forwarded.follow_as(&location, "bob").await;
+    assert_eq!(page.status, 403, "{}", page.body);
+    assert!(page.body.contains("started in another browser"), "{}", page.body);
+    assert!(forwarded.visited_path("/oauth/idp/callback").is_some(), "it did reach the callback");
+    assert!(!page.url.contains("flow_id"), "no flow for the application: {}", page.url);
+    assert_eq!(w.status(ALICE, &check).await, "pending");
+
+    // The browser that opened it takes the same authorization request on.
+    let page = opener.follow_as(&location, "alice").await;
+    let at = AtVerifier { browser: opener, page };
+    let confirmed = w.confirm(ALICE, &at).await;
+    assert_eq!(confirmed.json()["account"]["subject"], "alice", "{}", confirmed.text());
+    come_back(&at.browser, &confirmed).await;
+    assert_eq!(w.status(ALICE, &check).await, "completed");
+}
+
+/// The attack: bob gets alice's link (leaked), opens it in his browser and
+/// consents with his own provider account, then has alice's application
+/// confirm the flow (he sends her the verifier page's URL). Her application
+/// is told whose account it is, and her browser, sent to `return_to`, is not
+/// the one that consented: nothing is stored for her, and her own flow
+/// still works.
+#[tokio::test]
+async fn a_leaked_link_consented_in_another_browser_connects_nothing() {
+    let w = World::start(3600, "").await;
+    let (url, check) = w.challenge(ALICE, "Mail.Read").await;
+
+    let bobs = w.authorize(&url, "bob").await;
+    let verifier_page = bobs.page.url.clone();
+    let alices_browser = Browser::new();
+    let at_alice = AtVerifier { page: alices_browser.get_no_follow(&verifier_page).await, browser: alices_browser };
+    let confirmed = w.confirm(ALICE, &at_alice).await;
+    let answer = confirmed.json();
+    assert_eq!(answer["account"], json!({"subject": "bob"}), "the application sees whose account it is: {answer}");
+    let back = at_alice.browser.get_no_follow(&return_to(&confirmed)).await;
+    assert_eq!(back.status, 403, "{}", back.body);
+    assert!(back.body.contains("another browser"), "{}", back.body);
+    assert_eq!(w.status(ALICE, &check).await, "pending");
+    assert!(grants_at(&list_grants(w.gw.admin, "").await, "idp").is_empty(), "nothing stored for alice");
+    // Bob's own confirmation is refused (the flow is confirmed once, and not his).
+    assert_eq!(w.confirm(BOB, &bobs).await.status, 404);
+
+    // Alice's own flow, from the same link.
+    let at = w.authorize(&url, "alice").await;
+    let confirmed = w.confirm(ALICE, &at).await;
+    assert_eq!(confirmed.json()["account"], json!({"subject": "alice"}), "{}", confirmed.text());
+    come_back(&at.browser, &confirmed).await;
+    assert_eq!(w.status(ALICE, &check).await, "completed");
+    w.call(ALICE, "Mail.Read").await.result();
+    w.challenge(BOB, "Mail.Read").await;
+}
+
+/// `return_to` finishes the flow only in the browser holding its cookie:
+/// a browser without it, or with another flow's, gets 403 and uses
+/// nothing up; the flow's own browser then finishes it, once.
+#[tokio::test]
+async fn return_to_opened_without_the_flows_cookie_does_nothing() {
+    let w = World::start(3600, "").await;
+    let (alice_url, alice_check) = w.challenge(ALICE, "Mail.Read").await;
+    let (bob_url, _) = w.challenge(BOB, "Mail.Read").await;
+    let alices = w.authorize(&alice_url, "alice").await;
+    let bobs = w.authorize(&bob_url, "bob").await;
+    let confirmed = w.confirm(ALICE, &alices).await;
+    let back = return_to(&confirmed);
+
+    for (who, browser) in [("a browser without cookies", &Browser::new()), ("bob's browser", &bobs.browser)] {
+        let page = browser.get_no_follow(&back).await;
+        assert_eq!(page.status, 403, "{who}: {}", page.body);
+        assert_eq!(w.status(ALICE, &alice_check).await, "pending", "{who}");
+    }
+    // Through another provider's path, or with a value never made: nothing.
+    let value = back.rsplit('/').next().expect("the value");
+    let elsewhere = alices.browser.get_no_follow(&format!("{}/oauth/nope/return/{value}", w.gw.url())).await;
+    assert_eq!(elsewhere.status, 404, "{}", elsewhere.body);
+    let forged = alices.browser.get_no_follow(&format!("{}/oauth/idp/return/forged", w.gw.url())).await;
+    assert_eq!(forged.status, 400, "{}", forged.body);
+    // A HEAD (a link preview) changes nothing either.
+    let path = back.strip_prefix(&w.gw.url()).expect("under public_url");
+    assert_eq!(send_with_headers(w.gw.addr, "HEAD", path, Bytes::new(), &[]).await.status, 200);
+
+    come_back(&alices.browser, &confirmed).await;
+    assert_eq!(w.status(ALICE, &alice_check).await, "completed");
+    let again = alices.browser.get_no_follow(&back).await;
+    assert_eq!(again.status, 400, "{}", again.body);
+    w.call(ALICE, "Mail.Read").await.result();
+    w.challenge(BOB, "Mail.Read").await;
+}
+
+/// `POST /oauth/confirm` vouches for a browser with the user's own
+/// credentials: as at `/mcp`, a JWT must name the gateway's resource in
+/// `aud`. One without `aud`, or for another resource, is 401 and leaves
+/// the flow for the right token.
+#[tokio::test]
+async fn a_confirmation_needs_a_token_issued_for_the_gateway() {
+    const JWT_SECRET: &str = "oauth-flow-jwt-secret-0123456789abcdef";
+    let idp = OidcProvider::start(json!({"scopes": ["mail.read", "mail.send"]})).await;
+    let tools = ToolServer::start(common::catalog(mail_tools())).await;
+    tools.on_call(echo);
+    let config = config(&tools, &idp, &state_dir(), "")
+        .toml()
+        .replace("[auth]\n", "[auth]\nmode = \"jwt\"\nhs256_secret = \"env:OAUTH_JWT_SECRET\"\n");
+    let mut env = ENV.to_vec();
+    env.push(("OAUTH_JWT_SECRET", JWT_SECRET));
+    let gw = Gateway::start_with_env(&config, &env).await;
+    idp.register_client(CLIENT_ID, CLIENT_SECRET, &[format!("{}/oauth/idp/callback", gw.url())]).await;
+    let w = World { idp, tools, gw, state_dir: state_dir(), extra: String::new() };
+    let bearer = |aud: Value| {
+        let claims = common::jwt::claims("carol", json!({ "aud": aud }));
+        common::jwt::bearer(&common::jwt::hs256(&claims, JWT_SECRET.as_bytes()))
+    };
+    let resource = format!("{}/mcp", w.gw.url());
+    let addr = w.gw.addr;
+    let as_carol = |aud: Value| {
+        let auth = bearer(aud);
+        async move {
+            let body = json!({"request": {"tool_id": "Mail.Read", "input": {}}}).to_string();
+            let headers = [("content-type", "application/json"), ("authorization", auth.as_str())];
+            send_with_headers(addr, "POST", "/tools/call", Bytes::from(body), &headers).await
+        }
+    };
+    // (The OTC routes take a token without `aud`.)
+    let challenged = wait_within(Duration::from_secs(20), "Mail.Read is known", async || {
+        let resp = as_carol(Value::Null).await;
+        if resp.text().contains("missing_requirements") {
+            Ok(resp)
+        } else {
+            Err(resp.text())
+        }
+    })
+    .await;
+    let url = challenged.server_error(400)["missing_requirements"]["authorization"][0]["url"]
+        .as_str()
+        .expect("a link")
+        .to_owned();
+    let at = w.authorize(&url, "carol").await;
+    let confirm = |aud: Value| {
+        let auth = bearer(aud);
+        let body = Bytes::from(json!({ "flow_id": flow_id(&at.page) }).to_string());
+        async move {
+            let headers = [("content-type", "application/json"), ("authorization", auth.as_str())];
+            send_with_headers(addr, "POST", "/oauth/confirm", body, &headers).await
+        }
+    };
+    for aud in [Value::Null, json!("https://other.example.com/mcp"), json!(["https://other.example.com/mcp"])] {
+        let refused = confirm(aud.clone()).await;
+        assert_eq!(refused.status, 401, "aud {aud}: {}", refused.text());
+    }
+    let confirmed = confirm(json!(resource)).await;
+    come_back(&at.browser, &confirmed).await;
+    as_carol(Value::Null).await.result();
 }
 
 #[tokio::test]
@@ -523,7 +736,8 @@ async fn more_scopes_ask_again_for_the_union() {
     let scopes: BTreeSet<String> = urlencoding_decode(scope).split(' ').map(str::to_owned).collect();
     assert_eq!(scopes, BTreeSet::from(["openid".into(), "mail.read".into(), "mail.send".into()]));
     let page = browser.follow_as(&location, "alice").await;
-    w.confirm(ALICE, &page).await.expect_status(200);
+    let at = AtVerifier { browser, page };
+    come_back(&at.browser, &w.confirm(ALICE, &at).await).await;
     assert_eq!(w.status(ALICE, &check).await, "completed");
     w.call(ALICE, "Mail.Send").await.result();
     w.call(ALICE, "Mail.Read").await.result();
@@ -886,19 +1100,17 @@ async fn the_demo_flow_can_be_clicked_through() {
     assert_eq!(page.status, 200, "{}", page.body);
     assert!(page.url.starts_with(&format!("{provider}/app/connect/verify?flow_id=")), "{}", page.url);
     assert_eq!(call().await.status, 400, "nothing stored before the application confirms");
-    let flow_id = flow_id(&page);
-    let (app, path) = provider.strip_prefix("http://").expect("http").split_at(provider.len() - "http://".len());
-    assert!(path.is_empty());
-    let confirmed = send_with_headers(
-        app.parse().expect("the application's address"),
-        "POST",
-        "/app/connect/confirm",
-        Bytes::from(format!("flow_id={flow_id}")),
-        &[("content-type", "application/x-www-form-urlencoded")],
-    )
-    .await;
-    assert_eq!(confirmed.status, 200, "{}", confirmed.text());
-    assert!(confirmed.text().contains("Connected"), "{}", confirmed.text());
+    assert!(page.body.contains("<button type=\"submit\">Confirm</button>"), "{}", page.body);
+    // Its Confirm: the application confirms as alice and sends the same
+    // browser back to the gateway, which keeps the grant.
+    let confirmed =
+        browser.post_form(&format!("{provider}/app/connect/confirm"), &format!("flow_id={}", flow_id(&page))).await;
+    assert_eq!(confirmed.status, 303, "{}", confirmed.body);
+    let location = confirmed.headers.get("location").and_then(|v| v.to_str().ok()).expect("location").to_owned();
+    assert!(location.starts_with(&format!("{base}/oauth/demo-mail/return/")), "{location}");
+    let connected = browser.follow_as(&location, "alice").await;
+    assert_eq!(connected.status, 200, "{}", connected.body);
+    assert!(connected.body.contains("can now be used"), "{}", connected.body);
 
     // The tool now runs, with a token the stand-in issued.
     let resp = call().await;
@@ -958,10 +1170,19 @@ async fn behind_a_balancer_a_link_and_its_callback_may_reach_different_replicas(
     assert!(url.starts_with(&format!("{public_url}/oauth/idp/start/")), "{url}");
 
     // Round robin: the link opens on one replica, the callback lands on the
-    // other (requests alternate), and the challenge completes all the same.
-    let page = Browser::new().follow_as(url, "alice").await;
+    // other (requests alternate); the application's confirmation reaches
+    // the first, and the browser comes back to the second (its cookie is
+    // for the balancer's name, so it goes with it): the challenge completes
+    // all the same.
+    let browser = Browser::new();
+    let page = browser.follow_as(url, "alice").await;
     assert!(page.url.starts_with(&verifier_url(&tools)), "{}", page.url);
-    confirm_at(nginx.addr, ALICE, &flow_id(&page)).await.expect_status(200);
+    let confirmed = confirm_at(one.addr, ALICE, &flow_id(&page)).await;
+    let cookie = browser.cookie(&nginx.addr.to_string(), "otc-flow").expect("the flow's cookie");
+    browser.set_cookie(&two.addr.to_string(), "/oauth/", "otc-flow", &cookie);
+    let back = return_to(&confirmed).replace(&public_url, &two.url());
+    let connected = browser.get_no_follow(&back).await;
+    assert_eq!(connected.status, 200, "{}", connected.body);
     for gw in [&one, &two] {
         let path = check.strip_prefix(&public_url).expect("under public_url");
         let resp = send_with_headers(gw.addr, "GET", path, Bytes::new(), &[("oxp-api-key", ALICE)]).await;

@@ -412,11 +412,12 @@ dir = "{dir}"
         .as_str()
         .expect("a link")
         .to_owned();
-    let page = Browser::new().follow_as(&url, "alice").await;
-    let flow_id = page.url.split(['?', '&']).find_map(|kv| kv.strip_prefix("flow_id=")).expect("a flow_id");
-    let body = Bytes::from(json!({ "flow_id": flow_id }).to_string());
+    let browser = Browser::new();
+    let page = browser.follow_as(&url, "alice").await;
+    let body = Bytes::from(json!({ "flow_id": common::oidc::flow_id(&page) }).to_string());
     let headers = [("content-type", "application/json"), alice];
-    send_with_headers(gw.addr, "POST", "/oauth/confirm", body, &headers).await.expect_status(200);
+    let confirmed = send_with_headers(gw.addr, "POST", "/oauth/confirm", body, &headers).await;
+    browser.get_no_follow(&common::oidc::return_to(&confirmed)).await;
     call_with(&gw, "Mail.Read", json!({}), &[alice]).await.result();
     let first = last_token(&tools);
 

@@ -250,6 +250,7 @@ impl Config {
         }
         if let Some(login) = &self.login {
             login.get_ref().check()?;
+            self.check_login_users(login, text)?;
             if let Some(secret) = &login.get_ref().client_secret {
                 self.check_vault_ref(secret, "login.client_secret", text)?;
             }
@@ -353,6 +354,33 @@ impl Config {
             ));
         }
         Ok(())
+    }
+
+    /// A browser signed in with `[login]` acts as the user id its ID token
+    /// names, and grants are kept by user id: that id must be the one
+    /// `[auth]`'s tokens name for the same person. Taken from the same claim
+    /// only when both sections name the same issuer; otherwise another
+    /// provider's `sub` would become a gateway user id (another person's,
+    /// when the two providers' ids meet), so `[login]` must say which claim
+    /// carries the `[auth]` user id.
+    fn check_login_users(&self, login: &Spanned<LoginConfig>, text: &str) -> Result<(), String> {
+        let section = login.get_ref();
+        let auth_issuer = self.auth.issuer.as_deref().map(|i| i.trim_end_matches('/'));
+        if section.user_id_claim.is_some() || auth_issuer == Some(section.issuer.0.as_str()) {
+            return Ok(());
+        }
+        let auth = match &self.auth.issuer {
+            Some(issuer) => format!("[auth] issuer {issuer:?}"),
+            None => "[auth] names no issuer".to_owned(),
+        };
+        Err(format!(
+            "line {at}: login.issuer: {login:?} is not the issuer of the gateway's users ({auth}): a user id its ID tokens name could be another person's gateway user id. Add to [login] the claim that carries the [auth] user id:\n  \
+             user_id_claim = \"{claim}\"\n\
+             (naming the claim that holds the same value for the same person in both, e.g. \"email\"), or, if [auth]'s tokens come from {login:?} too, set issuer = {login:?} in [auth]",
+            at = line_of(text, login.span().start),
+            login = section.issuer.0,
+            claim = self.auth.user_id_claim,
+        ))
     }
 
     /// A `vault:` reference needs a `[vault]` section to be read from.
@@ -483,5 +511,26 @@ mod tests {
         assert!(e.contains("line 7") && e.contains("user_token"), "{e}");
         let e = err("[mcp]\nallowed_origins = [\"example.com\"]\n");
         assert!(e.contains("line 2") && e.contains("origin"), "{e}");
+    }
+
+    #[test]
+    fn a_login_issuer_not_the_auth_issuer_must_say_which_claim_is_the_user_id() {
+        let login = "[login]\nissuer = \"https://login.example.com\"\nclient_id = \"gw\"\n";
+        let auth = |issuer: &str| format!("[auth]\nmode = \"jwt\"\nhs256_secret = \"env:S\"\nissuer = \"{issuer}\"\n");
+        // The same issuer: the same users, by the same claim.
+        for same in ["https://login.example.com", "https://login.example.com/"] {
+            Config::parse(&format!("{}{login}", auth(same)), "t").expect(same);
+        }
+        // Another issuer, or none: refused, naming [login]'s line and the line to add.
+        for (text, line) in [(format!("{}\n{login}", auth("https://tokens.example.com")), 6), (format!("\n{login}"), 2)]
+        {
+            let e = err(&text);
+            assert!(e.contains(&format!(": line {line}: login.issuer:")), "{e}");
+            assert!(e.contains("login.issuer") && e.contains("user_id_claim = \"sub\""), "{e}");
+            // Saying which claim carries the [auth] user id is enough.
+            Config::parse(&format!("{text}user_id_claim = \"email\"\n"), "t").expect("with user_id_claim");
+        }
+        let e = err(&format!("[auth]\nuser_id_claim = \"oid\"\n{login}"));
+        assert!(e.contains("line 3") && e.contains("user_id_claim = \"oid\"") && e.contains("names no issuer"), "{e}");
     }
 }

@@ -7,10 +7,11 @@
 //!
 //! Beside it, under `/app/`, the demo's stand-in application, where alice
 //! is signed in: the gateway's `verifier_url`. After the provider's
-//! callback the browser lands there, and the application confirms the flow
-//! to the gateway (`POST /oauth/confirm`) with alice's own credentials, so
-//! the grant is stored only because alice's application says the browser
-//! was hers.
+//! callback the browser lands there; its Confirm button has the application
+//! confirm the flow to the gateway (`POST /oauth/confirm`) with alice's own
+//! credentials and send the browser on to the `return_to` the gateway
+//! answered, where the gateway keeps the grant: alice's application vouched
+//! for her, and the browser coming back is the one that consented.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -217,13 +218,15 @@ fn verify_page(query: &HashMap<String, String>) -> Response<Full<Bytes>> {
         .map(|f| f.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-' || *c == '_').collect())
         .unwrap_or_default();
     app_page(&format!(
-        "You are signed in to the demo application as alice. You just connected demo-mail: confirm it was you,          and the gateway keeps the grant for alice.</p>\
+        "You are signed in to the demo application as alice. You just connected demo-mail: confirm it was you, \
+         and the gateway keeps the grant for alice.</p>\
          <form method=\"post\" action=\"/app/connect/confirm\"><input type=\"hidden\" name=\"flow_id\" value=\"{flow_id}\">\
          <button type=\"submit\">Confirm</button></form><p>"
     ))
 }
 
-/// Confirms the flow to the gateway as alice, and says how it went.
+/// Confirms the flow to the gateway as alice and sends the browser on to
+/// the gateway's `return_to`, or says why not.
 async fn confirm(form: &HashMap<String, String>) -> Response<Full<Bytes>> {
     let Some(gateway) = GATEWAY.get() else { return app_page("The gateway is not listening yet.") };
     let flow_id = form.get("flow_id").cloned().unwrap_or_default();
@@ -235,8 +238,18 @@ async fn confirm(form: &HashMap<String, String>) -> Response<Full<Bytes>> {
     ];
     let body = Bytes::from(json!({ "flow_id": flow_id }).to_string());
     match crate::http_client::send(&client, Method::POST, uri, headers, body, Duration::from_secs(10)).await {
-        Ok((status, _, _)) if status.is_success() => {
-            app_page("Connected: the gateway keeps alice's demo-mail grant. Call Mail.ListInbox again.")
+        Ok((status, _, body)) if status.is_success() => {
+            let answer: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            // A real application would show `answer["account"]` (whose
+            // provider account is being connected) before sending its user on.
+            let Some(location) = answer["return_to"].as_str().and_then(|to| http::HeaderValue::from_str(to).ok())
+            else {
+                return app_page("The gateway's answer named no return_to.");
+            };
+            let mut response = Response::new(Full::new(Bytes::new()));
+            *response.status_mut() = StatusCode::SEE_OTHER;
+            response.headers_mut().insert(http::header::LOCATION, location);
+            response
         }
         Ok((status, _, body)) => {
             let text = String::from_utf8_lossy(&body).replace(['<', '>', '&'], "");

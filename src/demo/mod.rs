@@ -120,7 +120,8 @@ client_id = "{client_id}"
 client_secret = "env:{secret_var}"
 scopes = ["profile"]
 # Whose browser finished the flow? The demo application, where alice is
-# signed in, confirms it (POST /oauth/confirm, as alice).
+# signed in, confirms it (POST /oauth/confirm, as alice) and sends the
+# browser that consented back to the gateway.
 user_verification = "verifier"
 verifier_url = "http://{provider}/app/connect/verify"
 
@@ -164,8 +165,9 @@ operation is a tool, and the gateway adds the API key its document asks for:
 
 Per-user OAuth: Mail.ListInbox needs alice's authorization with demo-mail.
 The first call answers 400 with a link; open it in a browser, click Allow,
-confirm in the demo application (it vouches that the browser was alice's),
-then call again:
+then Confirm in the demo application (it vouches for alice and sends the
+same browser back to the gateway, which then keeps the grant), and call
+again:
 
   curl -s {base}/tools/call -H 'content-type: application/json' -H 'OXP-API-Key: {key}' \
     -d '{{"request": {{"tool_id": "Mail.ListInbox"}}}}'

@@ -19,6 +19,9 @@ pub(super) enum Kind {
     Flow,
     /// A flow awaiting its application's confirmation, by its `flow_id`.
     Confirmation,
+    /// A confirmed flow awaiting its browser at `return_to`, by the value
+    /// in it.
+    Return,
     /// A browser's sign-in at `[login]`'s provider, by its `state`.
     SignIn,
 }
@@ -28,6 +31,7 @@ impl Kind {
         match self {
             Kind::Flow => "flow",
             Kind::Confirmation => "confirm",
+            Kind::Return => "return",
             Kind::SignIn => "signin",
         }
     }

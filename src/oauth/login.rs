@@ -21,12 +21,11 @@ use std::time::Duration;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 
 use super::challenges::{Challenges, Kind};
 use super::provider::Provider;
-use super::seal::{random_id, Sealer};
+use super::seal::{digest, random_id, Sealer};
 use super::store::now;
 use super::{FlowError, OAuthError};
 use crate::auth::jwt::{JwksSource, JwtSettings, JwtVerifier};
@@ -258,9 +257,4 @@ impl Login {
         }
         Ok(verified.user_id)
     }
-}
-
-/// A value's SHA-256, hex.
-fn digest(value: &str) -> String {
-    Sha256::digest(value.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -7,7 +7,9 @@
 //! when the grant lives in Vault) and forgets and revokes it on disconnect.
 //!
 //! - `provider.rs`: endpoints, the authorization request, the token endpoint.
-//! - `flow.rs`: opening a link, the callback, the application's confirmation.
+//! - `flow.rs`: opening a link, the callback.
+//! - `verifier.rs`: with a verifier, the application's confirmation and the
+//!   browser's way back.
 //! - `login.rs`: `[login]`, browsers signing in to the gateway, sessions.
 //! - `challenges.rs`: where links and flows in progress are kept: memory
 //!   (`links.rs`) or, shared by a fleet, Redis (`links_redis.rs`).
@@ -21,6 +23,7 @@ mod login;
 mod provider;
 mod seal;
 mod store;
+mod verifier;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, Weak};
@@ -29,6 +32,7 @@ use std::time::Duration;
 pub use flow::{Finished, Opened};
 pub use links::LinkStatus;
 pub use login::{SignInStart, SignedIn};
+pub use provider::Account;
 
 use self::challenges::Challenges;
 use self::links::Links;
@@ -92,6 +96,10 @@ pub enum FlowError {
     /// A sign-in's callback in another browser than the one that started it.
     #[error("this sign-in was started in another browser")]
     OtherBrowser,
+    /// A verifier flow's callback, or its `return_to`, in another browser
+    /// than the one that opened the link: nothing changes.
+    #[error("this connection was started in another browser")]
+    NotThisBrowser,
     /// `[login]` is not configured.
     #[error("signing in to the gateway is not configured ([login])")]
     NoLogin,

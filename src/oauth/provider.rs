@@ -205,7 +205,8 @@ impl Provider {
         Ok(url.to_string())
     }
 
-    /// Exchanges an authorization code for a grant covering at least `asked`.
+    /// Exchanges an authorization code for a grant covering at least `asked`,
+    /// and the account it is for when the answer carries an ID token.
     pub(super) async fn exchange(
         &self,
         secrets: &SecretResolver,
@@ -213,9 +214,10 @@ impl Provider {
         code: &str,
         verifier: String,
         asked: &BTreeSet<String>,
-    ) -> Result<Grant, OAuthError> {
+    ) -> Result<(Grant, Option<Account>), OAuthError> {
         let answer = self.token_answer(secrets, redirect_uri, code, verifier).await?;
-        Ok(grant_from(&answer, asked, None))
+        let account = answer.extra_fields().id_token.as_deref().and_then(Account::of_id_token);
+        Ok((grant_from(&answer, asked, None), account))
     }
 
     /// Exchanges a sign-in's authorization code for its ID token (the
@@ -427,6 +429,40 @@ fn describe_token_request(span: &mut Span, url: &oauth2::url::Url, status: u16) 
     }
 }
 
+/// The provider account a grant is for, as its ID token names it: what an
+/// application shows its user before the grant is kept (never a token).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Account {
+    /// The ID token's `sub`: the account's identifier at the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// The ID token's `email`, when the provider put one in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub email: Option<String>,
+}
+
+impl Account {
+    /// The account an ID token names. It came straight from the token
+    /// endpoint over the gateway's own connection (OpenID Connect Core
+    /// 3.1.3.7: TLS stands in for its signature), and it is only shown,
+    /// never trusted for anything else; `None` when it names neither.
+    fn of_id_token(id_token: &str) -> Option<Account> {
+        let payload = id_token.split('.').nth(1)?;
+        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(payload.trim_end_matches('=')).ok()?;
+        let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+        // Shown to a person: short, printable text only.
+        let text = |name: &str| {
+            claims
+                .get(name)
+                .and_then(serde_json::Value::as_str)
+                .filter(|v| !v.is_empty() && v.len() <= 256 && !v.chars().any(char::is_control))
+                .map(str::to_owned)
+        };
+        let account = Account { subject: text("sub"), email: text("email") };
+        (account.subject.is_some() || account.email.is_some()).then_some(account)
+    }
+}
+
 /// A token response as a grant. The scopes it covers: what the provider says
 /// it granted plus what was asked (providers rename scopes as they grant
 /// them, e.g. Google's `email`, so the answer alone would never cover the
@@ -456,5 +492,26 @@ fn describe<E: std::error::Error, T: oauth2::ErrorResponse>(e: &RequestTokenErro
         RequestTokenError::Request(e) => crate::http_client::error_chain(e),
         RequestTokenError::Parse(e, _) => format!("unreadable answer: {e}"),
         RequestTokenError::Other(e) => e.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id_token(claims: serde_json::Value) -> String {
+        let part = |v: &serde_json::Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(v.to_string());
+        format!("{}.{}.sig", part(&serde_json::json!({"alg": "RS256"})), part(&claims))
+    }
+
+    #[test]
+    fn the_account_is_what_the_id_token_names_and_only_text() {
+        let account = Account::of_id_token(&id_token(serde_json::json!({"sub": "42", "email": "a@example.com"})));
+        assert_eq!(account, Some(Account { subject: Some("42".into()), email: Some("a@example.com".into()) }));
+        let account = Account::of_id_token(&id_token(serde_json::json!({"sub": "42", "email": "a\u{1b}[31m"})));
+        assert_eq!(account, Some(Account { subject: Some("42".into()), email: None }), "no control characters");
+        assert_eq!(Account::of_id_token(&id_token(serde_json::json!({"sub": 42}))), None);
+        assert_eq!(Account::of_id_token("not a token"), None);
+        assert_eq!(Account::of_id_token("a.!!!.c"), None);
     }
 }

@@ -72,7 +72,8 @@ impl Sealer {
         Sealer::from_bytes(&bytes)
     }
 
-    fn from_bytes(bytes: &[u8]) -> Result<Sealer, OAuthError> {
+    /// A sealer for a key of 32 bytes.
+    pub(super) fn from_bytes(bytes: &[u8]) -> Result<Sealer, OAuthError> {
         let key = UnboundKey::new(&AES_256_GCM, bytes).map_err(|_| OAuthError::Setup("bad key length".into()))?;
         Ok(Sealer { key: LessSafeKey::new(key) })
     }
@@ -102,6 +103,12 @@ impl Sealer {
         let plain = self.key.open_in_place(nonce, Aad::from(context), &mut body).ok()?;
         Some(plain.to_vec())
     }
+}
+
+/// A value's SHA-256, hex: what is kept of a browser's binding cookie.
+pub(super) fn digest(value: &str) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(value.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// `bytes` random bytes as unpadded base64url: link ids, states.

@@ -57,6 +57,17 @@ impl Grant {
     pub(super) fn expired(&self) -> bool {
         self.expires_at.is_some_and(|at| at <= now())
     }
+
+    /// As written down (JSON, with its tokens: seal it before it leaves).
+    pub(super) fn to_json(&self) -> Result<Vec<u8>, OAuthError> {
+        serde_json::to_vec(&Record::of(self)).map_err(|e| OAuthError::Store(e.to_string()))
+    }
+
+    /// A grant [`Grant::to_json`] wrote.
+    pub(super) fn from_json(json: &[u8]) -> Result<Grant, OAuthError> {
+        let record: Record = serde_json::from_slice(json).map_err(|e| OAuthError::Store(e.to_string()))?;
+        Ok(record.into_grant())
+    }
 }
 
 /// Now, in Unix seconds.

@@ -381,7 +381,7 @@ impl FrontDoor {
     ) -> Result<Reply, RequestError> {
         let request = OAuthRequest::parse(&head.method, head.path)?;
         if request.needs_caller() {
-            let caller = self.authenticate(&generation, head, Target::Otc, None)?;
+            let caller = self.authenticate(&generation, head, request.target(), None)?;
             let body = match request {
                 OAuthRequest::Confirm => body.read(CONFIRM_BODY_LIMIT, generation.config.server.body_timeout.0).await?,
                 _ => Bytes::new(),

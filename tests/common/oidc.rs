@@ -303,3 +303,18 @@ fn provider_form(body: &str) -> Option<(String, String)> {
     let action = body.split("action=\"").nth(1)?.split('"').next()?.replace("&amp;", "&");
     Some((action, prompt))
 }
+
+/// The `flow_id` of the verifier page a browser was sent to after the
+/// provider's callback (`user_verification = "verifier"`).
+pub fn flow_id(page: &Page) -> String {
+    page.url.split(['?', '&']).find_map(|kv| kv.strip_prefix("flow_id=")).expect("a flow_id").to_owned()
+}
+
+/// The `return_to` of a `POST /oauth/confirm` answer: where the application
+/// sends its user's browser to finish the flow.
+pub fn return_to(confirmed: &Resp) -> String {
+    assert_eq!(confirmed.status, 200, "{}", confirmed.text());
+    let answer = confirmed.json();
+    assert_eq!(answer["status"], "confirmed", "{answer}");
+    answer["return_to"].as_str().unwrap_or_else(|| panic!("no return_to in {answer}")).to_owned()
+}

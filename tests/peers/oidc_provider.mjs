@@ -82,7 +82,8 @@ const issuer = `http://127.0.0.1:${server.address().port}`;
 const provider = new Provider(issuer, {
   adapter: MemoryAdapter,
   clients: [],
-  scopes: ['openid', 'offline_access', ...extraScopes],
+  scopes: ['openid', 'offline_access', 'email', ...extraScopes],
+  claims: { openid: ['sub'], email: ['email', 'email_verified'] },
   features: {
     devInteractions: { enabled: true },
     revocation: { enabled: true },
@@ -111,8 +112,12 @@ const provider = new Provider(issuer, {
     Grant: 86400,
     RefreshToken: 86400,
   },
-  // Any login name is an account whose `sub` is that name.
-  findAccount: async (_ctx, id) => ({ accountId: id, claims: async () => ({ sub: id }) }),
+  // Any login name is an account whose `sub` is that name, and whose email
+  // (with the `email` scope) is that name at example.test.
+  findAccount: async (_ctx, id) => ({
+    accountId: id,
+    claims: async () => ({ sub: id, email: `${id}@example.test`, email_verified: true }),
+  }),
   pkce: { required: () => true },
   cookies: { keys: ['oidc-test-cookie-key'] },
 });
