@@ -81,8 +81,9 @@ enum AdminError {
     #[error(transparent)]
     Browser(#[from] BrowserRefusal),
     /// A request whose authority is in doubt: `Host` missing (HTTP/1.1),
-    /// repeated, carrying userinfo, or not the absolute-form target's
-    /// authority. Answered 400, as the data plane answers it.
+    /// carrying userinfo, or not the absolute-form target's authority.
+    /// Answered 400, as the data plane answers it. (A second `Host` is
+    /// 421, as before: the first one is judged, the second refused.)
     #[error("bad request: {0}")]
     Authority(&'static str),
     /// An action without `admin_token` configured.
@@ -358,11 +359,7 @@ async fn revoke_grant(generation: &Generation, path: &str) -> Result<Response<Fu
 /// `Origin` rules, for this listener.
 fn check_browser(generation: &Generation, request: &Parts) -> Result<(), AdminError> {
     let headers = &request.headers;
-    let mut hosts = headers.get_all(http::header::HOST).iter();
-    let (host_header, second) = (hosts.next(), hosts.next());
-    if second.is_some() {
-        return Err(AdminError::Authority("more than one Host header"));
-    }
+    let host_header = headers.get(http::header::HOST);
     // hyper keeps an absolute-form target's authority on the URI, whatever
     // `Host` says: both must name the same host, byte for byte, as pingora
     // requires on the data plane (RFC 9112 3.2.2 would let the target win;
@@ -381,6 +378,9 @@ fn check_browser(generation: &Generation, request: &Parts) -> Result<(), AdminEr
         return Err(AdminError::Authority("no Host header"));
     }
     generation.admin_browser.check_host(host)?;
+    if headers.get_all(http::header::HOST).iter().count() > 1 {
+        return Err(BrowserRefusal::MisdirectedHost.into());
+    }
     generation.admin_browser.check_origin(headers.get(http::header::ORIGIN).map(http::HeaderValue::as_bytes), false)?;
     Ok(())
 }
