@@ -353,3 +353,34 @@ async fn recent_calls_say_who_called_what_and_nothing_they_carried() {
     assert_eq!(rebound.status, 421);
     assert_eq!(send(gw.admin, "POST", "/calls", Bytes::new(), None).await.status, 405);
 }
+
+/// An `admin_token` that resolves to nothing would be presented by nobody,
+/// or guessed by anybody: the gateway does not start, and says which key.
+#[test]
+fn an_empty_admin_token_is_a_start_up_error() {
+    let config = common::temp_file(
+        "empty-admin-token",
+        "toml",
+        "[server]\nlisten = \"127.0.0.1:0\"\nadmin_listen = \"127.0.0.1:0\"\nadmin_token = \"env:EMPTY_ADMIN_TOKEN\"\n",
+    );
+    let mut child = std::process::Command::new(common::gateway_bin())
+        .arg("--config")
+        .arg(&config)
+        .env("EMPTY_ADMIN_TOKEN", "")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start otc-gateway");
+    let exited = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        common::wait_blocking(std::time::Duration::from_secs(20), "the gateway refuses to start", || {
+            child.try_wait().ok().flatten().is_some()
+        })
+    }));
+    if exited.is_err() {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("its output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(exited.is_ok() && !out.status.success(), "it started: {stderr}");
+    assert!(stderr.contains("server.admin_token: env:EMPTY_ADMIN_TOKEN is empty"), "{stderr}");
+}
