@@ -125,6 +125,16 @@ if [ -n "$HELM_PY" ]; then
     cat "$TMP/render.log" >&2
     fail "$RENDER: redis.enabled with [idempotency] in config failed for another reason"
   fi
+  # The old values' service.adminPort (the admin port on the data Service) is refused, not ignored.
+  printf 'service:\n  adminPort: 9464\n' >"$TMP/admin-port-values.yaml"
+  if render -f "$TMP/admin-port-values.yaml" >/dev/null 2>"$TMP/render.log"; then
+    fail "$RENDER: service.adminPort should fail to render"
+  elif grep -q 'service.adminPort is gone' "$TMP/render.log"; then
+    ok "$RENDER: service.adminPort (the admin port on the data Service) is refused with a message"
+  else
+    cat "$TMP/render.log" >&2
+    fail "$RENDER: service.adminPort failed for another reason"
+  fi
   if [ -f "$TMP/default.yaml" ] && [ -s "$TMP/default.yaml" ]; then
     # What deploy/kubernetes/otc-gateway.yaml must hold, byte for byte.
     {
