@@ -125,6 +125,16 @@ if [ -n "$HELM_PY" ]; then
     cat "$TMP/render.log" >&2
     fail "$RENDER: redis.enabled with [idempotency] in config failed for another reason"
   fi
+  # The old values' service.adminPort (the admin port on the data Service) is refused, not ignored.
+  printf 'service:\n  adminPort: 9464\n' >"$TMP/admin-port-values.yaml"
+  if render -f "$TMP/admin-port-values.yaml" >/dev/null 2>"$TMP/render.log"; then
+    fail "$RENDER: service.adminPort should fail to render"
+  elif grep -q 'service.adminPort is gone' "$TMP/render.log"; then
+    ok "$RENDER: service.adminPort (the admin port on the data Service) is refused with a message"
+  else
+    cat "$TMP/render.log" >&2
+    fail "$RENDER: service.adminPort failed for another reason"
+  fi
   if [ -f "$TMP/default.yaml" ] && [ -s "$TMP/default.yaml" ]; then
     # What deploy/kubernetes/otc-gateway.yaml must hold, byte for byte.
     {
@@ -177,6 +187,7 @@ fi
 step "Kubernetes manifests"
 if checks manifests "$MANIFEST" "${RENDERED[@]}"; then
   ok "probes on /health, ConfigMap mounted as a directory (no subPath, no checksum restart), ports, selectors, Secrets wiring"
+  ok "the admin port: admin_token from a Secret, not on the data Service (a ClusterIP Service of its own), only the NetworkPolicy's named sources reach it"
 else
   fail "Kubernetes manifests break a promise of the chart"
 fi
@@ -204,11 +215,15 @@ if [ -n "${OTC_GATEWAY_BIN:-}" ]; then
   mapfile -t CONFIGS < <(checks configs "$TMP/configs" "$MANIFEST" "${RENDERED[@]}")
   CONFIGS+=("$DEPLOY/docker/gateway.toml")
   for config in "${CONFIGS[@]}"; do
-    if "$OTC_GATEWAY_BIN" check --config "$config" >"$TMP/check.log" 2>&1; then
-      ok "otc-gateway check: ${config#"$TMP/configs/"}"
-    else
+    if ! "$OTC_GATEWAY_BIN" check --config "$config" >"$TMP/check.log" 2>&1; then
       cat "$TMP/check.log" >&2
       fail "otc-gateway check: ${config#"$TMP/configs/"}"
+    elif grep -q 'serves only /health and /metrics' "$TMP/check.log"; then
+      # A shipped config whose admin listener would answer nobody but probes.
+      cat "$TMP/check.log" >&2
+      fail "otc-gateway check: ${config#"$TMP/configs/"} has a non-loopback admin listener without admin_token"
+    else
+      ok "otc-gateway check: ${config#"$TMP/configs/"}"
     fi
   done
 else
@@ -279,6 +294,11 @@ while read -r src; do
   fi
 done < <(awk '/^COPY/ && !/--from=/ { for (i = 2; i < NF; i++) if ($i !~ /^--/) print $i }' "$DEPLOY/Dockerfile")
 if [ $missing = 0 ]; then ok "deploy/Dockerfile: every COPY source exists"; else fail "deploy/Dockerfile: COPY of a missing file"; fi
+if checks docker-config "$DEPLOY/docker/gateway.toml"; then
+  ok "deploy/docker/gateway.toml: the admin token from a Docker secret"
+else
+  fail "deploy/docker/gateway.toml: no admin_token from a Docker secret (file:/run/secrets/...)"
+fi
 HADOLINT="$(tool hadolint || true)"
 if [ -n "$HADOLINT" ]; then
   if "$HADOLINT" "$DEPLOY/Dockerfile"; then

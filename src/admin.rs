@@ -1,14 +1,21 @@
-//! The admin listener, on `admin_listen`: GET /metrics, /status, /health,
-//! /calls (`recent_calls.rs`), /explain (`explain.rs`) and /grants (who
-//! holds a grant at each managed provider, no token), and with `[server] admin_token` the admin
-//! actions (POST /reload, DELETE /grants/<provider>/<user_id>).
+//! The admin listener, on `admin_listen`: GET /health and /metrics; the
+//! console, /status, /calls (`recent_calls.rs`), /tools, /explain
+//! (`explain.rs`) and /grants (who holds a grant at each managed provider);
+//! and the admin actions (POST /reload, DELETE /grants/<provider>/<user_id>).
 //!
 //! Kept off the data plane on its own small tokio runtime so that scrapes and
 //! status checks never compete with calls for pingora's workers. The data
 //! plane's browser policy applies here too (a DNS-rebinding page must not
-//! read `/status`), judged by this listener's address. Reads need no
-//! credentials; actions need `Authorization: Bearer <admin_token>`, and
-//! without an `admin_token` there are none.
+//! read `/status`), judged by this listener's address.
+//!
+//! Who may do what is decided in one place, `authorize`, by `Access`:
+//! `/health` and `/metrics` are anyone's; with `[server] admin_token` every
+//! other route needs `Authorization: Bearer <admin_token>` (the console's
+//! page and assets excepted, so that it can ask for the token). Without an
+//! `admin_token` there are no actions, and reads are served only when the
+//! listener is bound to a loopback address: reads name users and grants,
+//! and anyone on the network (a tool server's pod) could otherwise take
+//! them.
 
 use std::convert::Infallible;
 use std::path::PathBuf;
@@ -42,6 +49,9 @@ const MAX_EXPLAIN_BODY: usize = 64 * 1024;
 /// `config_path` is the file `POST /reload` reads (none in the demo).
 pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>, config_path: Option<PathBuf>) {
     let config_path = Arc::new(config_path);
+    // Judged by the address bound, not the config's: a reload cannot move
+    // the listener, and must not open its reads either.
+    let loopback = listener.local_addr().is_ok_and(|a| a.ip().is_loopback());
     loop {
         let (stream, _) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -55,7 +65,7 @@ pub async fn serve_admin(listener: TcpListener, gateway: Arc<Gateway>, config_pa
         tokio::spawn(async move {
             let service = service_fn(move |request| {
                 let (gateway, config_path) = (gateway.clone(), config_path.clone());
-                async move { Ok::<_, Infallible>(route(&gateway, config_path.as_ref().as_deref(), request).await) }
+                async move { Ok::<_, Infallible>(route(&gateway, config_path.as_ref().as_deref(), loopback, request).await) }
             });
             let connection = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), service);
             if let Err(e) = connection.await {
@@ -71,11 +81,21 @@ enum AdminError {
     /// The browser policy refused it.
     #[error(transparent)]
     Browser(#[from] BrowserRefusal),
+    /// A request whose authority is in doubt: `Host` missing (HTTP/1.1),
+    /// carrying userinfo, or not the absolute-form target's authority.
+    /// Answered 400, as the data plane answers it. (A second `Host` is
+    /// 421, as before: the first one is judged, the second refused.)
+    #[error("bad request: {0}")]
+    Authority(&'static str),
     /// An action without `admin_token` configured.
     #[error("admin actions are off: set [server] admin_token (a secret reference) to enable them")]
     ActionsOff,
-    /// An action without the right bearer token.
-    #[error("admin actions need Authorization: Bearer <admin_token>")]
+    /// A read on a non-loopback listener without `admin_token` configured:
+    /// the warning `check` and the start-up log give, with the line to add.
+    #[error("{0}")]
+    ReadsOff(String),
+    /// A route that needs the admin token, without the right one.
+    #[error("this admin endpoint needs Authorization: Bearer <admin_token>")]
     Unauthorized,
     /// No such route.
     #[error(
@@ -111,13 +131,13 @@ impl AdminError {
     /// The one place an admin refusal becomes a status and a body.
     fn into_response(self) -> Response<Full<Bytes>> {
         let status = match &self {
-            AdminError::Browser(BrowserRefusal::ForbiddenOrigin { .. }) | AdminError::ActionsOff => {
-                StatusCode::FORBIDDEN
-            }
+            AdminError::Browser(BrowserRefusal::ForbiddenOrigin { .. })
+            | AdminError::ActionsOff
+            | AdminError::ReadsOff(_) => StatusCode::FORBIDDEN,
             AdminError::Browser(BrowserRefusal::MisdirectedHost) => StatusCode::MISDIRECTED_REQUEST,
             AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
             AdminError::NotFound | AdminError::UnknownProvider(_) => StatusCode::NOT_FOUND,
-            AdminError::BadExplain(_) | AdminError::BadQuery(_) => StatusCode::BAD_REQUEST,
+            AdminError::Authority(_) | AdminError::BadExplain(_) | AdminError::BadQuery(_) => StatusCode::BAD_REQUEST,
             AdminError::GrantStore(_) => StatusCode::SERVICE_UNAVAILABLE,
             AdminError::Method(_) => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::NoConfigFile => StatusCode::CONFLICT,
@@ -142,21 +162,54 @@ impl AdminError {
 async fn route(
     gateway: &Arc<Gateway>,
     config_path: Option<&std::path::Path>,
+    loopback: bool,
     request: Request<Incoming>,
 ) -> Response<Full<Bytes>> {
-    serve(gateway, config_path, request).await.unwrap_or_else(AdminError::into_response)
+    serve(gateway, config_path, loopback, request).await.unwrap_or_else(AdminError::into_response)
 }
 
-/// Checks the request against the browser policy, then dispatches it.
+/// What a route needs before it is served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// `/health` and `/metrics`: anyone the browser policy lets through
+    /// (probes and Prometheus carry no token).
+    Open,
+    /// The console's page and assets: as a read, but loadable without the
+    /// token when there is one to ask for.
+    Console,
+    /// Every other route, unknown ones included (so that a route added
+    /// later is guarded unless said otherwise).
+    Read,
+    /// `POST /reload`, `DELETE /grants/...`, `POST /changes/.../approve|reject`.
+    Action,
+}
+
+impl Access {
+    fn of(method: &Method, path: &str) -> Access {
+        match (method, path) {
+            (&Method::GET, "/health" | "/metrics") => Access::Open,
+            (&Method::GET, asset) if console::asset(asset).is_some() => Access::Console,
+            (&Method::POST, "/reload") => Access::Action,
+            (&Method::DELETE, grant) if grant.starts_with("/grants/") => Access::Action,
+            (&Method::POST, decision) if decision.starts_with("/changes/") => Access::Action,
+            _ => Access::Read,
+        }
+    }
+}
+
+/// Checks the request's authority and browser policy, then who may make it,
+/// then dispatches it.
 async fn serve(
     gateway: &Arc<Gateway>,
     config_path: Option<&std::path::Path>,
+    loopback: bool,
     request: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, AdminError> {
     let generation = gateway.generation_owned();
     let (request, body) = request.into_parts();
     check_browser(&generation, &request)?;
     let path = request.uri.path();
+    authorize(&generation, Access::of(&request.method, path), loopback, &request)?;
     match (&request.method, path) {
         (&Method::GET, "/status") => Ok(json(StatusCode::OK, &status(gateway))),
         (&Method::GET, "/metrics") => Ok(metrics(gateway, &generation)),
@@ -212,7 +265,6 @@ async fn serve(
             answer_explain(gateway, &generation, &asked).await
         }
         (&Method::POST, "/reload") => {
-            authorize_action(&generation, &request)?;
             let path = config_path.ok_or(AdminError::NoConfigFile)?;
             let outcome = gateway.reload(path).await;
             let body = serde_json::json!({
@@ -224,14 +276,8 @@ async fn serve(
         }
         (&Method::GET, "/grants") => list_grants(&generation, request.uri.query()).await,
         (&Method::GET, "/changes") => list_changes(gateway, request.uri.query()),
-        (&Method::POST, decision) if decision.starts_with("/changes/") => {
-            authorize_action(&generation, &request)?;
-            decide_change(gateway, decision, body).await
-        }
-        (&Method::DELETE, grant) if grant.starts_with("/grants/") => {
-            authorize_action(&generation, &request)?;
-            revoke_grant(&generation, grant).await
-        }
+        (&Method::POST, decision) if decision.starts_with("/changes/") => decide_change(gateway, decision, body).await,
+        (&Method::DELETE, grant) if grant.starts_with("/grants/") => revoke_grant(&generation, grant).await,
         (_, "/status" | "/health" | "/metrics" | "/calls" | "/grants" | "/changes") => Err(AdminError::Method("GET")),
         (_, decision) if decision.starts_with("/changes/") => Err(AdminError::Method("POST")),
         (_, "/reload") => Err(AdminError::Method("POST")),
@@ -366,16 +412,28 @@ async fn revoke_grant(generation: &Generation, path: &str) -> Result<Response<Fu
     }
 }
 
-/// The data plane's `Host` and `Origin` rules, for this listener.
+/// The data plane's framing of a request's authority, then its `Host` and
+/// `Origin` rules, for this listener.
 fn check_browser(generation: &Generation, request: &Parts) -> Result<(), AdminError> {
     let headers = &request.headers;
-    // One Host (hyper takes an absolute target's authority as the request's
-    // own), checked like the data plane's.
-    let host = request
-        .uri
-        .authority()
-        .map(|a| a.as_str().as_bytes())
-        .or_else(|| headers.get(http::header::HOST).map(|h| h.as_bytes()));
+    let host_header = headers.get(http::header::HOST);
+    // hyper keeps an absolute-form target's authority on the URI, whatever
+    // `Host` says: both must name the same host, byte for byte, as pingora
+    // requires on the data plane (RFC 9112 3.2.2 would let the target win;
+    // two readers of one request must not disagree).
+    let authority = request.uri.authority().map(|a| a.as_str().as_bytes());
+    if let (Some(authority), Some(host)) = (authority, host_header) {
+        if authority != host.as_bytes() {
+            return Err(AdminError::Authority("the Host header differs from the request target's authority"));
+        }
+    }
+    let host = authority.or_else(|| host_header.map(http::HeaderValue::as_bytes));
+    if host.is_some_and(|h| h.contains(&b'@')) {
+        return Err(AdminError::Authority("userinfo in the request's authority"));
+    }
+    if host.is_none() && request.version == http::Version::HTTP_11 {
+        return Err(AdminError::Authority("no Host header"));
+    }
     generation.admin_browser.check_host(host)?;
     if headers.get_all(http::header::HOST).iter().count() > 1 {
         return Err(BrowserRefusal::MisdirectedHost.into());
@@ -384,9 +442,26 @@ fn check_browser(generation: &Generation, request: &Parts) -> Result<(), AdminEr
     Ok(())
 }
 
-/// An action needs `admin_token` configured and presented.
-fn authorize_action(generation: &Generation, request: &Parts) -> Result<(), AdminError> {
-    let expected = generation.admin_token.as_ref().ok_or(AdminError::ActionsOff)?;
+/// The one place the admin listener decides who may make a request (see
+/// the module's comment); `loopback` is whether it is bound to a loopback
+/// address.
+fn authorize(generation: &Generation, access: Access, loopback: bool, request: &Parts) -> Result<(), AdminError> {
+    let expected = match (&generation.admin_token, access) {
+        (_, Access::Open) | (Some(_), Access::Console) => return Ok(()),
+        (Some(token), Access::Read | Access::Action) => token,
+        (None, Access::Action) => return Err(AdminError::ActionsOff),
+        (None, Access::Console | Access::Read) if loopback => return Ok(()),
+        (None, Access::Console | Access::Read) => {
+            let warning = generation.config.server.admin_without_token().unwrap_or_else(|| {
+                // The config says loopback but the listener is bound elsewhere
+                // (a reload cannot move it): the same rule, worded for that.
+                "the admin listener is not on a loopback address and [server] has no admin_token: it serves only \
+                 /health and /metrics; add `admin_token = \"env:OTC_ADMIN_TOKEN\"` to [server]"
+                    .to_owned()
+            });
+            return Err(AdminError::ReadsOff(warning));
+        }
+    };
     let presented = request
         .headers
         .get(http::header::AUTHORIZATION)
@@ -397,7 +472,8 @@ fn authorize_action(generation: &Generation, request: &Parts) -> Result<(), Admi
     match presented {
         Some(token) if bool::from(token.as_bytes().ct_eq(expected.expose().as_bytes())) => Ok(()),
         _ => {
-            tracing::info!("admin action refused: missing or wrong admin token");
+            // The path only: a query may carry a JWT (`/explain?jwt=`).
+            tracing::info!(path = request.uri.path(), "admin request refused: missing or wrong admin token");
             Err(AdminError::Unauthorized)
         }
     }
@@ -537,4 +613,37 @@ fn json<T: Serialize>(status: StatusCode, body: &T) -> Response<Full<Bytes>> {
     *response.status_mut() = status;
     response.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_route_but_health_and_metrics_is_guarded() {
+        assert_eq!(Access::of(&Method::GET, "/health"), Access::Open);
+        assert_eq!(Access::of(&Method::GET, "/metrics"), Access::Open);
+        for asset in ["/", "/index.html", "/console/app.js", "/console/app.css", "/favicon.ico"] {
+            assert_eq!(Access::of(&Method::GET, asset), Access::Console, "{asset}");
+        }
+        assert_eq!(Access::of(&Method::POST, "/reload"), Access::Action);
+        assert_eq!(Access::of(&Method::DELETE, "/grants/idp/ann"), Access::Action);
+        // Reads, wrong methods and unknown routes alike: a route added
+        // later is guarded until said otherwise.
+        for (method, path) in [
+            (Method::GET, "/status"),
+            (Method::GET, "/calls"),
+            (Method::GET, "/tools"),
+            (Method::GET, "/tools/search"),
+            (Method::GET, "/explain"),
+            (Method::POST, "/explain"),
+            (Method::GET, "/grants"),
+            (Method::POST, "/metrics"),
+            (Method::GET, "/reload"),
+            (Method::GET, "/grants/idp/ann"),
+            (Method::GET, "/something-new"),
+        ] {
+            assert_eq!(Access::of(&method, path), Access::Read, "{method} {path}");
+        }
+    }
 }

@@ -16,9 +16,9 @@
 //! with 421 otherwise. A gateway on a public address is reached by names
 //! nobody can list in advance and accepts any `Host` unless configured.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 
-use crate::config::{Config, OriginPattern};
+use crate::config::{listens_on_loopback, Config, OriginPattern};
 
 /// Why the browser policy refused a request (the front maps it to 403 or
 /// 421 in `error.rs`).
@@ -107,14 +107,6 @@ impl BrowserPolicy {
         }
         tracing::info!(host = %String::from_utf8_lossy(&host[..host.len().min(200)]), "request refused: Host not served");
         Err(BrowserRefusal::MisdirectedHost)
-    }
-}
-
-/// Whether `listen` is a loopback address (or `localhost`).
-fn listens_on_loopback(listen: &str) -> bool {
-    match listen.parse::<SocketAddr>() {
-        Ok(addr) => addr.ip().is_loopback(),
-        Err(_) => listen.rsplit_once(':').is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost")),
     }
 }
 

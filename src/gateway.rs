@@ -48,6 +48,9 @@ pub enum BuildError {
     /// The OAuth grant store or its key could not be set up.
     #[error("oauth: {0}")]
     OAuth(#[from] OAuthError),
+    /// `[server] admin_token` could not be read, or is empty.
+    #[error("server.admin_token: {0}")]
+    AdminToken(String),
     /// `[tracing]` could not be set up (its headers' secrets).
     #[error("tracing: {0}")]
     Tracing(String),
@@ -169,7 +172,18 @@ impl Generation {
         let browser = BrowserPolicy::new(&config);
         let admin_browser = BrowserPolicy::for_admin(&config);
         let admin_token = match &config.server.admin_token {
-            Some(reference) => Some(secrets.resolve(reference.get_ref(), None).await?),
+            Some(reference) => {
+                let token = secrets.resolve(reference.get_ref(), None).await;
+                let token = token.map_err(|e| BuildError::AdminToken(e.to_string()))?;
+                // An empty token would be presented by nobody (or guessed by anybody).
+                if token.expose().trim().is_empty() {
+                    return Err(BuildError::AdminToken(format!(
+                        "{} is empty: set it to a long random value (openssl rand -hex 32)",
+                        reference.get_ref()
+                    )));
+                }
+                Some(token)
+            }
             None => None,
         };
         // Links, flows and the open embedded store carry over a reload.

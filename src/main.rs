@@ -5,8 +5,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use otc_gateway::config::{AuthMode, Config};
+use otc_gateway::config::{AuthMode, Config, SecretRef};
 use otc_gateway::server::{self, ControlPlane};
+use otc_gateway::vault::SecretResolver;
 use otc_gateway::{demo, explain};
 
 /// One URL in front of many OTC tool servers.
@@ -67,6 +68,12 @@ struct ExplainArgs {
     /// resolves, its requirements and rate limits for this caller.
     #[arg(long)]
     tool: Option<String>,
+    /// The admin token to present, as a secret reference (`env:NAME`,
+    /// `file:/path`; never the value itself, which the process list would
+    /// show). Default: `[server] admin_token` of --config, when the
+    /// address comes from --config too (not with --admin).
+    #[arg(long, value_name = "REFERENCE")]
+    admin_token: Option<String>,
     /// Print the admin listener's JSON instead of words.
     #[arg(long)]
     json: bool,
@@ -250,14 +257,21 @@ fn check_against_catalogs(mut config: Config) {
 /// `explain`: one `POST /explain` to the admin listener (the JWT in the
 /// body, never in a URL), printed in words or as JSON.
 fn run_explain(args: ExplainArgs, config_path: &std::path::Path) -> ExitCode {
-    let admin = match args.admin {
-        Some(admin) => admin,
+    // The config's admin token goes only to the config's own admin listener,
+    // never to an address typed on the command line.
+    let (admin, config) = match args.admin {
+        Some(admin) => (admin, None),
         None => match Config::load(config_path) {
-            Ok(config) => config.server.admin_listen,
+            Ok(config) => (config.server.admin_listen.clone(), Some(config)),
             Err(e) => return fail(format!("{e} (or give --admin host:port)")),
         },
     };
     let admin = admin.trim_start_matches("http://").trim_end_matches('/').to_owned();
+    let token_ref = match args.admin_token.as_deref().map(SecretRef::parse) {
+        Some(Ok(reference)) => Some(reference),
+        Some(Err(e)) => return fail(format!("--admin-token: {e} (give a reference such as env:OTC_ADMIN_TOKEN)")),
+        None => config.as_ref().and_then(|c| c.server.admin_token.as_ref()).map(|t| t.get_ref().clone()),
+    };
     let jwt = match args.jwt.as_deref() {
         Some("-") => {
             let mut text = String::new();
@@ -279,7 +293,20 @@ fn run_explain(args: ExplainArgs, config_path: &std::path::Path) -> ExitCode {
         Ok(tokio) => tokio,
         Err(e) => return fail(e),
     };
-    match tokio.block_on(ask_admin(&admin, &request)) {
+    let token = match token_ref {
+        None => None,
+        Some(reference) => {
+            let vault = config.and_then(|c| c.vault);
+            let resolved = SecretResolver::new(vault, std::time::Duration::from_secs(10))
+                .map_err(|e| e.to_string())
+                .and_then(|secrets| tokio.block_on(secrets.resolve(&reference, None)).map_err(|e| e.to_string()));
+            match resolved {
+                Ok(token) => Some(token),
+                Err(e) => return fail(format!("the admin token ({reference}): {e}")),
+            }
+        }
+    };
+    match tokio.block_on(ask_admin(&admin, &request, token.as_ref().map(|t| t.expose()))) {
         Ok(body) if args.json => {
             println!("{body}");
             ExitCode::SUCCESS
@@ -296,8 +323,9 @@ fn run_explain(args: ExplainArgs, config_path: &std::path::Path) -> ExitCode {
 }
 
 /// `POST /explain` to the admin listener at `admin` (`host:port`, plain
-/// HTTP: the admin listener's own), within ten seconds.
-async fn ask_admin(admin: &str, request: &explain::ExplainRequest) -> Result<String, String> {
+/// HTTP: the admin listener's own), with the admin token when there is one,
+/// within ten seconds.
+async fn ask_admin(admin: &str, request: &explain::ExplainRequest, token: Option<&str>) -> Result<String, String> {
     use http_body_util::BodyExt;
     let exchange = async {
         let stream = tokio::net::TcpStream::connect(admin).await.map_err(|e| format!("connecting to {admin}: {e}"))?;
@@ -306,19 +334,27 @@ async fn ask_admin(admin: &str, request: &explain::ExplainRequest) -> Result<Str
             .map_err(|e| format!("{admin}: {e}"))?;
         tokio::spawn(connection);
         let body = serde_json::to_vec(request).map_err(|e| e.to_string())?;
-        let request = http::Request::post("/explain")
+        let mut request = http::Request::post("/explain")
             .header(http::header::HOST, admin)
-            .header(http::header::CONTENT_TYPE, "application/json")
-            .body(http_body_util::Full::new(bytes::Bytes::from(body)))
-            .map_err(|e| e.to_string())?;
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(token) = token {
+            let mut value = http::HeaderValue::try_from(format!("Bearer {token}"))
+                .map_err(|_| "the admin token is not a valid header value".to_owned())?;
+            value.set_sensitive(true);
+            request = request.header(http::header::AUTHORIZATION, value);
+        }
+        let request = request.body(http_body_util::Full::new(bytes::Bytes::from(body))).map_err(|e| e.to_string())?;
         let response = sender.send_request(request).await.map_err(|e| format!("{admin}: {e}"))?;
         let status = response.status();
         let body = response.into_body().collect().await.map_err(|e| format!("{admin}: {e}"))?.to_bytes();
         let text = String::from_utf8_lossy(&body).into_owned();
-        if status.is_success() {
-            Ok(text)
-        } else {
-            Err(format!("{admin} answered {status}: {text}"))
+        match status {
+            s if s.is_success() => Ok(text),
+            http::StatusCode::UNAUTHORIZED if token.is_none() => Err(format!(
+                "{admin} answered {status}: {text} (give --admin-token env:NAME, or --config with the gateway's \
+                 admin_token and no --admin)"
+            )),
+            _ => Err(format!("{admin} answered {status}: {text}")),
         }
     };
     tokio::time::timeout(std::time::Duration::from_secs(10), exchange)

@@ -425,3 +425,29 @@ fn grants_and_reservations_are_checked() {
     let out = check(toml);
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("login"), "a reserved name");
 }
+
+/// An admin listener on a non-loopback address without `admin_token`
+/// serves only `/health` and `/metrics`: `check` says so and names the
+/// line to add (a warning: such a listener is safe, only less useful); with
+/// the token, or on loopback, nothing is said.
+#[test]
+fn a_non_loopback_admin_listener_without_a_token_is_a_warning_naming_the_line_to_add() {
+    for admin_listen in ["0.0.0.0:9464", "[::]:9464", "10.0.0.7:9464", "gateway.internal:9464"] {
+        let out = check(&format!("[server]\nadmin_listen = \"{admin_listen}\"\n"));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "a warning must not fail the check: {stderr}");
+        assert!(stderr.contains(&format!("warning: server.admin_listen = \"{admin_listen}\"")), "{stderr}");
+        assert!(stderr.contains("serves only /health and /metrics"), "{stderr}");
+        assert!(stderr.contains("add `admin_token = \"env:OTC_ADMIN_TOKEN\"` to [server]"), "{stderr}");
+    }
+    for quiet in [
+        "[server]\nadmin_listen = \"0.0.0.0:9464\"\nadmin_token = \"env:OTC_ADMIN_TOKEN\"\n",
+        "[server]\nadmin_listen = \"127.0.0.1:9464\"\n",
+        "[server]\nadmin_listen = \"localhost:9464\"\n",
+        "",
+    ] {
+        let out = check(quiet);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success() && !stderr.contains("admin_listen"), "{quiet:?}: {stderr}");
+    }
+}

@@ -7,9 +7,11 @@
 //! - Driven by Selenium (`tests/peers/console_browser.py`, through Debian's
 //!   chromium-driver) against a gateway with a real tool server and a real
 //!   OpenID provider: two users connect in browsers of their own, an
-//!   operator explains a hidden tool, lists grants, is refused without the
-//!   admin token and revokes with it, and a user disconnects through the
-//!   button on `/oauth/`. With `OTC_CONSOLE_SCREENSHOTS=DIR` it saves a
+//!   operator is refused every page without the admin token and with a
+//!   wrong one, then with it explains a hidden tool, lists grants and
+//!   revokes one, and a user disconnects through the button on `/oauth/`.
+//! - Without a token in the browser, a gateway with `admin_token` shows
+//!   nothing but the console's request for it. With `OTC_CONSOLE_SCREENSHOTS=DIR` it saves a
 //!   screenshot of each page there (how docs/console/'s pictures are taken).
 
 mod common;
@@ -61,6 +63,25 @@ fn console_lines(log: &str) -> Vec<&str> {
     log.lines().filter(|l| l.contains("CONSOLE")).collect()
 }
 
+/// A gateway in front of `server` whose admin listener has `server_lines`,
+/// once ann's call went through it (so /calls names her).
+async fn console_gateway(server: &ToolServer, server_lines: &str) -> common::Gateway {
+    let mut config = GatewayConfig::new().upstream("org", &server.url()).raw(
+        "[auth]\napi_keys = [{ key = \"env:CONSOLE_ANN\", user_id = \"ann\" }]\n\n\
+         [[policy]]\nname = \"mail-team\"\nwhen = { user_id = \"ann\" }\nallow = [\"*\"]\ndeny = [\"Mail.Send\"]\n",
+    );
+    for line in server_lines.lines() {
+        config = config.server_line(line);
+    }
+    let gw = config.start_with_env(&[("CONSOLE_ADMIN", ADMIN_TOKEN), ("CONSOLE_ANN", "ann-key-77")]).await;
+    gw.wait_listed(&[("oxp-api-key", "ann-key-77")], "Mail.Read@1.0.0").await;
+    let body = json!({"request": {"tool_id": "Calc.Add", "call_id": "console-call-1", "input": {"a": 1, "b": 2}}});
+    let headers = [("oxp-api-key", "ann-key-77"), ("content-type", "application/json")];
+    let called = send_with_headers(gw.addr, "POST", "/tools/call", Bytes::from(body.to_string()), &headers).await;
+    assert_eq!(called.status, 200, "{}", called.text());
+    gw
+}
+
 // Chromium runs blocking: the tool server keeps answering on other threads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_renders_real_data_and_the_csp_holds() {
@@ -74,24 +95,10 @@ async fn every_page_renders_real_data_and_the_csp_holds() {
     ]))
     .await;
     server.on_call(echo);
-    let gw = GatewayConfig::new()
-        .upstream("org", &server.url())
-        .server_line("admin_token = \"env:CONSOLE_ADMIN\"")
-        .raw(
-            "[auth]\napi_keys = [{ key = \"env:CONSOLE_ANN\", user_id = \"ann\" }]\n\n\
-             [[policy]]\nname = \"mail-team\"\nwhen = { user_id = \"ann\" }\nallow = [\"*\"]\ndeny = [\"Mail.Send\"]\n",
-        )
-        .start_with_env(&[("CONSOLE_ADMIN", ADMIN_TOKEN), ("CONSOLE_ANN", "ann-key-77")])
-        .await;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while send(gw.admin, "GET", "/status", Bytes::new(), None).await.json()["tools"] != 3 {
-        assert!(std::time::Instant::now() < deadline, "the catalog never arrived");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    let body = json!({"request": {"tool_id": "Calc.Add", "call_id": "console-call-1", "input": {"a": 1, "b": 2}}});
-    let headers = [("oxp-api-key", "ann-key-77"), ("content-type", "application/json")];
-    let called = send_with_headers(gw.addr, "POST", "/tools/call", Bytes::from(body.to_string()), &headers).await;
-    assert_eq!(called.status, 200, "{}", called.text());
+    // On loopback without an admin token the console reads (and has no
+    // actions); `--dump-dom` cannot type a token.
+    let gw = console_gateway(&server, "").await;
+    assert_eq!(send(gw.admin, "GET", "/status", Bytes::new(), None).await.json()["tools"], 3);
 
     // The page itself: the policy on the wire, nothing from elsewhere.
     let index = send(gw.admin, "GET", "/", Bytes::new(), None).await;
@@ -125,9 +132,8 @@ async fn every_page_renders_real_data_and_the_csp_holds() {
         assert!(!dom.contains("data-inline-script=\"ran\""), "{hash}: an inline script ran:\n{dom}");
         // ...said so in the page's console, and that is all the page logged.
         let lines = console_lines(&log);
-        let blocked = |l: &&str| l.contains("inline script violates") && l.contains("has been blocked");
-        assert!(lines.iter().any(blocked), "{hash}: no CSP report of the inline script:\n{log}");
-        let others: Vec<&&str> = lines.iter().filter(|l| !blocked(l)).collect();
+        assert!(lines.iter().any(csp_report), "{hash}: no CSP report of the inline script:\n{log}");
+        let others: Vec<&&str> = lines.iter().filter(|l| !csp_report(l)).collect();
         assert!(others.is_empty(), "{hash}: the page logged {others:?}");
         if hash == "#catalog?q=mailbox" {
             assert!(!dom.contains("Calc.Add@1.0.0"), "the search narrowed the list:\n{dom}");
@@ -136,13 +142,50 @@ async fn every_page_renders_real_data_and_the_csp_holds() {
             assert!(dom.contains("id=\"reload\" disabled"), "no token, no action:\n{dom}");
         }
     }
-    // An action without the admin token, as the console sends it, is refused.
+    // Without an admin token there are no actions at all.
     let refused = send(gw.admin, "POST", "/reload", Bytes::new(), None).await;
+    assert_eq!(refused.status, 403, "{}", refused.text());
+
+    // With [server] admin_token, a browser without it loads the console
+    // (to ask for the token) and reads nothing: each page says why.
+    let guarded = console_gateway(&server, "admin_token = \"env:CONSOLE_ADMIN\"").await;
+    let base = format!("http://{}/", guarded.admin);
+    for hash in ["#overview", "#calls", "#catalog", "#grants", "#explain?user_id=ann&run=1"] {
+        let (dom, log) = render(&browser, &format!("{base}{hash}"));
+        assert!(dom.contains("data-page=\"refused\""), "{hash} did not say it was refused:\n{dom}\n{log}");
+        assert!(dom.contains("401: this admin endpoint needs Authorization: Bearer"), "{hash}:\n{dom}");
+        assert!(dom.contains("Type the admin token above"), "{hash}:\n{dom}");
+        for leak in ["console-call-1", "Calc.Add@1.0.0", "config generation", "Caller: ann"] {
+            assert!(!dom.contains(leak), "{hash} showed {leak:?} without the token:\n{dom}");
+        }
+        // What the page logged: the CSP report, and the browser's own line
+        // for each refused read.
+        let lines = console_lines(&log);
+        let others: Vec<&&str> = lines.iter().filter(|l| !csp_report(l) && !refused_read(l)).collect();
+        assert!(others.is_empty(), "{hash}: the page logged {others:?}");
+    }
+    // An action without the admin token, as the console sends it, is refused.
+    let refused = send(guarded.admin, "POST", "/reload", Bytes::new(), None).await;
     assert_eq!(refused.status, 401, "{}", refused.text());
-    let wrong =
-        send_with_headers(gw.admin, "DELETE", "/grants/idp/ann", Bytes::new(), &[("authorization", "Bearer nope")])
-            .await;
+    let wrong = send_with_headers(
+        guarded.admin,
+        "DELETE",
+        "/grants/idp/ann",
+        Bytes::new(),
+        &[("authorization", "Bearer nope")],
+    )
+    .await;
     assert_eq!(wrong.status, 401, "{}", wrong.text());
+}
+
+/// Chromium's own line for a read the admin listener refused.
+fn refused_read(line: &&str) -> bool {
+    line.contains("Failed to load resource") && line.contains("401")
+}
+
+/// Chromium's report that the CSP blocked the page's inline self-test.
+fn csp_report(line: &&str) -> bool {
+    line.contains("inline script violates") && line.contains("has been blocked")
 }
 
 fn url_escape(text: &str) -> String {
@@ -174,7 +217,8 @@ async fn link(gw: &common::Gateway, user: &str) -> String {
 }
 
 async fn grants(gw: &common::Gateway) -> Vec<String> {
-    let listed = send(gw.admin, "GET", "/grants", Bytes::new(), None).await.json();
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let listed = send_with_headers(gw.admin, "GET", "/grants", Bytes::new(), &[("authorization", &auth)]).await.json();
     let idp = listed["providers"].as_array().and_then(|p| p.first()).cloned().unwrap_or(Value::Null);
     let users = idp["grants"].as_array().cloned().unwrap_or_default();
     users.iter().filter_map(|g| g["user_id"].as_str().map(str::to_owned)).collect()
@@ -284,6 +328,7 @@ allow = ["Calc.*", "Mail.Read"]
     let text = |key: &str| seen[key].as_str().unwrap_or_default().to_owned();
     assert!(text("explain").contains("denied by policy \"mail-team\" (pattern \"Mail.Send\")"), "{seen}");
     assert!(text("refused").starts_with("401"), "{seen}");
+    assert!(text("without_token").contains("401") && !text("without_token").contains("generation"), "{seen}");
     assert_eq!(text("revoked"), "Revoked bob's grant at idp.", "{seen}");
     assert!(text("alice_page").contains("connected") && !text("alice_page").contains("bob"), "{seen}");
     assert!(text("alice_after").contains("not connected"), "{seen}");
@@ -297,7 +342,9 @@ allow = ["Calc.*", "Mail.Read"]
     call(&gw, "alice", "Mail.Read").await.server_error(400);
     call(&gw, "bob", "Mail.Read").await.server_error(400);
     assert_eq!(idp.stats().await["revocations"], 2, "both revoked at the provider");
-    assert_eq!(send(gw.admin, "GET", "/status", Bytes::new(), None).await.json()["generation"], 2);
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let status = send_with_headers(gw.admin, "GET", "/status", Bytes::new(), &[("authorization", &auth)]).await;
+    assert_eq!(status.json()["generation"], 2);
     for logs in [gw.logs(), gw.stdout()] {
         assert!(!logs.contains(ADMIN_TOKEN), "the admin token reached the logs");
     }

@@ -75,9 +75,16 @@ async fn start(rules: &str) -> (ToolServer, Gateway) {
 }
 
 async fn explain(gw: &Gateway, query: &str) -> Value {
-    let resp = send(gw.admin, "GET", &format!("/explain?{query}"), Bytes::new(), None).await;
+    let resp = admin(gw, "GET", &format!("/explain?{query}"), Bytes::new()).await;
     assert_eq!(resp.status, 200, "{}", resp.text());
     resp.json()
+}
+
+/// A request to the admin listener with the admin token, which every read
+/// there needs.
+async fn admin(gw: &Gateway, method: &str, path: &str, body: Bytes) -> Resp {
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    send_with_headers(gw.admin, method, path, body, &[("authorization", &auth)]).await
 }
 
 fn claims_query(claims: &Value, tool: Option<&str>) -> String {
@@ -130,7 +137,7 @@ async fn explain_names_the_rule_that_hid_a_tool_and_what_a_call_needs() {
 
     // The same caller as a pasted JWT (decoded, not trusted), in a POST body.
     let token = jwt(ann.clone());
-    let posted = send(gw.admin, "POST", "/explain", Bytes::from(json!({"jwt": token}).to_string()), None).await;
+    let posted = admin(&gw, "POST", "/explain", Bytes::from(json!({"jwt": token}).to_string())).await;
     assert_eq!(posted.status, 200, "{}", posted.text());
     assert_eq!(posted.json()["visible"], seen["visible"]);
     assert!(!posted.text().contains(&token), "the pasted JWT is never echoed");
@@ -188,26 +195,38 @@ async fn explain_names_the_rule_that_hid_a_tool_and_what_a_call_needs() {
 
     // Bad input: clear 400s that echo nothing secret.
     let bad_jwt = "eyJhbGciOiJIUzI1NiJ9.not-base64!.sig-canary";
-    let refused = send(gw.admin, "POST", "/explain", Bytes::from(json!({"jwt": bad_jwt}).to_string()), None).await;
+    let refused = admin(&gw, "POST", "/explain", Bytes::from(json!({"jwt": bad_jwt}).to_string())).await;
     assert_eq!(refused.status, 400, "{}", refused.text());
     assert!(refused.text().contains("not a JWT") && !refused.text().contains("sig-canary"), "{}", refused.text());
     for query in ["claims=%5B1%5D", "claims=%7Bnot", "nope=1"] {
-        let resp = send(gw.admin, "GET", &format!("/explain?{query}"), Bytes::new(), None).await;
+        let resp = admin(&gw, "GET", &format!("/explain?{query}"), Bytes::new()).await;
         assert_eq!(resp.status, 400, "{query}: {}", resp.text());
     }
     let huge = Bytes::from(format!("{{\"user_id\": \"{}\"}}", "x".repeat(100_000)));
-    assert_eq!(send(gw.admin, "POST", "/explain", huge, None).await.status, 400);
-    assert_eq!(send(gw.admin, "DELETE", "/explain", Bytes::new(), None).await.status, 405);
-    // Explain sits behind the admin listener's browser policy.
-    let rebound = send_with_headers(gw.admin, "GET", "/explain", Bytes::new(), &[("host", "evil.example")]).await;
-    assert_eq!(rebound.status, 421);
-    let foreign =
-        send_with_headers(gw.admin, "GET", "/explain", Bytes::new(), &[("origin", "https://evil.example")]).await;
-    assert_eq!(foreign.status, 403);
+    assert_eq!(admin(&gw, "POST", "/explain", huge).await.status, 400);
+    assert_eq!(admin(&gw, "DELETE", "/explain", Bytes::new()).await.status, 405);
+    // Explain sits behind the admin listener's browser policy, token or not,
+    // and needs the admin token.
+    let auth = format!("Bearer {ADMIN_TOKEN}");
+    let rebound = [("host", "evil.example"), ("authorization", auth.as_str())];
+    assert_eq!(send_with_headers(gw.admin, "GET", "/explain", Bytes::new(), &rebound).await.status, 421);
+    let foreign = [("origin", "https://evil.example"), ("authorization", auth.as_str())];
+    assert_eq!(send_with_headers(gw.admin, "GET", "/explain", Bytes::new(), &foreign).await.status, 403);
+    for method in ["GET", "POST"] {
+        let anyone = send(gw.admin, method, "/explain?user_id=ann", Bytes::from("{}"), None).await;
+        assert_eq!(anyone.status, 401, "{method}: {}", anyone.text());
+        assert!(!anyone.text().contains("Mail.Read"), "{}", anyone.text());
+    }
 
-    // The CLI asks the running gateway and says the same in words.
+    // The CLI asks the running gateway, with the admin token of the
+    // gateway's own config, and says the same in words. (The config as an
+    // operator keeps it: the admin port written out, not 0.)
+    let written = std::fs::read_to_string(gw.config_path()).expect("the config");
+    let written = written.replace("admin_listen = \"127.0.0.1:0\"", &format!("admin_listen = \"{}\"", gw.admin));
+    let config = common::temp_file("explain-cli", "toml", &written).display().to_string();
     let out = std::process::Command::new(common::gateway_bin())
-        .args(["explain", "--admin", &gw.admin.to_string(), "--claims", &ann.to_string(), "--tool", "Sms.Send"])
+        .args(["explain", "--config", &config, "--claims", &ann.to_string(), "--tool", "Sms.Send"])
+        .env("EXPLAIN_ADMIN", ADMIN_TOKEN)
         .output()
         .expect("run otc-gateway explain");
     let words = String::from_utf8_lossy(&out.stdout);
@@ -222,14 +241,37 @@ async fn explain_names_the_rule_that_hid_a_tool_and_what_a_call_needs() {
     ] {
         assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
     }
+    // Another address on the command line: the token named there.
     let by_name = std::process::Command::new(common::gateway_bin())
         .args(["explain", "--admin", &gw.admin.to_string(), "--claims", &ann.to_string(), "--tool", "Sms_Send"])
+        .args(["--admin-token", "env:OPERATOR_TOKEN"])
+        .env("OPERATOR_TOKEN", ADMIN_TOKEN)
         .output()
         .expect("run otc-gateway explain");
     let words = String::from_utf8_lossy(&by_name.stdout);
     assert!(by_name.status.success(), "{words}");
     for expected in ["Resolution: Sms.Send@1.0.0", "the MCP name Sms_Send stands for Sms.Send", "a call goes to org"] {
         assert!(words.contains(expected), "{expected:?} missing from:\n{words}");
+    }
+    // Without a token (the config's goes only to the config's own address),
+    // with a wrong one, or with a value instead of a reference: refused,
+    // saying what to give, echoing no value.
+    let token_of = |extra: &[&str], env: &str| {
+        let mut command = std::process::Command::new(common::gateway_bin());
+        command.args(["explain", "--config", &config, "--admin", &gw.admin.to_string()]).args(extra);
+        command.env("EXPLAIN_ADMIN", ADMIN_TOKEN).env("OPERATOR_TOKEN", env);
+        command.output().expect("run otc-gateway explain")
+    };
+    for (extra, env, said) in [
+        (&[][..], "", "--admin-token"),
+        (&["--admin-token", "env:OPERATOR_TOKEN"][..], "wrong-token-value", "401"),
+        (&["--admin-token", "pasted-token-value"][..], "", "env:OTC_ADMIN_TOKEN"),
+    ] {
+        let out = token_of(extra, env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?}: {stderr}");
+        assert!(stderr.contains(said), "{extra:?}: {stderr}");
+        assert!(!stderr.contains("pasted-token-value") && !stderr.contains(ADMIN_TOKEN), "{stderr}");
     }
     let down = std::process::Command::new(common::gateway_bin())
         .args(["explain", "--admin", "127.0.0.1:1"])

@@ -770,7 +770,6 @@ async fn disconnect_forgets_and_revokes() {
 /// `GET /explain` reports each grant without its token.
 #[tokio::test]
 async fn an_admin_revokes_one_users_grant_with_the_admin_token_only() {
-    const ADMIN: &str = "oauth-admin-token-7e21";
     let idp = OidcProvider::start(json!({"access_token_ttl": 3600, "scopes": ["mail.read", "mail.send"]})).await;
     let tools = ToolServer::start(common::catalog(mail_tools())).await;
     tools.on_call(echo);
@@ -791,7 +790,7 @@ async fn an_admin_revokes_one_users_grant_with_the_admin_token_only() {
         let admin = w.gw.admin;
         async move {
             let path = format!("/explain?user_id={user}&api_key=true&tool=Mail.Read");
-            let resp = common::send(admin, "GET", &path, Bytes::new(), None).await;
+            let resp = send_with_headers(admin, "GET", &path, Bytes::new(), &[ADMIN_AUTH]).await;
             assert_eq!(resp.status, 200, "{}", resp.text());
             resp.json()
         }
@@ -813,10 +812,14 @@ async fn an_admin_revokes_one_users_grant_with_the_admin_token_only() {
     assert_eq!(alice_grant["refreshed_at"], Value::Null, "never refreshed yet: {listed}");
     assert!(!listed.to_string().contains(&alice_token), "no token value in the listing");
     assert_eq!(list_grants(w.gw.admin, "?provider=idp").await, listed);
-    let unknown = common::send(w.gw.admin, "GET", "/grants?provider=nope", Bytes::new(), None).await;
+    let unknown = send_with_headers(w.gw.admin, "GET", "/grants?provider=nope", Bytes::new(), &[ADMIN_AUTH]).await;
     assert_eq!(unknown.status, 404, "{}", unknown.text());
-    let bad = common::send(w.gw.admin, "GET", "/grants?user=alice", Bytes::new(), None).await;
+    let bad = send_with_headers(w.gw.admin, "GET", "/grants?user=alice", Bytes::new(), &[ADMIN_AUTH]).await;
     assert_eq!(bad.status, 400, "{}", bad.text());
+    // Only with the admin token: anyone else lists nothing.
+    let anyone = common::send(w.gw.admin, "GET", "/grants", Bytes::new(), None).await;
+    assert_eq!(anyone.status, 401, "{}", anyone.text());
+    assert!(!anyone.text().contains("alice"), "{}", anyone.text());
     // Only on the admin listener: a caller on the data plane lists nothing.
     let from_data_plane = send_with_headers(w.gw.addr, "GET", "/grants", Bytes::new(), &[("oxp-api-key", ALICE)]).await;
     assert!(!from_data_plane.text().contains("bob"), "{}", from_data_plane.text());
@@ -868,9 +871,14 @@ async fn an_admin_revokes_one_users_grant_with_the_admin_token_only() {
     }
 }
 
+/// The admin token of the gateway that has one (reads need it there;
+/// the others, on loopback without one, ignore it).
+const ADMIN: &str = "oauth-admin-token-7e21";
+const ADMIN_AUTH: (&str, &str) = ("authorization", "Bearer oauth-admin-token-7e21");
+
 /// `GET /grants{query}` on the admin listener.
 async fn list_grants(admin: std::net::SocketAddr, query: &str) -> Value {
-    let resp = common::send(admin, "GET", &format!("/grants{query}"), Bytes::new(), None).await;
+    let resp = send_with_headers(admin, "GET", &format!("/grants{query}"), Bytes::new(), &[ADMIN_AUTH]).await;
     assert_eq!(resp.status, 200, "{}", resp.text());
     resp.json()
 }

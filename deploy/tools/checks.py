@@ -3,7 +3,9 @@
     checks.py parse FILE...                 every YAML document parses (JSON for .json)
     checks.py grafana-rules DASHBOARD OUT   every PromQL query of the dashboard, as a rules file for promtool
     checks.py metric-names METRICS_RS FILE...  the otc_gateway_* names used exist (in the contract and src/metrics.rs)
-    checks.py manifests FILE...             the rendered chart keeps its promises (probes, mounts, ports, ...)
+    checks.py manifests FILE...             the rendered chart keeps its promises (probes, mounts, ports, the
+                                            admin port's Service, token and NetworkPolicy, ...)
+    checks.py docker-config FILE            the image's gateway.toml reads its admin token from a Docker secret
     checks.py same RENDERED COMMITTED       two manifest files hold the same objects
     checks.py configs OUTDIR FILE...        write each ConfigMap's gateway.toml to OUTDIR, print the paths
     checks.py k8s-schema-versions DIR       the oldest and newest Kubernetes versions kubernetes-validate knows
@@ -174,7 +176,7 @@ def cmd_manifests(paths):
             if not isinstance(d, dict) or not d.get("apiVersion") or not d.get("kind") or not d.get("metadata", {}).get("name"):
                 bad.append(f"{path}: a document without apiVersion, kind or metadata.name")
         kinds = by_kind(docs)
-        for kind in ("ConfigMap", "Service", "Deployment", "ServiceAccount"):
+        for kind in ("ConfigMap", "Deployment", "ServiceAccount", "NetworkPolicy"):
             if len(kinds.get(kind, [])) != 1:
                 bad.append(f"{path}: expected one {kind}, found {len(kinds.get(kind, []))}")
         if bad:
@@ -214,14 +216,13 @@ def cmd_manifests(paths):
             m = re.search(rf'(?m)^\s*{key}\s*=\s*"([^"]*)"', toml)
             if not m or not m.group(1).endswith(f":{port}") or not m.group(1).startswith(("0.0.0.0:", "[::]:")):
                 bad.append(f"{path}: gateway.toml {key} must be 0.0.0.0:{port} (the containerPort), is {m.group(1) if m else 'absent'}")
-        svc = kinds["Service"][0]
-        svc_ports = {p["name"]: p.get("targetPort") for p in svc["spec"]["ports"]}
-        if svc_ports != {"http": "http", "admin": "admin"}:
-            bad.append(f"{path}: Service ports {svc_ports}, want http and admin targeting the named container ports")
         selector = dep["spec"]["selector"]["matchLabels"]
         labels = pod["metadata"]["labels"]
-        if any(labels.get(k) != v for k, v in selector.items()) or svc["spec"]["selector"] != selector:
-            bad.append(f"{path}: Deployment selector, pod labels and Service selector disagree")
+        if any(labels.get(k) != v for k, v in selector.items()):
+            bad.append(f"{path}: Deployment selector and pod labels disagree")
+        bad += services(path, kinds.get("Service", []), ports, selector)
+        bad += admin_token(path, toml, container, spec)
+        bad += network_policy(path, kinds["NetworkPolicy"][0], labels, ports)
         sc = {**(spec.get("securityContext") or {}), **(container.get("securityContext") or {})}
         if not sc.get("runAsNonRoot") or sc.get("allowPrivilegeEscalation") is not False or not sc.get("readOnlyRootFilesystem"):
             bad.append(f"{path}: the container must run as non-root, read-only, without privilege escalation")
@@ -238,8 +239,13 @@ def cmd_manifests(paths):
                 bad.append(f"{path}: the PodDisruptionBudget selects other pods")
         for sm in kinds.get("ServiceMonitor", []):
             endpoints = sm["spec"]["endpoints"]
-            if [e.get("port") for e in endpoints] != ["admin"] or sm["spec"]["selector"]["matchLabels"] != selector:
-                bad.append(f"{path}: the ServiceMonitor must scrape the Service's admin port")
+            wanted = sm["spec"]["selector"]["matchLabels"]
+            picked = [svc["metadata"]["name"] for svc in kinds.get("Service", [])
+                      if all(svc["metadata"].get("labels", {}).get(k) == v for k, v in wanted.items())]
+            admin_services = [svc["metadata"]["name"] for svc in kinds.get("Service", [])
+                              if [p["name"] for p in svc["spec"]["ports"]] == ["admin"]]
+            if [e.get("port") for e in endpoints] != ["admin"] or picked != admin_services or not picked:
+                bad.append(f"{path}: the ServiceMonitor must scrape the admin Service's admin port (it selects {picked})")
         env_names = [e["name"] for e in container.get("env", [])]
         secret_env = [e["name"] for e in container.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})]
         secret_mounts = [m["mountPath"] for m in container.get("volumeMounts", []) if m["name"] not in config_volumes]
@@ -256,6 +262,94 @@ def cmd_manifests(paths):
     for b in bad:
         print(f"  {b}", file=sys.stderr)
     return 1 if bad else 0
+
+
+def services(path, svcs, ports, selector):
+    """One data Service, with the http port only (it may be exposed), and the
+    admin port, if on a Service at all, on a ClusterIP Service of its own."""
+    bad = []
+    def exposes_admin(port):
+        return port.get("name") == "admin" or port.get("targetPort") in ("admin", ports["admin"]) or port.get("port") == ports["admin"]
+    data = [s for s in svcs if any(p.get("targetPort") in ("http", ports["http"]) for p in s["spec"]["ports"])]
+    if len(data) != 1:
+        return [f"{path}: expected one Service for the data port, found {len(data)}"]
+    for svc in svcs:
+        name = svc["metadata"]["name"]
+        if svc["spec"].get("selector") != selector:
+            bad.append(f"{path}: Service {name} selects other pods than the Deployment's")
+        svc_ports = {p["name"]: p.get("targetPort") for p in svc["spec"]["ports"]}
+        if svc is data[0]:
+            if svc_ports != {"http": "http"}:
+                bad.append(f"{path}: the data Service {name} has ports {svc_ports}, want http alone: the admin "
+                           "port must not be on it (it is the Service that gets exposed)")
+        elif any(exposes_admin(p) for p in svc["spec"]["ports"]):
+            if svc_ports != {"admin": "admin"} or svc["spec"].get("type", "ClusterIP") != "ClusterIP":
+                bad.append(f"{path}: the admin Service {name} must be ClusterIP with the admin port alone, "
+                           f"is {svc['spec'].get('type')} with {svc_ports}")
+    return bad
+
+
+def admin_token(path, toml, container, spec):
+    """[server] admin_token is set, and read from a Kubernetes Secret: an env
+    variable filled by a secretKeyRef, or a file of a mounted Secret."""
+    section = re.search(r"(?ms)^\s*\[server\]\s*$(.*?)(?=^\s*\[)", toml + "\n[end]")
+    m = section and re.search(r'(?m)^\s*admin_token\s*=\s*"(env|file):([^"]+)"', section.group(1))
+    if not m:
+        return [f"{path}: gateway.toml's [server] sets no admin_token = \"env:...\" or \"file:...\": every admin read "
+                "would be open to the cluster, or (non-loopback) refused"]
+    kind, target = m.groups()
+    if kind == "env":
+        env = [e for e in container.get("env", []) if e["name"] == target]
+        if not env or "secretKeyRef" not in (env[0].get("valueFrom") or {}):
+            return [f"{path}: admin_token reads env:{target}, which is not set from a Secret (secretKeyRef)"]
+        return []
+    secret_volumes = {v["name"] for v in spec.get("volumes", []) if "secret" in v}
+    mounts = [m["mountPath"] for m in container.get("volumeMounts", []) if m["name"] in secret_volumes]
+    if not any(target.startswith(mp.rstrip("/") + "/") for mp in mounts):
+        return [f"{path}: admin_token reads file:{target}, which no mounted Secret provides"]
+    return []
+
+
+def network_policy(path, policy, pod_labels, ports):
+    """A NetworkPolicy on the gateway's pods whose every ingress rule that
+    reaches the admin port names its sources, none of them "everyone"."""
+    bad = []
+    spec = policy["spec"]
+    selects = spec.get("podSelector", {}).get("matchLabels") or {}
+    if not selects or any(pod_labels.get(k) != v for k, v in selects.items()):
+        bad.append(f"{path}: the NetworkPolicy does not select the gateway's pods ({selects})")
+    if "Ingress" not in spec.get("policyTypes", ["Ingress"]):
+        bad.append(f"{path}: the NetworkPolicy does not restrict ingress")
+    def reaches_admin(rule):
+        rule_ports = rule.get("ports") or []
+        return not rule_ports or any(p.get("port") in (None, "admin", ports["admin"]) for p in rule_ports)
+    def everyone(peer):
+        # An empty selector is every pod (of the namespace, or of the cluster).
+        block = (peer.get("ipBlock") or {}).get("cidr")
+        selectors = [peer.get("namespaceSelector") or {}, peer.get("podSelector") or {}]
+        narrowed = any(s.get("matchLabels") or s.get("matchExpressions") for s in selectors)
+        return block in ("0.0.0.0/0", "::/0") or ("ipBlock" not in peer and not narrowed)
+    for i, rule in enumerate(spec.get("ingress") or []):
+        if not reaches_admin(rule):
+            continue
+        peers = rule.get("from") or []
+        if not peers or any(everyone(p) for p in peers):
+            bad.append(f"{path}: NetworkPolicy ingress rule {i} lets every source reach the admin port: name its sources")
+    return bad
+
+
+def cmd_docker_config(path):
+    """The image's gateway.toml: a non-loopback admin listener with its token
+    read from a Docker secret (a file under /run/secrets)."""
+    with open(path, encoding="utf-8") as f:
+        toml = f.read()
+    live = "\n".join(line.split("#", 1)[0] for line in toml.splitlines())
+    m = re.search(r'(?m)^\s*admin_token\s*=\s*"file:(/run/secrets/[^"]+)"', live)
+    if not m:
+        print(f"  {path}: [server] admin_token must read a Docker secret (\"file:/run/secrets/...\")", file=sys.stderr)
+        return 1
+    print(f"  {path}: admin_token from the Docker secret {m.group(1)}")
+    return 0
 
 
 def normalize_objects(path):
@@ -333,6 +427,8 @@ def main(argv):
         return cmd_metric_names(args[0], args[1:])
     if cmd == "manifests":
         return cmd_manifests(args)
+    if cmd == "docker-config":
+        return cmd_docker_config(*args)
     if cmd == "same":
         return cmd_same(*args)
     if cmd == "configs":

@@ -39,7 +39,7 @@ pub use oauth::{
 pub use openapi::{OperationPattern, SecurityMap, SecuritySource, SpecLocation};
 pub use policy::{FailMode, Per, PolicyConfig, Rate, RateLimitConfig, ToolPattern, When, MAX_POLICIES};
 pub use secret_ref::{SecretRef, SecretRefError, USER_ID_TEMPLATE};
-pub use server::{OriginPattern, ServerConfig};
+pub use server::{listens_on_loopback, OriginPattern, ServerConfig};
 pub use tracing::TracingConfig;
 pub use upstream::{CatalogConfig, Protocol, Review, ToolVersion, Toolkit, UpstreamConfig, UpstreamName, UpstreamUrl};
 pub use vault::{check_token_ref, VaultConfig};
@@ -140,6 +140,7 @@ impl Config {
                     "authorization.{p}: user_verification = \"none\": whoever opens a connect link connects their own account to the link's user"
                 )
             })
+            .chain(self.server.admin_without_token())
             .collect()
     }
 

@@ -16,7 +16,10 @@ pub struct ServerConfig {
     /// The OTC front: GET /health, GET /tools, POST /tools/call and /call.
     /// Port 0 picks a free port; the chosen one is printed at start.
     pub listen: String,
-    /// GET /metrics and GET /status. Port 0 picks a free port.
+    /// The admin listener: `/health` and `/metrics` for anyone, the console
+    /// and every other read with `admin_token` (open without one only on
+    /// a loopback address), actions with `admin_token`. Port 0 picks a free
+    /// port.
     pub admin_listen: String,
     /// Larger request bodies get 413.
     pub max_body_bytes: usize,
@@ -59,8 +62,10 @@ pub struct ServerConfig {
     /// the callback it registers with providers), e.g.
     /// `https://tools.example.com`. Default: `http://<listen>` as bound.
     pub public_url: Option<EndpointUrl>,
-    /// The bearer token admin actions (`POST /reload`) require, as a secret
-    /// reference. Without it the admin listener is read-only.
+    /// The bearer token, as a secret reference, that every admin route but
+    /// `/health` and `/metrics` requires. Without it there are no admin
+    /// actions, and a non-loopback admin listener serves only `/health` and
+    /// `/metrics`.
     pub admin_token: Option<Spanned<SecretRef>>,
 }
 
@@ -83,6 +88,33 @@ impl Default for ServerConfig {
             public_url: None,
             admin_token: None,
         }
+    }
+}
+
+impl ServerConfig {
+    /// What the admin listener withholds for want of `admin_token`, with the
+    /// line that ends it: `None` with a token, or on a loopback address
+    /// (where only this host's own users reach it, so reads stay open).
+    pub fn admin_without_token(&self) -> Option<String> {
+        if self.admin_token.is_some() || listens_on_loopback(&self.admin_listen) {
+            return None;
+        }
+        Some(format!(
+            "server.admin_listen = {:?} is not a loopback address and [server] has no admin_token: the admin \
+             listener serves only /health and /metrics; add `admin_token = \"env:OTC_ADMIN_TOKEN\"` to [server] \
+             (and set OTC_ADMIN_TOKEN to a long random value) to read the rest with it",
+            self.admin_listen
+        ))
+    }
+}
+
+/// Whether a listen address is a loopback one (`127.0.0.0/8`, `[::1]`) or
+/// `localhost`: only this host reaches it. Anything else, `0.0.0.0` and host
+/// names included, is not.
+pub fn listens_on_loopback(listen: &str) -> bool {
+    match listen.parse::<std::net::SocketAddr>() {
+        Ok(addr) => addr.ip().is_loopback(),
+        Err(_) => listen.rsplit_once(':').is_some_and(|(host, _)| host.eq_ignore_ascii_case("localhost")),
     }
 }
 
@@ -149,5 +181,33 @@ impl<'de> Deserialize<'de> for OriginPattern {
                 "invalid origin {text:?}: write scheme://host or scheme://host:port (http or https), or \"*\""
             ))
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(admin_listen: &str, token: bool) -> ServerConfig {
+        let mut text = format!("admin_listen = {admin_listen:?}\n");
+        if token {
+            text.push_str("admin_token = \"env:OTC_ADMIN_TOKEN\"\n");
+        }
+        toml::from_str(&text).expect("a [server] section")
+    }
+
+    #[test]
+    fn only_loopback_admin_listeners_serve_reads_without_a_token() {
+        for loopback in ["127.0.0.1:9464", "127.0.0.2:0", "[::1]:9464", "localhost:9464", "LOCALHOST:1"] {
+            assert!(listens_on_loopback(loopback), "{loopback}");
+            assert_eq!(server(loopback, false).admin_without_token(), None, "{loopback}");
+        }
+        for open in ["0.0.0.0:9464", "[::]:9464", "192.0.2.2:9464", "gateway.internal:9464", "localhost.evil:1"] {
+            assert!(!listens_on_loopback(open), "{open}");
+            let warning = server(open, false).admin_without_token().expect("a warning");
+            assert!(warning.contains(open) && warning.contains("only /health and /metrics"), "{warning}");
+            assert!(warning.contains("add `admin_token = \"env:OTC_ADMIN_TOKEN\"` to [server]"), "{warning}");
+            assert_eq!(server(open, true).admin_without_token(), None, "{open} with a token");
+        }
     }
 }

@@ -1,8 +1,9 @@
 // The operator console: one page per hash (#overview, #upstreams, ...),
 // every value from this admin listener's own JSON endpoints, written into
 // the page as text (never as HTML), so nothing a tool server publishes can
-// run here. Actions send the admin token typed above; without it the
-// console only reads.
+// run here. Every request sends the admin token typed above: with
+// [server] admin_token the listener answers nothing but this page without
+// it (a loopback listener without one answers reads, and has no actions).
 "use strict";
 
 const tokenInput = document.getElementById("admin-token");
@@ -40,21 +41,38 @@ function when(ms) {
   return ms ? new Date(ms).toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z") : "";
 }
 
+function adminHeaders() {
+  return tokenInput.value ? { authorization: "Bearer " + tokenInput.value } : {};
+}
+
+/** A request with the admin token: its status and JSON body. */
 async function getJson(path, options) {
-  const response = await fetch(path, options);
+  const headers = { ...adminHeaders(), ...((options || {}).headers || {}) };
+  const response = await fetch(path, { ...options, headers });
   const text = await response.text();
   let body;
   try { body = JSON.parse(text); } catch { body = { message: text }; }
   return { ok: response.ok, status: response.status, body };
 }
 
-function adminHeaders() {
-  return tokenInput.value ? { authorization: "Bearer " + tokenInput.value } : {};
+/** The listener refused to let this page read (no token, a wrong one). */
+class Refused extends Error {
+  constructor(answer) {
+    super(`${answer.status}: ${answer.body.message}`);
+    this.status = answer.status;
+  }
+}
+
+/** A read a page needs: its answer, or `Refused` for the page to say so. */
+async function read(path, options) {
+  const answer = await getJson(path, options);
+  if (answer.status === 401 || answer.status === 403) throw new Refused(answer);
+  return answer;
 }
 
 const pages = {
   async overview() {
-    const [status, calls] = await Promise.all([getJson("/status"), getJson("/calls")]);
+    const [status, calls] = await Promise.all([read("/status"), read("/calls")]);
     const s = status.body;
     const up = s.upstreams.filter((u) => u.up).length;
     const now = Date.now();
@@ -82,7 +100,7 @@ const pages = {
   },
 
   async upstreams() {
-    const s = (await getJson("/status")).body;
+    const s = (await read("/status")).body;
     return [
       el("h1", {}, "Upstreams"),
       table(["name", "health", "MCP revision", "last fetch", "last error", "tools", "skipped", "granted"],
@@ -103,7 +121,7 @@ const pages = {
 
   async catalog(params) {
     const q = params.get("q") || "";
-    const [status, listing] = await Promise.all([getJson("/status"), q ? getJson("/tools/search?q=" + encodeURIComponent(q)) : getJson("/tools")]);
+    const [status, listing] = await Promise.all([read("/status"), q ? read("/tools/search?q=" + encodeURIComponent(q)) : read("/tools")]);
     const form = el("form", { id: "search", onsubmit: (e) => { e.preventDefault(); location.hash = "catalog?q=" + encodeURIComponent(e.target.q.value); } },
       el("label", {}, "Search ", el("input", { type: "text", name: "q", value: q })), el("button", { type: "submit" }, "Search"));
     const s = status.body;
@@ -143,7 +161,7 @@ const pages = {
     }
     const jwt = sessionStorage.getItem("otc-explain-jwt");
     if (jwt) asked.jwt = jwt;
-    const answer = await getJson("/explain", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(asked) });
+    const answer = await read("/explain", { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify(asked) });
     if (!answer.ok) return [el("h1", {}, "Explain"), form, el("p", { class: "bad" }, answer.body.message)];
     const e = answer.body;
     const r = e.resolution;
@@ -162,7 +180,7 @@ const pages = {
   },
 
   async calls() {
-    const c = (await getJson("/calls")).body;
+    const c = (await read("/calls")).body;
     return [
       el("h1", {}, "Calls"),
       el("p", {}, `The ${c.calls.length} most recent of ${c.total} calls since start (the gateway keeps ${c.capacity}); never their inputs or outputs.`),
@@ -175,11 +193,11 @@ const pages = {
 
   async grants() {
     const result = el("div", { id: "grant-result" });
-    const listing = await getJson("/grants");
+    const listing = await read("/grants");
     if (!listing.ok) return [el("h1", {}, "Grants"), el("p", { class: "bad" }, listing.body.message)];
     const revoke = (provider, user) => async () => {
       if (!confirm(`Revoke ${user}'s grant at ${provider}?`)) return;
-      const answer = await getJson(`/grants/${encodeURIComponent(provider)}/${encodeURIComponent(user)}`, { method: "DELETE", headers: adminHeaders() });
+      const answer = await getJson(`/grants/${encodeURIComponent(provider)}/${encodeURIComponent(user)}`, { method: "DELETE" });
       result.replaceChildren(el("p", { class: answer.ok ? "result ok" : "result bad" },
         answer.ok ? (answer.body.revoked ? `Revoked ${user}'s grant at ${provider}.` : `${user} held no grant at ${provider}.`) : `${answer.status}: ${answer.body.message}`));
       if (answer.ok) document.getElementById("grants-of-" + provider)?.querySelector(`tr[data-user="${CSS.escape(user)}"]`)?.remove();
@@ -210,7 +228,7 @@ const pages = {
     const result = el("div", { id: "action-result" });
     const reload = el("button", { id: "reload", disabled: !tokenInput.value, onclick: async () => {
       if (!confirm("Reload the config file now?")) return;
-      const answer = await getJson("/reload", { method: "POST", headers: adminHeaders() });
+      const answer = await getJson("/reload", { method: "POST" });
       result.replaceChildren(el("p", { class: answer.ok ? "result ok" : "result bad" },
         answer.ok ? `Reloaded: generation ${answer.body.generation}.` : `${answer.status}: ${answer.body.error || answer.body.message}`));
     } }, "Reload the config");
@@ -236,7 +254,16 @@ async function show() {
     main.replaceChildren(...nodes);
     main.setAttribute("data-page", page);
   } catch (error) {
-    if (mine === rendering) main.replaceChildren(el("p", { class: "bad" }, "Could not load this page: " + error));
+    if (mine !== rendering) return;
+    if (error instanceof Refused) {
+      const hint = tokenInput.value ? "The admin token typed above is not this gateway's."
+        : "Type the admin token above (press Enter) to see this page.";
+      main.replaceChildren(el("h1", {}, error.status === 401 ? "Admin token needed" : "Refused"),
+        el("p", { class: "bad", id: "refused" }, error.message), el("p", {}, error.status === 401 ? hint : ""));
+      main.setAttribute("data-page", "refused");
+    } else {
+      main.replaceChildren(el("p", { class: "bad" }, "Could not load this page: " + error));
+    }
   }
 }
 

@@ -49,6 +49,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 {{- end }}
 
+{{/* The admin Service's name: "<fullname>-admin", a DNS label (63 characters at most). */}}
+{{- define "otc-gateway.adminName" -}}
+{{- printf "%s-admin" (include "otc-gateway.fullname" . | trunc 57 | trimSuffix "-") }}
+{{- end }}
+
+{{/* The Secret holding the admin token. */}}
+{{- define "otc-gateway.adminTokenSecret" -}}
+{{- default (printf "%s-admin" (include "otc-gateway.fullname" .)) .Values.adminToken.secretName }}
+{{- end }}
+
 {{/* Where a secretFiles entry is mounted. */}}
 {{- define "otc-gateway.secretFileMountPath" -}}
 {{- default (printf "/var/run/secrets/otc-gateway/%s" .secretName) .mountPath }}
