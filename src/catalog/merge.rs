@@ -14,6 +14,9 @@ use super::{Catalog, CatalogTool, Conflict, RefusedTool, Route, SharedToolkit, T
 use crate::integrity::{ChangeKind, HeldTool, Integrity, Modes, Offer, Verdict};
 use crate::upstream::Upstream;
 
+/// An upstream offering a tool.
+type Candidate<'a> = (&'a Arc<Upstream>, &'a Arc<CatalogTool>);
+
 /// One upstream and the tools its last catalog fetch found.
 pub type UpstreamTools = (Arc<Upstream>, Arc<Vec<Arc<CatalogTool>>>);
 
@@ -28,7 +31,6 @@ pub fn merge(upstreams: &[UpstreamTools], before: &Catalog, review: Option<(&Int
     let mut refused = Vec::new();
     let mut servers: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
     // Candidates per canonical id, in config order.
-    type Candidate<'a> = (&'a Arc<Upstream>, &'a Arc<CatalogTool>);
     let mut candidates: HashMap<&str, Vec<Candidate<'_>>> = HashMap::new();
     for (upstream, tools) in upstreams {
         for tool in tools.iter() {
@@ -112,7 +114,7 @@ pub fn merge(upstreams: &[UpstreamTools], before: &Catalog, review: Option<(&Int
 /// Returns what waits for review.
 fn hold_to_pins(
     routes: &mut ToolMap,
-    candidates: &HashMap<&str, Vec<(&Arc<Upstream>, &Arc<CatalogTool>)>>,
+    candidates: &HashMap<&str, Vec<Candidate<'_>>>,
     integrity: &Integrity,
     modes: Modes,
 ) -> Vec<HeldTool> {
