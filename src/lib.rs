@@ -5,6 +5,7 @@
 //! [`proxy`]; the catalog it is resolved against is in [`catalog`].
 
 pub(crate) mod admin;
+pub mod admin_client;
 pub mod allocator;
 pub mod auth;
 pub(crate) mod browser;

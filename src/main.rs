@@ -1,13 +1,14 @@
-//! The `otc-gateway` command: run, check a config, run the demo, or ask a
-//! running gateway to explain what a caller sees.
+//! The `otc-gateway` command: run, check a config, run the demo, ask a
+//! running gateway to explain what a caller sees, or review its tool
+//! definition changes.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-use otc_gateway::config::{AuthMode, Config, SecretRef};
+use otc_gateway::admin_client::AdminClient;
+use otc_gateway::config::{AuthMode, Config};
 use otc_gateway::server::{self, ControlPlane};
-use otc_gateway::vault::SecretResolver;
 use otc_gateway::{demo, explain};
 
 /// One URL in front of many OTC tool servers.
@@ -41,6 +42,63 @@ enum Command {
     /// Ask a running gateway's admin listener why a caller sees, or does not
     /// see, each tool (`GET /explain`), in words.
     Explain(ExplainArgs),
+    /// Review a running gateway's tool definition changes (`GET /changes`,
+    /// `POST /changes/<id>/approve` or `reject`).
+    Changes(ChangesArgs),
+}
+
+/// `otc-gateway changes`' arguments.
+#[derive(clap::Args)]
+struct ChangesArgs {
+    #[command(subcommand)]
+    action: ChangesAction,
+    /// The running gateway's admin listener, `host:port` (default: `[server]
+    /// admin_listen` of --config).
+    #[arg(long, global = true)]
+    admin: Option<String>,
+    /// The admin token to present, as a secret reference (`env:NAME`,
+    /// `file:/path`). Default: `[server] admin_token` of --config, when the
+    /// address comes from --config too.
+    #[arg(long, global = true, value_name = "REFERENCE")]
+    admin_token: Option<String>,
+    /// Print the admin listener's JSON instead of words.
+    #[arg(long, global = true)]
+    json: bool,
+}
+
+#[derive(Subcommand)]
+enum ChangesAction {
+    /// The changes in a state: pending (default), approved, rejected or all.
+    List {
+        /// pending, approved, rejected or all.
+        #[arg(long, default_value = "pending")]
+        state: String,
+    },
+    /// Pins the proposed definition: clients are shown it from now on.
+    Approve {
+        /// The change's id (from `list`).
+        id: String,
+        /// Who decides, for the record (default: $USER).
+        #[arg(long)]
+        by: Option<String>,
+    },
+    /// Never serves the proposed definition, nor offers it again.
+    Reject {
+        /// The change's id (from `list`).
+        id: String,
+        /// Who decides, for the record (default: $USER).
+        #[arg(long)]
+        by: Option<String>,
+    },
+}
+
+impl ChangesAction {
+    fn state(&self) -> &str {
+        match self {
+            ChangesAction::List { state } => state,
+            _ => "",
+        }
+    }
 }
 
 /// `otc-gateway explain`'s arguments.
@@ -126,6 +184,7 @@ fn main() -> ExitCode {
         },
         Some(Command::Demo { listen, admin_listen }) => run_demo(&listen, &admin_listen),
         Some(Command::Explain(args)) => run_explain(args, &cli.config),
+        Some(Command::Changes(args)) => run_changes(args, &cli.config),
         None => {
             let config = match Config::load(&cli.config) {
                 Ok(config) => config,
@@ -257,21 +316,6 @@ fn check_against_catalogs(mut config: Config) {
 /// `explain`: one `POST /explain` to the admin listener (the JWT in the
 /// body, never in a URL), printed in words or as JSON.
 fn run_explain(args: ExplainArgs, config_path: &std::path::Path) -> ExitCode {
-    // The config's admin token goes only to the config's own admin listener,
-    // never to an address typed on the command line.
-    let (admin, config) = match args.admin {
-        Some(admin) => (admin, None),
-        None => match Config::load(config_path) {
-            Ok(config) => (config.server.admin_listen.clone(), Some(config)),
-            Err(e) => return fail(format!("{e} (or give --admin host:port)")),
-        },
-    };
-    let admin = admin.trim_start_matches("http://").trim_end_matches('/').to_owned();
-    let token_ref = match args.admin_token.as_deref().map(SecretRef::parse) {
-        Some(Ok(reference)) => Some(reference),
-        Some(Err(e)) => return fail(format!("--admin-token: {e} (give a reference such as env:OTC_ADMIN_TOKEN)")),
-        None => config.as_ref().and_then(|c| c.server.admin_token.as_ref()).map(|t| t.get_ref().clone()),
-    };
     let jwt = match args.jwt.as_deref() {
         Some("-") => {
             let mut text = String::new();
@@ -289,24 +333,13 @@ fn run_explain(args: ExplainArgs, config_path: &std::path::Path) -> ExitCode {
     };
     let request =
         explain::ExplainRequest { user_id: args.user_id, claims, jwt, api_key: args.api_key, tool: args.tool };
-    let tokio = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
-        Ok(tokio) => tokio,
+    let body = match serde_json::to_vec(&request) {
+        Ok(body) => body,
         Err(e) => return fail(e),
     };
-    let token = match token_ref {
-        None => None,
-        Some(reference) => {
-            let vault = config.and_then(|c| c.vault);
-            let resolved = SecretResolver::new(vault, std::time::Duration::from_secs(10))
-                .map_err(|e| e.to_string())
-                .and_then(|secrets| tokio.block_on(secrets.resolve(&reference, None)).map_err(|e| e.to_string()));
-            match resolved {
-                Ok(token) => Some(token),
-                Err(e) => return fail(format!("the admin token ({reference}): {e}")),
-            }
-        }
-    };
-    match tokio.block_on(ask_admin(&admin, &request, token.as_ref().map(|t| t.expose()))) {
+    let asked =
+        ask_admin(args.admin, args.admin_token.as_deref(), config_path, http::Method::POST, "/explain", Some(body));
+    match asked {
         Ok(body) if args.json => {
             println!("{body}");
             ExitCode::SUCCESS
@@ -322,44 +355,77 @@ fn run_explain(args: ExplainArgs, config_path: &std::path::Path) -> ExitCode {
     }
 }
 
-/// `POST /explain` to the admin listener at `admin` (`host:port`, plain
-/// HTTP: the admin listener's own), with the admin token when there is one,
-/// within ten seconds.
-async fn ask_admin(admin: &str, request: &explain::ExplainRequest, token: Option<&str>) -> Result<String, String> {
-    use http_body_util::BodyExt;
-    let exchange = async {
-        let stream = tokio::net::TcpStream::connect(admin).await.map_err(|e| format!("connecting to {admin}: {e}"))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .map_err(|e| format!("{admin}: {e}"))?;
-        tokio::spawn(connection);
-        let body = serde_json::to_vec(request).map_err(|e| e.to_string())?;
-        let mut request = http::Request::post("/explain")
-            .header(http::header::HOST, admin)
-            .header(http::header::CONTENT_TYPE, "application/json");
-        if let Some(token) = token {
-            let mut value = http::HeaderValue::try_from(format!("Bearer {token}"))
-                .map_err(|_| "the admin token is not a valid header value".to_owned())?;
-            value.set_sensitive(true);
-            request = request.header(http::header::AUTHORIZATION, value);
-        }
-        let request = request.body(http_body_util::Full::new(bytes::Bytes::from(body))).map_err(|e| e.to_string())?;
-        let response = sender.send_request(request).await.map_err(|e| format!("{admin}: {e}"))?;
-        let status = response.status();
-        let body = response.into_body().collect().await.map_err(|e| format!("{admin}: {e}"))?.to_bytes();
-        let text = String::from_utf8_lossy(&body).into_owned();
-        match status {
-            s if s.is_success() => Ok(text),
-            http::StatusCode::UNAUTHORIZED if token.is_none() => Err(format!(
-                "{admin} answered {status}: {text} (give --admin-token env:NAME, or --config with the gateway's \
-                 admin_token and no --admin)"
-            )),
-            _ => Err(format!("{admin} answered {status}: {text}")),
+/// `changes`: the tool definition changes of a running gateway, listed,
+/// approved or rejected through its admin listener.
+fn run_changes(args: ChangesArgs, config_path: &std::path::Path) -> ExitCode {
+    let (method, path, body) = match &args.action {
+        ChangesAction::List { state } => (http::Method::GET, format!("/changes?state={state}"), None),
+        ChangesAction::Approve { id, by } | ChangesAction::Reject { id, by } => {
+            let verb = if matches!(args.action, ChangesAction::Approve { .. }) { "approve" } else { "reject" };
+            let body = serde_json::json!({ "by": by.clone().unwrap_or_else(whoami) }).to_string().into_bytes();
+            (http::Method::POST, format!("/changes/{id}/{verb}"), Some(body))
         }
     };
-    tokio::time::timeout(std::time::Duration::from_secs(10), exchange)
-        .await
-        .map_err(|_| format!("{admin} did not answer within 10 s"))?
+    match ask_admin(args.admin, args.admin_token.as_deref(), config_path, method, &path, body) {
+        Ok(body) if args.json => {
+            println!("{body}");
+            ExitCode::SUCCESS
+        }
+        Ok(body) => {
+            let value: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            match value.get("changes").and_then(serde_json::Value::as_array) {
+                Some(changes) if changes.is_empty() => println!("no {} changes", args.action.state()),
+                Some(changes) => changes.iter().for_each(|change| print!("{}", change_in_words(change))),
+                None => print!("{}", change_in_words(&value)),
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => fail(e),
+    }
+}
+
+/// Who runs the command, for the decision's record.
+fn whoami() -> String {
+    std::env::var("USER").unwrap_or_else(|_| "otc-gateway changes".to_owned())
+}
+
+/// A change in a few lines: what, where, what the scan found, and what
+/// text it would show.
+fn change_in_words(change: &serde_json::Value) -> String {
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+    let mut out = format!(
+        "{}  {}  {} {} (upstream {})\n",
+        text(&change["id"]),
+        text(&change["state"]),
+        text(&change["kind"]),
+        text(&change["tool"]),
+        text(&change["upstream"])
+    );
+    for finding in change["findings"].as_array().into_iter().flatten() {
+        out +=
+            &format!("    found {} in {}: {}\n", text(&finding["kind"]), text(&finding["field"]), finding["excerpt"]);
+    }
+    let (approved, proposed) = (&change["approved"]["description"], &change["proposed"]["description"]);
+    if approved != proposed {
+        out += &format!("    description now:      {approved}\n    description proposed: {proposed}\n");
+    }
+    out
+}
+
+/// One request to the admin listener, on a runtime of its own.
+fn ask_admin(
+    admin: Option<String>,
+    token: Option<&str>,
+    config_path: &std::path::Path,
+    method: http::Method,
+    path: &str,
+    body: Option<Vec<u8>>,
+) -> Result<String, String> {
+    let tokio = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    tokio.block_on(async {
+        let client = AdminClient::new(admin, token, config_path).await?;
+        client.request(method, path, body).await
+    })
 }
 
 fn fail(error: impl std::fmt::Display) -> ExitCode {

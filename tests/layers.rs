@@ -49,7 +49,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("call pipeline", &["gateway", "tool_search", "reply", "error", "requirements", "call", "explain"]),
-    ("fronts", &["mcp_endpoint", "oauth_endpoint", "proxy", "console", "admin", "server", "demo"]),
+    ("fronts", &["mcp_endpoint", "oauth_endpoint", "proxy", "console", "admin", "admin_client", "server", "demo"]),
 ];
 
 /// Every module's position: (layer, place in the layer).
