@@ -33,6 +33,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "reload",
             "browser",
             "dialect",
+            "integrity",
             "openapi",
             "vault",
             "auth",
