@@ -92,6 +92,14 @@ async fn listing(
     .await
 }
 
+/// The gateway at `admin` holds nothing for review: the scan flagged no
+/// definition it serves (what a false alarm would cost a real catalog).
+async fn nothing_held(admin: SocketAddr, what: &str) {
+    let status = send_with_headers(admin, "GET", "/status", Bytes::new(), &[]).await.json();
+    assert_eq!(status["held_tools"], json!([]), "{what}: tools held for review");
+    assert_eq!(status["tool_changes_pending"], json!(0), "{what}: changes pending");
+}
+
 /// Whether the items hold a tool of each toolkit.
 fn has_toolkits(items: &[Value], toolkits: &[String]) -> bool {
     toolkits.iter().all(|t| items.iter().any(|tool| key_of(tool).split('.').next() == Some(t.as_str())))
@@ -132,10 +140,12 @@ async fn github_tools() -> Vec<Value> {
     .await;
     // Nearly every operation is a tool (tests/openapi_scale.rs says why the
     // others are not). Generous: a debug build on a shared machine reads 13 MB.
-    listing(gw.addr, &[], "GitHub's operations are listed", Duration::from_secs(180), |items| {
+    let tools = listing(gw.addr, &[], "GitHub's operations are listed", Duration::from_secs(180), |items| {
         items.len() * 100 >= operations * 98
     })
-    .await
+    .await;
+    nothing_held(gw.admin, "GitHub's REST description").await;
+    tools
 }
 
 /// The demo's tools (`otc-gateway demo`, its three upstreams up).
@@ -150,15 +160,19 @@ async fn demo_tools() -> Vec<Value> {
     let mut demo = Peer(child);
     let ready = line_after(&mut demo.0, "otc-gateway listening on ", "otc-gateway demo".to_owned()).await;
     // "127.0.0.1:P (admin 127.0.0.1:Q)"
-    let (front, _admin) = ready.split_once(" (admin ").expect("the ready line");
+    let (front, admin) = ready.split_once(" (admin ").expect("the ready line");
     let front: SocketAddr = front.parse().expect("front address");
+    let admin: SocketAddr = admin.trim_end_matches(')').trim().parse().expect("admin address");
     let (_, key) = otc_gateway::demo::DEMO_USER_KEY;
     // The calculator's, the clock's and the notes API's.
     let toolkits = ["Calculator", "Mail", "System", "Notes"].map(str::to_owned);
-    listing(front, &[("oxp-api-key", key)], "the demo's tools are listed", Duration::from_secs(30), |items| {
-        has_toolkits(items, &toolkits)
-    })
-    .await
+    let tools =
+        listing(front, &[("oxp-api-key", key)], "the demo's tools are listed", Duration::from_secs(30), |items| {
+            has_toolkits(items, &toolkits)
+        })
+        .await;
+    nothing_held(admin, "the demo").await;
+    tools
 }
 
 /// The servers of the conformance suite's client scenarios that serve tools,
@@ -229,10 +243,13 @@ async fn conformance_tools() -> Vec<Value> {
     // invalid ones the gateway skips).
     let mut toolkits: Vec<String> = SUITE_SERVERS.iter().map(|(s, _)| s.replace('-', "_")).collect();
     toolkits.push("test".to_owned());
-    listing(gw.addr, &[], "every conformance server's tools are listed", Duration::from_secs(60), |items| {
-        has_toolkits(items, &toolkits)
-    })
-    .await
+    let tools =
+        listing(gw.addr, &[], "every conformance server's tools are listed", Duration::from_secs(60), |items| {
+            has_toolkits(items, &toolkits)
+        })
+        .await;
+    nothing_held(gw.admin, "the conformance suite's servers").await;
+    tools
 }
 
 /// `foreign` as a gateway answers it from a listing: the reference
@@ -394,19 +411,31 @@ async fn published_poisoned_definitions_are_all_caught() {
         ),
     ]))
     .await;
+    // The gateway scans them as it serves them: every poisoned one waits for
+    // review, with what the scan found; the trusted tool is served.
     let gw = GatewayConfig::new().upstream("mail", &mail.url()).upstream("facts", &evil.url()).start().await;
-    let tools = gw.wait_for_tools("both upstreams' tools are listed", |tools| tools.len() == 8).await;
-    let index = index(&tools);
+    gw.wait_for_tool("Mail.Send@1.0.0").await;
+    let changes = wait_within(Duration::from_secs(10), "seven tools held for review", async || {
+        let resp = send_with_headers(gw.admin, "GET", "/changes", Bytes::new(), &[]).await;
+        let changes = resp.json()["changes"].as_array().cloned().unwrap_or_default();
+        if changes.len() == 7 {
+            Ok(changes)
+        } else {
+            Err(resp.text())
+        }
+    })
+    .await;
+    assert_eq!(common::ids(&gw.tools().await), ["Mail.Send@1.0.0"], "only the trusted tool is listed");
+    let change = |id: &str| -> Value {
+        let found = changes.iter().find(|c| c["tool"] == id);
+        found.cloned().unwrap_or_else(|| panic!("{id} is held: {changes:?}"))
+    };
     let findings = |id: &str| -> Vec<(FindingKind, String)> {
-        let tool = common::find_tool(&tools, id).unwrap_or_else(|| panic!("{id} is listed"));
-        scan(tool, &foreign_in(&index, key_of(tool).split('.').next().expect("toolkit")))
-            .into_iter()
-            .map(|f| (f.kind, f.field))
-            .collect()
+        let found: Vec<Finding> = serde_json::from_value(change(id)["findings"].clone()).expect("findings");
+        found.into_iter().map(|f| (f.kind, f.field)).collect()
     };
     let at = |kind, field: &str| (kind, field.to_owned());
     use FindingKind::*;
-    assert_eq!(findings("Mail.Send@1.0.0"), [], "the trusted tool is clean");
     assert_eq!(
         findings("Facts.Add@1.0.0"),
         [at(ModelMarkup, "description"), at(ModelDirective, "description"), at(CredentialRead, "description")]
@@ -431,18 +460,15 @@ async fn published_poisoned_definitions_are_all_caught() {
     );
 
     // What an operator is shown: the hidden message decoded, the shadowed
-    // tool named, nothing raw.
-    let weather = scan(common::find_tool(&tools, "Facts.Weather@1.0.0").expect("listed"), &|_| None);
-    assert!(weather[0].excerpt.contains("Unicode tags spelling: \"Ignore all previous instructions."), "{weather:?}");
-    let add_two = common::find_tool(&tools, "Facts.AddTwo@1.0.0").expect("listed");
-    let shadowing = scan(add_two, &foreign_in(&index, "Facts")).pop().expect("a finding");
-    assert!(
-        shadowing.excerpt.starts_with("Mail.Send: ...") && shadowing.excerpt.contains("Mail_Send"),
-        "{shadowing:?}"
-    );
-    for tool in &tools {
-        for finding in scan(tool, &foreign_in(&index, "Facts")) {
-            assert!(!finding.excerpt.chars().any(|c| c.is_control() || ('\u{e0000}'..='\u{e007f}').contains(&c)));
+    // tool named (the gateway's own reading of its catalog), nothing raw.
+    let weather = &change("Facts.Weather@1.0.0")["findings"][0]["excerpt"];
+    assert!(weather.as_str().unwrap().contains("Unicode tags spelling: \"Ignore all previous instructions."));
+    let shadowing = change("Facts.AddTwo@1.0.0")["findings"][2]["excerpt"].as_str().unwrap().to_owned();
+    assert!(shadowing.starts_with("Mail.Send: ...") && shadowing.contains("Mail_Send"), "{shadowing}");
+    for change in &changes {
+        for finding in change["findings"].as_array().into_iter().flatten() {
+            let excerpt = finding["excerpt"].as_str().unwrap_or_default();
+            assert!(!excerpt.chars().any(|c| c.is_control() || ('\u{e0000}'..='\u{e007f}').contains(&c)));
         }
     }
 }
