@@ -224,6 +224,40 @@ const pages = {
     ];
   },
 
+  async changes(params) {
+    const state = params.get("state") || "pending";
+    const listing = await read("/changes?state=" + encodeURIComponent(state));
+    if (!listing.ok) return [el("h1", {}, "Changes"), el("p", { class: "bad" }, listing.body.message)];
+    const result = el("div", { id: "change-result" });
+    const decide = (change, verdict) => async () => {
+      if (!confirm(`${verdict === "approve" ? "Approve" : "Reject"} the ${change.kind} definition of ${change.tool}?`)) return;
+      const answer = await getJson(`/changes/${encodeURIComponent(change.id)}/${verdict}`,
+        { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ by: "console" }) });
+      result.replaceChildren(el("p", { class: answer.ok ? "result ok" : "result bad" },
+        answer.ok ? `${change.tool}: ${answer.body.state}.` : `${answer.status}: ${answer.body.message}`));
+      if (answer.ok) document.getElementById("change-" + change.id)?.remove();
+    };
+    const states = ["pending", "approved", "rejected", "all"].map((s) =>
+      el("a", { href: "#changes?state=" + s, class: s === state ? "current" : null }, s));
+    return [el("h1", {}, "Changes"),
+      el("p", {}, "Tool definitions that changed after clients saw them, and new ones the scan flagged. ",
+        "Clients keep the approved definition until a change is approved. ", states),
+      tokenInput.value ? null : el("p", {}, "Read-only: type the admin token above to approve or reject."),
+      result,
+      listing.body.changes.length ? null : el("p", { id: "no-changes" }, `No ${state === "all" ? "" : state + " "}changes.`),
+      listing.body.changes.map((change) => el("section", { class: "change", id: "change-" + change.id },
+        el("h2", {}, el("code", {}, change.tool), ` from ${change.upstream}: ${change.kind}, ${change.state}`),
+        el("p", {}, "Seen ", when(change.seen_at * 1000),
+          change.decided_by ? `; ${change.state} by ${change.decided_by} at ${when(change.decided_at * 1000)}` : ""),
+        change.findings.length ? table(["found", "where", "what"], change.findings.map((f) =>
+          [el("span", { class: "bad" }, f.kind), el("code", {}, f.field), f.excerpt])) : el("p", {}, "The scan found nothing."),
+        sideBySide(change.approved, change.proposed),
+        change.state === "pending" ? el("p", {},
+          el("button", { class: "approve", disabled: !tokenInput.value, onclick: decide(change, "approve") }, "Approve"), " ",
+          el("button", { class: "reject", disabled: !tokenInput.value, onclick: decide(change, "reject") }, "Reject")) : null)),
+    ];
+  },
+
   async actions() {
     const result = el("div", { id: "action-result" });
     const reload = el("button", { id: "reload", disabled: !tokenInput.value, onclick: async () => {
@@ -237,6 +271,29 @@ const pages = {
       reload, result];
   },
 };
+
+/** Two definitions side by side, line by line (their JSON), the lines
+ * that differ marked: a longest common subsequence of the lines. */
+function sideBySide(approved, proposed) {
+  const left = approved ? JSON.stringify(approved, null, 2).split("\n").slice(0, 2000) : [];
+  const right = JSON.stringify(proposed, null, 2).split("\n").slice(0, 2000);
+  const common = Array.from({ length: left.length + 1 }, () => new Uint16Array(right.length + 1));
+  for (let i = left.length - 1; i >= 0; i--) {
+    for (let j = right.length - 1; j >= 0; j--) {
+      common[i][j] = left[i] === right[j] ? common[i + 1][j + 1] + 1 : Math.max(common[i + 1][j], common[i][j + 1]);
+    }
+  }
+  const rows = [];
+  let i = 0, j = 0;
+  while (i < left.length || j < right.length) {
+    if (i < left.length && j < right.length && left[i] === right[j]) rows.push([left[i++], right[j++], "same"]);
+    else if (j < right.length && (i === left.length || common[i][j + 1] >= common[i + 1][j])) rows.push(["", right[j++], "added"]);
+    else rows.push([left[i++], "", "removed"]);
+  }
+  return el("table", { class: "diff" },
+    el("tr", {}, el("th", {}, approved ? "approved (shown to clients now)" : "approved: none (a new tool)"), el("th", {}, "proposed")),
+    rows.map(([a, b, kind]) => el("tr", { class: kind }, el("td", {}, el("pre", {}, a)), el("td", {}, el("pre", {}, b)))));
+}
 
 // Renders race (a hash change while a page's data loads): only the latest
 // one writes the page.

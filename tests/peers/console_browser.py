@@ -238,6 +238,26 @@ def operator(args, seen):
         text_present(driver, "#grant-result", "Revoked bob's grant at idp.", "the revocation")
         seen["revoked"] = driver.find_element(By.ID, "grant-result").text
 
+        # Changes: a tool server rewrote Calc.Add's description with markup
+        # aimed at the page and at the model. It is shown as text, side by
+        # side with the approved one, and nothing of it runs; then approved.
+        console_page(driver, admin, "#changes", "#page", "Calc.Add@1.0.0", args, True)
+        page = driver.find_element(By.ID, "page")
+        check("<img src=x onerror=" in page.text, f"the markup is not shown as text:\n{page.text}")
+        check("<IMPORTANT>" in page.text and "model_markup" in page.text, f"the findings:\n{page.text}")
+        check(not page.find_elements(By.CSS_SELECTOR, "img, script:not([src]), important"),
+              "the description's markup became elements")
+        check(driver.title != "pwned", "the description's script ran")
+        check(page.find_elements(By.CSS_SELECTOR, "table.diff tr.added"), "no line marked as proposed")
+        seen["changes"] = page.text
+        _, errors = console_errors(driver)
+        check(not errors, f"changes logged {errors}")
+        approve = wait_for(driver, ec.element_to_be_clickable((By.CSS_SELECTOR, "button.approve")), "the approve button")
+        approve.click()
+        seen["approve_confirm"] = accept(driver)
+        text_present(driver, "#change-result", "approved", "the approval")
+        seen["approved"] = driver.find_element(By.ID, "change-result").text
+
         # Reload, confirmed, with the token.
         driver.get(f"{admin}/#actions")
         reload = wait_for(driver, ec.element_to_be_clickable((By.ID, "reload")), "the reload button")
