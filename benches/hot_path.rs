@@ -14,11 +14,12 @@ use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, Criterion};
 use otc_gateway::auth::Caller;
 use otc_gateway::call::{inject_context, parse_call, render_result, resolve_tool};
-use otc_gateway::catalog::merge::merge;
+use otc_gateway::catalog::merge::{merge, UpstreamTools};
 use otc_gateway::catalog::Catalog;
-use otc_gateway::config::Config;
+use otc_gateway::config::{Config, Review};
 use otc_gateway::dialect::{normalise_catalog, DialectDefaults};
 use otc_gateway::gateway::{Gateway, Generation};
+use otc_gateway::integrity::{Integrity, Modes};
 use otc_gateway::resolve::parse_tool_id;
 use otc_gateway::validate::InputValidator;
 use otc_gateway::wire::{normalise_tool_response, upstream_call_body, CallResult, UpstreamCallRequest};
@@ -40,6 +41,11 @@ BENCH_API_KEY = "env:BENCH_API_KEY"
 
 /// 10,000 tools (100 toolkits of 100), each requiring one secret.
 fn big_catalog(generation: &Generation) -> Catalog {
+    merge(&big_lists(generation), &Default::default(), None)
+}
+
+/// The 10,000 tools as one upstream's last fetch.
+fn big_lists(generation: &Generation) -> Vec<UpstreamTools> {
     let tools: Vec<_> = (0..100)
         .flat_map(|kit| {
             (0..100).map(move |n| {
@@ -57,7 +63,7 @@ fn big_catalog(generation: &Generation) -> Catalog {
     let (tools, skipped) = normalise_catalog(&body, DialectDefaults::default()).expect("a catalog");
     assert!(skipped.is_empty());
     let tools = Arc::new(tools.into_iter().map(Arc::new).collect::<Vec<_>>());
-    merge(&[(generation.upstreams[0].clone(), tools)], &Default::default(), None)
+    vec![(generation.upstreams[0].clone(), tools)]
 }
 
 fn hot_path(c: &mut Criterion) {
@@ -120,5 +126,35 @@ fn hot_path(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, hot_path);
+/// Publishing 10,000 tools after one upstream's catalog changed: merged
+/// alone, and held to their pins (compared by digest, each digest computed
+/// once per fetched definition). A poll that finds a catalog unchanged
+/// publishes nothing, pins or not (`catalog/poll.rs`).
+fn catalog_publish(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+    let config = Config::parse(CONFIG, "bench config").expect("config parses");
+    let gateway = rt.block_on(Gateway::new(config)).expect("gateway builds");
+    let generation = gateway.generation_owned();
+    let lists = big_lists(&generation);
+    let before = Catalog::default();
+    let modes = Modes { pin: Review::Hold, suspicious: Review::Hold };
+    let mut group = c.benchmark_group("publish 10,000 tools");
+    group.sample_size(20);
+    group.bench_function("merge, no pins", |b| b.iter(|| merge(black_box(&lists), &before, None)));
+    let pinned = Integrity::in_memory();
+    merge(&lists, &before, Some((&pinned, modes)));
+    group.bench_function("merge, held to pins (unchanged)", |b| {
+        b.iter(|| merge(black_box(&lists), &before, Some((&pinned, modes))))
+    });
+    group.bench_function("merge, first sight (pinned and scanned)", |b| {
+        b.iter_batched(
+            || (Integrity::in_memory(), big_lists(&generation)),
+            |(first, lists)| merge(&lists, &before, Some((&first, modes))),
+            criterion::BatchSize::LargeInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, hot_path, catalog_publish);
 criterion_main!(benches);

@@ -113,6 +113,14 @@ impl Integrity {
         Ok(Integrity { book: Mutex::new(book), journal, written, writing, republish })
     }
 
+    /// Pins kept in memory only, nothing read or written (benchmarks).
+    pub fn in_memory() -> Integrity {
+        let journal = Journal::File { path: std::path::PathBuf::new(), read_only: true };
+        let (written, writing) = (tokio::sync::Notify::new(), tokio::sync::Mutex::new(()));
+        let republish = Arc::new(tokio::sync::Notify::new());
+        Integrity { book: Mutex::new(PinBook::default()), journal, written, writing, republish }
+    }
+
     fn book(&self) -> MutexGuard<'_, PinBook> {
         self.book.lock().unwrap_or_else(|p| p.into_inner())
     }
