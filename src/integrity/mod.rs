@@ -266,10 +266,10 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 }
 
 /// A tool as an [`Offer`] names it.
-pub(crate) fn tool_key(tool: &CatalogTool, by_name: bool) -> String {
+pub(crate) fn tool_key(tool: &CatalogTool, by_name: bool) -> &str {
     if by_name {
-        tool.key.clone()
+        &tool.key
     } else {
-        tool.definition.id.clone()
+        &tool.definition.id
     }
 }
