@@ -37,7 +37,7 @@ pub(crate) mod reload;
 pub(crate) mod reply;
 pub(crate) mod requirements;
 pub mod resolve;
-pub(crate) mod scrub;
+pub mod scrub;
 pub(crate) mod secret;
 pub mod server;
 pub(crate) mod tool_search;
