@@ -160,11 +160,15 @@ async fn run_resolved_call(
         span: None,
     };
     let forwarded = forward_call(generation, route, granted, request, max_response, span).await;
-    // The upstream's own token is the operator's secret too.
+    // What the gateway injected never reaches the caller, even when a tool
+    // echoes it (before it is stored for duplicates too). The upstream's own
+    // token is the operator's secret too.
     let bearer = forwarded.as_ref().ok().and_then(|(_, _, bearer)| bearer.clone());
+    let mut injected = injected_values(generation, &context);
+    injected.extend(bearer.as_ref().and_then(|b| b.to_str().ok()).map(scrub::credential));
     let mut finished = forwarded.and_then(|(target, forwarded, _)| {
         let took = started.elapsed();
-        let (result, native) = rewrap_response(forwarded, target, call.call_id.clone(), took)?;
+        let (result, native) = rewrap_response(forwarded, target, call.call_id.clone(), took, &injected)?;
         Ok(FinishedCall {
             outcome: if result.success { CallOutcome::Success } else { CallOutcome::ToolError },
             result,
@@ -173,10 +177,6 @@ async fn run_resolved_call(
             native,
         })
     });
-    // What the gateway injected never reaches the caller, even when a tool
-    // echoes it (before it is stored for duplicates too).
-    let mut injected = injected_values(generation, &context);
-    injected.extend(bearer.as_ref().and_then(|b| b.to_str().ok()).and_then(|b| b.strip_prefix("Bearer ")));
     redact_echoes(&mut finished, &injected);
     if let Some(claim) = claim {
         remember_call(claim, &finished).await;
@@ -524,9 +524,9 @@ fn injected_values<'c>(generation: &Generation, context: &'c CallContext) -> Sma
     secrets.chain(tokens).collect()
 }
 
-/// Replaces every injected value the upstream sent back verbatim (in the
-/// tool's value or error, or in the error body it refused the call with)
-/// with [`scrub::REDACTED`].
+/// Replaces every injected value the upstream sent back, in any spelling
+/// `scrub` knows (in the tool's value or error, the error body it refused
+/// the call with, or why it could not be reached) with [`scrub::REDACTED`].
 fn redact_echoes(finished: &mut Result<FinishedCall, RequestError>, injected: &[&str]) {
     if injected.is_empty() {
         return;
@@ -548,6 +548,7 @@ fn redact_echoes(finished: &mut Result<FinishedCall, RequestError>, injected: &[
             }
         }
         Err(RequestError::UpstreamRefused { body, .. }) => scrub::value(body, injected),
+        Err(RequestError::Unavailable { detail, .. }) => _ = scrub::text(detail, injected),
         Err(_) => {}
     }
 }
@@ -617,12 +618,15 @@ pub async fn forward_call<'r>(
 }
 
 /// Re-wrap: the upstream's answer (or failure) as a canonical `CallResult`,
-/// with the upstream's own answer when its protocol gave one.
+/// with the upstream's own answer when its protocol gave one. Its body, when
+/// it is passed on as text, is cut to [`SNIPPET`] characters after the
+/// `injected` values are scrubbed from it.
 pub fn rewrap_response(
     forwarded: Result<UpstreamReply, ForwardError>,
     target: &Target,
     call_id: String,
     took: Duration,
+    injected: &[&str],
 ) -> Result<(CallResult, Option<Native>), RequestError> {
     // Milliseconds, to the microsecond: more digits are noise.
     let elapsed_ms = (took.as_secs_f64() * 1_000_000.0).round() / 1000.0;
@@ -655,7 +659,7 @@ pub fn rewrap_response(
             Ok(r) => Ok(finished(r)),
             Err(e) => Ok(failed(
                 "The tool server gave an answer the gateway could not read",
-                format!("upstream {upstream}: {e}; body starts {}", snippet(&reply.body)),
+                format!("upstream {upstream}: {e}; body starts {}", scrub::excerpt(&reply.body, injected, SNIPPET)),
                 false,
             )),
         },
@@ -663,13 +667,16 @@ pub fn rewrap_response(
             Ok(body @ Value::Object(_)) => Err(RequestError::UpstreamRefused { status, body }),
             _ => Ok(failed(
                 "The tool server refused the call",
-                format!("upstream {upstream} answered HTTP {status}: {}", snippet(&reply.body)),
+                format!(
+                    "upstream {upstream} answered HTTP {status}: {}",
+                    scrub::excerpt(&reply.body, injected, SNIPPET)
+                ),
                 false,
             )),
         },
         status => Ok(failed(
             "The tool server failed while handling the call",
-            format!("upstream {upstream} answered HTTP {status}: {}", snippet(&reply.body)),
+            format!("upstream {upstream} answered HTTP {status}: {}", scrub::excerpt(&reply.body, injected, SNIPPET)),
             matches!(status, 502..=504),
         )),
     };
@@ -681,11 +688,8 @@ pub fn render_result(result: &CallResult) -> Bytes {
     Bytes::from(wire::call_response_body(result))
 }
 
-/// The start of a body, for a developer message: bounded and printable.
-fn snippet(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
-    text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
-}
+/// The most of an upstream's body a developer message shows (characters).
+pub const SNIPPET: usize = 200;
 
 #[cfg(test)]
 mod tests {

@@ -34,6 +34,9 @@ pub(crate) struct Prepared {
     /// Whether a credential set `Authorization` (the upstream's own
     /// `bearer_token` then stays out).
     pub(crate) sets_authorization: bool,
+    /// The credentials the request carries, as sent (a basic scheme's
+    /// base64 too): what the answer's excerpt must not show.
+    pub(crate) sent: Vec<String>,
 }
 
 /// Why a request could not be built from the input. Messages name
@@ -104,6 +107,7 @@ pub(crate) fn prepare(
         }
     }
     let mut sets_authorization = false;
+    let mut sent = Vec::new();
     for credential in &operation.credentials {
         let secret = match &credential.source {
             SecuritySource::Secret(id) => context.secrets.iter().find(|s| &s.id == id).map(|s| s.value.as_str()),
@@ -118,6 +122,7 @@ pub(crate) fn prepare(
             value.set_sensitive(true);
             Ok(value)
         };
+        sent.push(secret.to_owned());
         match &credential.kind {
             SchemeKind::ApiKey { location: KeyLocation::Header, name } => {
                 let name = HeaderName::try_from(name.as_str()).map_err(|_| bad())?;
@@ -138,6 +143,7 @@ pub(crate) fn prepare(
                 sets_authorization = true;
                 let encoded = base64::engine::general_purpose::STANDARD.encode(secret.as_bytes());
                 headers.push((AUTHORIZATION, header(format!("Basic {encoded}"))?));
+                sent.push(encoded);
             }
         }
     }
@@ -157,7 +163,7 @@ pub(crate) fn prepare(
         path_and_query.push('?');
         path_and_query.push_str(&query.join("&"));
     }
-    Ok(Prepared { path_and_query, headers, body, sets_authorization })
+    Ok(Prepared { path_and_query, headers, body, sets_authorization, sent })
 }
 
 /// The body and its `Content-Type`, when the operation takes one and the
