@@ -13,6 +13,7 @@ use semver::Version;
 use serde_json::{Map, Value};
 
 use crate::resolve::{is_id_part, is_tool_key, parse_tool_version};
+use crate::url_path::PathInput;
 use crate::validate::{InputValidator, WHOLE_INPUT};
 use crate::wire::{RawJson, Requirements, ToolDefinition};
 
@@ -41,6 +42,9 @@ pub struct CatalogTool {
     /// `openWorldHint`, and any other member); `None` for OTC upstreams and
     /// for MCP tools without one.
     pub annotations: Option<Value>,
+    /// The inputs an OpenAPI operation sends as path segments: each must
+    /// stay in its segment ([`PathInput::refusal`]); empty for other tools.
+    pub path_inputs: Vec<PathInput>,
     /// The compiled input_schema, once the tool has been called (`None`:
     /// it did not compile, which the catalog check makes unexpected).
     validator: OnceLock<Option<InputValidator>>,
@@ -59,11 +63,24 @@ impl CatalogTool {
     pub fn check_input(&self, input: &Value) -> Result<(), BTreeMap<String, String>> {
         let validator =
             self.validator.get_or_init(|| InputValidator::compile(&self.definition.input_schema.to_value()).ok());
-        match validator {
-            Some(validator) => validator.check(input),
+        let mut errors = match validator {
+            Some(validator) => validator.check(input).err().unwrap_or_default(),
             None => {
-                Err(BTreeMap::from([(WHOLE_INPUT.to_owned(), "the tool's input_schema does not compile".to_owned())]))
+                return Err(BTreeMap::from([(
+                    WHOLE_INPUT.to_owned(),
+                    "the tool's input_schema does not compile".to_owned(),
+                )]))
             }
+        };
+        for path_input in &self.path_inputs {
+            if let Some(why) = path_input.refusal(input) {
+                errors.entry(path_input.name.clone()).or_insert_with(|| why.to_owned());
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
         }
     }
 }
@@ -172,7 +189,15 @@ pub(crate) fn normalise_tool(item: Value, defaults: DialectDefaults<'_>) -> Resu
         output_schema: obj.remove("output_schema").map_or_else(RawJson::null, |schema| RawJson::from_value(&schema)),
         requirements,
     };
-    Ok(CatalogTool { key, version, definition, upstream_id, annotations: None, validator: OnceLock::new() })
+    Ok(CatalogTool {
+        key,
+        version,
+        definition,
+        upstream_id,
+        annotations: None,
+        path_inputs: Vec::new(),
+        validator: OnceLock::new(),
+    })
 }
 
 /// Splits a published id into `Toolkit.Name` and its version, completing a

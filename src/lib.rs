@@ -43,6 +43,7 @@ pub mod server;
 pub(crate) mod tool_search;
 pub(crate) mod trace;
 pub(crate) mod upstream;
+pub mod url_path;
 pub mod validate;
 pub mod vault;
 pub mod wire;

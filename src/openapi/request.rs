@@ -1,7 +1,9 @@
 //! A call's HTTP request, built from its operation's plan and the validated
 //! input: path parameters each percent-encoded as exactly one segment (a
-//! value such as `../admin` or `a/b?c` never changes the path or the
-//! query), query parameters by their `style` and `explode`, headers,
+//! value such as `a/b?c` never changes the path or the query; one that a
+//! proxy would decode to a dot segment or a separator, `..` or `%2F`, was
+//! refused by validation, `url_path.rs`, and a path that reads as one once
+//! filled in is refused here), query parameters by their `style` and `explode`, headers,
 //! cookies, a JSON or text body; and the credentials of the operation's
 //! security, taken from what the gateway injected into the call's context.
 //!
@@ -16,6 +18,7 @@ use serde_json::{Map, Value};
 
 use super::plan::{BodyShape, KeyLocation, Location, Operation, PathPart, SchemeKind, Style};
 use crate::config::SecuritySource;
+use crate::url_path::has_dot_segment;
 use crate::wire::CallContext;
 
 /// Everything but RFC 3986's unreserved characters is percent-encoded.
@@ -55,6 +58,11 @@ pub(crate) enum BuildError {
     /// A credential the call should carry was not injected.
     #[error("the security scheme {0:?} has no value in the call's context")]
     MissingCredential(String),
+    /// The path, its parameters filled in, reads as a dot segment (a value
+    /// beside a literal: `..{p}` with `;`), which a proxy would resolve out
+    /// of `url`'s path. Validation refuses the values alone.
+    #[error("the path, filled in, would have a . or .. segment once decoded")]
+    DotSegment,
 }
 
 /// Builds the request for one call.
@@ -79,6 +87,9 @@ pub(crate) fn prepare(
                 path.push_str(&segment);
             }
         }
+    }
+    if has_dot_segment(&path) {
+        return Err(BuildError::DotSegment);
     }
     let mut query: Vec<String> = Vec::new();
     let mut headers: Vec<(HeaderName, HeaderValue)> = Vec::new();
@@ -332,17 +343,27 @@ mod tests {
             vec![param("id", Location::Path, Style::Simple, false)],
         );
         for (value, expected) in [
-            ("../admin", "/books/..%2Fadmin/cover"),
-            ("a/b?c", "/books/a%2Fb%3Fc/cover"),
-            ("%2F", "/books/%252F/cover"),
-            ("..", "/books/%2E%2E/cover"),
-            (".", "/books/%2E/cover"),
+            ("a?b", "/books/a%3Fb/cover"),
+            ("%zz", "/books/%25zz/cover"),
+            ("...", "/books/%2E%2E%2E/cover"),
             ("a#b c", "/books/a%23b%20c/cover"),
             ("ünï", "/books/%C3%BCn%C3%AF/cover"),
         ] {
             let built = prepare(&operation, &input(json!({"id": value})), &CallContext::default()).expect("built");
             assert_eq!(built.path_and_query, expected, "{value}");
         }
+        // Validation refuses these; should one get here, it is not sent.
+        for value in ["..", "%2e%2e", "..;"] {
+            let e = prepare(&operation, &input(json!({"id": value})), &CallContext::default()).expect_err(value);
+            assert!(matches!(e, BuildError::DotSegment), "{value}");
+        }
+        // A value beside a literal that makes a dot segment with it.
+        let beside = op(
+            vec![PathPart::Literal("/books/..".into()), PathPart::Param("id".into())],
+            vec![param("id", Location::Path, Style::Simple, false)],
+        );
+        let e = prepare(&beside, &input(json!({"id": ";x"})), &CallContext::default()).expect_err("..;x");
+        assert!(matches!(e, BuildError::DotSegment));
         for missing in [json!({}), json!({"id": ""}), json!({"id": null})] {
             let e = prepare(&operation, &input(missing), &CallContext::default()).expect_err("empty");
             assert!(matches!(e, BuildError::EmptyPath(_)));
