@@ -41,7 +41,7 @@ mod channel;
 mod transport;
 
 use channel::{client_info, unsupported};
-use transport::{is_event_stream, read_limited, serialise, snippet, Posted};
+use transport::{credential, is_event_stream, read_limited, serialise, snippet, without_sent, Posted};
 
 pub use changes::{ToolListEvent, WatchEnd, WatchSettings};
 
@@ -522,7 +522,10 @@ fn judge_refusal(status: u16, answered: &Value, id: u64, error: ErrorObject) -> 
 /// the body's start (without the credential `sent`).
 fn refusal(status: StatusCode, body: &[u8], sent: Option<&str>) -> McpError {
     match Message::from_slice(body) {
-        Ok(Message::Error { id, error }) => McpError::Refused { status: status.as_u16(), id, error },
+        Ok(Message::Error { id, mut error }) => {
+            without_sent(&mut error, sent);
+            McpError::Refused { status: status.as_u16(), id, error }
+        }
         _ => McpError::Status { status: status.as_u16(), body: snippet(body, sent) },
     }
 }
@@ -564,6 +567,12 @@ mod tests {
         assert!(matches!(refusal(StatusCode::BAD_REQUEST, b"<html>", None), McpError::Status { status: 400, .. }));
         let body = br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32020,"message":"no"}}"#;
         assert!(matches!(refusal(StatusCode::BAD_REQUEST, body, None), McpError::Refused { status: 400, .. }));
+        // Its words never carry the token it was sent, in any spelling.
+        let body = br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32001,"message":"tok\\/en-4b8e2d17?","data":{"t":"tok%2Fen-4b8e2d17"}}}"#;
+        let McpError::Refused { error, .. } = refusal(StatusCode::UNAUTHORIZED, body, Some("tok/en-4b8e2d17")) else {
+            panic!("a refusal");
+        };
+        assert_eq!((error.message.as_str(), error.data), ("[redacted]?", Some(json!({"t": "[redacted]"}))));
         // The token the exchange sent, echoed across the cut, escaped.
         let echo = format!("{}Bearer tok\\/en-4b8e2d17", "x".repeat(190));
         let McpError::Status { body, .. } = refusal(StatusCode::UNAUTHORIZED, echo.as_bytes(), Some("tok/en-4b8e2d17"))

@@ -34,7 +34,6 @@ use crate::dialect::{CatalogShapeError, CatalogTool, Skipped};
 use crate::mcp::client::{result_type, Exchange, McpClient, McpError, ToolListEvent, WatchSettings};
 use crate::mcp::mapping::{self, MappingSettings};
 use crate::mcp::v2026_07_28::{ClientAsk, MISSING_REQUIRED_CLIENT_CAPABILITY};
-use crate::scrub;
 use crate::wire::{self, CallContext, UpstreamResult};
 
 /// An MCP upstream's client, and whose token it is sent.
@@ -72,18 +71,15 @@ impl McpUpstream {
             passthrough: None,
             span: None,
         };
-        // What the server said goes to /status and the log: never with the
-        // token it was sent.
-        let said = |detail: String| without_credential(authorization.as_ref(), detail);
         let tools = self.client.list_tools(exchange).await.map_err(|e| match e {
-            McpError::Connect(detail) => FetchError::Unreachable(said(detail)),
+            McpError::Connect(detail) => FetchError::Unreachable(detail),
             McpError::Timeout(_) => FetchError::Timeout(timeout),
             McpError::Status { status, .. } => FetchError::Status(status),
             McpError::TooLarge(limit) => FetchError::TooLarge(limit),
             McpError::Initialize(inner) if matches!(*inner, McpError::Connect(_)) => {
-                FetchError::Unreachable(said(inner.to_string()))
+                FetchError::Unreachable(inner.to_string())
             }
-            other => FetchError::Protocol(said(format!("MCP tools/list: {other}"))),
+            other => FetchError::Protocol(format!("MCP tools/list: {other}")),
         })?;
         let body = json!({ "tools": tools }).to_string();
         if body.len() > max_bytes {
@@ -183,7 +179,7 @@ impl McpUpstream {
             Err(McpError::Rpc(error)) => {
                 Ok(UpstreamReply::Result(mapping::rpc_error(error.code, &error.message, error.data.as_ref())))
             }
-            Err(e) => failure(upstream, e, authorization.as_ref()),
+            Err(e) => failure(upstream, e),
         }
     }
 }
@@ -212,22 +208,15 @@ fn user_bearer(context: &CallContext, provider: &str) -> Option<HeaderValue> {
     Some(value)
 }
 
-/// A failed exchange in the error taxonomy of the re-wrap step. What the
-/// server said never carries the credential it was sent (`authorization`),
-/// in any spelling: the detail is logged and may reach the caller.
-fn failure(
-    upstream: &Upstream,
-    error: McpError,
-    authorization: Option<&HeaderValue>,
-) -> Result<UpstreamReply, ForwardError> {
+/// A failed exchange in the error taxonomy of the re-wrap step.
+fn failure(upstream: &Upstream, error: McpError) -> Result<UpstreamReply, ForwardError> {
     let name = upstream.name.to_string();
-    let said = |detail: String| without_credential(authorization, detail);
     match error {
-        McpError::Connect(detail) => Err(ForwardError::Connect { upstream: name, detail: said(detail) }),
-        e @ McpError::Initialize(_) => Err(ForwardError::Connect { upstream: name, detail: said(e.to_string()) }),
+        McpError::Connect(detail) => Err(ForwardError::Connect { upstream: name, detail }),
+        e @ McpError::Initialize(_) => Err(ForwardError::Connect { upstream: name, detail: e.to_string() }),
         McpError::Timeout(_) => Err(ForwardError::Timeout { upstream: name, timeout: upstream.call_timeout }),
         McpError::TooLarge(limit) => Err(ForwardError::TooLarge { upstream: name, limit }),
-        McpError::Broken(detail) => Err(ForwardError::Broken { upstream: name, detail: said(detail) }),
+        McpError::Broken(detail) => Err(ForwardError::Broken { upstream: name, detail }),
         // Not JSON, so the re-wrap step never passes an MCP error body on as
         // an OTC 400/422 body; 502-504 stay retryable.
         McpError::Status { status, body } => Ok(UpstreamReply::Http(HttpResponse {
@@ -241,16 +230,9 @@ fn failure(
             value: None,
             error: Some(wire::tool_error(
                 "The tool server gave an answer the gateway could not read",
-                &said(format!("upstream {name}: {other}")),
+                &format!("upstream {name}: {other}"),
                 false,
             )),
         })),
     }
-}
-
-/// `detail` without the credential of `authorization`, in any spelling.
-fn without_credential(authorization: Option<&HeaderValue>, mut detail: String) -> String {
-    let sent = authorization.and_then(|a| a.to_str().ok()).map(scrub::credential);
-    scrub::text(&mut detail, sent.as_slice());
-    detail
 }

@@ -67,7 +67,7 @@ impl McpClient {
         if status == StatusCode::ACCEPTED {
             return Err(McpError::Protocol("answered 202 Accepted to a request".into()));
         }
-        let message = if is_stream {
+        let mut message = if is_stream {
             self.read_stream(response.into_body(), answer_with, expect, exchange, deadline).await?
         } else {
             let body = read_limited(response.into_body(), exchange.max_bytes, deadline, exchange.timeout).await?;
@@ -79,6 +79,9 @@ impl McpClient {
             }
             message
         };
+        if let Message::Error { error, .. } = &mut message {
+            without_sent(error, sent(&exchange));
+        }
         Ok(Posted { message: Some(message), session_id })
     }
 
@@ -225,5 +228,19 @@ pub(super) fn snippet(body: &[u8], sent: Option<&str>) -> String {
 /// The credential an exchange sends in `Authorization`, which no error
 /// made from the server's answer may show.
 pub(super) fn sent<'e>(exchange: &Exchange<'e>) -> Option<&'e str> {
-    exchange.authorization.and_then(|a| a.to_str().ok()).map(scrub::credential)
+    credential(exchange.authorization)
+}
+
+/// The credential of an `Authorization` header.
+pub(super) fn credential(authorization: Option<&HeaderValue>) -> Option<&str> {
+    authorization.and_then(|a| a.to_str().ok()).map(scrub::credential)
+}
+
+/// A server's error without the credential it was sent (`sent`), in any
+/// spelling: its words are logged, kept in `/status` and passed on.
+pub(super) fn without_sent(error: &mut ErrorObject, sent: Option<&str>) {
+    scrub::text(&mut error.message, sent.as_slice());
+    if let Some(data) = &mut error.data {
+        scrub::value(data, sent.as_slice());
+    }
 }
