@@ -127,7 +127,7 @@ fn hot_path(c: &mut Criterion) {
     let secrets = ["bench-secret-value", "tok-user-2f9c41d0a7"];
     let plain = r#"{"city":"Lisbon","forecast":[{"day":"Mon","high":24,"low":16,"sky":"sunny"},{"day":"Tue","high":22,"low":15,"sky":"cloudy"},{"day":"Wed","high":21,"low":14,"sky":"rain"}],"source":"met office","units":"metric","updated":"2026-05-01T10:00:00Z"}"#;
     let with_url = plain.replace("met office", "https://example.org/search?q=Lisbon%20weather&lang=en");
-    let with_escapes = plain.replace("met office", "met office\nfirst line\nsecond line");
+    let with_escapes = plain.replace("met office", r"met office\nfirst line\nsecond line");
     for (name, text) in [("plain", plain.to_owned()), ("with a URL", with_url), ("with escapes", with_escapes)] {
         let mut answer: RawJson = serde_json::from_str(&text).expect("an answer");
         c.bench_function(&format!("scrub raw_json ({name}, no copy)"), |b| {
