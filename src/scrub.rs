@@ -53,12 +53,13 @@ pub fn raw_json(raw: &mut RawJson, secrets: &[&str]) {
     if !secrets.iter().any(looked_for) {
         return;
     }
-    // Most answers hold no escape, no `%` and no copy: a scan of the text
-    // says so. Any other is read, and its strings searched.
+    // Without a JSON escape, the text's strings are as they are written in
+    // it: a search of the text finds every copy they hold (and perhaps one
+    // across two strings, which reading it then rules out). Most answers
+    // hold no escape and no copy; any other is read, and its strings
+    // searched.
     let text = raw.get();
-    if !may_be_spelled(text.as_bytes(), secrets)
-        && !secrets.iter().copied().filter(looked_for).any(|s| text.contains(s))
-    {
+    if memchr::memchr(b'\\', text.as_bytes()).is_none() && copies(text, secrets).is_empty() {
         return;
     }
     let Ok(mut parsed) = serde_json::from_str::<Value>(text) else { return };
