@@ -16,7 +16,9 @@
 //! - a segment read up to its first `;` (Tomcat drops path parameters:
 //!   `..;x` is `..`), `?`, `#` or NUL.
 //!
-//! `...` is a name, not a dot segment, and stays allowed.
+//! `...` is a name, not a dot segment, and stays allowed. A value declared
+//! `allowReserved` may hold `/` ([`segments_refusal`]): each of its
+//! segments is held to the same rule.
 
 use percent_encoding::percent_decode_str;
 use serde_json::Value;
@@ -33,6 +35,9 @@ pub struct PathInput {
     /// Sent as its JSON text (a parameter with `content: application/json`)
     /// rather than its value's text.
     pub json: bool,
+    /// Declared `allowReserved`: a `/` is sent as it is, so the value may
+    /// span segments, none of which may be a dot segment.
+    pub reserved: bool,
 }
 
 impl PathInput {
@@ -44,12 +49,11 @@ impl PathInput {
         if self.json {
             return segment_refusal(&value.to_string());
         }
+        let refusal = |text: &str| if self.reserved { segments_refusal(text) } else { segment_refusal(text) };
         match value {
-            Value::Array(items) => items.iter().find_map(|item| segment_refusal(&scalar(item))),
-            Value::Object(fields) => {
-                fields.iter().find_map(|(k, v)| segment_refusal(k).or_else(|| segment_refusal(&scalar(v))))
-            }
-            other => segment_refusal(&scalar(other)),
+            Value::Array(items) => items.iter().find_map(|item| refusal(&scalar(item))),
+            Value::Object(fields) => fields.iter().find_map(|(k, v)| refusal(k).or_else(|| refusal(&scalar(v)))),
+            other => refusal(&scalar(other)),
         }
     }
 }
@@ -62,6 +66,21 @@ pub fn segment_refusal(text: &str) -> Option<&'static str> {
             refusal = Some("cannot hold / or \\ in a path, as written or percent-encoded");
         } else if is_dot_segment(reading) {
             refusal = Some("cannot be . or .. in a path, as written or percent-encoded");
+        }
+        refusal.is_none()
+    });
+    refusal.or((!complete).then_some("cannot be percent-encoded this many times over in a path"))
+}
+
+/// Why `text`, sent as segments separated by its `/` (reserved expansion),
+/// could leave them, or `None`: a `\` or a dot segment in any reading.
+pub fn segments_refusal(text: &str) -> Option<&'static str> {
+    let mut refusal = None;
+    let complete = readings(text, |reading| {
+        if reading.contains('\\') {
+            refusal = Some("cannot hold \\ in a path, as written or percent-encoded");
+        } else if reading.split('/').any(is_dot_segment) {
+            refusal = Some("cannot have a . or .. segment in a path, as written or percent-encoded");
         }
         refusal.is_none()
     });
@@ -253,7 +272,7 @@ mod tests {
 
     #[test]
     fn inputs_are_read_as_their_style_writes_them() {
-        let simple = PathInput { name: "id".into(), json: false };
+        let simple = PathInput { name: "id".into(), json: false, reserved: false };
         assert!(simple.refusal(&json!({"id": ".."})).is_some());
         assert!(simple.refusal(&json!({"id": ["a", ".."]})).is_some(), "an item");
         assert!(simple.refusal(&json!({"id": {"a/b": "x"}})).is_some(), "a key");
@@ -261,8 +280,16 @@ mod tests {
         assert_eq!(simple.refusal(&json!({"id": 12})), None);
         assert_eq!(simple.refusal(&json!({"other": ".."})), None, "not this input");
         assert_eq!(simple.refusal(&json!({"id": null})), None);
-        let as_json = PathInput { name: "f".into(), json: true };
+        let as_json = PathInput { name: "f".into(), json: true, reserved: false };
         assert!(as_json.refusal(&json!({"f": {"a": "/../x"}})).is_some(), "the JSON text holds a /");
         assert_eq!(as_json.refusal(&json!({"f": {"a": ".."}})), None, "quoted: never a segment of its own");
+        // allowReserved: several segments, none a dot segment.
+        let reserved = PathInput { name: "path".into(), json: false, reserved: true };
+        for fine in ["docs/README.md", "a/.../b", "src/.github/x"] {
+            assert_eq!(reserved.refusal(&json!({ "path": fine })), None, "{fine}");
+        }
+        for climbing in ["../x", "a/../../b", "a/%2e%2e/b", "a%2F..%2Fb", "a/..;/b", "a\\b", "a/./b", "a/．．/b"] {
+            assert!(reserved.refusal(&json!({ "path": climbing })).is_some(), "{climbing}");
+        }
     }
 }

@@ -421,11 +421,15 @@ async fn behind_a_normalising_proxy_the_key_never_leaves_the_base_path() {
                        "responses": {"200": {"description": "ok"}}}})
     };
     let segment = json!([{"name": "segment", "in": "path", "required": true, "schema": {"type": "string"}}]);
+    // A file path: reserved expansion keeps its `/`.
+    let path = json!([{"name": "path", "in": "path", "required": true, "allowReserved": true,
+                       "schema": {"type": "string"}}]);
     let document = json!({
         "openapi": "3.1.0",
         "info": {"title": "Edge", "version": "1.0.0"},
         "paths": {
             "/echo/{segment}": op("echo", segment),
+            "/files/{path}": op("file", path),
             "/%2e%2e/admin": op("climbEncoded", json!([])),
             "/%252E%252E/admin": op("climbTwice", json!([])),
             "/..;/admin": op("climbTomcat", json!([])),
@@ -433,12 +437,12 @@ async fn behind_a_normalising_proxy_the_key_never_leaves_the_base_path() {
         },
         "components": {"securitySchemes": {"Key": {"type": "apiKey", "in": "header", "name": "X-API-Key"}}},
     });
-    let path = temp_file("edge", "json", &document.to_string());
+    let document = temp_file("edge", "json", &document.to_string());
     let edge = format!(
         "[[upstreams]]\nname = \"edge\"\nprotocol = \"openapi\"\nurl = \"http://{}/base\"\nspec = \"file:{}\"\n\
          secrets = [\"HEADER_KEY\"]\nsecurity = {{ Key = {{ secret = \"HEADER_KEY\" }} }}\n",
         nginx.addr,
-        path.display()
+        document.display()
     );
     let gw = start(&library, ALL_SECRETS, &edge).await;
     gw.wait_for_tool("Edge.Echo@1.0.0").await;
@@ -449,7 +453,7 @@ async fn behind_a_normalising_proxy_the_key_never_leaves_the_base_path() {
         let entry = entry.unwrap_or_default();
         assert!(entry.contains(". or .. segment once decoded"), "{climb}: {skipped}");
     }
-    assert_eq!(common::ids(&gw.tools().await).iter().filter(|i| i.starts_with("Edge.")).count(), 1);
+    assert_eq!(common::ids(&gw.tools().await).iter().filter(|i| i.starts_with("Edge.")).count(), 2);
 
     // A caller's values that would climb: refused, naming the parameter,
     // through both fronts; nothing is sent.
@@ -471,12 +475,18 @@ async fn behind_a_normalising_proxy_the_key_never_leaves_the_base_path() {
         "．．",
     ];
     for value in climbing {
-        let resp = call_as(&gw, Some(ALICE_KEY), "Edge.Echo", json!({"segment": value})).await;
-        assert_eq!(resp.status, 422, "{value}: {}", resp.text());
-        assert!(resp.parameter_errors().contains_key("segment"), "{value}: {}", resp.text());
+        for (tool, name) in [("Edge.Echo", "segment"), ("Edge.File", "path")] {
+            let resp = call_as(&gw, Some(ALICE_KEY), tool, json!({ name: value })).await;
+            assert_eq!(resp.status, 422, "{tool} {value}: {}", resp.text());
+            assert!(resp.parameter_errors().contains_key(name), "{tool} {value}: {}", resp.text());
+        }
         let result = mcp_call(&gw, Some(BOB_KEY), "Edge_Echo", json!({"segment": value})).await;
         assert_eq!(result["isError"], true, "{value}: {result}");
         assert!(result.to_string().contains("segment"), "{value}: {result}");
+    }
+    for value in ["docs/../../admin", "docs/%2e%2e/%2e%2e/admin", "a/..;/..;/admin"] {
+        let resp = call_as(&gw, Some(ALICE_KEY), "Edge.File", json!({"path": value})).await;
+        assert_eq!(resp.status, 422, "{value}: {}", resp.text());
     }
     assert!(library.log().await.is_empty(), "nothing was sent: {:?}", library.log().await);
     // Values that stay in their segment go through, with the key, to the base.
@@ -484,14 +494,18 @@ async fn behind_a_normalising_proxy_the_key_never_leaves_the_base_path() {
         let got = value(&gw, "Edge.Echo", json!({"segment": segment})).await;
         assert_eq!(got["segment"], segment, "{got}");
     }
+    for path in ["docs/a.md", "a/.../b"] {
+        let got = value(&gw, "Edge.File", json!({"path": path})).await;
+        assert_eq!(got["path"], path, "{got}");
+    }
     let sent = library.log().await;
-    assert_eq!(sent.len(), 4, "{sent:?}");
+    assert_eq!(sent.len(), 6, "{sent:?}");
     for request in &sent {
         assert_eq!(request["has_api_key"], true, "{request}");
         let raw = request["raw_path"].as_str().unwrap_or_default();
-        assert!(raw.starts_with("/base/echo/"), "the key went outside the base: {request}");
+        assert!(raw.starts_with("/base/echo/") || raw.starts_with("/base/files/"), "outside the base: {request}");
     }
-    let _ = std::fs::remove_file(path);
+    let _ = std::fs::remove_file(document);
 }
 
 /// A careless API answers 500 repeating the key it was given, in each

@@ -77,10 +77,10 @@ pub(crate) fn prepare(
             PathPart::Literal(text) => path.push_str(text),
             PathPart::Param(name) => {
                 let param = operation.params.iter().find(|p| p.location == Location::Path && &p.name == name);
-                let (style, explode, json) =
-                    param.map_or((Style::Simple, false, false), |p| (p.style, p.explode, p.json));
+                let (style, explode, json, reserved) =
+                    param.map_or((Style::Simple, false, false, false), |p| (p.style, p.explode, p.json, p.reserved));
                 let value = input.get(name).filter(|v| !v.is_null());
-                let segment = value.map(|v| path_value(name, v, style, explode, json)).unwrap_or_default();
+                let segment = value.map(|v| path_value(name, v, style, explode, json, reserved)).unwrap_or_default();
                 if segment.is_empty() {
                     return Err(BuildError::EmptyPath(name.clone()));
                 }
@@ -214,13 +214,22 @@ fn body(operation: &Operation, input: &Map<String, Value>) -> Result<Option<(Hea
 
 /// A path parameter's segment, every character that could end the
 /// segment or start a query percent-encoded. A value made of dots only
-/// (`.`, `..`) is encoded too, so it is never a dot segment.
-fn path_value(name: &str, value: &Value, style: Style, explode: bool, json: bool) -> String {
-    let encode_segment = |text: &str| {
+/// (`.`, `..`) is encoded too, so it is never a dot segment. With
+/// `reserved` (`allowReserved`), `/` is sent as it is and each piece
+/// between is encoded so.
+fn path_value(name: &str, value: &Value, style: Style, explode: bool, json: bool, reserved: bool) -> String {
+    let encode_piece = |text: &str| {
         if !text.is_empty() && text.bytes().all(|b| b == b'.') {
             "%2E".repeat(text.len())
         } else {
             encode(text)
+        }
+    };
+    let encode_segment = |text: &str| {
+        if reserved {
+            text.split('/').map(encode_piece).collect::<Vec<_>>().join("/")
+        } else {
+            encode_piece(text)
         }
     };
     if json {
@@ -329,7 +338,7 @@ mod tests {
     }
 
     fn param(name: &str, location: Location, style: Style, explode: bool) -> Param {
-        Param { name: name.into(), location, style, explode, json: false }
+        Param { name: name.into(), location, style, explode, json: false, reserved: false }
     }
 
     fn input(value: Value) -> Map<String, Value> {
@@ -368,6 +377,23 @@ mod tests {
             let e = prepare(&operation, &input(missing), &CallContext::default()).expect_err("empty");
             assert!(matches!(e, BuildError::EmptyPath(_)));
         }
+    }
+
+    #[test]
+    fn reserved_path_values_keep_their_slashes_and_nothing_else() {
+        let mut path = param("path", Location::Path, Style::Simple, false);
+        path.reserved = true;
+        let operation = op(vec![PathPart::Literal("/files/".into()), PathPart::Param("path".into())], vec![path]);
+        for (value, expected) in [
+            ("docs/README.md", "/files/docs/README.md"),
+            ("a b/c?d#e/%2F", "/files/a%20b/c%3Fd%23e/%252F"),
+            ("a/.../b", "/files/a/%2E%2E%2E/b"),
+        ] {
+            let built = prepare(&operation, &input(json!({"path": value})), &CallContext::default()).expect("built");
+            assert_eq!(built.path_and_query, expected, "{value}");
+        }
+        let e = prepare(&operation, &input(json!({"path": "a/../b"})), &CallContext::default()).expect_err("..");
+        assert!(matches!(e, BuildError::DotSegment));
     }
 
     #[test]

@@ -134,7 +134,7 @@ pub(crate) fn import(body: &[u8], settings: ImportSettings<'_>) -> Result<Import
                             .params
                             .iter()
                             .filter(|p| p.location == Location::Path)
-                            .map(|p| PathInput { name: p.name.clone(), json: p.json })
+                            .map(|p| PathInput { name: p.name.clone(), json: p.json, reserved: p.reserved })
                             .collect();
                         imported.operations.insert(operation.label.clone(), Arc::new(operation));
                         imported.tools.push(tool);
@@ -460,6 +460,9 @@ fn parameter(resolver: &Resolver<'_>, item: &Value) -> Result<Option<(Param, Val
         (Some(style), _) => return Err(format!("parameter {name:?}: style {style:?} is not supported there")),
     };
     let explode = item.get("explode").and_then(Value::as_bool).unwrap_or(style == Style::Form);
+    // Reserved expansion is honoured in a path only (a query's value is
+    // always encoded), and only for `/`.
+    let reserved = location == Location::Path && item.get("allowReserved") == Some(&Value::Bool(true));
     let mut budget = Budget::new(INPUT_BUDGET);
     let (schema, json) = match (item.get("schema"), item.get("content")) {
         (Some(schema), _) => (resolver.for_requests().schema(schema, &mut budget)?, false),
@@ -476,7 +479,8 @@ fn parameter(resolver: &Resolver<'_>, item: &Value) -> Result<Option<(Param, Val
     };
     let schema = describe(schema, item.get("description"), item.get("deprecated"));
     let is_required = location == Location::Path || item.get("required") == Some(&Value::Bool(true));
-    Ok(Some((Param { name: name.to_owned(), location, style, explode, json }, schema, is_required)))
+    let param = Param { name: name.to_owned(), location, style, explode, json, reserved: reserved && !json };
+    Ok(Some((param, schema, is_required)))
 }
 
 /// A parameter's schema with the parameter's own description (and
@@ -765,10 +769,19 @@ mod tests {
         assert!(encoded.reason.contains(". or .. segment once decoded"), "{encoded:?}");
         // The path parameter is checked at validation, before anything is sent.
         let ok = imported.tools.iter().find(|t| t.key == "LibraryAPI.GetOk").expect("GetOk");
-        assert_eq!(ok.path_inputs, [PathInput { name: "p".into(), json: false }]);
+        assert_eq!(ok.path_inputs, [PathInput { name: "p".into(), json: false, reserved: false }]);
         let refused = ok.check_input(&json!({"p": "%2E%2e"})).expect_err("a dot segment");
         assert!(refused["p"].contains(". or .."), "{refused:?}");
         assert!(ok.check_input(&json!({"p": "..."})).is_ok());
+        assert!(ok.check_input(&json!({"p": "a/b"})).is_err(), "a / leaves the segment");
+        // Declared reserved expansion: several segments, none climbing.
+        let files = json!({"/files/{path}": {"get": {"operationId": "file", "responses": {}, "parameters": [
+            {"name": "path", "in": "path", "required": true, "allowReserved": true, "schema": {"type": "string"}}]}}});
+        let imported = import_doc(&document(files), &SecurityMap::new());
+        let file = &imported.tools[0];
+        assert!(file.path_inputs[0].reserved);
+        assert!(file.check_input(&json!({"path": "docs/a.md"})).is_ok());
+        assert!(file.check_input(&json!({"path": "docs/%2e%2e/%2e%2e/admin"})).is_err());
     }
 
     #[test]

@@ -24,9 +24,10 @@ taken out of the document, to be named from its method and path):
   503, 500 (an exception), a redirect to another origin (`localhost`
   instead of `127.0.0.1`), a slow answer, one too large; a 500 repeating
   the API key in the spelling asked for (`/secure/fail`);
-- `GET /base/echo/{segment}`, not in the document: where an upstream whose
-  `url` ends in `/base` sends `GET /echo/{segment}` (behind a proxy, in
-  tests/openapi.rs), while `GET /admin` stands outside that base;
+- `GET /base/echo/{segment}` and `GET /base/files/{path}`, not in the
+  document: where an upstream whose `url` ends in `/base` sends its calls
+  (behind a proxy, in tests/openapi.rs), while `GET /admin` stands outside
+  that base;
 - change while running: `POST /test/add-route` adds `GET /late` and the
   document changes with it;
 - the document, at /openapi.json, with an ETag (304 to a matching
@@ -181,6 +182,11 @@ def echo_segment(segment: str, request: Request):
 @app.get("/base/echo/{segment:path}", include_in_schema=False)
 def base_echo(segment: str, request: Request):
     return {"segment": segment, "raw_path": request.scope["raw_path"].decode("latin-1")}
+
+
+@app.get("/base/files/{path:path}", include_in_schema=False)
+def base_files(path: str, request: Request):
+    return {"path": path, "raw_path": request.scope["raw_path"].decode("latin-1")}
 
 
 @app.get("/admin", operation_id="adminPanel")
