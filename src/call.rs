@@ -619,7 +619,7 @@ pub async fn forward_call<'r>(
 
 /// Re-wrap: the upstream's answer (or failure) as a canonical `CallResult`,
 /// with the upstream's own answer when its protocol gave one. Its body, when
-/// it is passed on as text, is cut to [`SNIPPET`] characters after the
+/// it is passed on as text, is cut to `SNIPPET` characters after the
 /// `injected` values are scrubbed from it.
 pub fn rewrap_response(
     forwarded: Result<UpstreamReply, ForwardError>,
@@ -689,7 +689,7 @@ pub fn render_result(result: &CallResult) -> Bytes {
 }
 
 /// The most of an upstream's body a developer message shows (characters).
-pub const SNIPPET: usize = 200;
+const SNIPPET: usize = 200;
 
 #[cfg(test)]
 mod tests {
