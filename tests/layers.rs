@@ -24,6 +24,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "scrub",
             "resolve",
             "validate",
+            "url_path",
             "trace",
             "metrics",
             "circuit",

@@ -548,6 +548,54 @@ async fn bearer_tokens_and_per_user_tokens_go_upstream_and_mcp_needs_credentials
     }
 }
 
+#[tokio::test]
+async fn a_server_repeating_its_token_in_any_spelling_hands_none_of_it_on() {
+    let peer = McpPeer::start(false);
+    let gw = GatewayConfig::new()
+        .raw(&mcp_upstream("shared", &peer.url(), "Shared", "bearer_token = \"env:MB_UPSTREAM_TOKEN\""))
+        .raw(&mcp_upstream("per-user", &peer.url(), "Mine", "user_token = \"google\""))
+        .raw(
+            "[authorization.google]\ntoken = \"env:MB_GOOGLE_{user_id}\"\n\n\
+             [auth]\napi_keys = [{ key = \"env:MB_API_KEY\", user_id = \"alice\" }]\n",
+        )
+        .start_with_env(&[
+            ("RUST_LOG", "trace"),
+            // What encoders escape: a slash, a plus, a space, a quote.
+            ("MB_UPSTREAM_TOKEN", "upstream/secret+42"),
+            ("MB_GOOGLE_alice", "alice/google token\"7"),
+            ("MB_API_KEY", "ak-alice-0123456789"),
+        ])
+        .await;
+    let key = [("authorization", "Bearer ak-alice-0123456789")];
+    let call = |tool: &str, how: &str| {
+        let body = json!({"request": {"tool_id": tool, "input": {"how": how}}}).to_string();
+        send_with_headers(gw.addr, "POST", "/tools/call", Bytes::from(body), &key)
+    };
+    wait_until("Mine.leak_auth is callable", async || call("Mine.leak_auth", "json").await.status == 200).await;
+    // The tool's error content, as the server wrote it, but the token.
+    for (how, bearer) in [
+        ("json", "Bearer "),
+        ("url", "Bearer%20"),
+        ("form", "Bearer+"),
+        ("unicode", "\\u0042\\u0065\\u0061\\u0072\\u0065\\u0072\\u0020"),
+    ] {
+        let expected = format!("Error executing tool leak_auth: refused: the request carried {bearer}[redacted]");
+        for (tool, name) in [("Shared.leak_auth", "Shared_leak_auth"), ("Mine.leak_auth", "Mine_leak_auth")] {
+            let otc = call(tool, how).await.result();
+            assert_eq!(otc["error"]["message"], expected.as_str(), "{tool} {how}: {otc}");
+            let request = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                 "params": {"name": name, "arguments": {"how": how}}});
+            let mcp = mcp_post(&gw, &request, &key).await.json();
+            assert_eq!(mcp["result"]["isError"], true, "{mcp}");
+            assert_eq!(mcp["result"]["content"][0]["text"], expected.as_str(), "{name} {how}: {mcp}");
+        }
+    }
+    let output = gw.output();
+    for secret in ["upstream/secret", "upstream\\/secret", "upstream%2Fsecret", "alice/google", "alice\\/google"] {
+        assert!(!output.contains(secret), "{secret} is in the gateway's output");
+    }
+}
+
 // ---------------------------------------------------------------------------
 // The MCP front
 // ---------------------------------------------------------------------------

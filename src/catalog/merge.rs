@@ -170,6 +170,7 @@ fn hold_to_pins(
                 });
                 let versions = routes.entry(key.clone()).or_default();
                 versions.remove(version);
+                let pinned = pinned.served_for(&route.tool);
                 versions.insert(pinned.version.clone(), Arc::new(Route::new(pinned, route.targets.clone())));
             }
             Verdict::Held(change) => {
