@@ -14,14 +14,14 @@ mod common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::mcp_peer::{mcp_upstream, Era, McpPeer};
 use common::{
-    find_tool, free_addr, peer_script, send_with_headers, wait_listening, wait_until, wait_within, Gateway,
-    GatewayConfig, Resp, ToolServer,
+    find_tool, peer_script, send_with_headers, wait_until, wait_within, Gateway, GatewayConfig, Resp, ToolServer,
 };
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
@@ -29,108 +29,6 @@ use serde_json::{json, Value};
 // ---------------------------------------------------------------------------
 // The Python peers
 // ---------------------------------------------------------------------------
-
-/// The MCP revisions tests/peers/mcp_server.py answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Era {
-    /// 2026-07-28 only: no `initialize`, no session.
-    R2026_07_28,
-    /// 2025-11-25 and before only: `initialize` and a session.
-    R2025_11_25,
-    /// Both, the SDK's default.
-    Dual,
-}
-
-impl Era {
-    fn arg(self) -> &'static str {
-        match self {
-            Era::R2026_07_28 => "modern",
-            Era::R2025_11_25 => "legacy",
-            Era::Dual => "dual",
-        }
-    }
-
-    /// The revision the gateway should speak to such a server in.
-    fn revision(self) -> &'static str {
-        match self {
-            Era::R2025_11_25 => "2025-11-25",
-            Era::R2026_07_28 | Era::Dual => "2026-07-28",
-        }
-    }
-}
-
-/// tests/peers/mcp_server.py on a loopback port, killed on drop.
-struct McpPeer {
-    child: Option<Child>,
-    addr: SocketAddr,
-    json: bool,
-    era: Era,
-}
-
-impl McpPeer {
-    /// SSE replies (the SDK's default) or plain JSON replies; both eras.
-    fn start(json: bool) -> McpPeer {
-        McpPeer::start_in(Era::Dual, json)
-    }
-
-    /// A server of one era, or of both.
-    fn start_in(era: Era, json: bool) -> McpPeer {
-        let mut peer = McpPeer { child: None, addr: free_addr(), json, era };
-        peer.restart();
-        peer
-    }
-
-    /// Starts again on the same port as a server of `era`.
-    fn restart_as(&mut self, era: Era) {
-        self.era = era;
-        self.restart();
-    }
-
-    /// Adds a tool at run time; the server tells its listening clients.
-    async fn add_tool(&self, name: &str) {
-        let body = Bytes::from(json!({"name": name}).to_string());
-        let resp =
-            send_with_headers(self.addr, "POST", "/test/add-tool", body, &[("content-type", "application/json")]).await;
-        assert_eq!(resp.status, 200, "add-tool: {}", resp.text());
-    }
-
-    /// The MCP endpoint.
-    fn url(&self) -> String {
-        format!("http://{}/mcp", self.addr)
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts again on the same port: a new process that knows no session.
-    fn restart(&mut self) {
-        assert!(self.child.is_none(), "restart() on a running peer");
-        let mut cmd = Command::new(common::sdk_python());
-        cmd.arg(peer_script("mcp_server.py")).arg(self.addr.port().to_string()).arg(self.era.arg());
-        if self.json {
-            cmd.arg("json");
-        }
-        let child =
-            self.child.insert(cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start mcp_server.py"));
-        let what = "mcp_server.py (is the `mcp` package installed?)";
-        wait_listening(child, self.addr, what, Duration::from_secs(30), String::new);
-    }
-}
-
-impl Drop for McpPeer {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// An `[[upstreams]]` entry for an MCP server.
-fn mcp_upstream(name: &str, url: &str, toolkit: &str, extra: &str) -> String {
-    format!("[[upstreams]]\nname = \"{name}\"\nurl = \"{url}\"\nprotocol = \"mcp\"\ntoolkit = \"{toolkit}\"\nversion = \"1.0.0\"\n{extra}\n")
-}
 
 /// Runs tests/peers/mcp_client.py against `url`; its JSON report. On a
 /// blocking thread: in-process tool servers share the test's runtime.
