@@ -188,23 +188,25 @@ fn find_verbatim(text: &str, secret: &str, found: &mut Vec<Range<usize>>) {
 /// the partial copies alive at each position (how much of the secret they
 /// matched, where they started), at most one per length matched (the
 /// earliest), so the work is bounded by the text's length times the
-/// secret's, whatever the input; a position where nothing is alive and no
-/// copy can start is skipped by `memchr`.
+/// secret's, whatever the input. A copy that starts with the secret's own
+/// first character is followed by a plain comparison up to the first byte
+/// that may start an escape, and a position where nothing is alive and no
+/// copy can start is skipped by `memchr`: most texts cost little more than
+/// a verbatim search.
 fn find_spelled(text: &str, secret: &str, found: &mut Vec<Range<usize>>) {
     let bytes = text.as_bytes();
     let Some(first) = secret.chars().next() else { return };
     let mut first_byte = [0; 4];
     let first_byte = first.encode_utf8(&mut first_byte).as_bytes()[0];
-    let starts = |b: u8| b == first_byte || b == b'\\' || b == b'%' || (b == b'+' && first == ' ');
-    // Inline: most positions hold one partial copy or none, and allocating
-    // for them was most of the work.
-    let mut pending: [SmallVec<[(usize, usize); 4]>; WINDOW] = Default::default();
+    let plus_is_space = secret.contains(' ');
+    let escapes = |b: u8| b == b'\\' || b == b'%' || (b == b'+' && plus_is_space);
+    let mut pending: Pending = Default::default();
     let mut alive = 0usize;
     let mut p = 0;
     while p < bytes.len() {
         if alive == 0 {
             let next = if first == ' ' {
-                bytes[p..].iter().position(|&b| starts(b))
+                bytes[p..].iter().position(|&b| b == first_byte || escapes(b))
             } else {
                 memchr::memchr3(first_byte, b'\\', b'%', &bytes[p..])
             };
@@ -213,43 +215,70 @@ fn find_spelled(text: &str, secret: &str, found: &mut Vec<Range<usize>>) {
                 None => return,
             }
         }
-        let slot = p % WINDOW;
-        let mut here = std::mem::take(&mut pending[slot]);
-        alive -= here.len();
-        if text.is_char_boundary(p) && starts(bytes[p]) {
-            here.push((0, p));
-        }
-        if !here.is_empty() {
-            if here.len() > 1 {
-                here.sort_unstable();
-                here.dedup_by_key(|(matched, _)| *matched);
+        let boundary = text.is_char_boundary(p);
+        // The secret's first character as itself: compared plainly as far
+        // as the text has no escape, then left to the partial copies.
+        if boundary && bytes[p] == first_byte && !escapes(first_byte) {
+            let same = bytes[p..].iter().zip(secret.as_bytes()).take_while(|(a, b)| a == b && !escapes(**a)).count();
+            let run = (0..=same).rev().find(|&n| secret.is_char_boundary(n)).unwrap_or(0);
+            if run == secret.len() {
+                found.push(p..p + run);
+            } else if run > 0 && bytes.get(p + run).is_some_and(|&b| escapes(b)) {
+                alive += usize::from(carry(&mut pending, p + run, run, p));
             }
+        }
+        let slot = p % WINDOW;
+        let start_here = boundary && escapes(bytes[p]);
+        if start_here || !pending[slot].is_empty() {
             let spellings = spellings(text, p);
-            for &(matched, start) in &here {
+            // A copy may start here with an escape, and those alive go on.
+            let carried = pending[slot].len();
+            for i in (0..carried).map(Some).chain(start_here.then_some(None)) {
+                let (matched, start) = i.map_or((0, p), |i| pending[slot][i]);
                 let Some(want) = secret[matched..].chars().next() else { continue };
-                for &(c, len) in spellings.iter().filter(|(c, _)| *c == want) {
+                for &(c, len) in spellings.iter().flatten().filter(|(c, _)| *c == want) {
                     let matched = matched + c.len_utf8();
                     if matched == secret.len() {
                         found.push(start..p + len);
                     } else {
-                        pending[(p + len) % WINDOW].push((matched, start));
-                        alive += 1;
+                        alive += usize::from(carry(&mut pending, p + len, matched, start));
                     }
                 }
             }
-            here.clear();
+            alive -= carried;
+            pending[slot].clear();
         }
-        pending[slot] = here;
         p += 1;
     }
 }
 
+/// The partial copies that go on at each of the next positions (a ring of
+/// [`WINDOW`]), each as how much of the secret it matched and where it
+/// started; kept inline, as most positions hold one or none.
+type Pending = [SmallVec<[(usize, usize); 4]>; WINDOW];
+
+/// Keeps a partial copy going on at byte `at`: the earliest start for each
+/// length matched. Whether it is a new one.
+fn carry(pending: &mut Pending, at: usize, matched: usize, start: usize) -> bool {
+    let next = &mut pending[at % WINDOW];
+    match next.iter_mut().find(|(m, _)| *m == matched) {
+        Some(kept) => {
+            kept.1 = kept.1.min(start);
+            false
+        }
+        None => {
+            next.push((matched, start));
+            true
+        }
+    }
+}
+
 /// The characters a spelling starting at byte `p` stands for, with its
-/// length: the character itself, and what an escape there decodes to.
-fn spellings(text: &str, p: usize) -> SmallVec<[(char, usize); 2]> {
-    let mut out = SmallVec::new();
-    let Some(c) = text.get(p..).and_then(|rest| rest.chars().next()) else { return out };
-    out.push((c, c.len_utf8()));
+/// length: the character itself, and what an escape there decodes to. An
+/// array rather than a vector: this is the scan's inner loop.
+#[inline]
+fn spellings(text: &str, p: usize) -> [Option<(char, usize)>; 2] {
+    let Some(c) = text.get(p..).and_then(|rest| rest.chars().next()) else { return [None, None] };
     let bytes = text.as_bytes();
     let escaped = match c {
         '\\' => json_escape(bytes, p),
@@ -257,8 +286,7 @@ fn spellings(text: &str, p: usize) -> SmallVec<[(char, usize); 2]> {
         '+' => Some((' ', 1)),
         _ => None,
     };
-    out.extend(escaped);
-    out
+    [Some((c, c.len_utf8())), escaped]
 }
 
 /// A JSON escape at `p` (which holds `\`): the character and its length.
@@ -469,7 +497,49 @@ mod tests {
         prop::collection::vec(alphabet, MIN_SCRUBBED_LEN..20).prop_map(|chars| chars.into_iter().collect())
     }
 
+    /// Whether `text[from..to]` spells `secret`, tried every way: the
+    /// reference the scan is checked against.
+    fn spells(text: &str, from: usize, to: usize, secret: &str) -> bool {
+        let Some(want) = secret.chars().next() else { return from == to };
+        spellings(text, from)
+            .into_iter()
+            .flatten()
+            .any(|(c, len)| c == want && from + len <= to && spells(text, from + len, to, &secret[c.len_utf8()..]))
+    }
+
     proptest! {
+        /// The scan finds exactly the stretches that spell the secret, as
+        /// trying every start, end and reading finds them, on text made of
+        /// what escapes are made of around a copy spelled any way.
+        #[test]
+        fn the_scan_agrees_with_trying_every_way(
+            secret in prop::collection::vec(prop::sample::select(vec!['a', '/', '\\', '%', ' ', '+']), 6..8),
+            choices in prop::collection::vec(0usize..8, 8),
+            around in prop::collection::vec(prop::sample::select(vec![
+                "a", "/", "\\", "%", " ", "+", "2", "f", "F", "5", "c", "u", "0", "\\u00", "%2", "%25", "\\/", "x",
+            ]), 0..24),
+            split in 0usize..24,
+        ) {
+            let secret: String = secret.into_iter().collect();
+            let written: String =
+                secret.chars().zip(&choices).map(|(c, n)| { let ways = spelled(c); ways[n % ways.len()].clone() }).collect();
+            let split = split.min(around.len());
+            let text = format!("{}{written}{}", around[..split].concat(), around[split..].concat());
+            let mut expected: Vec<Range<usize>> = Vec::new();
+            for from in 0..text.len() {
+                for to in from + 1..=text.len() {
+                    if spells(&text, from, to, &secret) {
+                        match expected.last_mut() {
+                            Some(last) if from < last.end => last.end = last.end.max(to),
+                            _ => expected.push(from..to),
+                        }
+                    }
+                }
+            }
+            prop_assert!(!expected.is_empty(), "the reference finds the copy: {:?} in {:?}", secret, text);
+            prop_assert_eq!(copies(&text, &[&secret]), expected, "{:?} in {:?}", secret, text);
+        }
+
         /// Any secret, each character spelled any one-layer way, between
         /// text that cannot be part of it, is replaced and nothing else is.
         #[test]
