@@ -61,7 +61,7 @@ fn default_timeout() -> Dur {
 }
 
 /// The shortest and the longest `timeout`.
-const TIMEOUT_BOUNDS: (Duration, Duration) = (Duration::from_secs(10), Duration::from_secs(7 * 24 * 3600));
+const TIMEOUT_BOUNDS: (Duration, Duration) = (Duration::from_secs(1), Duration::from_secs(7 * 24 * 3600));
 
 /// The rules that span an `[[approval]]` list and the rest of the config.
 pub(super) fn check(rules: &[ApprovalConfig], has_login: bool) -> Result<(), String> {
@@ -87,7 +87,7 @@ pub(super) fn check(rules: &[ApprovalConfig], has_login: bool) -> Result<(), Str
         }
         let (shortest, longest) = TIMEOUT_BOUNDS;
         if rule.timeout.0 < shortest || rule.timeout.0 > longest {
-            return Err(format!("approval[{i}].timeout: between 10s and 7d (a person must have time to answer)"));
+            return Err(format!("approval[{i}].timeout: between 1s and 7d"));
         }
         if rule.approver == Approver::Caller && !has_login {
             return Err(format!(
@@ -133,7 +133,7 @@ mod tests {
         let twice =
             rules("[[approval]]\nname = \"a\"\ntools = [\"X.*\"]\n[[approval]]\nname = \"a\"\ntools = [\"Y.*\"]\n");
         assert!(check(&twice, true).unwrap_err().contains("duplicate"));
-        let short = rules("[[approval]]\nname = \"a\"\ntools = [\"X.*\"]\ntimeout = \"1s\"\n");
+        let short = rules("[[approval]]\nname = \"a\"\ntools = [\"X.*\"]\ntimeout = \"500ms\"\n");
         assert!(check(&short, true).is_err());
     }
 }

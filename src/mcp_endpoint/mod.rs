@@ -502,7 +502,6 @@ fn only_links(missing: &crate::error::MissingRequirements) -> bool {
     (!missing.authorization.is_empty() || !missing.approval.is_empty())
         && missing.secrets.is_empty()
         && !missing.user_id
-        && missing.ungranted.is_empty()
         && missing.authorization.iter().all(|a| a.url.is_some())
 }
 
