@@ -25,7 +25,7 @@ use crate::error::{utc, RequestError};
 use crate::gateway::{Gateway, Generation};
 use crate::idempotency::CallerScope;
 use crate::oauth_endpoint::SIGN_IN_MAX_AGE;
-use crate::oauth_endpoint::{csrf_token, BrowserRequest, Cookies, OAuthRequest, FORM_PAGE_CSP, SESSION, SIGN_IN};
+use crate::oauth_endpoint::{csrf_token, with_form, BrowserRequest, Cookies, OAuthRequest, SESSION, SIGN_IN};
 use crate::reply::{html_escape, Reply};
 use crate::wire::CallContext;
 
@@ -178,7 +178,6 @@ fn call_page(held: &Request, csrf: &str, public_url: &str) -> Reply {
 /// posted only to the gateway.
 fn page(status: u16, title: &str, text: &str) -> Reply {
     let mut reply = Reply::page(status, title, text);
-    reply.headers.retain(|(name, _)| *name != "content-security-policy");
-    reply.headers.push(("content-security-policy", FORM_PAGE_CSP.to_owned()));
+    with_form(&mut reply);
     reply
 }

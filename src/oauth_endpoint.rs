@@ -402,14 +402,22 @@ async fn connections_page(oauth: &crate::oauth::OAuth, user: &str, csrf: &str, p
          <table><tr><th>provider</th><th>state</th><th>scopes</th><th>connected at</th><th>expiry</th><th></th></tr>{rows}</table></body></html>\n",
         user = html_escape(user),
     ));
-    reply.headers.retain(|(name, _)| *name != "content-security-policy");
-    reply.headers.push(("content-security-policy", FORM_PAGE_CSP.to_owned()));
+    with_form(&mut reply);
     reply
 }
 
 /// A gateway page with a form: nothing loaded, the form posted only to the
-/// gateway, never framed.
-pub(crate) const FORM_PAGE_CSP: &str = "default-src 'none'; form-action 'self'; frame-ancestors 'none'";
+/// gateway, never framed, no `Referer` (which holds a link's secret part)
+/// sent to another site. `same-origin`, not `no-referrer`: under
+/// `no-referrer` a browser posts the form with `Origin: null`, which the
+/// Origin policy refuses.
+pub(crate) fn with_form(reply: &mut Reply) {
+    reply.headers.retain(|(name, _)| !matches!(*name, "content-security-policy" | "referrer-policy"));
+    reply.headers.push(("content-security-policy", FORM_PAGE_CSP.to_owned()));
+    reply.headers.push(("referrer-policy", "same-origin".to_owned()));
+}
+
+const FORM_PAGE_CSP: &str = "default-src 'none'; form-action 'self'; frame-ancestors 'none'";
 
 /// A callback's query parameters.
 struct Query {

@@ -285,7 +285,8 @@ when = {{ any = true }}
     let header =
         |page: &Page, name: &str| page.headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or("").to_owned();
     assert!(header(&page, "content-security-policy").contains("frame-ancestors 'none'"), "{:?}", page.headers);
-    assert_eq!(header(&page, "referrer-policy"), "no-referrer");
+    // No Referer leaves the gateway (and the form's Origin stays the gateway's).
+    assert_eq!(header(&page, "referrer-policy"), "same-origin");
     let csrf =
         page.body.split("name=\"csrf\" value=\"").nth(1).and_then(|r| r.split('"').next()).expect("a csrf field");
 
@@ -383,4 +384,113 @@ async fn mcp_clients_are_asked_through_a_url_elicitation() {
     assert_eq!(result["isError"], true, "{report}");
     assert!(result["content"][0]["text"].as_str().is_some_and(|t| t.contains("/oauth/approval/")), "{report}");
     assert_eq!(server.call_count(), 1, "bob's call never ran");
+}
+
+/// Chromium, or a failure telling how to install it.
+fn installed(names: &[&str], apt: &str) -> PathBuf {
+    let found = names.iter().find_map(|name| {
+        let out = Command::new("sh").args(["-c", &format!("command -v {name}")]).output().ok()?;
+        out.status.success().then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
+    });
+    found.unwrap_or_else(|| {
+        panic!("{} is not installed: run scripts/test.sh (need_chromium) or apt-get install {apt}", names[0])
+    })
+}
+
+/// The approval page and the console's Approvals page in Chromium, clicked
+/// as people click them (tests/peers/approval_browser.py).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn people_approve_in_chromium_on_the_approval_page_and_the_console() {
+    let chromium = installed(&["chromium", "chromium-browser"], "chromium");
+    let driver = installed(&["chromedriver"], "chromium-driver");
+    let idp = OidcProvider::start(json!({"scopes": []})).await;
+    let mut wipe = tool("Repo.Wipe", "1.0.0", json!({"type": "object"}));
+    wipe["description"] = json!("Wipes a repository's history.");
+    let server = ToolServer::start(common::catalog(vec![
+        tool("Repo.Delete", "1.0.0", json!({"type": "object", "properties": {"repo": {"type": "string"}}})),
+        wipe,
+    ]))
+    .await;
+    server.on_call(echo);
+    let config = GatewayConfig::new()
+        .server_line("admin_token = \"env:AP_ADMIN\"")
+        .upstream("repos", &server.url())
+        .raw(&format!(
+            r#"
+[auth]
+mode = "jwt"
+hs256_secret = "env:AP_JWT"
+
+[login]
+issuer = "{issuer}"
+client_id = "{LOGIN_CLIENT}"
+client_secret = "env:AP_LOGIN_SECRET"
+user_id_claim = "sub"
+
+[[approval]]
+name = "repo-deletes"
+tools = ["Repo.Delete"]
+
+[[approval]]
+name = "repo-wipes"
+tools = ["Repo.Wipe"]
+approver = "admin"
+"#,
+            issuer = idp.issuer(),
+        ));
+    let env = [("AP_ADMIN", ADMIN_TOKEN), ("AP_JWT", JWT_SECRET), ("AP_LOGIN_SECRET", LOGIN_SECRET)];
+    let gw = config.start_with_env(&env).await;
+    idp.register_client(LOGIN_CLIENT, LOGIN_SECRET, &[format!("{}/oauth/login/callback", gw.url())]).await;
+    let alice = jwt::bearer(&jwt::hs256(&jwt::claims("alice", json!({})), JWT_SECRET.as_bytes()));
+    gw.wait_listed(&[("authorization", &alice)], "Repo.Wipe@1.0.0").await;
+    let call = |tool: &str, input: Value| {
+        let body = json!({"request": {"tool_id": tool, "input": input}}).to_string();
+        let (gw, alice) = (&gw, alice.clone());
+        async move {
+            let headers = [("content-type", "application/json"), ("authorization", alice.as_str())];
+            send_with_headers(gw.addr, "POST", "/tools/call", Bytes::from(body), &headers).await
+        }
+    };
+    let link = |resp: Resp| held(&resp)["url"].as_str().unwrap().to_owned();
+    let alice_link = link(call("Repo.Delete", json!({"repo": "payments"})).await);
+    let alice_other_link = link(call("Repo.Delete", json!({"repo": "billing"})).await);
+    let hostile =
+        json!({"note": "<script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">"});
+    held(&call("Repo.Wipe", hostile.clone()).await);
+
+    let mut script = Command::new(common::sdk_python());
+    script.arg(common::peer_script("approval_browser.py")).args([
+        "--admin",
+        &format!("http://{}", gw.admin),
+        "--gateway",
+        &gw.url(),
+        "--alice-link",
+        &alice_link,
+        "--alice-other-link",
+        &alice_other_link,
+        "--admin-token",
+        ADMIN_TOKEN,
+        "--chromium",
+        &chromium.display().to_string(),
+        "--chromedriver",
+        &driver.display().to_string(),
+    ]);
+    script.env("SE_OFFLINE", "true");
+    let out = tokio::task::spawn_blocking(move || script.output()).await.expect("join").expect("run the script");
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{said}\n{}\n{}", String::from_utf8_lossy(&out.stderr), gw.logs());
+    let seen: Value = serde_json::from_str(&said).expect("the script's JSON");
+    let text = |key: &str| seen[key].as_str().unwrap_or_default().to_owned();
+    assert!(text("alice_page").contains("\"payments\"") && text("alice_page").contains("repo-deletes"), "{seen}");
+    assert!(text("alice_approved").contains("runs once"), "{seen}");
+    assert!(text("bob_page").contains("another user") && !text("bob_page").contains("billing"), "{seen}");
+    assert!(text("console").contains("<script>document.title='pwned'</script>"), "markup shown as text: {seen}");
+    assert!(text("confirm").starts_with("Approve this call of Repo.Wipe@1.0.0"), "{seen}");
+    assert_eq!(text("console_result"), "Repo.Wipe@1.0.0: approved.", "{seen}");
+
+    // What the gateway did: alice's approved call and the operator's run; her other one waits.
+    assert_eq!(call("Repo.Delete", json!({"repo": "payments"})).await.status, 200);
+    assert_eq!(call("Repo.Wipe", hostile).await.status, 200);
+    held(&call("Repo.Delete", json!({"repo": "billing"})).await);
+    assert_eq!(server.call_count(), 2);
 }
