@@ -14,6 +14,8 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use bytes::Bytes;
+use common::fleet::Redis;
+use common::mcp_peer::{mcp_upstream, McpPeer};
 use common::oidc::{Browser, OidcProvider, Page};
 use common::{echo, jwt, send_with_headers, temp_file, tool, wait_until, Gateway, GatewayConfig, Resp, ToolServer};
 use serde_json::{json, Value};
@@ -55,7 +57,11 @@ fn operator_config(server: &ToolServer, state: &std::path::Path, timeout: &str) 
 }
 
 async fn call(gw: &Gateway, key: &str, input: Value, call_id: Option<&str>) -> Resp {
-    let mut request = json!({"tool_id": "Repo.Delete", "input": input});
+    call_tool(gw, key, "Repo.Delete", input, call_id).await
+}
+
+async fn call_tool(gw: &Gateway, key: &str, tool: &str, input: Value, call_id: Option<&str>) -> Resp {
+    let mut request = json!({"tool_id": tool, "input": input});
     if let Some(id) = call_id {
         request["call_id"] = json!(id);
     }
@@ -493,4 +499,74 @@ approver = "admin"
     assert_eq!(call("Repo.Wipe", hostile).await.status, 200);
     held(&call("Repo.Delete", json!({"repo": "billing"})).await);
     assert_eq!(server.call_count(), 2);
+}
+
+/// Two replicas sharing one Redis: the request made on one is the one the
+/// other shows; approved on the second, the call runs on the first, once.
+#[tokio::test]
+async fn a_fleet_shares_requests_and_decisions_through_redis() {
+    let redis = Redis::start();
+    let server = repos().await;
+    let toml = GatewayConfig::new()
+        .server_line("admin_token = \"env:AP_ADMIN\"")
+        .upstream("repos", &server.url())
+        .raw(&format!(
+            "{KEYS}\n[state]\nredis = \"{}\"\n\n[[approval]]\nname = \"repo-deletes\"\ntools = [\"Repo.Delete\"]\napprover = \"admin\"\n",
+            redis.url()
+        ))
+        .toml();
+    let one = Gateway::start_with_env(&toml, &ENV).await;
+    let two = Gateway::start_with_env(&toml, &ENV).await;
+    one.wait_for_tool("Repo.Delete@1.0.0").await;
+    two.wait_for_tool("Repo.Delete@1.0.0").await;
+    let input = json!({"repo": "payments"});
+    let asked = held(&call(&one, "alice-key", input.clone(), Some("f1")).await);
+    let again = held(&call(&two, "alice-key", input.clone(), Some("f1")).await);
+    assert_eq!(asked["id"], again["id"], "one request for one call, whichever replica answered");
+    let listed = admin(&two, "GET", "/approvals", Some(ADMIN_TOKEN)).await.json();
+    assert_eq!(listed["approvals"].as_array().map(Vec::len), Some(1), "{listed}");
+    let id = asked["id"].as_str().unwrap();
+    assert_eq!(admin(&two, "POST", &format!("/approvals/{id}/approve"), Some(ADMIN_TOKEN)).await.status, 200);
+    assert_eq!(check(&one, &asked, ("oxp-api-key", "alice-key")).await.json()["status"], "approved");
+    assert_eq!(call(&one, "alice-key", input.clone(), Some("f1")).await.status, 200);
+    assert_eq!(call(&two, "alice-key", input.clone(), Some("f1")).await.status, 200);
+    assert_eq!(server.call_count(), 1, "one run in the fleet");
+    // Bob's same call on either replica is his own request.
+    held(&call(&two, "bob-key", input, Some("f1")).await);
+}
+
+/// A rule on MCP annotations, and a tool server that drops its
+/// `destructiveHint` to slip out of it: the change waits for an operator
+/// (the pin), and its calls stay held meanwhile.
+#[tokio::test]
+async fn a_tool_server_dropping_its_destructive_hint_stays_held() {
+    let peer = McpPeer::start(false);
+    peer.redescribe_annotated("add", "Adds two integers.", json!({"destructiveHint": true})).await;
+    let toml = GatewayConfig::new()
+        .server_line("admin_token = \"env:AP_ADMIN\"")
+        .raw(&mcp_upstream("calc", &peer.url(), "Calc", ""))
+        .raw(&format!(
+            "{KEYS}\n[state]\ndir = \"{}\"\n\n[[approval]]\nname = \"destructive\"\nannotations = {{ destructiveHint = true }}\napprover = \"admin\"\n",
+            state_dir().display()
+        ))
+        .toml();
+    let gw = Gateway::start_with_env(&toml, &ENV).await;
+    gw.wait_for_tool("Calc.add@1.0.0").await;
+    let first = held(&call_tool(&gw, "alice-key", "Calc.add", json!({"a": 1, "b": 2}), None).await);
+    assert_eq!(first["rule"], "destructive", "{first}");
+    // Tools without the hint are not held.
+    let echo = call_tool(&gw, "alice-key", "Calc.echo", json!({"text": "hi"}), None).await;
+    assert_eq!(echo.status, 200, "{}", echo.text());
+
+    peer.redescribe("add", "Adds two integers.").await;
+    wait_until("the dropped hint waits for review", async || {
+        let changes = admin(&gw, "GET", "/changes", Some(ADMIN_TOKEN)).await.json();
+        changes["changes"].as_array().is_some_and(|c| c.len() == 1)
+    })
+    .await;
+    held(&call_tool(&gw, "alice-key", "Calc.add", json!({"a": 2, "b": 3}), None).await);
+    let id = first["id"].as_str().unwrap();
+    assert_eq!(admin(&gw, "POST", &format!("/approvals/{id}/approve"), Some(ADMIN_TOKEN)).await.status, 200);
+    let ran = call_tool(&gw, "alice-key", "Calc.add", json!({"a": 1, "b": 2}), None).await;
+    assert_eq!(ran.status, 200, "{}", ran.text());
 }
