@@ -9,11 +9,11 @@
 use crate::approvals::{self, Ask, Refusal, Request, State};
 use crate::auth::Caller;
 use crate::catalog::Route;
-use crate::config::Approver;
-use crate::error::{ApprovalChallenge, MissingRequirements, RequestError};
+use crate::config::{ApprovalConfig, Approver};
+use crate::error::{ended, ApprovalChallenge, MissingRequirements, RequestError};
 use crate::gateway::{Gateway, Generation};
 use crate::idempotency::{CallerScope, Fingerprint};
-use crate::otel::Span;
+use crate::otel::{self, Kind, Span};
 use crate::requirements::authenticated_user;
 use serde_json::Value;
 
@@ -42,13 +42,33 @@ pub(crate) async fn approve_call(
     call_id: Option<&str>,
     input: &Value,
     context: &crate::wire::CallContext,
-    span: Option<&mut Span>,
+    span: Option<&Span>,
 ) -> Result<Option<Approved>, RequestError> {
     let tool = &route.tool;
     let Some(rule) = approvals::rule_for(&generation.config.approval, &tool.key, tool.annotations.as_ref(), caller)
     else {
         return Ok(None);
     };
+    // A step of its own only for a call a rule holds.
+    let mut step = otel::child(span, "approve", Kind::Internal);
+    let decided = decide(gateway, generation, route, caller, rule, call_id, input, context, step.as_mut()).await;
+    ended(step, decided)
+}
+
+/// The request for a call `rule` holds, and where it stands.
+#[allow(clippy::too_many_arguments)]
+async fn decide(
+    gateway: &Gateway,
+    generation: &Generation,
+    route: &Route,
+    caller: &Caller,
+    rule: &ApprovalConfig,
+    call_id: Option<&str>,
+    input: &Value,
+    context: &crate::wire::CallContext,
+    span: Option<&mut Span>,
+) -> Result<Option<Approved>, RequestError> {
+    let tool = &route.tool;
     let user = authenticated_user(caller);
     if rule.approver == Approver::Caller && user.is_none() {
         // Nobody could sign in as an anonymous caller to approve its call.

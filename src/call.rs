@@ -136,11 +136,8 @@ async fn run_resolved_call(
     let step = otel::child(span, "admit", Kind::Internal);
     ended(step, admit_call(generation, route, caller).await)?;
     ended(otel::child(span, "validate", Kind::Internal), validate_input(route, &call.input))?;
-    let mut step = otel::child(span, "approve", Kind::Internal);
     let call_id = call.client_call_id.then_some(call.call_id.as_str());
-    let approval =
-        approve_call(gateway, generation, route, caller, call_id, &call.input, &call.context, step.as_mut()).await;
-    let approved = ended(step, approval)?;
+    let approved = approve_call(gateway, generation, route, caller, call_id, &call.input, &call.context, span).await?;
     // A client's call_id is theirs: whose it is comes from the context as
     // they sent it, before anything is injected.
     let scope = call.client_call_id.then(|| CallerScope::of(caller, &call.context));

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use common::fleet::Redis;
 use common::mcp_peer::{mcp_upstream, McpPeer};
 use common::oidc::{Browser, OidcProvider, Page};
+use common::otlp::Receiver;
 use common::{echo, jwt, send_with_headers, temp_file, tool, wait_until, Gateway, GatewayConfig, Resp, ToolServer};
 use serde_json::{json, Value};
 
@@ -569,4 +570,35 @@ async fn a_tool_server_dropping_its_destructive_hint_stays_held() {
     assert_eq!(admin(&gw, "POST", &format!("/approvals/{id}/approve"), Some(ADMIN_TOKEN)).await.status, 200);
     let ran = call_tool(&gw, "alice-key", "Calc.add", json!({"a": 1, "b": 2}), None).await;
     assert_eq!(ran.status, 200, "{}", ran.text());
+}
+
+/// With `[tracing]`, a held call's `approve` step carries an `approval`
+/// event (its id, rule and state); a call no rule holds has no such step.
+#[tokio::test]
+async fn a_held_call_is_an_approve_step_with_an_event_in_its_trace() {
+    let receiver = Receiver::start("ok");
+    let server = repos().await;
+    let toml = operator_config(&server, &state_dir(), "10m")
+        + &format!("\n[tracing]\notlp_endpoint = \"{}\"\n", receiver.endpoint());
+    let gw = Gateway::start_with_env(&toml, &ENV).await;
+    gw.wait_for_tool("Repo.Delete@1.0.0").await;
+    let asked = held(&call(&gw, "alice-key", json!({"repo": "secret-name"}), Some("t1")).await);
+    let steps = receiver.wait_for_any("the approve step", |s| s["name"] == "approve").await;
+    let step = &steps[0];
+    let event = &step["events"][0];
+    assert_eq!(event["name"], "approval", "{step}");
+    assert_eq!(event["attributes"]["otc.approval.id"], asked["id"], "{step}");
+    assert_eq!(event["attributes"]["otc.approval.rule"], "repo-deletes");
+    assert_eq!(event["attributes"]["otc.approval.state"], "pending");
+    assert!(receiver.spans().await.iter().all(|s| !s.to_string().contains("secret-name")), "no input in a span");
+    let body = Bytes::from(json!({"request": {"tool_id": "Repo.List", "input": {}}}).to_string());
+    send_with_headers(gw.addr, "POST", "/tools/call", body, &[("oxp-api-key", "bob-key")]).await.expect_status(200);
+    let list = receiver.wait_for_any("the list call", |s| s["name"] == "execute_tool Repo.List@1.0.0").await;
+    let execute = &list[0];
+    let trace = execute["trace_id"].as_str().unwrap();
+    let spans = receiver.wait_for(trace, "its steps", |s| s.iter().any(|s| s["name"] == "validate")).await;
+    assert!(
+        !spans.iter().any(|s| s["parent_span_id"] == execute["span_id"] && s["name"] == "approve"),
+        "no approve step for a call no rule holds"
+    );
 }
