@@ -130,15 +130,27 @@ async fn decide(
     }
 }
 
-/// The approved call is about to run (its `call_id` claimed): once only.
-/// The idempotency store answers repeats; should it have lost the answer,
-/// the journal still knows the call ran, and it does not run again.
-pub(crate) async fn spend(gateway: &Gateway, approved: &Approved) -> Result<(), RequestError> {
-    if approved.ran {
-        return Err(RequestError::ApprovalRefused(Refusal::Ran));
+impl Approved {
+    /// The approved call is about to run (its `call_id` claimed): once
+    /// only. The idempotency store answers repeats; should it have lost the
+    /// answer, the journal still knows the call ran, and it does not run again.
+    pub(crate) fn unspent(&self) -> Result<(), RequestError> {
+        if self.ran {
+            return Err(RequestError::ApprovalRefused(Refusal::Ran));
+        }
+        Ok(())
     }
-    gateway.approvals.used(&approved.id).await?;
-    Ok(())
+
+    /// The tool answered (a question to the client is no answer yet: its
+    /// retry runs the call): the approval is spent.
+    pub(crate) async fn spend(&self, gateway: &Gateway, question: bool) {
+        if question {
+            return;
+        }
+        if let Err(e) = gateway.approvals.used(&self.id).await {
+            tracing::warn!(error = %e, approval = self.id, "an approved call ran, but its run was not recorded");
+        }
+    }
 }
 
 /// The challenge a held call answers with: the request's page and where

@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 
 mod record;
 
-use crate::approval_gate::{self, approve_call};
+use crate::approval_gate::approve_call;
 use crate::auth::{Caller, CallerKind};
 use crate::catalog::{Catalog, LookupError, Route, Target};
 use crate::circuit::Admission;
@@ -156,7 +156,7 @@ async fn run_resolved_call(
         Claimed::Run(claim) => claim,
     };
     if let Some(approved) = &approved {
-        approval_gate::spend(gateway, approved).await?;
+        approved.unspent()?;
     }
     let max_response = generation.config.server.max_body_bytes.max(MIN_RESPONSE_LIMIT);
     let trace =
@@ -191,6 +191,9 @@ async fn run_resolved_call(
         })
     });
     redact_echoes(&mut finished, &injected);
+    if let (Some(approved), Ok(completed)) = (&approved, &finished) {
+        approved.spend(gateway, completed.is_question()).await;
+    }
     if let Some(claim) = claim {
         remember_call(claim, &finished).await;
         // Storing the answer for duplicates is part of what the call took.
