@@ -1,7 +1,8 @@
 //! Micro-benchmarks of the pieces on the per-call hot path, in the order a
 //! call meets them: request parsing, id parsing and resolution (in a catalog
 //! of 10,000 tools), input validation, the request rewrite (secret
-//! injection and the upstream body), and the response re-wrap.
+//! injection and the upstream body), the response re-wrap, and the scrub of
+//! an answer for echoed secrets.
 //! Run with `cargo bench --bench hot_path`; results in benches/README.md.
 
 // criterion_group! defines an undocumented public function.
@@ -21,8 +22,9 @@ use otc_gateway::dialect::{normalise_catalog, DialectDefaults};
 use otc_gateway::gateway::{Gateway, Generation};
 use otc_gateway::integrity::{Integrity, Modes};
 use otc_gateway::resolve::parse_tool_id;
+use otc_gateway::scrub;
 use otc_gateway::validate::InputValidator;
-use otc_gateway::wire::{normalise_tool_response, upstream_call_body, CallResult, UpstreamCallRequest};
+use otc_gateway::wire::{normalise_tool_response, upstream_call_body, CallResult, RawJson, UpstreamCallRequest};
 use serde_json::json;
 
 const CONFIG: &str = r#"
@@ -124,6 +126,20 @@ fn hot_path(c: &mut Criterion) {
             })
         })
     });
+
+    // The scrub of a successful answer's value (call.rs, redact_echoes):
+    // an answer as tools give them, without escapes; one with a URL (a `%`);
+    // one with escaped line breaks. None holds the secret.
+    let secrets = ["bench-secret-value", "tok-user-2f9c41d0a7"];
+    let plain = r#"{"city":"Lisbon","forecast":[{"day":"Mon","high":24,"low":16,"sky":"sunny"},{"day":"Tue","high":22,"low":15,"sky":"cloudy"},{"day":"Wed","high":21,"low":14,"sky":"rain"}],"source":"met office","units":"metric","updated":"2026-05-01T10:00:00Z"}"#;
+    let with_url = plain.replace("met office", "https://example.org/search?q=Lisbon%20weather&lang=en");
+    let with_escapes = plain.replace("met office", r"met office\nfirst line\nsecond line");
+    for (name, text) in [("plain", plain.to_owned()), ("with a URL", with_url), ("with escapes", with_escapes)] {
+        let mut answer: RawJson = serde_json::from_str(&text).expect("an answer");
+        c.bench_function(&format!("scrub raw_json ({name}, no copy)"), |b| {
+            b.iter(|| scrub::raw_json(black_box(&mut answer), black_box(&secrets)))
+        });
+    }
 }
 
 /// Publishing 10,000 tools after one upstream's catalog changed: merged

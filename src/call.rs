@@ -160,11 +160,15 @@ async fn run_resolved_call(
         span: None,
     };
     let forwarded = forward_call(generation, route, granted, request, max_response, span).await;
-    // The upstream's own token is the operator's secret too.
+    // What the gateway injected never reaches the caller, even when a tool
+    // echoes it (before it is stored for duplicates too). The upstream's own
+    // token is the operator's secret too.
     let bearer = forwarded.as_ref().ok().and_then(|(_, _, bearer)| bearer.clone());
+    let mut injected = injected_values(generation, &context);
+    injected.extend(bearer.as_ref().and_then(|b| b.to_str().ok()).map(scrub::credential));
     let mut finished = forwarded.and_then(|(target, forwarded, _)| {
         let took = started.elapsed();
-        let (result, native) = rewrap_response(forwarded, target, call.call_id.clone(), took)?;
+        let (result, native) = rewrap_response(forwarded, target, call.call_id.clone(), took, &injected)?;
         Ok(FinishedCall {
             outcome: if result.success { CallOutcome::Success } else { CallOutcome::ToolError },
             result,
@@ -173,10 +177,6 @@ async fn run_resolved_call(
             native,
         })
     });
-    // What the gateway injected never reaches the caller, even when a tool
-    // echoes it (before it is stored for duplicates too).
-    let mut injected = injected_values(generation, &context);
-    injected.extend(bearer.as_ref().and_then(|b| b.to_str().ok()).and_then(|b| b.strip_prefix("Bearer ")));
     redact_echoes(&mut finished, &injected);
     if let Some(claim) = claim {
         remember_call(claim, &finished).await;
@@ -367,18 +367,13 @@ pub fn resolve_tool<'c>(catalog: &'c Catalog, tool_id: &str) -> Result<&'c Route
 /// A tool that waits for review is one only for callers whose policies let
 /// them see it; to anyone else it does not exist.
 fn unseen_unless_allowed(generation: &Generation, caller: &Caller, error: RequestError) -> RequestError {
+    let access = &generation.access;
     match error {
-        RequestError::Lookup(LookupError::Held { tool, .. })
-            if !generation.access.allows(generation.access.matching(caller), tool_key_of(&tool)) =>
-        {
-            RequestError::Denied(tool_key_of(&tool).to_owned())
+        RequestError::Lookup(LookupError::Held { key, .. }) if !access.allows(access.matching(caller), &key) => {
+            RequestError::Denied(key)
         }
         other => other,
     }
-}
-
-fn tool_key_of(id: &str) -> &str {
-    id.split_once('@').map_or(id, |(key, _)| key)
 }
 
 /// Admit: the caller's policies must allow the tool (a denied tool is
@@ -479,12 +474,12 @@ pub async fn inject_context(
             }
             TokenPlan::GrantNeedsUser => {
                 missing.user_id = true;
-                missing.authorization.push(challenge(id, None, None));
+                missing.authorization.push(AuthorizationChallenge::unmanaged(id, None, None));
                 None
             }
             TokenPlan::ConfiguredNeedsUser { authorize_url } => {
                 missing.user_id = true;
-                missing.authorization.push(challenge(id, authorize_url, None));
+                missing.authorization.push(AuthorizationChallenge::unmanaged(id, authorize_url, None));
                 None
             }
             TokenPlan::Configured { reference, user, authorize_url } => {
@@ -499,14 +494,14 @@ pub async fn inject_context(
                     // No stored token for this user: they must authorize first.
                     Err(e) => {
                         tracing::debug!(provider = id, error = %e, "no stored token for the caller");
-                        missing.authorization.push(challenge(id, authorize_url, user));
+                        missing.authorization.push(AuthorizationChallenge::unmanaged(id, authorize_url, user));
                         None
                     }
                 }
             }
             TokenPlan::Nothing | TokenPlan::FromClient => None,
             TokenPlan::Missing => {
-                missing.authorization.push(challenge(id, None, None));
+                missing.authorization.push(AuthorizationChallenge::unmanaged(id, None, None));
                 None
             }
         };
@@ -540,9 +535,9 @@ fn injected_values<'c>(generation: &Generation, context: &'c CallContext) -> Sma
     secrets.chain(tokens).collect()
 }
 
-/// Replaces every injected value the upstream sent back verbatim (in the
-/// tool's value or error, or in the error body it refused the call with)
-/// with [`scrub::REDACTED`].
+/// Replaces every injected value the upstream sent back, in any spelling
+/// `scrub` knows (in the tool's value or error, the error body it refused
+/// the call with, or why it could not be reached) with [`scrub::REDACTED`].
 fn redact_echoes(finished: &mut Result<FinishedCall, RequestError>, injected: &[&str]) {
     if injected.is_empty() {
         return;
@@ -564,17 +559,8 @@ fn redact_echoes(finished: &mut Result<FinishedCall, RequestError>, injected: &[
             }
         }
         Err(RequestError::UpstreamRefused { body, .. }) => scrub::value(body, injected),
+        Err(RequestError::Unavailable { detail, .. }) => _ = scrub::text(detail, injected),
         Err(_) => {}
-    }
-}
-
-/// One `missing_requirements.authorization[]` entry of a provider the
-/// gateway does not run the flow for.
-fn challenge(provider: &str, authorize_url: Option<&str>, user: Option<&str>) -> AuthorizationChallenge {
-    AuthorizationChallenge {
-        id: provider.to_owned(),
-        url: authorize_url.map(|url| url.replace("{user_id}", user.unwrap_or_default())),
-        check_url: None,
     }
 }
 
@@ -635,12 +621,15 @@ pub async fn forward_call<'r>(
 }
 
 /// Re-wrap: the upstream's answer (or failure) as a canonical `CallResult`,
-/// with the upstream's own answer when its protocol gave one.
+/// with the upstream's own answer when its protocol gave one. Its body, when
+/// it is passed on as text, is cut to `SNIPPET` characters after the
+/// `injected` values are scrubbed from it.
 pub fn rewrap_response(
     forwarded: Result<UpstreamReply, ForwardError>,
     target: &Target,
     call_id: String,
     took: Duration,
+    injected: &[&str],
 ) -> Result<(CallResult, Option<Native>), RequestError> {
     // Milliseconds, to the microsecond: more digits are noise.
     let elapsed_ms = (took.as_secs_f64() * 1_000_000.0).round() / 1000.0;
@@ -668,12 +657,13 @@ pub fn rewrap_response(
         }
         Err(e) => return Ok((failed("The tool server failed while handling the call", e.to_string(), false), None)),
     };
+    let excerpt = || scrub::excerpt(&reply.body, injected, SNIPPET);
     let result = match reply.status.as_u16() {
         200..=299 => match wire::normalise_tool_response(&reply.body) {
             Ok(r) => Ok(finished(r)),
             Err(e) => Ok(failed(
                 "The tool server gave an answer the gateway could not read",
-                format!("upstream {upstream}: {e}; body starts {}", snippet(&reply.body)),
+                format!("upstream {upstream}: {e}; body starts {}", excerpt()),
                 false,
             )),
         },
@@ -681,13 +671,13 @@ pub fn rewrap_response(
             Ok(body @ Value::Object(_)) => Err(RequestError::UpstreamRefused { status, body }),
             _ => Ok(failed(
                 "The tool server refused the call",
-                format!("upstream {upstream} answered HTTP {status}: {}", snippet(&reply.body)),
+                format!("upstream {upstream} answered HTTP {status}: {}", excerpt()),
                 false,
             )),
         },
         status => Ok(failed(
             "The tool server failed while handling the call",
-            format!("upstream {upstream} answered HTTP {status}: {}", snippet(&reply.body)),
+            format!("upstream {upstream} answered HTTP {status}: {}", excerpt()),
             matches!(status, 502..=504),
         )),
     };
@@ -699,11 +689,8 @@ pub fn render_result(result: &CallResult) -> Bytes {
     Bytes::from(wire::call_response_body(result))
 }
 
-/// The start of a body, for a developer message: bounded and printable.
-fn snippet(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
-    text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
-}
+/// The most of an upstream's body a developer message shows (characters).
+const SNIPPET: usize = 200;
 
 #[cfg(test)]
 mod tests {

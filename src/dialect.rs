@@ -7,12 +7,13 @@
 //! does not take the rest of the catalog down.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use semver::Version;
 use serde_json::{Map, Value};
 
 use crate::resolve::{is_id_part, is_tool_key, parse_tool_version};
+use crate::url_path::PathInput;
 use crate::validate::{InputValidator, WHOLE_INPUT};
 use crate::wire::{RawJson, Requirements, ToolDefinition};
 
@@ -41,6 +42,9 @@ pub struct CatalogTool {
     /// `openWorldHint`, and any other member); `None` for OTC upstreams and
     /// for MCP tools without one.
     pub annotations: Option<Value>,
+    /// The inputs an OpenAPI operation sends as path segments: each must
+    /// stay in its segment ([`PathInput::refusal`]); empty for other tools.
+    pub path_inputs: Vec<PathInput>,
     /// The compiled input_schema, once the tool has been called (`None`:
     /// it did not compile, which the catalog check makes unexpected).
     validator: OnceLock<Option<InputValidator>>,
@@ -52,7 +56,8 @@ pub struct CatalogTool {
 impl CatalogTool {
     fn new(key: String, version: Version, definition: ToolDefinition, upstream_id: String) -> CatalogTool {
         let (validator, digest) = (OnceLock::new(), OnceLock::new());
-        CatalogTool { key, version, definition, upstream_id, annotations: None, validator, digest }
+        let path_inputs = Vec::new();
+        CatalogTool { key, version, definition, upstream_id, annotations: None, path_inputs, validator, digest }
     }
 
     /// Everything a client is shown of the tool, as one JSON object: the
@@ -86,6 +91,20 @@ impl CatalogTool {
         Ok(tool)
     }
 
+    /// This (pinned) definition as served in place of `current`: calls are
+    /// still sent as `current`'s upstream plans them, so its path inputs
+    /// are checked as `current`'s are.
+    pub fn served_for(self: &Arc<Self>, current: &CatalogTool) -> Arc<CatalogTool> {
+        if self.path_inputs == current.path_inputs {
+            return self.clone();
+        }
+        let mut tool =
+            CatalogTool::new(self.key.clone(), self.version.clone(), self.definition.clone(), self.upstream_id.clone());
+        tool.annotations = self.annotations.clone();
+        tool.path_inputs = current.path_inputs.clone();
+        Arc::new(tool)
+    }
+
     /// The toolkit: `key` up to its dot.
     pub fn toolkit(&self) -> &str {
         self.key.split_once('.').map_or(self.key.as_str(), |(toolkit, _)| toolkit)
@@ -98,11 +117,24 @@ impl CatalogTool {
     pub fn check_input(&self, input: &Value) -> Result<(), BTreeMap<String, String>> {
         let validator =
             self.validator.get_or_init(|| InputValidator::compile(&self.definition.input_schema.to_value()).ok());
-        match validator {
-            Some(validator) => validator.check(input),
+        let mut errors = match validator {
+            Some(validator) => validator.check(input).err().unwrap_or_default(),
             None => {
-                Err(BTreeMap::from([(WHOLE_INPUT.to_owned(), "the tool's input_schema does not compile".to_owned())]))
+                return Err(BTreeMap::from([(
+                    WHOLE_INPUT.to_owned(),
+                    "the tool's input_schema does not compile".to_owned(),
+                )]))
             }
+        };
+        for path_input in &self.path_inputs {
+            if let Some(why) = path_input.refusal(input) {
+                errors.entry(path_input.name.clone()).or_insert_with(|| why.to_owned());
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors)
         }
     }
 }

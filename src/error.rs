@@ -512,6 +512,18 @@ pub struct AuthorizationChallenge {
     pub check_url: Option<String>,
 }
 
+impl AuthorizationChallenge {
+    /// The entry of a provider the gateway does not run the flow for: its
+    /// `authorize_url`, when configured, for `user`.
+    pub fn unmanaged(provider: &str, authorize_url: Option<&str>, user: Option<&str>) -> AuthorizationChallenge {
+        AuthorizationChallenge {
+            id: provider.to_owned(),
+            url: authorize_url.map(|url| url.replace("{user_id}", user.unwrap_or_default())),
+            check_url: None,
+        }
+    }
+}
+
 impl MissingRequirements {
     /// Whether nothing is missing.
     pub fn is_empty(&self) -> bool {

@@ -14,14 +14,14 @@ mod common;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::mcp_peer::{mcp_upstream, Era, McpPeer};
 use common::{
-    find_tool, free_addr, peer_script, send_with_headers, wait_listening, wait_until, wait_within, Gateway,
-    GatewayConfig, Resp, ToolServer,
+    find_tool, peer_script, send_with_headers, wait_until, wait_within, Gateway, GatewayConfig, Resp, ToolServer,
 };
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
@@ -29,108 +29,6 @@ use serde_json::{json, Value};
 // ---------------------------------------------------------------------------
 // The Python peers
 // ---------------------------------------------------------------------------
-
-/// The MCP revisions tests/peers/mcp_server.py answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Era {
-    /// 2026-07-28 only: no `initialize`, no session.
-    R2026_07_28,
-    /// 2025-11-25 and before only: `initialize` and a session.
-    R2025_11_25,
-    /// Both, the SDK's default.
-    Dual,
-}
-
-impl Era {
-    fn arg(self) -> &'static str {
-        match self {
-            Era::R2026_07_28 => "modern",
-            Era::R2025_11_25 => "legacy",
-            Era::Dual => "dual",
-        }
-    }
-
-    /// The revision the gateway should speak to such a server in.
-    fn revision(self) -> &'static str {
-        match self {
-            Era::R2025_11_25 => "2025-11-25",
-            Era::R2026_07_28 | Era::Dual => "2026-07-28",
-        }
-    }
-}
-
-/// tests/peers/mcp_server.py on a loopback port, killed on drop.
-struct McpPeer {
-    child: Option<Child>,
-    addr: SocketAddr,
-    json: bool,
-    era: Era,
-}
-
-impl McpPeer {
-    /// SSE replies (the SDK's default) or plain JSON replies; both eras.
-    fn start(json: bool) -> McpPeer {
-        McpPeer::start_in(Era::Dual, json)
-    }
-
-    /// A server of one era, or of both.
-    fn start_in(era: Era, json: bool) -> McpPeer {
-        let mut peer = McpPeer { child: None, addr: free_addr(), json, era };
-        peer.restart();
-        peer
-    }
-
-    /// Starts again on the same port as a server of `era`.
-    fn restart_as(&mut self, era: Era) {
-        self.era = era;
-        self.restart();
-    }
-
-    /// Adds a tool at run time; the server tells its listening clients.
-    async fn add_tool(&self, name: &str) {
-        let body = Bytes::from(json!({"name": name}).to_string());
-        let resp =
-            send_with_headers(self.addr, "POST", "/test/add-tool", body, &[("content-type", "application/json")]).await;
-        assert_eq!(resp.status, 200, "add-tool: {}", resp.text());
-    }
-
-    /// The MCP endpoint.
-    fn url(&self) -> String {
-        format!("http://{}/mcp", self.addr)
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// Starts again on the same port: a new process that knows no session.
-    fn restart(&mut self) {
-        assert!(self.child.is_none(), "restart() on a running peer");
-        let mut cmd = Command::new(common::sdk_python());
-        cmd.arg(peer_script("mcp_server.py")).arg(self.addr.port().to_string()).arg(self.era.arg());
-        if self.json {
-            cmd.arg("json");
-        }
-        let child =
-            self.child.insert(cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("start mcp_server.py"));
-        let what = "mcp_server.py (is the `mcp` package installed?)";
-        wait_listening(child, self.addr, what, Duration::from_secs(30), String::new);
-    }
-}
-
-impl Drop for McpPeer {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// An `[[upstreams]]` entry for an MCP server.
-fn mcp_upstream(name: &str, url: &str, toolkit: &str, extra: &str) -> String {
-    format!("[[upstreams]]\nname = \"{name}\"\nurl = \"{url}\"\nprotocol = \"mcp\"\ntoolkit = \"{toolkit}\"\nversion = \"1.0.0\"\n{extra}\n")
-}
 
 /// Runs tests/peers/mcp_client.py against `url`; its JSON report. On a
 /// blocking thread: in-process tool servers share the test's runtime.
@@ -544,6 +442,54 @@ async fn bearer_tokens_and_per_user_tokens_go_upstream_and_mcp_needs_credentials
     gw.wait_for_log(&["listening for tool list changes"]).await;
     let output = gw.output();
     for secret in ["upstream-secret", "alice-google-token"] {
+        assert!(!output.contains(secret), "{secret} is in the gateway's output");
+    }
+}
+
+#[tokio::test]
+async fn a_server_repeating_its_token_in_any_spelling_hands_none_of_it_on() {
+    let peer = McpPeer::start(false);
+    let gw = GatewayConfig::new()
+        .raw(&mcp_upstream("shared", &peer.url(), "Shared", "bearer_token = \"env:MB_UPSTREAM_TOKEN\""))
+        .raw(&mcp_upstream("per-user", &peer.url(), "Mine", "user_token = \"google\""))
+        .raw(
+            "[authorization.google]\ntoken = \"env:MB_GOOGLE_{user_id}\"\n\n\
+             [auth]\napi_keys = [{ key = \"env:MB_API_KEY\", user_id = \"alice\" }]\n",
+        )
+        .start_with_env(&[
+            ("RUST_LOG", "trace"),
+            // What encoders escape: a slash, a plus, a space, a quote.
+            ("MB_UPSTREAM_TOKEN", "upstream/secret+42"),
+            ("MB_GOOGLE_alice", "alice/google token\"7"),
+            ("MB_API_KEY", "ak-alice-0123456789"),
+        ])
+        .await;
+    let key = [("authorization", "Bearer ak-alice-0123456789")];
+    let call = |tool: &str, how: &str| {
+        let body = json!({"request": {"tool_id": tool, "input": {"how": how}}}).to_string();
+        send_with_headers(gw.addr, "POST", "/tools/call", Bytes::from(body), &key)
+    };
+    wait_until("Mine.leak_auth is callable", async || call("Mine.leak_auth", "json").await.status == 200).await;
+    // The tool's error content, as the server wrote it, but the token.
+    for (how, bearer) in [
+        ("json", "Bearer "),
+        ("url", "Bearer%20"),
+        ("form", "Bearer+"),
+        ("unicode", "\\u0042\\u0065\\u0061\\u0072\\u0065\\u0072\\u0020"),
+    ] {
+        let expected = format!("Error executing tool leak_auth: refused: the request carried {bearer}[redacted]");
+        for (tool, name) in [("Shared.leak_auth", "Shared_leak_auth"), ("Mine.leak_auth", "Mine_leak_auth")] {
+            let otc = call(tool, how).await.result();
+            assert_eq!(otc["error"]["message"], expected.as_str(), "{tool} {how}: {otc}");
+            let request = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                                 "params": {"name": name, "arguments": {"how": how}}});
+            let mcp = mcp_post(&gw, &request, &key).await.json();
+            assert_eq!(mcp["result"]["isError"], true, "{mcp}");
+            assert_eq!(mcp["result"]["content"][0]["text"], expected.as_str(), "{name} {how}: {mcp}");
+        }
+    }
+    let output = gw.output();
+    for secret in ["upstream/secret", "upstream\\/secret", "upstream%2Fsecret", "alice/google", "alice\\/google"] {
         assert!(!output.contains(secret), "{secret} is in the gateway's output");
     }
 }

@@ -319,6 +319,122 @@ async fn no_secret_or_token_appears_in_output_responses_status_or_metrics() {
 /// client secret appear nowhere the gateway writes or answers (its spans,
 /// every request recorded, included), and in no upstream but as the
 /// injected token.
+/// An MCP upstream's bearer token with what encoders escape (a slash, a
+/// plus, a quote).
+const MCP_BEARER: &str = "leak-canary/mcp-bearer+\"6b6b";
+
+/// A stand-in MCP server that refuses every request with 401, repeating
+/// the `Authorization` it was sent JSON-escaped, percent-encoded and
+/// `\u`-escaped: at `/json` in a JSON-RPC error (its message and data), at
+/// `/text` in a text body, across the 200th character, where the gateway
+/// cuts one.
+/// A stand-in because a real server (the Python SDK) cannot be made to
+/// echo a credential in its protocol errors, which is the fault injected.
+async fn echoing_mcp() -> (std::net::SocketAddr, tokio::task::JoinHandle<()>) {
+    use http_body_util::{BodyExt, Full};
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let serve = async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let answer = service_fn(|request: hyper::Request<hyper::body::Incoming>| async move {
+                    let path = request.uri().path().to_owned();
+                    let sent = request.headers().get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
+                    let json_escaped = sent.replace('\\', "\\\\").replace('"', "\\\"").replace('/', "\\/");
+                    let encoded =
+                        percent_encoding::utf8_percent_encode(sent, percent_encoding::NON_ALPHANUMERIC).to_string();
+                    let unicode: String = sent.encode_utf16().map(|u| format!("\\u{u:04x}")).collect();
+                    let body = request.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                    let id = serde_json::from_slice::<Value>(&body).ok().map_or(Value::Null, |v| v["id"].clone());
+                    let text = if path == "/json" {
+                        json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32001,
+                            "message": format!("not accepted: {json_escaped} {encoded}"),
+                            "data": {"sent": unicode}}})
+                        .to_string()
+                    } else {
+                        format!("{} not accepted: {json_escaped}", "x".repeat(165))
+                    };
+                    let response = hyper::Response::builder()
+                        .status(401)
+                        .header("content-type", if path == "/json" { "application/json" } else { "text/plain" })
+                        .body(Full::new(Bytes::from(text)));
+                    Ok::<_, std::convert::Infallible>(response.expect("a response"))
+                });
+                let _ = hyper::server::conn::http1::Builder::new().serve_connection(TokioIo::new(stream), answer).await;
+            });
+        }
+    };
+    (addr, tokio::spawn(serve))
+}
+
+/// An MCP server that repeats the token it was sent in its refusals, in
+/// any spelling, leaks it nowhere: not in the log at trace (the client's
+/// fallbacks log the server's words), not in `/status` (`last_error`), not
+/// in `/metrics`.
+#[tokio::test]
+async fn an_mcp_server_repeating_its_token_in_any_spelling_leaks_it_nowhere() {
+    let (addr, server) = echoing_mcp().await;
+    let toml = GatewayConfig::new()
+        .raw(&format!(
+            "[[upstreams]]\nname = \"as-json\"\nurl = \"http://{addr}/json\"\nprotocol = \"mcp\"\ntoolkit = \"J\"\n\
+             version = \"1.0.0\"\nbearer_token = \"env:NL_MCP_BEARER\"\n\n\
+             [[upstreams]]\nname = \"as-text\"\nurl = \"http://{addr}/text\"\nprotocol = \"mcp\"\ntoolkit = \"T\"\n\
+             version = \"1.0.0\"\nbearer_token = \"env:NL_MCP_BEARER\"\n"
+        ))
+        .toml();
+    let gw = Gateway::start_with_env(&toml, &[("RUST_LOG", "trace"), ("NL_MCP_BEARER", MCP_BEARER)]).await;
+    for name in ["as-json", "as-text"] {
+        let refused = async || gw.upstream_status(name).await["last_error"].is_string();
+        wait_until(&format!("{name}'s refusal shows in /status"), refused).await;
+    }
+    let status_text = common::send(gw.admin, "GET", "/status", Bytes::new(), None).await.json();
+    let mut texts = String::new();
+    collect_strings(&status_text, &mut texts);
+    let metrics = common::send(gw.admin, "GET", "/metrics", Bytes::new(), None).await.text();
+    // The token as written, JSON-escaped, percent-encoded (either case)
+    // and \u-escaped, whole or its start.
+    let token = MCP_BEARER;
+    let canaries: Vec<(String, String)> = [
+        ("as written", token.to_owned()),
+        ("its start", token[..15].to_owned()),
+        ("JSON-escaped", "leak-canary\\/mcp".to_owned()),
+        ("its start, JSON-escaped", "leak-canary\\/".to_owned()),
+        ("its start, JSON-escaped, as a log line quotes it", "leak-canary\\\\/".to_owned()),
+        ("percent-encoded", "leak%2Dcanary%2Fmcp".to_owned()),
+        ("percent-encoded, lower case", "leak%2dcanary%2fmcp".to_owned()),
+        ("\\u-escaped", "\\u006c\\u0065\\u0061\\u006b".to_owned()),
+    ]
+    .into_iter()
+    .map(|(name, canary)| (name.to_owned(), canary))
+    .collect();
+    let mut found = leaks("the gateway's output", &gw.output(), &canaries);
+    found.extend(leaks("/status", &texts, &canaries));
+    found.extend(leaks("/metrics", &metrics, &canaries));
+    assert!(found.is_empty(), "{}", found.join("\n"));
+    assert!(texts.contains("[redacted]"), "the refusals are shown, scrubbed: {texts}");
+    server.abort();
+}
+
+/// Every string in `value` (keys too), one a line, as written.
+fn collect_strings(value: &Value, out: &mut String) {
+    match value {
+        Value::String(text) => {
+            out.push_str(text);
+            out.push('\n');
+        }
+        Value::Array(items) => items.iter().for_each(|item| collect_strings(item, out)),
+        Value::Object(fields) => fields.iter().for_each(|(k, v)| {
+            out.push_str(k);
+            out.push('\n');
+            collect_strings(v, out);
+        }),
+        _ => {}
+    }
+}
+
 #[tokio::test]
 async fn no_oauth_token_or_client_secret_appears_anywhere() {
     use common::oidc::{Browser, OidcProvider};

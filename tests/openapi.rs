@@ -25,6 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::fleet::Nginx;
 use common::{
     find_tool, free_addr, peer_script, send_with_headers, temp_file, wait_listening, wait_until, wait_within, Gateway,
     Resp,
@@ -373,24 +374,179 @@ async fn calls_carry_parameters_and_bodies_through_both_fronts() {
 }
 
 #[tokio::test]
-async fn hostile_path_values_arrive_as_one_segment() {
+async fn hostile_path_values_arrive_as_one_segment_or_are_refused() {
     let library = Library::start();
     let gw = start(&library, ALL_SECRETS, "").await;
     library.clear_log().await;
     for (segment, raw) in [
-        ("../admin", "/echo/..%2Fadmin"),
-        ("a/b?c", "/echo/a%2Fb%3Fc"),
-        ("%2F", "/echo/%252F"),
-        ("..", "/echo/%2E%2E"),
+        ("a?c", "/echo/a%3Fc"),
         ("x#y z&w=1", "/echo/x%23y%20z%26w%3D1"),
+        ("...", "/echo/%2E%2E%2E"),
+        ("100%", "/echo/100%25"),
     ] {
         let got = value(&gw, "Library.EchoSegment", json!({"segment": segment})).await;
         assert_eq!(got["raw_path"], raw, "{segment}");
         assert_eq!(got["segment"], segment, "the value arrives whole");
         assert_eq!(got["query"], "", "{segment}: nothing became a query");
     }
+    // What a proxy would read as a dot segment or a separator is the
+    // caller's mistake, named, and never sent (tests below: behind nginx).
+    for segment in ["../admin", "a/b?c", "%2F", "..", "%2e%2E", "..;"] {
+        let resp = gw.call("Library.EchoSegment", json!({"segment": segment})).await;
+        assert_eq!(resp.status, 422, "{segment}: {}", resp.text());
+        assert!(resp.parameter_errors()["segment"].as_str().is_some_and(|e| e.contains("in a path")), "{segment}");
+    }
     let sent = library.log().await;
+    assert_eq!(sent.len(), 4, "only the four that stay in their segment were sent: {sent:?}");
     assert!(sent.iter().all(|r| r["raw_path"].as_str().is_some_and(|p| p.starts_with("/echo/"))), "{sent:?}");
+}
+
+/// What a caller, or a document, may try against an upstream whose `url`
+/// has a base path, behind a proxy that normalises paths (nginx, `proxy_pass`
+/// with a URI): whatever it is, the API key never reaches a path outside
+/// the base.
+#[tokio::test]
+async fn behind_a_normalising_proxy_the_key_never_leaves_the_base_path() {
+    let library = Library::start();
+    let nginx = Nginx::normalising_proxy(library.addr);
+    // The proxy does climb: `..` encoded, sent to it directly, reaches /admin.
+    library.clear_log().await;
+    send_with_headers(nginx.addr, "GET", "/base/echo/%2E%2E/%2E%2E/admin", Bytes::new(), &[]).await;
+    send_with_headers(nginx.addr, "GET", "/base/echo/..%2F..%2Fadmin", Bytes::new(), &[]).await;
+    let direct: Vec<Value> = library.log().await.iter().map(|r| r["raw_path"].clone()).collect();
+    assert_eq!(direct, [json!("/admin"), json!("/admin")], "nginx normalised both");
+
+    let op = |id: &str, parameters: Value| {
+        json!({"get": {"operationId": id, "parameters": parameters, "security": [{"Key": []}],
+                       "responses": {"200": {"description": "ok"}}}})
+    };
+    let segment = json!([{"name": "segment", "in": "path", "required": true, "schema": {"type": "string"}}]);
+    // A file path: reserved expansion keeps its `/`.
+    let path = json!([{"name": "path", "in": "path", "required": true, "allowReserved": true,
+                       "schema": {"type": "string"}}]);
+    let document = json!({
+        "openapi": "3.1.0",
+        "info": {"title": "Edge", "version": "1.0.0"},
+        "paths": {
+            "/echo/{segment}": op("echo", segment),
+            "/files/{path}": op("file", path),
+            "/%2e%2e/admin": op("climbEncoded", json!([])),
+            "/%252E%252E/admin": op("climbTwice", json!([])),
+            "/..;/admin": op("climbTomcat", json!([])),
+            "/x%2F..%2F..%2Fadmin": op("climbSlashes", json!([])),
+        },
+        "components": {"securitySchemes": {"Key": {"type": "apiKey", "in": "header", "name": "X-API-Key"}}},
+    });
+    let document = temp_file("edge", "json", &document.to_string());
+    let edge = format!(
+        "[[upstreams]]\nname = \"edge\"\nprotocol = \"openapi\"\nurl = \"http://{}/base\"\nspec = \"file:{}\"\n\
+         secrets = [\"HEADER_KEY\"]\nsecurity = {{ Key = {{ secret = \"HEADER_KEY\" }} }}\n",
+        nginx.addr,
+        document.display()
+    );
+    let gw = start(&library, ALL_SECRETS, &edge).await;
+    gw.wait_for_tool("Edge.Echo@1.0.0").await;
+    // The document's paths that climb, in any spelling, are not tools.
+    let skipped = gw.upstream_status("edge").await["skipped"].clone();
+    for climb in ["/%2e%2e/admin", "/%252E%252E/admin", "/..;/admin", "/x%2F..%2F..%2Fadmin"] {
+        let entry = strings(&skipped).into_iter().find(|s| s.starts_with(&format!("GET {climb} ")));
+        let entry = entry.unwrap_or_default();
+        assert!(entry.contains(". or .. segment once decoded"), "{climb}: {skipped}");
+    }
+    assert_eq!(common::ids(&gw.tools().await).iter().filter(|i| i.starts_with("Edge.")).count(), 2);
+
+    // A caller's values that would climb: refused, naming the parameter,
+    // through both fronts; nothing is sent.
+    library.clear_log().await;
+    let climbing = [
+        ".",
+        "..",
+        "%2e",
+        "%2E%2e",
+        ".%2e",
+        "../../admin",
+        "..%2F..%2Fadmin",
+        "%2e%2e%2f%2e%2e%2fadmin",
+        "..\\..\\admin",
+        "%5c",
+        "%252e%252e",
+        "..;",
+        "%c0%ae%c0%ae",
+        "．．",
+    ];
+    for value in climbing {
+        for (tool, name) in [("Edge.Echo", "segment"), ("Edge.File", "path")] {
+            let resp = call_as(&gw, Some(ALICE_KEY), tool, json!({ name: value })).await;
+            assert_eq!(resp.status, 422, "{tool} {value}: {}", resp.text());
+            assert!(resp.parameter_errors().contains_key(name), "{tool} {value}: {}", resp.text());
+        }
+        let result = mcp_call(&gw, Some(BOB_KEY), "Edge_Echo", json!({"segment": value})).await;
+        assert_eq!(result["isError"], true, "{value}: {result}");
+        assert!(result.to_string().contains("segment"), "{value}: {result}");
+    }
+    for value in ["docs/../../admin", "docs/%2e%2e/%2e%2e/admin", "a/..;/..;/admin"] {
+        let resp = call_as(&gw, Some(ALICE_KEY), "Edge.File", json!({"path": value})).await;
+        assert_eq!(resp.status, 422, "{value}: {}", resp.text());
+    }
+    assert!(library.log().await.is_empty(), "nothing was sent: {:?}", library.log().await);
+    // Values that stay in their segment go through, with the key, to the base.
+    for segment in ["...", "a.b", "..x", "ok"] {
+        let got = value(&gw, "Edge.Echo", json!({"segment": segment})).await;
+        assert_eq!(got["segment"], segment, "{got}");
+    }
+    for path in ["docs/a.md", "a/.../b"] {
+        let got = value(&gw, "Edge.File", json!({"path": path})).await;
+        assert_eq!(got["path"], path, "{got}");
+    }
+    let sent = library.log().await;
+    assert_eq!(sent.len(), 6, "{sent:?}");
+    for request in &sent {
+        assert_eq!(request["has_api_key"], true, "{request}");
+        let raw = request["raw_path"].as_str().unwrap_or_default();
+        assert!(raw.starts_with("/base/echo/") || raw.starts_with("/base/files/"), "outside the base: {request}");
+    }
+    let _ = std::fs::remove_file(document);
+}
+
+/// A careless API answers 500 repeating the key it was given, in each
+/// spelling an encoder gives it, and once across the cut of the excerpt:
+/// no front passes any of it, or its start, on.
+#[tokio::test]
+async fn an_api_failing_with_its_key_in_any_spelling_hands_none_of_it_on() {
+    let library = Library::start();
+    // A key with what encoders escape: a slash, a space, a quote.
+    let key = "hdr/key 5f2a\"9c71";
+    let env: Vec<(&str, &str)> =
+        ENV.iter().map(|&(name, v)| (name, if name == "OA_HEADER_KEY" { key } else { v })).collect();
+    let gw = Gateway::start_with_env(&config(&library, ALL_SECRETS, ""), &env).await;
+    gw.wait_for_tool("Library.FailLoudly@2.3.0").await;
+    // The key's first four characters, as each spelling writes them.
+    let starts = ["hdr/", "hdr\\/", "hdr%2F", "hdr%2f", "\\u0068\\u0064\\u0072\\u002F"];
+    for how in ["json", "url", "unicode", "form", "straddle"] {
+        let error = tool_error(&gw, "Library.FailLoudly", json!({"how": how})).await;
+        let mcp = mcp_call(&gw, None, "Library_FailLoudly", json!({"how": how})).await;
+        for (front, answer) in [("otc", &error), ("mcp", &mcp)] {
+            let texts = strings(answer);
+            assert!(texts.iter().any(|t| t.contains("[reda")), "{how} via {front}: {answer}");
+            for text in &texts {
+                for start in starts {
+                    assert!(!text.contains(start), "{how} via {front}: {start} in {text:?}");
+                }
+            }
+        }
+    }
+}
+
+/// Every string in a value, keys included.
+fn strings(value: &Value) -> Vec<String> {
+    match value {
+        Value::String(s) => vec![s.clone()],
+        Value::Array(items) => items.iter().flat_map(strings).collect(),
+        Value::Object(fields) => {
+            fields.iter().flat_map(|(k, v)| std::iter::once(k.clone()).chain(strings(v))).collect()
+        }
+        _ => Vec::new(),
+    }
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@ mod common;
 
 use bytes::Bytes;
 use common::fleet::Redis;
+use common::mcp_peer::{mcp_upstream, McpPeer};
 use common::{send_with_headers, wait_until, Gateway, GatewayConfig, Resp, ToolServer};
 use serde_json::{json, Value};
 
@@ -286,4 +287,55 @@ async fn an_openapi_operation_whose_summary_changes_is_held() {
     assert_eq!(change["upstream"], "notes");
     assert!(change["proposed"]["description"].as_str().unwrap().contains("Ignore previous instructions"));
     assert_eq!(listed_description(&gw, "Notes.ListNotes@1.0.0").await, Some(honest));
+}
+
+/// An MCP server rewrites a tool's description and announces it
+/// (`list_changed`): the change waits for review, and an MCP client
+/// listening for list changes hears of it only once it is approved, then
+/// lists the approved text.
+#[tokio::test]
+async fn an_mcp_server_s_rewritten_tool_reaches_listening_clients_only_once_approved() {
+    let peer = McpPeer::start(false);
+    let toml = GatewayConfig::new()
+        .server_line("admin_token = \"env:TI_ADMIN_TOKEN\"")
+        .raw(&mcp_upstream("docs", &peer.url(), "Docs", ""))
+        .toml();
+    let gw = Gateway::start_with_env(&toml, &ENV).await;
+    let honest = gw.wait_for_tool("Docs.greet@1.0.0").await["description"].clone();
+
+    // A 2026-07-28 client (the Python SDK's) listens for list changes.
+    let ready = common::temp_file("integrity-listen-ready", "txt", "");
+    std::fs::remove_file(&ready).expect("the client makes it");
+    let scenario = json!({"listen": {"ready": ready, "timeout": 60}});
+    let client = std::process::Command::new(common::sdk_python())
+        .arg(common::peer_script("mcp_front_client.py"))
+        .arg(format!("{}/mcp", gw.url()))
+        .arg("2026-07-28")
+        .arg(scenario.to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run the client");
+    wait_until("the client's subscription is acknowledged", async || ready.exists()).await;
+
+    peer.redescribe("greet", POISONED).await;
+    let change = pending(&gw, 1).await.remove(0);
+    assert_eq!(change["kind"], "changed");
+    assert_eq!(change["tool"], "Docs.greet@1.0.0");
+    // Held: clients are shown what they were shown.
+    let listed = common::find_tool(&gw.tools().await, "Docs.greet@1.0.0").cloned().unwrap_or_default();
+    assert_eq!(listed["description"], honest);
+
+    let path = format!("/changes/{}/approve", change["id"].as_str().unwrap());
+    assert_eq!(admin(&gw, "POST", &path, Some(ADMIN_TOKEN)).await.status, 200);
+    let output =
+        tokio::task::spawn_blocking(move || client.wait_with_output()).await.expect("join").expect("the client ends");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    // One announcement, and it was the approval's: a premature one would
+    // have had the client list the held, honest text.
+    assert_eq!(report["listen"]["events"], json!(["ToolsListChanged"]), "{report}");
+    let greet = report["listen"]["listed_after"].as_array().into_iter().flatten().find(|t| t["name"] == "Docs_greet");
+    assert_eq!(greet.map(|t| t["description"].clone()), Some(json!(POISONED)), "{report}");
+    let _ = std::fs::remove_file(&ready);
 }

@@ -298,6 +298,108 @@ async fn a_tool_that_echoes_what_it_was_given_hands_none_of_it_to_the_caller() {
     }
 }
 
+/// A key with what encoders escape: a slash, a space, a quote.
+const SPELLED_KEY: &str = "canary/api key\"6d2f9a";
+
+/// `text` as JSON writes it, `/` escaped too (as PHP and Java encoders do).
+fn json_escaped(text: &str) -> String {
+    let quoted = serde_json::to_string(text).unwrap_or_default();
+    quoted[1..quoted.len() - 1].replace('/', "\\/")
+}
+
+/// `text` percent-encoded, every byte but letters and digits.
+fn url_encoded(text: &str) -> String {
+    percent_encoding::utf8_percent_encode(text, percent_encoding::NON_ALPHANUMERIC).to_string()
+}
+
+/// `text` as `\uXXXX` escapes, upper-case hex.
+fn unicode_escaped(text: &str) -> String {
+    text.encode_utf16().map(|unit| format!("\\u{unit:04X}")).collect()
+}
+
+/// Each character its own way: as itself, `\u` with lower-case hex, `%XX`.
+fn mixed(text: &str) -> String {
+    text.chars()
+        .enumerate()
+        .map(|(i, c)| match i % 3 {
+            0 => c.to_string(),
+            1 => format!("\\u{:04x}", u32::from(c)),
+            _ => url_encoded(&c.to_string()).to_lowercase(),
+        })
+        .collect()
+}
+
+/// A 2026-07-28 `tools/call` on `/mcp` as alice: its JSON-RPC result.
+async fn mcp_call(gw: &Gateway, name: &str, arguments: Value) -> Value {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": name, "arguments": arguments,
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "1"},
+                  "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2026-07-28"),
+        ("mcp-method", "tools/call"),
+        ("mcp-name", name),
+        ("oxp-api-key", ALICE_KEY),
+    ];
+    let resp = send_with_headers(gw.addr, "POST", "/mcp", Bytes::from(body.to_string()), &headers).await;
+    resp.json()["result"].clone()
+}
+
+#[tokio::test]
+async fn a_tool_server_failing_with_what_it_was_given_in_any_spelling_hands_none_of_it_on() {
+    let (mail, evil) = (honest().await, hostile().await);
+    // It fails with 500 (or an unreadable 200), its body repeating its key
+    // and the user's token as an encoder writes them, or across the byte
+    // where the gateway cuts an error body (200).
+    mail.on_call(|req| {
+        let context = &req["request"]["context"];
+        let key = context["secrets"][0]["value"].as_str().unwrap_or_default().to_owned();
+        let token = context["authorization"][0]["token"].as_str().unwrap_or_default().to_owned();
+        let spell: fn(&str) -> String = match req["request"]["input"]["how"].as_str() {
+            Some("json") => json_escaped,
+            Some("url") => url_encoded,
+            Some("unicode") => unicode_escaped,
+            _ => mixed,
+        };
+        match req["request"]["input"]["how"].as_str() {
+            Some("straddle") => (500, format!("{}{}", "x".repeat(195), json_escaped(&key))),
+            Some("unreadable") => (200, format!("not json: {} {}", spell(&key), spell(&token))),
+            _ => (500, format!("failed with {} for {}", spell(&key), spell(&token))),
+        }
+    });
+    let env = [
+        ("GR_API_KEY", SPELLED_KEY),
+        ("GR_ADMIN_KEY", ADMIN_KEY),
+        ("GR_PROV_alice", ALICE_TOKEN),
+        ("GR_ALICE_KEY", ALICE_KEY),
+    ];
+    let gw = Gateway::start_with_env(&config(&mail, &evil, "").toml(), &env).await;
+    gw.wait_for_tool("Mail.Read@1.0.0").await;
+    let said = "upstream mail answered HTTP 500: ";
+    for (how, expected) in [
+        ("json", format!("{said}failed with [redacted] for [redacted]")),
+        ("url", format!("{said}failed with [redacted] for [redacted]")),
+        ("unicode", format!("{said}failed with [redacted] for [redacted]")),
+        ("mixed", format!("{said}failed with [redacted] for [redacted]")),
+        ("straddle", format!("{said}{}[reda…", "x".repeat(195))),
+    ] {
+        let body = json!({"request": {"tool_id": "Mail.Read@1.0.0", "input": {"how": how}}}).to_string();
+        let headers = [("content-type", "application/json"), ("oxp-api-key", ALICE_KEY)];
+        let otc = send_with_headers(gw.addr, "POST", "/tools/call", Bytes::from(body), &headers).await.result();
+        assert_eq!(otc["error"]["developer_message"], expected.as_str(), "{how}: {otc}");
+        let mcp = mcp_call(&gw, "Mail.Read@1.0.0", json!({"how": how})).await;
+        assert_eq!(mcp["_meta"]["otc-gateway/error"]["developer_message"], expected.as_str(), "{how}: {mcp}");
+    }
+    let body = json!({"request": {"tool_id": "Mail.Read@1.0.0", "input": {"how": "unreadable"}}}).to_string();
+    let headers = [("content-type", "application/json"), ("oxp-api-key", ALICE_KEY)];
+    let unreadable = send_with_headers(gw.addr, "POST", "/tools/call", Bytes::from(body), &headers).await.result();
+    let message = unreadable["error"]["developer_message"].as_str().unwrap_or_default();
+    assert!(message.ends_with("body starts not json: [redacted] [redacted]"), "{message}");
+}
+
 #[test]
 fn check_names_each_ungranted_requirement_and_the_line_that_grants_it() {
     let runtime = tokio::runtime::Runtime::new().expect("a runtime");

@@ -120,14 +120,23 @@ fn hold_to_pins(
 ) -> Vec<HeldTool> {
     // Who serves each `Toolkit.Name`, and which key each MCP name stands
     // for: what a description may name without shadowing another's tool.
-    let mut served_by: HashMap<&str, BTreeSet<&str>> = HashMap::new();
-    for offers in candidates.values() {
-        for (upstream, tool) in offers {
-            served_by.entry(tool.key.as_str()).or_default().insert(&*upstream.name);
-        }
-    }
-    let by_mcp_name: HashMap<String, &str> = served_by.keys().map(|key| (underscored(key), *key)).collect();
+    // Built only when a definition is scanned (new or changed), not for
+    // every publish.
+    let references = std::cell::OnceCell::new();
+    let references = || {
+        references.get_or_init(|| {
+            let mut served_by: HashMap<&str, BTreeSet<&str>> = HashMap::new();
+            for offers in candidates.values() {
+                for (upstream, tool) in offers {
+                    served_by.entry(tool.key.as_str()).or_default().insert(&*upstream.name);
+                }
+            }
+            let by_mcp_name: HashMap<String, &str> = served_by.keys().map(|key| (underscored(key), *key)).collect();
+            (served_by, by_mcp_name)
+        })
+    };
     let foreign = |offer: &Offer<'_>, reference: &str| -> Option<String> {
+        let (served_by, by_mcp_name) = references();
         let reference = reference.split_once('@').map_or(reference, |(key, _)| key);
         let key = match served_by.get_key_value(reference) {
             Some((key, _)) => *key,
@@ -149,22 +158,24 @@ fn hold_to_pins(
     let mut held = Vec::new();
     for (route, verdict) in served.iter().zip(verdicts) {
         let (key, version) = (&route.tool.key, &route.tool.version);
-        let upstream = route.targets[0].upstream.name.to_string();
+        let upstream = || route.targets[0].upstream.name.to_string();
         match verdict {
             Verdict::Serve => continue,
             Verdict::Approved(pinned, change) => {
                 held.push(HeldTool {
                     tool: route.tool.definition.id.clone(),
-                    upstream,
+                    upstream: upstream(),
                     change,
                     kind: ChangeKind::Changed,
                 });
                 let versions = routes.entry(key.clone()).or_default();
                 versions.remove(version);
+                let pinned = pinned.served_for(&route.tool);
                 versions.insert(pinned.version.clone(), Arc::new(Route::new(pinned, route.targets.clone())));
             }
             Verdict::Held(change) => {
-                held.push(HeldTool { tool: route.tool.definition.id.clone(), upstream, change, kind: ChangeKind::New });
+                let tool = route.tool.definition.id.clone();
+                held.push(HeldTool { tool, upstream: upstream(), change, kind: ChangeKind::New });
                 if let Some(versions) = routes.get_mut(key) {
                     versions.remove(version);
                     if versions.is_empty() {

@@ -136,6 +136,8 @@ pub enum LookupError {
     /// The tool's definition waits for an operator's review.
     #[error("tool {tool} waits for an operator's review of its definition (change {change})")]
     Held {
+        /// Its `Toolkit.Name`.
+        key: String,
         /// The tool id.
         tool: String,
         /// The change to review.
@@ -302,7 +304,7 @@ impl Catalog {
                         }
                 })
         })?;
-        Some(LookupError::Held { tool: held.tool.clone(), change: held.change.clone() })
+        Some(LookupError::Held { key: tool.key.to_owned(), tool: held.tool.clone(), change: held.change.clone() })
     }
 }
 

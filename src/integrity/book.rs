@@ -312,7 +312,7 @@ impl PinBook {
         }
         let key = tool_key(offer.tool, offer.by_name);
         let digest = offer.tool.digest();
-        let pinned = self.pins.get_mut(&key).filter(|_| modes.pin != Review::Off);
+        let pinned = self.pins.get_mut(key).filter(|_| modes.pin != Review::Off);
         let pinned_digest = pinned.as_ref().map(|pin| pin.digest);
         if let Some(pin) = pinned {
             if pin.digest == digest {
@@ -323,6 +323,7 @@ impl PinBook {
                 return Verdict::Serve;
             }
         }
+        let key = key.to_owned();
         let id = change_id(&key, pinned_digest.as_ref(), &digest);
         let (state, flagged) = match self.changes.get(&id) {
             Some(change) => (change.state, !change.findings.is_empty()),

@@ -41,7 +41,7 @@ mod channel;
 mod transport;
 
 use channel::{client_info, unsupported};
-use transport::{is_event_stream, read_limited, serialise, snippet, Posted};
+use transport::{credential, is_event_stream, read_limited, serialise, snippet, without_sent, Posted};
 
 pub use changes::{ToolListEvent, WatchEnd, WatchSettings};
 
@@ -72,6 +72,7 @@ use super::v2026_07_28::{
 use super::{is_supported_version, PROTOCOL_VERSIONS, PROTOCOL_VERSION_HEADER, SESSION_HEADER};
 use crate::circuit::Circuit;
 use crate::http_client::error_chain;
+use crate::scrub;
 
 /// The most pages of `tools/list` read: a server whose cursors never end
 /// must not keep a poller busy forever.
@@ -518,11 +519,14 @@ fn judge_refusal(status: u16, answered: &Value, id: u64, error: ErrorObject) -> 
 }
 
 /// An HTTP error answer: a JSON-RPC error in its body, or the status and
-/// the body's start.
-fn refusal(status: StatusCode, body: &[u8]) -> McpError {
+/// the body's start (without the credential `sent`).
+fn refusal(status: StatusCode, body: &[u8], sent: Option<&str>) -> McpError {
     match Message::from_slice(body) {
-        Ok(Message::Error { id, error }) => McpError::Refused { status: status.as_u16(), id, error },
-        _ => McpError::Status { status: status.as_u16(), body: snippet(body) },
+        Ok(Message::Error { id, mut error }) => {
+            without_sent(&mut error, sent);
+            McpError::Refused { status: status.as_u16(), id, error }
+        }
+        _ => McpError::Status { status: status.as_u16(), body: snippet(body, sent) },
     }
 }
 
@@ -560,8 +564,21 @@ mod tests {
         assert!(matches!(judge_refusal(400, &json!(5), 5, error(UNSUPPORTED_PROTOCOL_VERSION)), McpError::Stale(_)));
         // How a 2025-11-25 server refuses a request without its session.
         assert!(matches!(judge_refusal(400, &json!("server-error"), 5, error(-32600)), McpError::Stale(_)));
-        assert!(matches!(refusal(StatusCode::BAD_REQUEST, b"<html>"), McpError::Status { status: 400, .. }));
+        assert!(matches!(refusal(StatusCode::BAD_REQUEST, b"<html>", None), McpError::Status { status: 400, .. }));
         let body = br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32020,"message":"no"}}"#;
-        assert!(matches!(refusal(StatusCode::BAD_REQUEST, body), McpError::Refused { status: 400, .. }));
+        assert!(matches!(refusal(StatusCode::BAD_REQUEST, body, None), McpError::Refused { status: 400, .. }));
+        // Its words never carry the token it was sent, in any spelling.
+        let body = br#"{"jsonrpc":"2.0","id":3,"error":{"code":-32001,"message":"tok\\/en-4b8e2d17?","data":{"t":"tok%2Fen-4b8e2d17"}}}"#;
+        let McpError::Refused { error, .. } = refusal(StatusCode::UNAUTHORIZED, body, Some("tok/en-4b8e2d17")) else {
+            panic!("a refusal");
+        };
+        assert_eq!((error.message.as_str(), error.data), ("[redacted]?", Some(json!({"t": "[redacted]"}))));
+        // The token the exchange sent, echoed across the cut, escaped.
+        let echo = format!("{}Bearer tok\\/en-4b8e2d17", "x".repeat(190));
+        let McpError::Status { body, .. } = refusal(StatusCode::UNAUTHORIZED, echo.as_bytes(), Some("tok/en-4b8e2d17"))
+        else {
+            panic!("a status");
+        };
+        assert_eq!(body, format!("{}Bearer [re…", "x".repeat(190)));
     }
 }

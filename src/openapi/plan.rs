@@ -52,6 +52,10 @@ pub(crate) struct Param {
     pub(crate) explode: bool,
     /// Written as JSON text (a parameter with `content: application/json`).
     pub(crate) json: bool,
+    /// A path parameter declared `allowReserved`: its `/` are sent as they
+    /// are (a value of several segments), none of which may be a dot
+    /// segment (`url_path.rs`).
+    pub(crate) reserved: bool,
 }
 
 /// How the input becomes the request body.

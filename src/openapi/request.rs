@@ -1,7 +1,9 @@
 //! A call's HTTP request, built from its operation's plan and the validated
 //! input: path parameters each percent-encoded as exactly one segment (a
-//! value such as `../admin` or `a/b?c` never changes the path or the
-//! query), query parameters by their `style` and `explode`, headers,
+//! value such as `a/b?c` never changes the path or the query; one that a
+//! proxy would decode to a dot segment or a separator, `..` or `%2F`, was
+//! refused by validation, `url_path.rs`, and a path that reads as one once
+//! filled in is refused here), query parameters by their `style` and `explode`, headers,
 //! cookies, a JSON or text body; and the credentials of the operation's
 //! security, taken from what the gateway injected into the call's context.
 //!
@@ -16,6 +18,7 @@ use serde_json::{Map, Value};
 
 use super::plan::{BodyShape, KeyLocation, Location, Operation, PathPart, SchemeKind, Style};
 use crate::config::SecuritySource;
+use crate::url_path::has_dot_segment;
 use crate::wire::CallContext;
 
 /// Everything but RFC 3986's unreserved characters is percent-encoded.
@@ -34,6 +37,9 @@ pub(crate) struct Prepared {
     /// Whether a credential set `Authorization` (the upstream's own
     /// `bearer_token` then stays out).
     pub(crate) sets_authorization: bool,
+    /// The credentials the request carries, as sent (a basic scheme's
+    /// base64 too): what the answer's excerpt must not show.
+    pub(crate) sent: Vec<String>,
 }
 
 /// Why a request could not be built from the input. Messages name
@@ -52,6 +58,11 @@ pub(crate) enum BuildError {
     /// A credential the call should carry was not injected.
     #[error("the security scheme {0:?} has no value in the call's context")]
     MissingCredential(String),
+    /// The path, its parameters filled in, reads as a dot segment (a value
+    /// beside a literal: `..{p}` with `;`), which a proxy would resolve out
+    /// of `url`'s path. Validation refuses the values alone.
+    #[error("the path, filled in, would have a . or .. segment once decoded")]
+    DotSegment,
 }
 
 /// Builds the request for one call.
@@ -66,16 +77,19 @@ pub(crate) fn prepare(
             PathPart::Literal(text) => path.push_str(text),
             PathPart::Param(name) => {
                 let param = operation.params.iter().find(|p| p.location == Location::Path && &p.name == name);
-                let (style, explode, json) =
-                    param.map_or((Style::Simple, false, false), |p| (p.style, p.explode, p.json));
+                let (style, explode, json, reserved) =
+                    param.map_or((Style::Simple, false, false, false), |p| (p.style, p.explode, p.json, p.reserved));
                 let value = input.get(name).filter(|v| !v.is_null());
-                let segment = value.map(|v| path_value(name, v, style, explode, json)).unwrap_or_default();
+                let segment = value.map(|v| path_value(name, v, style, explode, json, reserved)).unwrap_or_default();
                 if segment.is_empty() {
                     return Err(BuildError::EmptyPath(name.clone()));
                 }
                 path.push_str(&segment);
             }
         }
+    }
+    if has_dot_segment(&path) {
+        return Err(BuildError::DotSegment);
     }
     let mut query: Vec<String> = Vec::new();
     let mut headers: Vec<(HeaderName, HeaderValue)> = Vec::new();
@@ -104,6 +118,7 @@ pub(crate) fn prepare(
         }
     }
     let mut sets_authorization = false;
+    let mut sent = Vec::new();
     for credential in &operation.credentials {
         let secret = match &credential.source {
             SecuritySource::Secret(id) => context.secrets.iter().find(|s| &s.id == id).map(|s| s.value.as_str()),
@@ -118,6 +133,7 @@ pub(crate) fn prepare(
             value.set_sensitive(true);
             Ok(value)
         };
+        sent.push(secret.to_owned());
         match &credential.kind {
             SchemeKind::ApiKey { location: KeyLocation::Header, name } => {
                 let name = HeaderName::try_from(name.as_str()).map_err(|_| bad())?;
@@ -138,6 +154,7 @@ pub(crate) fn prepare(
                 sets_authorization = true;
                 let encoded = base64::engine::general_purpose::STANDARD.encode(secret.as_bytes());
                 headers.push((AUTHORIZATION, header(format!("Basic {encoded}"))?));
+                sent.push(encoded);
             }
         }
     }
@@ -157,7 +174,7 @@ pub(crate) fn prepare(
         path_and_query.push('?');
         path_and_query.push_str(&query.join("&"));
     }
-    Ok(Prepared { path_and_query, headers, body, sets_authorization })
+    Ok(Prepared { path_and_query, headers, body, sets_authorization, sent })
 }
 
 /// The body and its `Content-Type`, when the operation takes one and the
@@ -197,13 +214,22 @@ fn body(operation: &Operation, input: &Map<String, Value>) -> Result<Option<(Hea
 
 /// A path parameter's segment, every character that could end the
 /// segment or start a query percent-encoded. A value made of dots only
-/// (`.`, `..`) is encoded too, so it is never a dot segment.
-fn path_value(name: &str, value: &Value, style: Style, explode: bool, json: bool) -> String {
-    let encode_segment = |text: &str| {
+/// (`.`, `..`) is encoded too, so it is never a dot segment. With
+/// `reserved` (`allowReserved`), `/` is sent as it is and each piece
+/// between is encoded so.
+fn path_value(name: &str, value: &Value, style: Style, explode: bool, json: bool, reserved: bool) -> String {
+    let encode_piece = |text: &str| {
         if !text.is_empty() && text.bytes().all(|b| b == b'.') {
             "%2E".repeat(text.len())
         } else {
             encode(text)
+        }
+    };
+    let encode_segment = |text: &str| {
+        if reserved {
+            text.split('/').map(encode_piece).collect::<Vec<_>>().join("/")
+        } else {
+            encode_piece(text)
         }
     };
     if json {
@@ -312,7 +338,7 @@ mod tests {
     }
 
     fn param(name: &str, location: Location, style: Style, explode: bool) -> Param {
-        Param { name: name.into(), location, style, explode, json: false }
+        Param { name: name.into(), location, style, explode, json: false, reserved: false }
     }
 
     fn input(value: Value) -> Map<String, Value> {
@@ -326,21 +352,48 @@ mod tests {
             vec![param("id", Location::Path, Style::Simple, false)],
         );
         for (value, expected) in [
-            ("../admin", "/books/..%2Fadmin/cover"),
-            ("a/b?c", "/books/a%2Fb%3Fc/cover"),
-            ("%2F", "/books/%252F/cover"),
-            ("..", "/books/%2E%2E/cover"),
-            (".", "/books/%2E/cover"),
+            ("a?b", "/books/a%3Fb/cover"),
+            ("%zz", "/books/%25zz/cover"),
+            ("...", "/books/%2E%2E%2E/cover"),
             ("a#b c", "/books/a%23b%20c/cover"),
             ("ünï", "/books/%C3%BCn%C3%AF/cover"),
         ] {
             let built = prepare(&operation, &input(json!({"id": value})), &CallContext::default()).expect("built");
             assert_eq!(built.path_and_query, expected, "{value}");
         }
+        // Validation refuses these; should one get here, it is not sent.
+        for value in ["..", "%2e%2e", "..;"] {
+            let e = prepare(&operation, &input(json!({"id": value})), &CallContext::default()).expect_err(value);
+            assert!(matches!(e, BuildError::DotSegment), "{value}");
+        }
+        // A value beside a literal that makes a dot segment with it.
+        let beside = op(
+            vec![PathPart::Literal("/books/..".into()), PathPart::Param("id".into())],
+            vec![param("id", Location::Path, Style::Simple, false)],
+        );
+        let e = prepare(&beside, &input(json!({"id": ";x"})), &CallContext::default()).expect_err("..;x");
+        assert!(matches!(e, BuildError::DotSegment));
         for missing in [json!({}), json!({"id": ""}), json!({"id": null})] {
             let e = prepare(&operation, &input(missing), &CallContext::default()).expect_err("empty");
             assert!(matches!(e, BuildError::EmptyPath(_)));
         }
+    }
+
+    #[test]
+    fn reserved_path_values_keep_their_slashes_and_nothing_else() {
+        let mut path = param("path", Location::Path, Style::Simple, false);
+        path.reserved = true;
+        let operation = op(vec![PathPart::Literal("/files/".into()), PathPart::Param("path".into())], vec![path]);
+        for (value, expected) in [
+            ("docs/README.md", "/files/docs/README.md"),
+            ("a b/c?d#e/%2F", "/files/a%20b/c%3Fd%23e/%252F"),
+            ("a/.../b", "/files/a/%2E%2E%2E/b"),
+        ] {
+            let built = prepare(&operation, &input(json!({"path": value})), &CallContext::default()).expect("built");
+            assert_eq!(built.path_and_query, expected, "{value}");
+        }
+        let e = prepare(&operation, &input(json!({"path": "a/../b"})), &CallContext::default()).expect_err("..");
+        assert!(matches!(e, BuildError::DotSegment));
     }
 
     #[test]

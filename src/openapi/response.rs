@@ -1,6 +1,7 @@
 //! An API's answer as the tool's outcome: a 2xx JSON body is the value (a
 //! non-JSON body its text), 204 a success with no value; any other status
-//! a tool failure carrying the status and a bounded excerpt of the body,
+//! a tool failure carrying the status and a bounded excerpt of the body
+//! (the credentials the call carried scrubbed from it first),
 //! `can_retry` for 429, 502, 503 and 504, and `Retry-After` as
 //! `retry_after_ms`. A redirect is such a failure too: it is never
 //! followed.
@@ -13,14 +14,22 @@ use http::{HeaderMap, StatusCode};
 use serde_json::{Map, Value};
 
 use super::tools::is_json;
+use crate::scrub;
 use crate::wire::{RawJson, UpstreamResult};
 
 /// The most of an error body passed on (characters).
 const EXCERPT: usize = 1000;
 
 /// The tool's outcome for one answer. `what` names the call for the
-/// developer message (`upstream library: GET /books/{id}`).
-pub(crate) fn outcome(what: &str, status: StatusCode, headers: &HeaderMap, body: &[u8]) -> UpstreamResult {
+/// developer message (`upstream library: GET /books/{id}`); `sent` are the
+/// credentials the request carried, which an excerpt never shows.
+pub(crate) fn outcome(
+    what: &str,
+    status: StatusCode,
+    headers: &HeaderMap,
+    body: &[u8],
+    sent: &[&str],
+) -> UpstreamResult {
     let content_type = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
     if status.is_success() {
         return UpstreamResult {
@@ -31,7 +40,7 @@ pub(crate) fn outcome(what: &str, status: StatusCode, headers: &HeaderMap, body:
         };
     }
     let reason = status.canonical_reason().map(|r| format!(" {r}")).unwrap_or_default();
-    let excerpt = excerpt(body);
+    let excerpt = scrub::excerpt(body, sent, EXCERPT).trim().to_owned();
     let mut message = format!("The API answered HTTP {}{reason}", status.as_u16());
     if status.is_redirection() {
         message.push_str(" (redirects are not followed)");
@@ -81,17 +90,6 @@ fn value(status: StatusCode, content_type: &str, body: &[u8]) -> RawJson {
     }
 }
 
-/// The start of a body, bounded and printable.
-fn excerpt(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(EXCERPT * 4)]);
-    let mut out: String =
-        text.chars().take(EXCERPT).map(|c| if c.is_control() && c != '\n' { ' ' } else { c }).collect();
-    if text.chars().count() > EXCERPT {
-        out.push('…');
-    }
-    out.trim().to_owned()
-}
-
 /// `Retry-After` as a wait: seconds, or an HTTP-date after `now`. At most
 /// a day (a larger value is a misconfigured API, not a plan).
 fn retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
@@ -119,41 +117,59 @@ mod tests {
     #[test]
     fn successes_are_values() {
         let json = headers(&[("content-type", "application/json")]);
-        let r = outcome("x", StatusCode::OK, &json, br#"{"id": 98765432109876543210}"#);
+        let r = outcome("x", StatusCode::OK, &json, br#"{"id": 98765432109876543210}"#, &[]);
         assert!(r.success);
         assert_eq!(r.value.expect("value").get(), r#"{"id": 98765432109876543210}"#, "passed through as written");
-        let r = outcome("x", StatusCode::NO_CONTENT, &HeaderMap::new(), b"");
+        let r = outcome("x", StatusCode::NO_CONTENT, &HeaderMap::new(), b"", &[]);
         assert!(r.success && r.value.expect("null").get() == "null");
         let text = headers(&[("content-type", "text/plain; charset=utf-8")]);
-        let r = outcome("x", StatusCode::OK, &text, b"12");
+        let r = outcome("x", StatusCode::OK, &text, b"12", &[]);
         assert_eq!(r.value.expect("text").get(), "\"12\"", "text stays text");
-        let r = outcome("x", StatusCode::OK, &json, b"not json");
+        let r = outcome("x", StatusCode::OK, &json, b"not json", &[]);
         assert_eq!(r.value.expect("text").get(), "\"not json\"");
-        let r = outcome("x", StatusCode::OK, &headers(&[("content-type", "image/png")]), b"\x89PNG\xff");
+        let r = outcome("x", StatusCode::OK, &headers(&[("content-type", "image/png")]), b"\x89PNG\xff", &[]);
         assert_eq!(r.value.expect("bytes").to_value()["base64"], "iVBOR/8=");
     }
 
     #[test]
     fn failures_carry_status_excerpt_and_retry() {
-        let r =
-            outcome("upstream lib: GET /b/{id}", StatusCode::NOT_FOUND, &HeaderMap::new(), b"{\"detail\":\"nope\"}");
+        let r = outcome(
+            "upstream lib: GET /b/{id}",
+            StatusCode::NOT_FOUND,
+            &HeaderMap::new(),
+            b"{\"detail\":\"nope\"}",
+            &[],
+        );
         assert!(!r.success);
         let e = r.error.expect("error");
         assert_eq!(e["message"], "The API answered HTTP 404 Not Found");
         assert!(e["developer_message"].as_str().expect("dev").contains("GET /b/{id} answered HTTP 404: {\"detail\""));
         assert!(e.get("can_retry").is_none());
-        let r = outcome("x", StatusCode::TOO_MANY_REQUESTS, &headers(&[("retry-after", "7")]), b"");
+        let r = outcome("x", StatusCode::TOO_MANY_REQUESTS, &headers(&[("retry-after", "7")]), b"", &[]);
         let e = r.error.expect("error");
         assert_eq!((e["can_retry"].clone(), e["retry_after_ms"].clone()), (Value::Bool(true), Value::from(7000)));
-        let r = outcome("x", StatusCode::SERVICE_UNAVAILABLE, &HeaderMap::new(), b"");
+        let r = outcome("x", StatusCode::SERVICE_UNAVAILABLE, &HeaderMap::new(), b"", &[]);
         assert_eq!(r.error.expect("e")["can_retry"], true);
-        let r = outcome("x", StatusCode::FOUND, &headers(&[("location", "https://elsewhere/")]), b"");
+        let r = outcome("x", StatusCode::FOUND, &headers(&[("location", "https://elsewhere/")]), b"", &[]);
         assert!(r.error.expect("e")["message"].as_str().expect("m").contains("not followed"));
         let long = "x".repeat(10_000);
-        let r = outcome("x", StatusCode::INTERNAL_SERVER_ERROR, &HeaderMap::new(), long.as_bytes());
+        let r = outcome("x", StatusCode::INTERNAL_SERVER_ERROR, &HeaderMap::new(), long.as_bytes(), &[]);
         assert!(
             r.error.expect("e")["additional_prompt_content"].as_str().expect("excerpt").chars().count() <= EXCERPT + 1
         );
+    }
+
+    #[test]
+    fn a_credential_echoed_in_an_error_is_scrubbed_before_the_cut() {
+        // The key straddles the cut at EXCERPT characters, JSON-escaped.
+        let body = format!("{}{}", "x".repeat(EXCERPT - 8), r#"key=hdr\/key-5f2a9c71"#);
+        let r =
+            outcome("x", StatusCode::INTERNAL_SERVER_ERROR, &HeaderMap::new(), body.as_bytes(), &["hdr/key-5f2a9c71"]);
+        let e = r.error.expect("e");
+        for field in ["developer_message", "additional_prompt_content"] {
+            let text = e[field].as_str().expect("text");
+            assert!(text.ends_with("key=[red…"), "{field}: {text}");
+        }
     }
 
     #[test]

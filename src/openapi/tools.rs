@@ -23,6 +23,7 @@ use super::security::{credentials, reserved_header};
 use crate::config::{OperationPattern, SecurityMap};
 use crate::dialect::{normalise_tool, CatalogTool, DialectDefaults, Skipped};
 use crate::resolve::{is_id_part, parse_tool_version};
+use crate::url_path::{has_dot_segment, PathInput};
 
 /// Schema objects one input schema may expand to; past it, deeper
 /// references are stubs (see `schema.rs`).
@@ -129,6 +130,12 @@ pub(crate) fn import(body: &[u8], settings: ImportSettings<'_>) -> Result<Import
                     Ok(mut tool) => {
                         tool.upstream_id.clone_from(&operation.label);
                         tool.annotations = Some(annotations);
+                        tool.path_inputs = operation
+                            .params
+                            .iter()
+                            .filter(|p| p.location == Location::Path)
+                            .map(|p| PathInput { name: p.name.clone(), json: p.json, reserved: p.reserved })
+                            .collect();
                         imported.operations.insert(operation.label.clone(), Arc::new(operation));
                         imported.tools.push(tool);
                     }
@@ -354,15 +361,19 @@ fn annotations(candidate: &Candidate<'_>) -> Value {
 }
 
 /// The path template in pieces. What could change where a call goes is
-/// refused: a template not starting with `/`, dot segments, `?`, `#`,
-/// and characters a path cannot hold as they are.
+/// refused: a template not starting with `/`, dot segments in any spelling
+/// (`..`, `%2e%2e`, `..;`, `%2e%2e%2f` inside a segment: `url_path.rs`),
+/// `?`, `#`, and characters a path cannot hold as they are.
 fn path_template(template: &str) -> Result<Vec<PathPart>, String> {
     let refuse = |why: &str| Err(format!("the path {:?} {why}", shown(template)));
     if !template.starts_with('/') {
         return refuse("does not start with /");
     }
-    if template.split('/').any(|segment| segment == "." || segment == "..") {
-        return refuse("has a . or .. segment");
+    if has_dot_segment(template) {
+        return refuse(
+            "has a . or .. segment once decoded (as written, percent-encoded or with `;`), which a proxy in front \
+             of the API would resolve out of the upstream's url",
+        );
     }
     let mut parts = Vec::new();
     let mut rest = template;
@@ -449,6 +460,9 @@ fn parameter(resolver: &Resolver<'_>, item: &Value) -> Result<Option<(Param, Val
         (Some(style), _) => return Err(format!("parameter {name:?}: style {style:?} is not supported there")),
     };
     let explode = item.get("explode").and_then(Value::as_bool).unwrap_or(style == Style::Form);
+    // Reserved expansion is honoured in a path only (a query's value is
+    // always encoded), and only for `/`.
+    let reserved = location == Location::Path && item.get("allowReserved") == Some(&Value::Bool(true));
     let mut budget = Budget::new(INPUT_BUDGET);
     let (schema, json) = match (item.get("schema"), item.get("content")) {
         (Some(schema), _) => (resolver.for_requests().schema(schema, &mut budget)?, false),
@@ -465,7 +479,8 @@ fn parameter(resolver: &Resolver<'_>, item: &Value) -> Result<Option<(Param, Val
     };
     let schema = describe(schema, item.get("description"), item.get("deprecated"));
     let is_required = location == Location::Path || item.get("required") == Some(&Value::Bool(true));
-    Ok(Some((Param { name: name.to_owned(), location, style, explode, json }, schema, is_required)))
+    let param = Param { name: name.to_owned(), location, style, explode, json, reserved: reserved && !json };
+    Ok(Some((param, schema, is_required)))
 }
 
 /// A parameter's schema with the parameter's own description (and
@@ -739,13 +754,34 @@ mod tests {
     #[test]
     fn paths_that_could_go_elsewhere_are_skipped() {
         let op = json!({"responses": {}});
-        let doc = document(
-            json!({"/a/../admin": {"get": op.clone()}, "x": {"get": op.clone()}, "/q?x=1": {"get": op.clone()},
-                                  "/ok/{p}": {"get": {"parameters": [{"name": "p", "in": "path"}], "responses": {}}}}),
-        );
+        let doc = document(json!({
+            "/a/../admin": {"get": op.clone()}, "x": {"get": op.clone()}, "/q?x=1": {"get": op.clone()},
+            "/%2e%2e/admin": {"get": op.clone()}, "/b/%2E%2e/admin": {"get": op.clone()},
+            "/c/..;/admin": {"get": op.clone()}, "/d%2F..%2Fadmin": {"get": op.clone()},
+            "/e/%252e%252e/admin": {"get": op.clone()},
+            "/ok/{p}": {"get": {"parameters": [{"name": "p", "in": "path"}], "responses": {}}},
+            "/.well-known/.../x": {"get": op.clone()},
+        }));
         let imported = import_doc(&doc, &SecurityMap::new());
-        assert_eq!(ids(&imported), ["LibraryAPI.GetOk@2.3.0"]);
-        assert_eq!(imported.skipped.len(), 3, "{:?}", imported.skipped);
+        assert_eq!(ids(&imported), ["LibraryAPI.GetOk@2.3.0", "LibraryAPI.GetWellKnownX@2.3.0"]);
+        assert_eq!(imported.skipped.len(), 8, "{:?}", imported.skipped);
+        let encoded = imported.skipped.iter().find(|s| s.what.contains("/%2e%2e/admin")).expect("skipped");
+        assert!(encoded.reason.contains(". or .. segment once decoded"), "{encoded:?}");
+        // The path parameter is checked at validation, before anything is sent.
+        let ok = imported.tools.iter().find(|t| t.key == "LibraryAPI.GetOk").expect("GetOk");
+        assert_eq!(ok.path_inputs, [PathInput { name: "p".into(), json: false, reserved: false }]);
+        let refused = ok.check_input(&json!({"p": "%2E%2e"})).expect_err("a dot segment");
+        assert!(refused["p"].contains(". or .."), "{refused:?}");
+        assert!(ok.check_input(&json!({"p": "..."})).is_ok());
+        assert!(ok.check_input(&json!({"p": "a/b"})).is_err(), "a / leaves the segment");
+        // Declared reserved expansion: several segments, none climbing.
+        let files = json!({"/files/{path}": {"get": {"operationId": "file", "responses": {}, "parameters": [
+            {"name": "path", "in": "path", "required": true, "allowReserved": true, "schema": {"type": "string"}}]}}});
+        let imported = import_doc(&document(files), &SecurityMap::new());
+        let file = &imported.tools[0];
+        assert!(file.path_inputs[0].reserved);
+        assert!(file.check_input(&json!({"path": "docs/a.md"})).is_ok());
+        assert!(file.check_input(&json!({"path": "docs/%2e%2e/%2e%2e/admin"})).is_err());
     }
 
     #[test]

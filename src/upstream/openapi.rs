@@ -29,6 +29,7 @@ use crate::config::{OperationPattern, SecurityMap, SpecLocation, UpstreamConfig}
 use crate::dialect::{CatalogShapeError, CatalogTool, Skipped};
 use crate::http_client::{self, error_chain, HttpClient};
 use crate::openapi::{self, ImportSettings, Operation};
+use crate::scrub;
 use crate::wire::{self, UpstreamResult};
 
 /// What the document fetch asks for: JSON first, YAML as well.
@@ -200,6 +201,11 @@ impl OpenApiUpstream {
                 headers.insert(AUTHORIZATION, authorization);
             }
         }
+        // What the API was given, which an error's excerpt never shows.
+        let mut sent = prepared.sent;
+        if let Some(authorization) = request.headers_ref().and_then(|h| h.get(AUTHORIZATION)) {
+            sent.extend(authorization.to_str().ok().map(|a| scrub::credential(a).to_owned()));
+        }
         let body = match prepared.body {
             Some((content_type, body)) => {
                 request = request.header(CONTENT_TYPE, content_type);
@@ -228,7 +234,8 @@ impl OpenApiUpstream {
                 Limit::TooLarge => ForwardError::TooLarge { upstream: name(), limit: max_bytes },
                 Limit::Broken(detail) => ForwardError::Broken { upstream: name(), detail },
             })?;
-            Ok(UpstreamReply::Result(openapi::outcome(&what, parts.status, &parts.headers, &body)))
+            let sent: Vec<&str> = sent.iter().map(String::as_str).collect();
+            Ok(UpstreamReply::Result(openapi::outcome(&what, parts.status, &parts.headers, &body, &sent)))
         };
         tokio::time::timeout(upstream.call_timeout, exchange)
             .await

@@ -1,5 +1,6 @@
 //! A fleet's shared parts on loopback: a real `redis-server`, and Debian's
-//! nginx balancing round-robin over gateways.
+//! nginx balancing round-robin over gateways, or standing in front of an
+//! API as a proxy that normalises paths.
 
 use super::*;
 
@@ -59,21 +60,41 @@ impl Nginx {
 
     /// The same, listening on `addr` (when the backends must know it first).
     pub fn start_on(addr: SocketAddr, backends: &[SocketAddr]) -> Nginx {
+        let servers: String =
+            backends.iter().map(|b| format!("    server {b} max_fails=1 fail_timeout=10s;\n")).collect();
+        let http = format!(
+            "  upstream gateways {{\n{servers}    keepalive 16;\n  }}\n\
+             server {{\n    listen {addr};\n    location / {{\n      proxy_pass http://gateways;\n\
+             proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_set_header Host $host;\n\
+             proxy_next_upstream error timeout;\n      proxy_connect_timeout 1s;\n    }}\n  }}\n"
+        );
+        Nginx::run(addr, &http)
+    }
+
+    /// A plain reverse proxy in front of `api`, as one is often written:
+    /// `proxy_pass` with a URI (`/`), so nginx passes on the path it
+    /// normalised (`%2E%2E` decoded and resolved, `//` merged) rather than
+    /// the one it was sent. The hostile party of tests/openapi.rs.
+    pub fn normalising_proxy(api: SocketAddr) -> Nginx {
+        let addr = free_addr();
+        let http = format!(
+            "  server {{\n    listen {addr};\n    location / {{\n      proxy_pass http://{api}/;\n\
+             proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n    }}\n  }}\n"
+        );
+        Nginx::run(addr, &http)
+    }
+
+    /// nginx on `addr` with `http` inside its `http` block.
+    fn run(addr: SocketAddr, http: &str) -> Nginx {
         let dir = temp_file("nginx", "d", "");
         std::fs::remove_file(&dir).unwrap();
         std::fs::create_dir_all(&dir).unwrap();
-        let servers: String =
-            backends.iter().map(|b| format!("    server {b} max_fails=1 fail_timeout=10s;\n")).collect();
         let user = if unsafe_is_root() { "user root root;\n" } else { "" };
         let conf = format!(
             "{user}worker_processes 1;\ndaemon off;\npid {d}/nginx.pid;\nerror_log {d}/error.log warn;\n\
              events {{ worker_connections 1024; }}\n\
              http {{\n  access_log off;\n  client_body_temp_path {d}/tmp;\n  proxy_temp_path {d}/tmp;\n\
-             fastcgi_temp_path {d}/tmp;\n  uwsgi_temp_path {d}/tmp;\n  scgi_temp_path {d}/tmp;\n\
-             upstream gateways {{\n{servers}    keepalive 16;\n  }}\n\
-             server {{\n    listen {addr};\n    location / {{\n      proxy_pass http://gateways;\n\
-             proxy_http_version 1.1;\n      proxy_set_header Connection \"\";\n      proxy_set_header Host $host;\n\
-             proxy_next_upstream error timeout;\n      proxy_connect_timeout 1s;\n    }}\n  }}\n}}\n",
+             fastcgi_temp_path {d}/tmp;\n  uwsgi_temp_path {d}/tmp;\n  scgi_temp_path {d}/tmp;\n{http}}}\n",
             d = dir.display()
         );
         std::fs::write(dir.join("nginx.conf"), conf).unwrap();

@@ -23,7 +23,8 @@
 //! sealed, frozen or killed on demand), `kv2.rs` (a stand-in answering as
 //! Vault's KV v2 API does, only for the fault a real server cannot produce:
 //! connections dropped without an answer), `oidc.rs` (a real OpenID Connect
-//! provider, and a browser to click through it), `fleet.rs`
+//! provider, and a browser to click through it), `mcp_peer.rs` (the Python
+//! SDK's MCP server as an upstream), `fleet.rs`
 //! (redis-server and nginx, for replicas sharing state), `otlp.rs` (an
 //! OTLP trace receiver on the official protobuf definitions), `jwt.rs` (tokens
 //! signed here, and forged ones) and `wait.rs` (the one poll loop:
@@ -39,6 +40,7 @@ mod gateway;
 mod http;
 pub mod jwt;
 pub mod kv2;
+pub mod mcp_peer;
 pub mod oidc;
 pub mod openbao;
 pub mod otlp;

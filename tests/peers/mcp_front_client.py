@@ -17,7 +17,8 @@ SCENARIO_JSON is an object:
   "listen":     when set (2026-07-28 only), the client subscribes to tool
                 list changes, touches {"ready": PATH} once the gateway has
                 acknowledged, and waits up to "timeout" seconds for one
-                change, then lists the tools again.
+                change, then lists the tools again ("tools_after": their
+                names, "listed_after": them as listed).
 
 Prints one JSON object: the negotiated protocol version, the server's name,
 every listed tool (wire form), each call's {"result"} / {"error": {code,
@@ -70,6 +71,7 @@ async def main(url, mode, scenario):
                         break
             relisted = await client.list_tools(cache_mode="bypass")
             out["listen"]["tools_after"] = [tool.name for tool in relisted.tools]
+            out["listen"]["listed_after"] = [wire(tool) for tool in relisted.tools]
     print(json.dumps(out))
 
 

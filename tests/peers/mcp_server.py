@@ -33,6 +33,7 @@ requirements.txt.
 
 import asyncio
 import sys
+import urllib.parse
 from typing import Annotated
 
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -104,6 +105,27 @@ def whoami(ctx: Context) -> str:
 @server.tool(description="The Authorization header the call came with, reversed.", structured_output=False)
 def whoami_reversed(ctx: Context) -> str:
     return (ctx.headers or {}).get("authorization", "")[::-1]
+
+
+def spelled(text: str, how: str) -> str:
+    # How encoders write a value: JSON with `\/`, percent-encoding, `\u`
+    # escapes, a form's `+` for a space.
+    if how == "json":
+        return text.replace("\\", "\\\\").replace('"', '\\"').replace("/", "\\/")
+    if how == "url":
+        return urllib.parse.quote(text, safe="")
+    if how == "unicode":
+        return "".join("\\u%04x" % ord(c) for c in text)
+    if how == "form":
+        return urllib.parse.quote_plus(text, safe="")
+    return text
+
+
+@server.tool(description="Refuses, repeating the Authorization header it came with as an encoder writes it.",
+             structured_output=False)
+def leak_auth(how: str, ctx: Context) -> str:
+    # A careless server whose error repeats the credential it was given.
+    raise ToolError(f"refused: the request carried {spelled((ctx.headers or {}).get('authorization', ''), how)}")
 
 
 @server.tool(description="Logs to the client before answering.", structured_output=False)

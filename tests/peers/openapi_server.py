@@ -22,13 +22,19 @@ taken out of the document, to be named from its method and path):
   gateway scrubs it);
 - each answer: 201 JSON, 204, text/plain, 404, 422, 429 with Retry-After,
   503, 500 (an exception), a redirect to another origin (`localhost`
-  instead of `127.0.0.1`), a slow answer, one too large;
+  instead of `127.0.0.1`), a slow answer, one too large; a 500 repeating
+  the API key in the spelling asked for (`/secure/fail`);
+- `GET /base/echo/{segment}` and `GET /base/files/{path}`, not in the
+  document: where an upstream whose `url` ends in `/base` sends its calls
+  (behind a proxy, in tests/openapi.rs), while `GET /admin` stands outside
+  that base;
 - change while running: `POST /test/add-route` adds `GET /late` and the
   document changes with it;
 - the document, at /openapi.json, with an ETag (304 to a matching
   If-None-Match), and `servers` naming another place, where no call must go;
 - `GET /test/log`: every request the API received (method, raw path, query,
-  the headers that matter), for the test to see what was sent;
+  the headers that matter, whether it carried an API key), for the test to
+  see what was sent;
 - `GET /swagger.json`: a Swagger 2.0 document, for the refusal.
 
 The routes under /test and /swagger.json are not in the document.
@@ -38,6 +44,7 @@ import asyncio
 import hashlib
 import json
 import sys
+import urllib.parse
 from typing import Annotated, List, Optional
 
 import uvicorn
@@ -86,6 +93,7 @@ async def record(request: Request, call_next):
         "host": request.headers.get("host"),
         "headers": headers,
         "has_authorization": "authorization" in request.headers,
+        "has_api_key": "x-api-key" in request.headers,
     }
     received.append(entry)
     response = await call_next(request)
@@ -169,6 +177,16 @@ def get_author(author_id: int) -> Author:
 def echo_segment(segment: str, request: Request):
     return {"segment": segment, "raw_path": request.scope["raw_path"].decode("latin-1"),
             "query": request.scope["query_string"].decode()}
+
+
+@app.get("/base/echo/{segment:path}", include_in_schema=False)
+def base_echo(segment: str, request: Request):
+    return {"segment": segment, "raw_path": request.scope["raw_path"].decode("latin-1")}
+
+
+@app.get("/base/files/{path:path}", include_in_schema=False)
+def base_files(path: str, request: Request):
+    return {"path": path, "raw_path": request.scope["raw_path"].decode("latin-1")}
 
 
 @app.get("/admin", operation_id="adminPanel")
@@ -272,6 +290,30 @@ def my_books(token: Annotated[str, Security(oauth, scopes=["books:read"])]):
 def echo_key(key: str = Depends(header_key)):
     # A careless API that repeats the credential it was given.
     return {"you_sent": key}
+
+
+def spelled(text: str, how: str) -> str:
+    # How encoders write a value: JSON with `\/`, percent-encoding, `\u`
+    # escapes, a form's `+` for a space.
+    if how == "json":
+        return text.replace("\\", "\\\\").replace('"', '\\"').replace("/", "\\/")
+    if how == "url":
+        return urllib.parse.quote(text, safe="")
+    if how == "unicode":
+        return "".join("\\u%04X" % ord(c) for c in text)
+    if how == "form":
+        return urllib.parse.quote_plus(text, safe="")
+    return text
+
+
+@app.get("/secure/fail", operation_id="failLoudly")
+def fail_loudly(how: str, key: str = Depends(header_key)):
+    # A careless API whose error repeats the credential it was given, in the
+    # spelling `how` names; "straddle": JSON-escaped, across the gateway's
+    # cut of an error body at 1,000 characters.
+    if how == "straddle":
+        return PlainTextResponse("x" * 992 + spelled(key, "json"), status_code=500)
+    return PlainTextResponse(f"cannot use key {spelled(key, how)} today", status_code=500)
 
 
 def late():

@@ -240,7 +240,10 @@ impl McpClient {
             let body =
                 read_limited(response.into_body(), limit, deadline, settings.open_timeout).await.unwrap_or_default();
             let error = match Message::from_slice(&body) {
-                Ok(Message::Error { error, .. }) => Some(error),
+                Ok(Message::Error { mut error, .. }) => {
+                    without_sent(&mut error, credential(settings.authorization));
+                    Some(error)
+                }
                 _ => None,
             };
             return match error {

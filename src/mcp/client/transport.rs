@@ -57,7 +57,7 @@ impl McpClient {
         if !status.is_success() {
             let limit = ERROR_BODY_LIMIT.min(exchange.max_bytes);
             let body = read_limited(response.into_body(), limit, deadline, exchange.timeout).await.unwrap_or_default();
-            return Err(refusal(status, &body));
+            return Err(refusal(status, &body, sent(&exchange)));
         }
         let Some(expect) = expect else {
             // Notifications are answered 202 with no body; a body, if any,
@@ -67,17 +67,21 @@ impl McpClient {
         if status == StatusCode::ACCEPTED {
             return Err(McpError::Protocol("answered 202 Accepted to a request".into()));
         }
-        let message = if is_stream {
+        let mut message = if is_stream {
             self.read_stream(response.into_body(), answer_with, expect, exchange, deadline).await?
         } else {
             let body = read_limited(response.into_body(), exchange.max_bytes, deadline, exchange.timeout).await?;
-            let message = Message::from_slice(&body)
-                .map_err(|e| McpError::Protocol(format!("not a JSON-RPC message ({e}): {}", snippet(&body))))?;
+            let message = Message::from_slice(&body).map_err(|e| {
+                McpError::Protocol(format!("not a JSON-RPC message ({e}): {}", snippet(&body, sent(&exchange))))
+            })?;
             if !answers(&message, expect) {
                 return Err(McpError::Protocol(format!("the answer is not the response to request {expect}")));
             }
             message
         };
+        if let Message::Error { error, .. } = &mut message {
+            without_sent(error, sent(&exchange));
+        }
         Ok(Posted { message: Some(message), session_id })
     }
 
@@ -215,8 +219,28 @@ pub(super) async fn read_limited(
     }
 }
 
-/// The start of a body, printable, for an error message.
-pub(super) fn snippet(body: &[u8]) -> String {
-    let text = String::from_utf8_lossy(&body[..body.len().min(200)]);
-    text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+/// The start of a body, printable, for an error message; the credential
+/// the exchange sent (`sent`) is scrubbed from the whole body first.
+pub(super) fn snippet(body: &[u8], sent: Option<&str>) -> String {
+    scrub::excerpt(body, sent.as_slice(), 200)
+}
+
+/// The credential an exchange sends in `Authorization`, which no error
+/// made from the server's answer may show.
+pub(super) fn sent<'e>(exchange: &Exchange<'e>) -> Option<&'e str> {
+    credential(exchange.authorization)
+}
+
+/// The credential of an `Authorization` header.
+pub(super) fn credential(authorization: Option<&HeaderValue>) -> Option<&str> {
+    authorization.and_then(|a| a.to_str().ok()).map(scrub::credential)
+}
+
+/// A server's error without the credential it was sent (`sent`), in any
+/// spelling: its words are logged, kept in `/status` and passed on.
+pub(super) fn without_sent(error: &mut ErrorObject, sent: Option<&str>) {
+    scrub::text(&mut error.message, sent.as_slice());
+    if let Some(data) = &mut error.data {
+        scrub::value(data, sent.as_slice());
+    }
 }
