@@ -110,12 +110,14 @@ mod tests {
         }
         c.record_failure();
         assert!(matches!(c.admit(), Admission::Reject(_)));
-        tokio::time::advance(Duration::from_millis(40)).await; // past the cooldown
+        // Past the cooldown, on the paused clock.
+        tokio::time::advance(Duration::from_millis(40)).await;
         assert_eq!(c.admit(), Admission::Probe);
         assert!(matches!(c.admit(), Admission::Reject(_)), "only one probe at a time");
         c.record_failure();
         assert!(matches!(c.admit(), Admission::Reject(_)), "a failed probe opens it again");
-        tokio::time::advance(Duration::from_millis(40)).await; // past the cooldown
+        // Past the cooldown, on the paused clock.
+        tokio::time::advance(Duration::from_millis(40)).await;
         assert_eq!(c.admit(), Admission::Probe);
         c.record_success();
         assert_eq!(c.admit(), Admission::Pass);

@@ -404,14 +404,16 @@ mod tests {
         let token = run(store.claim_now("a", &fp(1), WAIT).await);
         store.complete_now("a", token, &stored(1));
         assert_eq!(replayed(store.claim_now("a", &fp(1), WAIT).await), 1);
-        tokio::time::advance(Duration::from_millis(60)).await; // past the ttl
+        // Past the ttl, on the paused clock.
+        tokio::time::advance(Duration::from_millis(60)).await;
         // Expired: the id is free again, even for another input.
         let token = run(store.claim_now("a", &fp(2), WAIT).await);
         store.complete_now("a", token, &stored(2));
         // Expired answers at the front are dropped by any later claim too.
         let token = run(store.claim_now("b", &fp(1), WAIT).await);
         store.complete_now("b", token, &stored(1));
-        tokio::time::advance(Duration::from_millis(60)).await; // past the ttl
+        // Past the ttl, on the paused clock.
+        tokio::time::advance(Duration::from_millis(60)).await;
         run(store.claim_now("c", &fp(1), WAIT).await);
         assert_eq!(store.len(), 1, "a and b expired; c runs");
         assert_eq!(store.footprint(), (0, 1));
