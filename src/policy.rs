@@ -189,7 +189,7 @@ impl AccessPolicy {
 }
 
 /// Whether a policy's condition holds for a caller.
-fn applies(when: &When, caller: &Caller) -> bool {
+pub(crate) fn applies(when: &When, caller: &Caller) -> bool {
     match when {
         When::Any => true,
         When::UserId(user) => caller.kind != CallerKind::Anonymous && caller.user_id.as_deref() == Some(user.as_str()),

@@ -46,12 +46,29 @@ const LAYERS: &[(&str, &[&str])] = &[
             "idempotency",
             "ratelimit",
             "policy",
+            "approvals",
             "oauth",
             "recent_calls",
         ],
     ),
-    ("call pipeline", &["gateway", "tool_search", "reply", "error", "requirements", "call", "explain"]),
-    ("fronts", &["mcp_endpoint", "oauth_endpoint", "proxy", "console", "admin", "admin_client", "server", "demo"]),
+    (
+        "call pipeline",
+        &["gateway", "tool_search", "reply", "error", "requirements", "approval_gate", "call", "explain"],
+    ),
+    (
+        "fronts",
+        &[
+            "mcp_endpoint",
+            "oauth_endpoint",
+            "approval_endpoint",
+            "proxy",
+            "console",
+            "admin",
+            "admin_client",
+            "server",
+            "demo",
+        ],
+    ),
 ];
 
 /// Every module's position: (layer, place in the layer).

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
+mod approval;
 mod auth;
 mod duration;
 mod grants;
@@ -27,6 +28,7 @@ mod tracing;
 mod upstream;
 mod vault;
 
+pub use approval::{ApprovalConfig, Approver};
 pub use auth::{ApiKeyConfig, AuthConfig, AuthMode, HttpUrl, ScopeToken};
 pub use duration::{deserialize_duration, Dur};
 pub use grants::Grants;
@@ -115,6 +117,9 @@ pub struct Config {
     /// `[tracing]`: spans exported over OTLP; none without it.
     #[serde(default)]
     pub tracing: Option<TracingConfig>,
+    /// `[[approval]]`: calls a person approves before they run.
+    #[serde(default)]
+    pub approval: Vec<ApprovalConfig>,
 }
 
 impl Config {
@@ -301,6 +306,7 @@ impl Config {
             }
             self.check_vault_ref(token, "server.admin_token", text)?;
         }
+        approval::check(&self.approval, self.login.is_some())?;
         if self.server.max_body_bytes == 0 {
             return Err("server.max_body_bytes must be greater than zero".into());
         }
