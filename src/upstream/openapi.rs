@@ -259,6 +259,11 @@ async fn read_file(path: &str, timeout: Duration, max_bytes: usize) -> Result<Fe
     let read = async {
         let file =
             tokio::fs::File::open(path).await.map_err(|e| FetchError::Unreachable(format!("file:{path}: {e}")))?;
+        // A file already too large is refused unread (reading it would cost
+        // the poll's whole time budget on a busy machine).
+        if file.metadata().await.is_ok_and(|m| m.is_file() && m.len() > max_bytes as u64) {
+            return Err(FetchError::TooLarge(max_bytes));
+        }
         let mut body = Vec::new();
         // One byte more than allowed tells a file that is too large.
         let limit = u64::try_from(max_bytes).unwrap_or(u64::MAX).saturating_add(1);
