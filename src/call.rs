@@ -52,6 +52,8 @@ pub struct ParsedCall {
     /// What a 2026-07-28 MCP client sends on to a 2026-07-28 MCP server
     /// (its capabilities, input responses); `None` for every other front.
     pub passthrough: Option<Passthrough>,
+    /// The virtual server's view the call came through (`catalog/servers.rs`); `None` at the root.
+    pub server: Option<Arc<Catalog>>,
 }
 
 /// A finished call: its canonical result and what to record about it.
@@ -108,20 +110,21 @@ pub async fn execute_call(
     // Recorded when a front's server span is (`otel/`): one check otherwise.
     let tracer = generation.tracer.as_ref();
     let mut span = tracer.and_then(|t| t.continue_trace(call.traceparent.as_deref(), "execute_tool"));
-    let catalog = gateway.catalog.load_owned();
+    let catalog = call.server.take().unwrap_or_else(|| gateway.catalog.load_owned());
     let step = otel::child(span.as_ref(), "resolve", Kind::Internal);
     let resolved = resolve_tool(&catalog, &call.tool_id).map_err(|e| unseen_unless_allowed(&generation, caller, e));
     let route = ended(step, resolved).inspect_err(|e| mark_failed(span.as_mut(), e))?;
     if let Some(span) = &mut span {
-        route.describe(span);
+        route.root().describe(span);
     }
     let finished = run_resolved_call(gateway, &generation, route, caller, &mut call, started, span.as_ref()).await;
-    record_call(gateway, caller, route, &mut call, &finished, started, span.as_mut());
+    record_call(gateway, caller, route.root(), &mut call, &finished, started, span.as_mut());
     finished
 }
 
 /// Everything after resolution: admit, validate, inject, claim the call id
-/// for its caller, forward, re-wrap.
+/// for its caller, forward, re-wrap. A server's route is what validation
+/// checks against; every other step works on the root's.
 async fn run_resolved_call(
     gateway: &Gateway,
     generation: &Generation,
@@ -131,9 +134,10 @@ async fn run_resolved_call(
     started: Instant,
     span: Option<&Span>,
 ) -> Result<FinishedCall, RequestError> {
+    let (served, route) = (route, route.root());
     let step = otel::child(span, "admit", Kind::Internal);
     ended(step, admit_call(generation, route, caller).await)?;
-    ended(otel::child(span, "validate", Kind::Internal), validate_input(route, &call.input))?;
+    ended(otel::child(span, "validate", Kind::Internal), validate_input(served, &mut call.input))?;
     // A client's call_id is theirs: whose it is comes from the context as
     // they sent it, before anything is injected.
     let scope = call.client_call_id.then(|| CallerScope::of(caller, &call.context));
@@ -355,6 +359,7 @@ pub fn parse_call(body: &[u8]) -> Result<ParsedCall, RequestError> {
         context: request.context.unwrap_or_default(),
         traceparent: None,
         passthrough: None,
+        server: None,
     })
 }
 
@@ -392,9 +397,10 @@ pub async fn admit_call(generation: &Generation, route: &Route, caller: &Caller)
         .map_err(|(limit, retry_after)| RequestError::RateLimited { limit, retry_after })
 }
 
-/// Validate: the input against the tool's compiled `input_schema`.
-pub fn validate_input(route: &Route, input: &Value) -> Result<(), RequestError> {
-    route.tool.check_input(input).map_err(RequestError::InvalidInput)
+/// Validate: the input against the tool's compiled `input_schema`; in a
+/// server, fixed arguments refused when sent, then added (`Route::check_input`).
+pub fn validate_input(route: &Route, input: &mut Value) -> Result<(), RequestError> {
+    route.check_input(input).map_err(RequestError::InvalidInput)
 }
 
 /// Inject: fills `context` with what the gateway manages, so clients never

@@ -80,6 +80,7 @@ impl CallHead {
                 session: at(&self.mcp.session),
                 duplicated: self.mcp.duplicated,
                 traceparent: None,
+                server: None,
             },
             _ => McpHead::default(),
         };
