@@ -23,6 +23,7 @@ pub(crate) mod http1;
 pub(crate) mod http_client;
 pub mod idempotency;
 pub mod integrity;
+pub(crate) mod journal;
 pub(crate) mod mcp;
 pub(crate) mod mcp_endpoint;
 pub(crate) mod metrics;

@@ -35,6 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "browser",
             "dialect",
             "redis_client",
+            "journal",
             "integrity",
             "openapi",
             "vault",

@@ -19,7 +19,6 @@
 //! two definitions makes one change, not a stream of them.
 
 mod book;
-mod journal;
 pub mod scan;
 
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -29,11 +28,17 @@ use serde::Serialize;
 
 use crate::config::Review;
 use crate::dialect::CatalogTool;
+use crate::journal::Journal;
+pub use crate::journal::JournalError;
 use crate::redis_client::SharedRedis;
 pub use book::{Change, ChangeKind, ChangeState, Offer, Verdict};
 use book::{Event, PinBook};
-use journal::Journal;
-pub use journal::JournalError;
+
+/// The journal's file in the state directory.
+pub(crate) const JOURNAL_FILE: &str = "tool-pins.jsonl";
+
+/// The Redis list of a fleet's journal.
+const JOURNAL_KEY: &str = "otc-gateway:pins:v1";
 
 /// `[catalog] pin` and `suspicious`, as in force.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,10 +101,11 @@ impl Integrity {
     /// read again by [`Integrity::sync`]; until then the book starts empty
     /// (docs/security.md says what that means).
     pub(crate) async fn open(keep: Keep<'_>, republish: Arc<tokio::sync::Notify>) -> Result<Integrity, JournalError> {
-        let journal = match keep {
-            Keep::ReadOnly(dir, redis) => Journal::open(dir, redis, true)?,
-            Keep::State(dir, redis) => Journal::open(dir, redis, false)?,
+        let (dir, redis, read_only) = match keep {
+            Keep::ReadOnly(dir, redis) => (dir, redis, true),
+            Keep::State(dir, redis) => (dir, redis, false),
         };
+        let journal = Journal::open(dir, JOURNAL_FILE, redis.map(|r| (r, JOURNAL_KEY)), read_only)?;
         let mut book = PinBook::default();
         match journal.read_from(0).await {
             Ok((events, next)) => {
@@ -115,7 +121,7 @@ impl Integrity {
 
     /// Pins kept in memory only, nothing read or written (benchmarks).
     pub fn in_memory() -> Integrity {
-        let journal = Journal::File { path: std::path::PathBuf::new(), read_only: true };
+        let journal = Journal::nowhere();
         let (written, writing) = (tokio::sync::Notify::new(), tokio::sync::Mutex::new(()));
         let republish = Arc::new(tokio::sync::Notify::new());
         Integrity { book: Mutex::new(PinBook::default()), journal, written, writing, republish }

@@ -1,21 +1,18 @@
-//! Where pins and decisions are kept: an append-only journal of events,
-//! one JSON object per entry, in a file of the state directory
-//! (`tool-pins.jsonl`) or in a Redis list a fleet shares. Every replica
-//! folds the same entries in the same order, so they agree.
+//! An append-only journal of events, one JSON object per entry, in a file
+//! of the state directory or in a Redis list a fleet shares: where tool
+//! pins and their decisions (`integrity/`) and approvals (`approvals/`)
+//! are kept. Every replica folds the same entries in the same order, so
+//! they agree.
 
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::book::Event;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
 use crate::redis_client::{self, SharedRedis};
-
-/// The journal's file in the state directory.
-pub(crate) const FILE: &str = "tool-pins.jsonl";
-
-/// The Redis list of a fleet's journal.
-const REDIS_KEY: &str = "otc-gateway:pins:v1";
 
 /// The longest one Redis command of the journal may take.
 const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
@@ -24,7 +21,7 @@ const REDIS_TIMEOUT: Duration = Duration::from_secs(2);
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
     /// The state directory's file.
-    #[error("tool pins at {path}: {error}")]
+    #[error("journal {path}: {error}")]
     File {
         /// The file.
         path: String,
@@ -32,14 +29,28 @@ pub enum JournalError {
         error: String,
     },
     /// The shared Redis.
-    #[error("tool pins in Redis: {0}")]
+    #[error("journal in Redis: {0}")]
     Redis(String),
 }
 
 /// One journal.
-pub(super) enum Journal {
-    File { path: PathBuf, read_only: bool },
-    Redis { redis: Arc<SharedRedis>, read_only: bool },
+pub(crate) enum Journal {
+    /// A file of the state directory, one entry a line.
+    File {
+        /// The file.
+        path: PathBuf,
+        /// Read, never written (`otc-gateway check`).
+        read_only: bool,
+    },
+    /// A Redis list.
+    Redis {
+        /// The Redis.
+        redis: Arc<SharedRedis>,
+        /// The list's key.
+        key: &'static str,
+        /// Read, never written.
+        read_only: bool,
+    },
 }
 
 impl std::fmt::Debug for Journal {
@@ -52,13 +63,19 @@ impl std::fmt::Debug for Journal {
 }
 
 impl Journal {
-    /// The Redis when there is one, else the file in `dir` (made when
-    /// missing, and cut back to its last whole entry after a crash).
-    pub(super) fn open(dir: &Path, redis: Option<Arc<SharedRedis>>, read_only: bool) -> Result<Journal, JournalError> {
-        if let Some(redis) = redis {
-            return Ok(Journal::Redis { redis, read_only });
+    /// The Redis list `redis_key` when there is a Redis, else the file
+    /// `file` in `dir` (made when missing, and cut back to its last whole
+    /// entry after a crash).
+    pub(crate) fn open(
+        dir: &Path,
+        file: &str,
+        redis: Option<(Arc<SharedRedis>, &'static str)>,
+        read_only: bool,
+    ) -> Result<Journal, JournalError> {
+        if let Some((redis, key)) = redis {
+            return Ok(Journal::Redis { redis, key, read_only });
         }
-        let path = dir.join(FILE);
+        let path = dir.join(file);
         let fail = |e: std::io::Error| JournalError::File { path: path.display().to_string(), error: e.to_string() };
         if !read_only {
             std::fs::create_dir_all(dir).map_err(fail)?;
@@ -74,8 +91,13 @@ impl Journal {
         Ok(Journal::File { path, read_only })
     }
 
+    /// A journal kept nowhere: nothing read, nothing written.
+    pub(crate) fn nowhere() -> Journal {
+        Journal::File { path: PathBuf::new(), read_only: true }
+    }
+
     /// Appends `events` in order (nothing when read-only).
-    pub(super) async fn append(&self, events: &[Event]) -> Result<(), JournalError> {
+    pub(crate) async fn append<E: Serialize>(&self, events: &[E]) -> Result<(), JournalError> {
         let lines: Vec<String> = events.iter().filter_map(|e| serde_json::to_string(e).ok()).collect();
         match self {
             Journal::File { read_only: true, .. } | Journal::Redis { read_only: true, .. } => Ok(()),
@@ -95,10 +117,10 @@ impl Journal {
                 .await
                 .map_err(|e| JournalError::File { path: String::new(), error: e.to_string() })?
             }
-            Journal::Redis { redis, .. } => {
+            Journal::Redis { redis, key, .. } => {
                 let mut connection = redis.connection();
                 let mut push = redis::cmd("RPUSH");
-                push.arg(REDIS_KEY).arg(lines);
+                push.arg(*key).arg(lines);
                 redis_client::bounded(REDIS_TIMEOUT, push.query_async::<u64>(&mut connection))
                     .await
                     .map(|_| ())
@@ -109,7 +131,7 @@ impl Journal {
 
     /// The entries from `offset` on (a byte offset in the file, an index in
     /// Redis), and the offset after them. Unreadable entries are skipped.
-    pub(super) async fn read_from(&self, offset: u64) -> Result<(Vec<Event>, u64), JournalError> {
+    pub(crate) async fn read_from<E: DeserializeOwned>(&self, offset: u64) -> Result<(Vec<E>, u64), JournalError> {
         let (entries, next) = match self {
             Journal::File { path, .. } => {
                 let path = path.clone();
@@ -117,10 +139,10 @@ impl Journal {
                     .await
                     .map_err(|e| JournalError::File { path: String::new(), error: e.to_string() })??
             }
-            Journal::Redis { redis, .. } => {
+            Journal::Redis { redis, key, .. } => {
                 let mut connection = redis.connection();
                 let mut range = redis::cmd("LRANGE");
-                range.arg(REDIS_KEY).arg(offset).arg(-1);
+                range.arg(*key).arg(offset).arg(-1);
                 let entries: Vec<String> = redis_client::bounded(REDIS_TIMEOUT, range.query_async(&mut connection))
                     .await
                     .map_err(JournalError::Redis)?;
@@ -133,7 +155,7 @@ impl Journal {
             .filter_map(|entry| match serde_json::from_str(entry) {
                 Ok(event) => Some(event),
                 Err(e) => {
-                    tracing::warn!(error = %e, "an unreadable entry in the tool pins journal was skipped");
+                    tracing::warn!(error = %e, journal = ?self, "an unreadable entry of a journal was skipped");
                     None
                 }
             })
