@@ -136,7 +136,7 @@ async fn run_resolved_call(
 ) -> Result<FinishedCall, RequestError> {
     let (served, route) = (route, route.root());
     let step = otel::child(span, "admit", Kind::Internal);
-    ended(step, admit_call(generation, route, caller).await)?;
+    ended(step, admit_call(generation, served, caller).await)?;
     ended(otel::child(span, "validate", Kind::Internal), validate_input(served, &mut call.input))?;
     // A client's call_id is theirs: whose it is comes from the context as
     // they sent it, before anything is injected.
@@ -382,13 +382,14 @@ fn unseen_unless_allowed(generation: &Generation, caller: &Caller, error: Reques
 }
 
 /// Admit: the caller's policies must allow the tool (a denied tool is
-/// answered as an unknown one), and its rate limits must have room.
+/// answered as an unknown one, by the name the caller used), and its rate
+/// limits must have room. In a virtual server, both judge the root tool.
 pub async fn admit_call(generation: &Generation, route: &Route, caller: &Caller) -> Result<(), RequestError> {
-    let key = route.tool.key.as_str();
+    let key = route.root().tool.key.as_str();
     let access = &generation.access;
     if access.is_active() && !access.allows(access.matching(caller), key) {
         tracing::info!(user_id = caller.user_id.as_deref(), tool = key, "call denied by policy");
-        return Err(RequestError::Denied(key.to_owned()));
+        return Err(RequestError::Denied(route.tool.key.clone()));
     }
     generation
         .rate_limits

@@ -376,8 +376,14 @@ fn run_explain(args: ExplainArgs, config_path: &std::path::Path) -> ExitCode {
         Some(Ok(claims)) => Some(claims),
         Some(Err(e)) => return fail(format!("--claims: not JSON: {e}")),
     };
-    let request =
-        explain::ExplainRequest { user_id: args.user_id, claims, jwt, api_key: args.api_key, tool: args.tool, server: args.server };
+    let request = explain::ExplainRequest {
+        user_id: args.user_id,
+        claims,
+        jwt,
+        api_key: args.api_key,
+        tool: args.tool,
+        server: args.server,
+    };
     let body = match serde_json::to_vec(&request) {
         Ok(body) => body,
         Err(e) => return fail(e),
