@@ -122,9 +122,8 @@ pub async fn execute_call(
     finished
 }
 
-/// Everything after resolution: admit, validate, inject, claim the call id
-/// for its caller, forward, re-wrap. A server's route is what validation
-/// checks against; every other step works on the root's.
+/// Everything after resolution: admit, validate, inject, claim the call id,
+/// forward, re-wrap; a server's route (`catalog/servers.rs`) judged as its root's.
 async fn run_resolved_call(
     gateway: &Gateway,
     generation: &Generation,
@@ -381,9 +380,8 @@ fn unseen_unless_allowed(generation: &Generation, caller: &Caller, error: Reques
     }
 }
 
-/// Admit: the caller's policies must allow the tool (a denied tool is
-/// answered as an unknown one, by the name the caller used), and its rate
-/// limits must have room. In a virtual server, both judge the root tool.
+/// Admit: the caller's policies must allow the (root) tool, else it is unknown
+/// by the name the caller used; and its rate limits must have room.
 pub async fn admit_call(generation: &Generation, route: &Route, caller: &Caller) -> Result<(), RequestError> {
     let key = route.root().tool.key.as_str();
     let access = &generation.access;

@@ -25,7 +25,7 @@ use crate::upstream::Upstream;
 
 pub use crate::dialect::CatalogTool;
 pub use mcp_names::McpNameConflict;
-pub use servers::{Served, Server, ServerReport};
+pub use servers::{Served, ServedTool, Server, ServerReport};
 
 /// Every tool's versions by `Toolkit.Name`. foldhash, not SipHash: a call
 /// looks its tool up here, and the keys come from upstreams' catalogs.

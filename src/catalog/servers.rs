@@ -46,6 +46,8 @@ pub struct ServerReport {
     pub name: String,
     /// How many tool versions it serves.
     pub tools: usize,
+    /// Each tool version it serves: its id there, and the root's.
+    pub served: Vec<ServedTool>,
     /// `tools` and `exclude` patterns that match no tool in the catalog.
     pub unmatched_patterns: Vec<String>,
     /// Tools `rename`, `describe` or `fixed` name that are not in the
@@ -58,6 +60,15 @@ pub struct ServerReport {
     pub fixed_problems: Vec<FixedProblem>,
     /// Tools of the server whose MCP names clash.
     pub mcp_name_conflicts: Vec<McpNameConflict>,
+}
+
+/// A tool version a server serves.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct ServedTool {
+    /// Its id in the server.
+    pub id: String,
+    /// Its id at the root.
+    pub of: String,
 }
 
 /// A renamed tool and a tool whose own `Toolkit.Name` is the new name.
@@ -181,6 +192,10 @@ fn view(root: &Catalog, config: &VirtualServerConfig, before: Option<&McpNaming>
         }
     }
     report.tools = tools.values().map(BTreeMap::len).sum();
+    let routes = tools.values().flat_map(BTreeMap::values);
+    report.served = routes
+        .map(|r| ServedTool { id: r.tool.definition.id.clone(), of: r.root().tool.definition.id.clone() })
+        .collect();
     report.unmatched_patterns = config
         .tools
         .iter()

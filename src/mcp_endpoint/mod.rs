@@ -49,7 +49,7 @@ use self::era::Era;
 use self::error::RpcError;
 use self::listen::StreamCounts;
 use self::read::{read_tools_call, ToolsCall};
-use self::tools::{catalog_of, error_result, invalid_arguments, list_page, server_name, NameCache, META};
+use self::tools::{catalog_of, error_result, instructions, invalid_arguments, list_page, server_name, NameCache, META};
 use crate::auth::Caller;
 use crate::call::{execute_call, new_call_id, FinishedCall, Native, ParsedCall};
 use crate::catalog::Catalog;
@@ -76,10 +76,6 @@ const URL_ELICITATION_SESSION: &str = ".url";
 /// authorization): a retry carrying it answers the gateway, not the tool's
 /// server. The gateway keeps no state: the retry simply runs the call again.
 const GATEWAY_STATE: &str = "otc-gateway/authorize";
-
-/// What the gateway tells MCP clients about itself.
-const INSTRUCTIONS: &str = "Tools of the OTC gateway's merged catalog, each at its latest version. \
-    tools/call also accepts an OTC tool id such as Toolkit.Name@1.0.0 for other versions.";
 
 /// Every protocol version the endpoint speaks, modern first.
 fn supported_versions() -> Vec<&'static str> {
@@ -644,18 +640,6 @@ fn cache_hints(gateway: &Gateway) -> Map<String, Value> {
     hints
 }
 
-/// What the gateway tells a model about using it: a virtual server's
-/// `instructions` when it has them; in search mode, to search first.
-fn instructions(gateway: &Gateway, head: &McpHead) -> String {
-    let own = head.server.as_ref().and_then(|view| view.as_server()?.config.instructions.as_deref());
-    match (own, search::enabled(&gateway.generation())) {
-        (Some(own), true) => format!("{own} {}", search::INSTRUCTIONS),
-        (Some(own), false) => own.to_owned(),
-        (None, true) => search::INSTRUCTIONS.to_owned(),
-        (None, false) => INSTRUCTIONS.to_owned(),
-    }
-}
-
 /// `server/discover`: versions, capabilities, instructions.
 fn discover(gateway: &Gateway, head: &McpHead) -> Map<String, Value> {
     let mut result = Map::new();
@@ -709,7 +693,7 @@ mod tests {
 
     #[test]
     fn versions_are_negotiated() {
-        let version = |params: Value| initialize(&params, INSTRUCTIONS).0["protocolVersion"].clone();
+        let version = |params: Value| initialize(&params, "instructions").0["protocolVersion"].clone();
         assert_eq!(version(json!({"protocolVersion": "2025-06-18"})), "2025-06-18");
         assert_eq!(version(json!({"protocolVersion": "2024-11-05"})), "2025-11-25");
         assert_eq!(version(Value::Null), "2025-11-25");
@@ -719,7 +703,7 @@ mod tests {
     #[test]
     fn a_session_id_says_whether_its_client_takes_url_elicitations() {
         let session = |capabilities: Value| {
-            initialize(&json!({"protocolVersion": "2025-11-25", "capabilities": capabilities}), INSTRUCTIONS).1
+            initialize(&json!({"protocolVersion": "2025-11-25", "capabilities": capabilities}), "instructions").1
         };
         assert!(session(json!({"elicitation": {"url": {}}})).ends_with(URL_ELICITATION_SESSION));
         assert!(!session(json!({"elicitation": {}})).ends_with(URL_ELICITATION_SESSION), "form mode only");

@@ -15,7 +15,8 @@ use std::sync::{Arc, Mutex};
 use serde_json::{json, Map, Value};
 
 use super::error::RpcError;
-use super::search::McpNames;
+use super::search::{self, McpNames};
+use super::McpHead;
 use crate::catalog::{Catalog, CatalogTool};
 use crate::error::RequestError;
 use crate::gateway::Gateway;
@@ -134,6 +135,22 @@ impl McpNames for ToolNames {
 
     fn root_of<'k>(&'k self, key: &'k str) -> &'k str {
         self.places.get(key).map_or(key, |&place| &self.tools[place].root)
+    }
+}
+
+/// What the gateway tells MCP clients about itself.
+const INSTRUCTIONS: &str = "Tools of the OTC gateway's merged catalog, each at its latest version. \
+    tools/call also accepts an OTC tool id such as Toolkit.Name@1.0.0 for other versions.";
+
+/// What the gateway tells a model about using it: a virtual server's
+/// `instructions` when it has them; in search mode, to search first.
+pub(crate) fn instructions(gateway: &Gateway, head: &McpHead) -> String {
+    let own = head.server.as_ref().and_then(|view| view.as_server()?.config.instructions.as_deref());
+    match (own, search::enabled(&gateway.generation())) {
+        (Some(own), true) => format!("{own} {}", search::INSTRUCTIONS),
+        (Some(own), false) => own.to_owned(),
+        (None, true) => search::INSTRUCTIONS.to_owned(),
+        (None, false) => INSTRUCTIONS.to_owned(),
     }
 }
 
