@@ -18,8 +18,8 @@ async fn mail_and_calc() -> ToolServer {
     let read = json!({
         "type": "object",
         "properties": {"folder": {"type": "string"}, "query": {"type": "string"}},
+        // Other arguments allowed: the schema alone would not refuse a folder.
         "required": ["folder", "query"],
-        "additionalProperties": false,
     });
     let numbers = json!({
         "type": "object",
@@ -167,7 +167,7 @@ async fn an_otc_client_lists_and_calls_a_server_under_its_names_with_its_fixed_a
     for folder in ["ceo-inbox", "support-inbox"] {
         let refused = call(&gw, ALICE, path, "Support.ReadMail@1.0.0", json!({"query": "x", "folder": folder})).await;
         assert_eq!(refused.status, 422, "{}", refused.text());
-        assert!(refused.json()["parameter_errors"]["folder"].is_string(), "{}", refused.text());
+        assert_eq!(refused.json()["parameter_errors"]["folder"], "is set by this server: leave it out");
     }
     assert_eq!(upstream.call_count(), before, "a refused call never reaches the upstream");
 
