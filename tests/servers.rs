@@ -420,3 +420,30 @@ rename = { "Mail.Read" = "Mail.Send" }
     assert!(!output.status.success(), "{stderr}");
     assert!(stderr.contains("server wrong: fixed argument \"currency\" of Calc.Add@1.0.0"), "{stderr}");
 }
+
+#[tokio::test]
+async fn a_client_listening_at_a_server_hears_when_a_reload_changes_its_list() {
+    let (upstream, gw) = start().await;
+    let ready = temp_file("servers-listen-ready", "txt", "");
+    std::fs::remove_file(&ready).expect("the client makes it");
+    let scenario = json!({"headers": {"OXP-API-Key": ALICE}, "listen": {"ready": ready, "timeout": 30}});
+    let mut command = Command::new(common::sdk_python());
+    command
+        .arg(common::peer_script("mcp_front_client.py"))
+        .arg(format!("{}/servers/support/mcp", gw.url()))
+        .arg("2026-07-28")
+        .arg(scenario.to_string());
+    let client = tokio::task::spawn_blocking(move || command.output());
+    wait_until("the client's subscription is acknowledged", async || ready.exists()).await;
+    // The operator adds Calc.Sub to the server.
+    let more =
+        SERVERS.replace("tools = [\"Mail.*\", \"Calc.Add\"]", "tools = [\"Mail.*\", \"Calc.Add\", \"Calc.Sub\"]");
+    gw.rewrite_config(&config(&upstream.url(), &more));
+    let output = client.await.expect("join").expect("run the client");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report: Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["listen"]["events"], json!(["ToolsListChanged"]), "{report}");
+    let after = report["listen"]["tools_after"].clone();
+    assert_eq!(after, json!(["Calc_Add", "Calc_Sub", "Mail_Send", "Support_ReadMail"]), "{report}");
+    let _ = std::fs::remove_file(&ready);
+}
