@@ -32,6 +32,7 @@ use serde::Serialize;
 use subtle::ConstantTimeEq;
 use tokio::net::TcpListener;
 
+use crate::approvals::{self, ApprovalError};
 use crate::browser::BrowserRefusal;
 use crate::catalog::poll::UpstreamStatus;
 use crate::catalog::search::{IndexStats, SearchRequest};
@@ -100,8 +101,8 @@ enum AdminError {
     /// No such route.
     #[error(
         "admin endpoints: GET / (the console), GET /metrics, GET /status, GET /health, GET /calls, GET /tools, \
-         GET /tools/search, GET or POST /explain, GET /grants, GET /changes, POST /reload, \
-         DELETE /grants/<provider>/<user_id>, POST /changes/<id>/approve, POST /changes/<id>/reject"
+         GET /tools/search, GET or POST /explain, GET /grants, GET /changes, GET /approvals, POST /reload, \
+         DELETE /grants/<provider>/<user_id>, POST /changes/<id>/approve|reject, POST /approvals/<id>/approve|deny"
     )]
     NotFound,
     /// An explain request that cannot be read.
@@ -125,6 +126,12 @@ enum AdminError {
     /// A decision on a tool definition change that was not taken.
     #[error(transparent)]
     Review(#[from] ReviewError),
+    /// An approval request that could not be listed or decided.
+    #[error(transparent)]
+    Approval(#[from] ApprovalError),
+    /// A decision on a request only its calling user may decide.
+    #[error("this request is decided by its calling user, in their own browser (approver = \"caller\")")]
+    CallersOwn,
 }
 
 impl AdminError {
@@ -144,6 +151,10 @@ impl AdminError {
             AdminError::Review(ReviewError::Unknown(_)) => StatusCode::NOT_FOUND,
             AdminError::Review(ReviewError::Decided { .. }) => StatusCode::CONFLICT,
             AdminError::Review(ReviewError::Journal(_)) => StatusCode::SERVICE_UNAVAILABLE,
+            AdminError::Approval(ApprovalError::Unknown(_)) => StatusCode::NOT_FOUND,
+            AdminError::Approval(ApprovalError::AlreadyDecided { .. }) => StatusCode::CONFLICT,
+            AdminError::Approval(ApprovalError::Journal(_)) => StatusCode::SERVICE_UNAVAILABLE,
+            AdminError::CallersOwn => StatusCode::FORBIDDEN,
         };
         let mut response = json(status, &serde_json::json!({ "message": self.to_string() }));
         match self {
@@ -180,7 +191,8 @@ enum Access {
     /// Every other route, unknown ones included (so that a route added
     /// later is guarded unless said otherwise).
     Read,
-    /// `POST /reload`, `DELETE /grants/...`, `POST /changes/.../approve|reject`.
+    /// `POST /reload`, `DELETE /grants/...`, `POST /changes/.../approve|reject`,
+    /// `POST /approvals/.../approve|deny`.
     Action,
 }
 
@@ -191,7 +203,9 @@ impl Access {
             (&Method::GET, asset) if console::asset(asset).is_some() => Access::Console,
             (&Method::POST, "/reload") => Access::Action,
             (&Method::DELETE, grant) if grant.starts_with("/grants/") => Access::Action,
-            (&Method::POST, decision) if decision.starts_with("/changes/") => Access::Action,
+            (&Method::POST, decision) if decision.starts_with("/changes/") || decision.starts_with("/approvals/") => {
+                Access::Action
+            }
             _ => Access::Read,
         }
     }
@@ -277,9 +291,17 @@ async fn serve(
         (&Method::GET, "/grants") => list_grants(&generation, request.uri.query()).await,
         (&Method::GET, "/changes") => list_changes(gateway, request.uri.query()),
         (&Method::POST, decision) if decision.starts_with("/changes/") => decide_change(gateway, decision, body).await,
+        (&Method::GET, "/approvals") => list_approvals(gateway, request.uri.query()).await,
+        (&Method::POST, decision) if decision.starts_with("/approvals/") => {
+            decide_approval(gateway, decision, body).await
+        }
         (&Method::DELETE, grant) if grant.starts_with("/grants/") => revoke_grant(&generation, grant).await,
-        (_, "/status" | "/health" | "/metrics" | "/calls" | "/grants" | "/changes") => Err(AdminError::Method("GET")),
-        (_, decision) if decision.starts_with("/changes/") => Err(AdminError::Method("POST")),
+        (_, "/status" | "/health" | "/metrics" | "/calls" | "/grants" | "/changes" | "/approvals") => {
+            Err(AdminError::Method("GET"))
+        }
+        (_, decision) if decision.starts_with("/changes/") || decision.starts_with("/approvals/") => {
+            Err(AdminError::Method("POST"))
+        }
         (_, "/reload") => Err(AdminError::Method("POST")),
         (_, "/explain") => Err(AdminError::Method("GET, POST")),
         (_, grant) if grant.starts_with("/grants/") => Err(AdminError::Method("DELETE")),
@@ -347,18 +369,20 @@ async fn list_grants(generation: &Generation, query: Option<&str>) -> Result<Res
     }
 }
 
-/// `GET /changes[?state=pending|approved|rejected|all]`: tool definition
-/// changes, pending ones by default, newest first.
-fn list_changes(gateway: &Gateway, query: Option<&str>) -> Result<Response<Full<Bytes>>, AdminError> {
-    let mut state = Some(ChangeState::Pending);
+/// `?state=<word>|all` of `GET /changes` and `GET /approvals`: the state
+/// `parse` reads (`pending` when absent; `None` for all).
+fn state_query<S>(
+    query: Option<&str>,
+    parse: fn(&str) -> Option<S>,
+    pending: S,
+    words: &str,
+) -> Result<Option<S>, AdminError> {
+    let mut state = Some(pending);
     for (name, value) in form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
         match (name.as_ref(), value.as_ref()) {
             ("state", "all") => state = None,
             ("state", word) => {
-                state =
-                    Some(ChangeState::parse(word).ok_or_else(|| {
-                        AdminError::BadQuery("state: use pending, approved, rejected or all".to_owned())
-                    })?);
+                state = Some(parse(word).ok_or_else(|| AdminError::BadQuery(format!("state: use {words} or all")))?);
             }
             (other, _) => {
                 let other: String = other.chars().take(40).collect();
@@ -366,16 +390,16 @@ fn list_changes(gateway: &Gateway, query: Option<&str>) -> Result<Response<Full<
             }
         }
     }
-    Ok(json(StatusCode::OK, &serde_json::json!({ "changes": gateway.integrity.changes(state) })))
+    Ok(state)
 }
 
-/// `POST /changes/<id>/approve` or `/reject`, with an optional JSON body
-/// `{"by": "<who>"}` recorded with the decision.
-async fn decide_change(gateway: &Gateway, path: &str, body: Incoming) -> Result<Response<Full<Bytes>>, AdminError> {
-    let rest = path.strip_prefix("/changes/").unwrap_or_default();
+/// A decision's path, `/<kind>/<id>/<verb>`, as the id and whether it
+/// approves, and its optional JSON body `{"by": "<who>"}`, recorded with it.
+async fn decision(path: &str, kind: &str, no: &str, body: Incoming) -> Result<(String, bool, String), AdminError> {
+    let rest = path.strip_prefix(kind).unwrap_or_default();
     let (id, approve) = match rest.split_once('/') {
         Some((id, "approve")) => (id, true),
-        Some((id, "reject")) => (id, false),
+        Some((id, verb)) if verb == no => (id, false),
         _ => return Err(AdminError::NotFound),
     };
     let bytes = Limited::new(body, 4096)
@@ -388,9 +412,41 @@ async fn decide_change(gateway: &Gateway, path: &str, body: Incoming) -> Result<
         Err(_) if bytes.iter().all(u8::is_ascii_whitespace) => None,
         Err(e) => return Err(AdminError::BadQuery(format!("the JSON body: {e}"))),
     };
-    let by = by.map_or_else(|| "admin".to_owned(), |by| format!("admin ({by})"));
-    let change = gateway.integrity.decide(id, approve, &by).await?;
+    Ok((id.to_owned(), approve, by.map_or_else(|| "admin".to_owned(), |by| format!("admin ({by})"))))
+}
+
+/// `GET /changes[?state=pending|approved|rejected|all]`: tool definition
+/// changes, pending ones by default, newest first.
+fn list_changes(gateway: &Gateway, query: Option<&str>) -> Result<Response<Full<Bytes>>, AdminError> {
+    let state = state_query(query, ChangeState::parse, ChangeState::Pending, "pending, approved, rejected")?;
+    Ok(json(StatusCode::OK, &serde_json::json!({ "changes": gateway.integrity.changes(state) })))
+}
+
+/// `POST /changes/<id>/approve` or `/reject`.
+async fn decide_change(gateway: &Gateway, path: &str, body: Incoming) -> Result<Response<Full<Bytes>>, AdminError> {
+    let (id, approve, by) = decision(path, "/changes/", "reject", body).await?;
+    let change = gateway.integrity.decide(&id, approve, &by).await?;
     Ok(json(StatusCode::OK, &change))
+}
+
+/// `GET /approvals[?state=pending|approved|denied|expired|all]`: calls held
+/// for approval, pending ones by default, newest first.
+async fn list_approvals(gateway: &Gateway, query: Option<&str>) -> Result<Response<Full<Bytes>>, AdminError> {
+    let state =
+        state_query(query, approvals::State::parse, approvals::State::Pending, "pending, approved, denied, expired")?;
+    Ok(json(StatusCode::OK, &serde_json::json!({ "approvals": gateway.approvals.list(state).await? })))
+}
+
+/// `POST /approvals/<id>/approve` or `/deny`: an operator decides a request
+/// of an `approver = "admin"` rule (a caller's own requests are theirs).
+async fn decide_approval(gateway: &Gateway, path: &str, body: Incoming) -> Result<Response<Full<Bytes>>, AdminError> {
+    let (id, approve, by) = decision(path, "/approvals/", "deny", body).await?;
+    let held = gateway.approvals.get(&id).await?.ok_or_else(|| ApprovalError::Unknown(id.clone()))?;
+    if !held.approver.lets(&held, &approvals::Decider::Admin) {
+        return Err(AdminError::CallersOwn);
+    }
+    let decided = gateway.approvals.decide(&id, approve, &by, &gateway.metrics).await?;
+    Ok(json(StatusCode::OK, &decided))
 }
 
 /// `DELETE /grants/<provider>/<user_id>`: forgets the user's grant and
@@ -523,6 +579,8 @@ struct Status {
     tool_changes_pending: usize,
     /// Each virtual server (`[[servers]]`): its tools and what is wrong.
     servers: Vec<crate::catalog::ServerReport>,
+    /// How many calls wait for an approval (`GET /approvals`).
+    approvals_pending: usize,
     /// Settings that weaken the gateway's defences, as written.
     security_warnings: Vec<String>,
     /// How long building the current catalog took (merge, listing and
@@ -592,6 +650,7 @@ fn status(gateway: &Gateway) -> Status {
         held_tools: catalog.held().to_vec(),
         tool_changes_pending: gateway.integrity.pending(),
         servers: catalog.servers().filter_map(|view| Some(view.as_server()?.report.clone())).collect(),
+        approvals_pending: gateway.approvals.pending(),
         security_warnings: generation.config.security_warnings(),
         catalog_build_ms: catalog.build_time().as_secs_f64() * 1000.0,
         search_index: catalog.search_index().stats(),

@@ -11,6 +11,9 @@ use http::HeaderValue;
 use serde_json::Value;
 use smallvec::SmallVec;
 
+mod record;
+
+use crate::approval_gate::approve_call;
 use crate::auth::{Caller, CallerKind};
 use crate::catalog::{Catalog, LookupError, Route, Target};
 use crate::circuit::Admission;
@@ -21,7 +24,6 @@ use crate::mcp::v2026_07_28::{ClientAsk, Passthrough};
 use crate::metrics::CallOutcome;
 use crate::oauth::TokenError;
 use crate::otel::{self, Kind, Span};
-use crate::recent_calls::CallRecord;
 use crate::requirements::{self, authenticated_user, check_grants, Granted, SecretPlan, TokenPlan};
 use crate::resolve::parse_tool_id;
 use crate::scrub;
@@ -118,7 +120,7 @@ pub async fn execute_call(
         route.root().describe(span);
     }
     let finished = run_resolved_call(gateway, &generation, route, caller, &mut call, started, span.as_ref()).await;
-    record_call(gateway, caller, route.root(), &mut call, &finished, started, span.as_mut());
+    record::record_call(gateway, caller, route.root(), &mut call, &finished, started, span.as_mut());
     finished
 }
 
@@ -137,6 +139,8 @@ async fn run_resolved_call(
     let step = otel::child(span, "admit", Kind::Internal);
     ended(step, admit_call(generation, served, caller).await)?;
     ended(otel::child(span, "validate", Kind::Internal), validate_input(served, &mut call.input))?;
+    let call_id = call.client_call_id.then_some(call.call_id.as_str());
+    let approved = approve_call(gateway, generation, route, caller, call_id, &call.input, &call.context, span).await?;
     // A client's call_id is theirs: whose it is comes from the context as
     // they sent it, before anything is injected.
     let scope = call.client_call_id.then(|| CallerScope::of(caller, &call.context));
@@ -144,10 +148,19 @@ async fn run_resolved_call(
     let context = std::mem::take(&mut call.context);
     let injected = inject_context(gateway, generation, route, caller, context, step.as_ref()).await;
     let Injected { context, granted } = ended(step, injected)?;
-    let claim = match claim_call_id(generation, route, scope.as_ref(), &call.call_id, &call.input, started).await? {
+    // An approved call runs once: without a call_id of the client's, its
+    // run is kept under the approval's.
+    let (claim_scope, claim_id) = match &approved {
+        Some(approved) if scope.is_none() => (Some(&approved.scope), approved.claim_id.as_str()),
+        _ => (scope.as_ref(), call.call_id.as_str()),
+    };
+    let claim = match claim_call_id(generation, route, claim_scope, claim_id, &call.input, started).await? {
         Claimed::Replay(completed) => return Ok(completed),
         Claimed::Run(claim) => claim,
     };
+    if let Some(approved) = &approved {
+        approved.unspent()?;
+    }
     let max_response = generation.config.server.max_body_bytes.max(MIN_RESPONSE_LIMIT);
     let trace =
         OutgoingTrace { trace_id: call.trace_id.as_deref(), traceparent: call.traceparent.as_deref(), span: None };
@@ -181,6 +194,9 @@ async fn run_resolved_call(
         })
     });
     redact_echoes(&mut finished, &injected);
+    if let (Some(approved), Ok(completed)) = (&approved, &finished) {
+        approved.spend(gateway, completed.is_question()).await;
+    }
     if let Some(claim) = claim {
         remember_call(claim, &finished).await;
         // Storing the answer for duplicates is part of what the call took.
@@ -246,75 +262,6 @@ async fn remember_call(claim: Pending, finished: &Result<FinishedCall, RequestEr
         }
         _ => claim.release().await,
     }
-}
-
-/// Counts a resolved call in the metrics, logs it once and keeps it in the
-/// ring of recent calls (which takes the call's id: the call ends here).
-/// Labels come from the catalog and the config only: the resolved id and
-/// the upstream (the one that answered, else the route's first).
-fn record_call(
-    gateway: &Gateway,
-    caller: &Caller,
-    route: &Route,
-    call: &mut ParsedCall,
-    finished: &Result<FinishedCall, RequestError>,
-    started: Instant,
-    span: Option<&mut Span>,
-) {
-    let first_upstream = || route.targets.first().map_or_else(|| Arc::from(""), |t| t.upstream.name.clone());
-    // `None`: a rate-limited call, counted by its status (429) in
-    // otc_gateway_http_requests_total, not as a call.
-    let (upstream, outcome, took) = match finished {
-        // Not an outcome yet: the client answers and calls again, and that
-        // call is counted.
-        Ok(completed) if completed.is_question() => return,
-        Ok(completed) => (completed.upstream.clone(), Some(completed.outcome), completed.took),
-        Err(RequestError::InvalidInput(_)) => (first_upstream(), Some(CallOutcome::ValidationError), started.elapsed()),
-        Err(RequestError::Denied(_)) => (first_upstream(), Some(CallOutcome::Denied), started.elapsed()),
-        Err(RequestError::RateLimited { .. }) => (first_upstream(), None, started.elapsed()),
-        Err(_) => (first_upstream(), Some(CallOutcome::ServerError), started.elapsed()),
-    };
-    let (call_id, trace_id) = (std::mem::take(&mut call.call_id), call.trace_id.as_deref());
-    if let Some(outcome) = outcome {
-        let tool = route.tool.definition.id.as_str();
-        let seconds = took.as_secs_f64();
-        gateway.metrics.record_call(tool, &upstream, outcome, seconds);
-        // The log line leads to the trace: its ids, when it is recorded.
-        let span_ids = span.as_ref().map(|s| (s.trace_id_hex(), s.span_id_hex()));
-        let trace_id = span_ids.as_ref().map_or(trace_id, |(trace, _)| Some(trace.as_str()));
-        let span_id = span_ids.as_ref().map(|(_, span)| span.as_str());
-        if let Some(span) = span {
-            span.set("otc.upstream", &*upstream);
-            span.set("otc.outcome", outcome.as_str());
-            match finished {
-                Err(e) => mark_failed(Some(span), e),
-                Ok(_) if outcome == CallOutcome::ToolError => span.fail("tool_error"),
-                Ok(_) => {}
-            }
-        }
-        tracing::info!(
-            call_id = call_id.as_str(),
-            trace_id,
-            span_id,
-            tool,
-            upstream = &*upstream,
-            outcome = outcome.as_str(),
-            duration_ms = seconds * 1000.0,
-            "tool call"
-        );
-    }
-    // The ring of recent calls (`recent_calls.rs`): names, status and
-    // timing, never the call's input, output, secrets or tokens.
-    gateway.recent_calls.record(CallRecord {
-        at: started + took,
-        caller: authenticated_user(caller).map(str::to_owned),
-        tool: route.tool.clone(),
-        upstream,
-        status: finished.as_ref().map_or_else(RequestError::status, |_| 200),
-        outcome: outcome.map_or("rate_limited", CallOutcome::as_str),
-        duration_ms: took.as_secs_f64() * 1000.0,
-        call_id,
-    });
 }
 
 /// Tool answers may be larger than requests; never below this many bytes.

@@ -7,7 +7,11 @@
 //! circuit, its failure opens it again. Lock-free: a few atomics.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock: the same as std's in the gateway (no test-util there), and
+// one the tests can pause and advance instead of sleeping.
+use tokio::time::Instant;
 
 /// One upstream's circuit.
 #[derive(Debug)]
@@ -97,8 +101,8 @@ impl Circuit {
 mod tests {
     use super::*;
 
-    #[test]
-    fn opens_after_threshold_and_lets_one_probe_through() {
+    #[tokio::test(start_paused = true)]
+    async fn opens_after_threshold_and_lets_one_probe_through() {
         let c = Circuit::new(3, Duration::from_millis(30));
         for _ in 0..2 {
             c.record_failure();
@@ -106,12 +110,14 @@ mod tests {
         }
         c.record_failure();
         assert!(matches!(c.admit(), Admission::Reject(_)));
-        std::thread::sleep(Duration::from_millis(40));
+        // Past the cooldown, on the paused clock.
+        tokio::time::advance(Duration::from_millis(40)).await;
         assert_eq!(c.admit(), Admission::Probe);
         assert!(matches!(c.admit(), Admission::Reject(_)), "only one probe at a time");
         c.record_failure();
         assert!(matches!(c.admit(), Admission::Reject(_)), "a failed probe opens it again");
-        std::thread::sleep(Duration::from_millis(40));
+        // Past the cooldown, on the paused clock.
+        tokio::time::advance(Duration::from_millis(40)).await;
         assert_eq!(c.admit(), Admission::Probe);
         c.record_success();
         assert_eq!(c.admit(), Admission::Pass);

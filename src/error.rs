@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use serde_json::Value;
 
+use crate::approvals::Refusal;
 use crate::auth::AuthError;
 use crate::browser::BrowserRefusal;
 use crate::catalog::search::SearchError;
@@ -19,6 +20,11 @@ use crate::reply::Reply;
 use crate::resolve::ToolIdError;
 use crate::vault::VaultError;
 use crate::wire::{ServerErrorBody, ValidationErrorBody, SCHEMA};
+
+mod missing;
+
+pub(crate) use missing::utc;
+pub use missing::{ApprovalChallenge, AuthorizationChallenge, MissingRequirements, Ungranted};
 
 /// Everything that ends a request with an error status.
 #[derive(Debug, thiserror::Error)]
@@ -175,6 +181,12 @@ pub enum RequestError {
     /// The first call with this `call_id` is still running.
     #[error("a call with this call_id is still running")]
     CallInProgress,
+    /// A held call that will not run: denied, expired, or run already.
+    #[error("approval: {0}")]
+    ApprovalRefused(crate::approvals::Refusal),
+    /// The approvals' journal could not be read or written.
+    #[error("approvals unavailable: {0}")]
+    ApprovalUnavailable(#[from] crate::approvals::ApprovalError),
     /// A tool search whose query, limit or version is unusable.
     #[error("bad search: {0}")]
     Search(#[from] SearchError),
@@ -246,7 +258,8 @@ impl RequestError {
             RequestError::RateLimited { .. } => 429,
             RequestError::Denied(_) => 400,
             RequestError::MissingRequirements(_) | RequestError::RequirementUnavailable { .. } => 400,
-            RequestError::AuthorizationUnavailable { .. } => 503,
+            RequestError::AuthorizationUnavailable { .. } | RequestError::ApprovalUnavailable(_) => 503,
+            RequestError::ApprovalRefused(_) => 403,
             RequestError::OAuthFlow(e) | RequestError::Confirmation(e) => match e {
                 FlowError::UnknownProvider(_) | FlowError::NoLogin => 404,
                 FlowError::UnknownLink if matches!(self, RequestError::Confirmation(_)) => 404,
@@ -315,6 +328,19 @@ impl RequestError {
                 "This call_id was already used for a different call; use a new call_id".into()
             }
             RequestError::CallInProgress => "A call with this call_id is still running; retry later".into(),
+            RequestError::ApprovalRefused(refusal) => match refusal {
+                Refusal::Denied { by, at } => format!(
+                    "This call was denied by {} at {}: it will not run (a denial is final for this call)",
+                    Refusal::decider(by),
+                    utc(*at)
+                ),
+                Refusal::Expired(at) => format!(
+                    "Nobody approved this call before {}: it will not run (an expired approval is final for this call)",
+                    utc(*at)
+                ),
+                Refusal::Ran => "This call was approved once and has run; its answer is no longer kept. A new call needs its own approval".into(),
+            },
+            RequestError::ApprovalUnavailable(_) => "Approvals are temporarily unavailable; retry shortly".into(),
             RequestError::Search(e) => capitalised(&e.to_string()),
             RequestError::Unauthenticated { error, .. } => {
                 format!("The gateway needs valid credentials: {}", error.public_message())
@@ -473,167 +499,4 @@ impl RequestError {
 fn capitalised(text: &str) -> String {
     let mut chars = text.chars();
     chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
-}
-
-/// What a tool needs that the call lacks (`missing_requirements`).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct MissingRequirements {
-    /// Secret ids neither configured nor sent.
-    pub secrets: Vec<String>,
-    /// Providers the caller has no token for.
-    pub authorization: Vec<AuthorizationChallenge>,
-    /// Whether a user id is needed and unknown.
-    pub user_id: bool,
-    /// What the gateway has but the tool's upstream was not granted.
-    pub ungranted: Vec<Ungranted>,
-}
-
-/// A secret or provider the gateway supplies that a tool's upstream was
-/// not granted.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Ungranted {
-    /// The upstream.
-    pub upstream: String,
-    /// The `[[upstreams]]` key that would grant it: `secrets` or `authorization`.
-    pub key: &'static str,
-    /// The secret id or provider.
-    pub id: String,
-}
-
-/// One provider the caller must authorize with (`ToolAuthorizationChallenge`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct AuthorizationChallenge {
-    /// The provider id.
-    pub id: String,
-    /// Where to authorize: the gateway's single-use link for a managed
-    /// provider, else `authorize_url` when configured.
-    pub url: Option<String>,
-    /// Managed providers: where the client polls the flow's status.
-    pub check_url: Option<String>,
-}
-
-impl AuthorizationChallenge {
-    /// The entry of a provider the gateway does not run the flow for: its
-    /// `authorize_url`, when configured, for `user`.
-    pub fn unmanaged(provider: &str, authorize_url: Option<&str>, user: Option<&str>) -> AuthorizationChallenge {
-        AuthorizationChallenge {
-            id: provider.to_owned(),
-            url: authorize_url.map(|url| url.replace("{user_id}", user.unwrap_or_default())),
-            check_url: None,
-        }
-    }
-}
-
-impl MissingRequirements {
-    /// Whether nothing is missing.
-    pub fn is_empty(&self) -> bool {
-        self.secrets.is_empty() && self.authorization.is_empty() && !self.user_id && self.ungranted.is_empty()
-    }
-
-    /// The secret ids missing, ungranted ones included.
-    fn secret_ids(&self) -> Vec<&str> {
-        let ungranted = self.ungranted.iter().filter(|u| u.key == "secrets").map(|u| u.id.as_str());
-        self.secrets.iter().map(String::as_str).chain(ungranted).collect()
-    }
-
-    /// The providers missing without a challenge: ungranted ones.
-    fn ungranted_providers(&self) -> impl Iterator<Item = &str> {
-        self.ungranted.iter().filter(|u| u.key == "authorization").map(|u| u.id.as_str())
-    }
-
-    /// A message naming every missing requirement.
-    fn describe(&self) -> String {
-        let mut parts = Vec::new();
-        let secrets = self.secret_ids();
-        if !secrets.is_empty() {
-            parts.push(format!("the secret(s) {}", secrets.join(", ")));
-        }
-        let providers: Vec<&str> =
-            self.authorization.iter().map(|a| a.id.as_str()).chain(self.ungranted_providers()).collect();
-        if !providers.is_empty() {
-            parts.push(format!("authorization with {}", providers.join(", ")));
-        }
-        if self.user_id {
-            parts.push("an authenticated user id".into());
-        }
-        // The links, for a model to hand to its user (the MCP endpoint's
-        // tool result is this text).
-        let links: Vec<String> = self
-            .authorization
-            .iter()
-            .filter_map(|a| a.url.as_ref().map(|url| format!("to connect {}, open {url}", a.id)))
-            .collect();
-        if !links.is_empty() {
-            return format!(
-                "The tool requires {}: {}, then call the tool again",
-                parts.join(" and "),
-                links.join("; ")
-            );
-        }
-        format!("The tool requires {}", parts.join(" and "))
-    }
-
-    /// What a developer does about it: the config line to add for what an
-    /// upstream was not granted, else how the user authorizes or what to
-    /// configure.
-    fn developer_message(&self) -> String {
-        let mut advice = Vec::new();
-        for u in &self.ungranted {
-            advice.push(format!(
-                "upstream {:?} is not granted {} {:?}: if it should receive it, add `{} = [\"{}\"]` to its [[upstreams]] entry in gateway.toml",
-                u.upstream,
-                if u.key == "secrets" { "secret" } else { "provider" },
-                u.id,
-                u.key,
-                u.id
-            ));
-        }
-        if !self.authorization.is_empty() {
-            advice.push(
-                "the user has not authorized the provider yet (or the grant lacks scopes, or was revoked): open the challenge's url in the user's own browser, then call again; check_url reports progress"
-                    .into(),
-            );
-        }
-        if !self.secrets.is_empty() {
-            advice.push("configure the secret in [secrets] and grant it to the upstream, or send it in context".into());
-        }
-        if self.user_id {
-            advice.push("authenticate the caller (a JWT or an API key): per-user requirements need a user id".into());
-        }
-        advice.join("; ")
-    }
-
-    /// The 1.0 openapi's `missing_requirements` object (plus `secrets`).
-    fn to_json(&self) -> Value {
-        let mut out = serde_json::Map::new();
-        let ungranted = self.ungranted_providers().map(|id| serde_json::json!({ "id": id }));
-        if !self.authorization.is_empty() || self.ungranted.iter().any(|u| u.key == "authorization") {
-            let challenges = self
-                .authorization
-                .iter()
-                .map(|a| {
-                    let mut c = serde_json::Map::new();
-                    c.insert("id".into(), Value::String(a.id.clone()));
-                    if let Some(url) = &a.url {
-                        c.insert("url".into(), Value::String(url.clone()));
-                    }
-                    if let Some(check_url) = &a.check_url {
-                        c.insert("check_url".into(), Value::String(check_url.clone()));
-                    }
-                    Value::Object(c)
-                })
-                .chain(ungranted)
-                .collect();
-            out.insert("authorization".into(), Value::Array(challenges));
-        }
-        let secrets = self.secret_ids();
-        if !secrets.is_empty() {
-            let secrets = secrets.iter().map(|id| serde_json::json!({ "id": id })).collect();
-            out.insert("secrets".into(), Value::Array(secrets));
-        }
-        if self.user_id {
-            out.insert("user_id".into(), Value::Bool(true));
-        }
-        Value::Object(out)
-    }
 }

@@ -96,6 +96,11 @@ impl Journal {
         Journal::File { path: PathBuf::new(), read_only: true }
     }
 
+    /// Whether appended entries are kept (not read-only, not nowhere).
+    pub(crate) fn is_kept(&self) -> bool {
+        !matches!(self, Journal::File { read_only: true, .. } | Journal::Redis { read_only: true, .. })
+    }
+
     /// Appends `events` in order (nothing when read-only).
     pub(crate) async fn append<E: Serialize>(&self, events: &[E]) -> Result<(), JournalError> {
         let lines: Vec<String> = events.iter().filter_map(|e| serde_json::to_string(e).ok()).collect();

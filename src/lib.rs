@@ -7,6 +7,9 @@
 pub(crate) mod admin;
 pub mod admin_client;
 pub mod allocator;
+pub(crate) mod approval_endpoint;
+pub(crate) mod approval_gate;
+pub mod approvals;
 pub mod auth;
 pub(crate) mod browser;
 pub mod call;

@@ -496,7 +496,7 @@ fn init_logging(format: LogFormat, default_level: &str) -> tracing_appender::non
     // These crates print whole request headers (Authorization included) at
     // trace level. A second filter caps them at debug whatever RUST_LOG says,
     // so no token ever reaches the log; it only lowers, never raises, a level.
-    let cap = ["pingora", "pingora_core", "pingora_proxy", "hyper", "hyper_util", "rustls"]
+    let cap = ["pingora", "pingora_core", "hyper", "hyper_util", "rustls"]
         .into_iter()
         .fold(Targets::new().with_default(LevelFilter::TRACE), |cap, target| {
             cap.with_target(target, LevelFilter::DEBUG)

@@ -21,6 +21,7 @@
 //! | `otc_gateway_idempotency_total` | counter | `result` |
 //! | `otc_gateway_oauth_challenges_total` | counter | `provider`, `event` |
 //! | `otc_gateway_oauth_refreshes_total` | counter | `provider`, `outcome` |
+//! | `otc_gateway_approvals_total` | counter | `rule`, `outcome` |
 //! | `otc_gateway_rate_limit_store_unavailable_total` | counter | `decision` |
 //! | `otc_gateway_tool_searches_total` | counter | `front` |
 //! | `otc_gateway_tool_search_results_total` | counter | `front` |
@@ -172,6 +173,7 @@ pub struct Metrics {
     idempotency: Synced,
     oauth_challenges: IntCounterVec,
     oauth_refreshes: IntCounterVec,
+    approvals: IntCounterVec,
     /// `otc_gateway_rate_limit_store_unavailable_total`, from the shared
     /// buckets' totals.
     rate_limit_store: Synced,
@@ -316,6 +318,12 @@ impl Metrics {
              (a grant was stored) or failed (refused, or the code could not be exchanged).",
             &["provider", "event"],
         );
+        let approvals = counter_vec(
+            &registry,
+            "otc_gateway_approvals_total",
+            "Calls held for approval, by [[approval]] rule and outcome: requested, approved, denied or expired.",
+            &["rule", "outcome"],
+        );
         let oauth_refreshes = counter_vec(
             &registry,
             "otc_gateway_oauth_refreshes_total",
@@ -390,6 +398,7 @@ impl Metrics {
             vault_stale_synced: Synced::new(vault_stale_served.clone()),
             idempotency: Synced::new(idempotency),
             oauth_challenges,
+            approvals,
             oauth_refreshes,
             rate_limit_store: Synced::new(rate_limit_store),
             trace_spans: Synced::new(trace_spans),
@@ -533,6 +542,12 @@ impl Metrics {
     /// a configured provider.
     pub fn record_oauth_challenge(&self, provider: &str, event: &'static str) {
         self.oauth_challenges.with_label_values(&[provider, event]).inc();
+    }
+
+    /// Counts an approval request's event (`requested`, `approved`,
+    /// `denied`, `expired`) under its configured rule.
+    pub fn record_approval(&self, rule: &str, outcome: &'static str) {
+        self.approvals.with_label_values(&[rule, outcome]).inc();
     }
 
     /// Counts a refresh of a configured provider's grant by outcome (`ok`,

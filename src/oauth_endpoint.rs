@@ -24,7 +24,7 @@
 use bytes::Bytes;
 
 use crate::auth::{Caller, CallerKind, Target};
-use crate::error::{MissingRequirements, RequestError};
+use crate::error::{utc, MissingRequirements, RequestError};
 use crate::gateway::{Gateway, Generation};
 use crate::oauth::{Finished, FlowError, Opened};
 use crate::reply::Reply;
@@ -72,6 +72,21 @@ pub(crate) enum OAuthRequest<'p> {
     Connections,
     /// `POST /oauth/`: that page's disconnect form.
     DisconnectForm,
+    /// `GET /oauth/approval/LINK`: a held call's page (`approval_endpoint.rs`).
+    ApprovalPage {
+        /// The link's secret part.
+        link: &'p str,
+    },
+    /// `POST /oauth/approval/LINK`: that page's approve or deny form.
+    ApprovalForm {
+        /// The link's secret part.
+        link: &'p str,
+    },
+    /// `GET /oauth/approval/check/ID`: a held call's state, for its caller.
+    ApprovalCheck {
+        /// The request's id.
+        id: &'p str,
+    },
 }
 
 impl<'p> OAuthRequest<'p> {
@@ -93,6 +108,11 @@ impl<'p> OAuthRequest<'p> {
         let (request, allow) = match parts.as_slice() {
             // (`config::RESERVED_PROVIDER_NAMES` keeps providers off these.)
             ["login", "callback"] => (OAuthRequest::SignInCallback, "GET, HEAD"),
+            ["approval", "check", id] if !id.is_empty() => (OAuthRequest::ApprovalCheck { id }, "GET, HEAD"),
+            ["approval", link] if !link.is_empty() && *method == http::Method::POST => {
+                (OAuthRequest::ApprovalForm { link }, "GET, HEAD, POST")
+            }
+            ["approval", link] if !link.is_empty() => (OAuthRequest::ApprovalPage { link }, "GET, HEAD, POST"),
             ["confirm"] => (OAuthRequest::Confirm, "POST"),
             [provider, "start", link] if !link.is_empty() => (OAuthRequest::Start { provider, link }, "GET, HEAD"),
             [provider, "callback"] => (OAuthRequest::Callback { provider }, "GET, HEAD"),
@@ -103,7 +123,7 @@ impl<'p> OAuthRequest<'p> {
         };
         let allowed = match request {
             OAuthRequest::Disconnect { .. } => method == http::Method::DELETE,
-            OAuthRequest::Confirm => method == http::Method::POST,
+            OAuthRequest::Confirm | OAuthRequest::ApprovalForm { .. } => method == http::Method::POST,
             _ => method == http::Method::GET || method == http::Method::HEAD,
         };
         if !allowed {
@@ -115,7 +135,13 @@ impl<'p> OAuthRequest<'p> {
     /// Whether the request needs the caller's credentials (the browser
     /// steps carry none).
     pub(crate) fn needs_caller(&self) -> bool {
-        matches!(self, OAuthRequest::Check { .. } | OAuthRequest::Disconnect { .. } | OAuthRequest::Confirm)
+        matches!(
+            self,
+            OAuthRequest::Check { .. }
+                | OAuthRequest::Disconnect { .. }
+                | OAuthRequest::Confirm
+                | OAuthRequest::ApprovalCheck { .. }
+        )
     }
 
     /// What a caller's JWT must be for: a confirmation vouches for a
@@ -146,14 +172,14 @@ pub(crate) struct BrowserRequest<'r> {
 
 /// The cookies' names and attributes, which depend on whether the gateway
 /// is reached over https.
-struct Cookies {
+pub(crate) struct Cookies {
     secure: bool,
     /// The path they are scoped to (`/` with the `__Host-` prefix).
     path: String,
 }
 
 impl Cookies {
-    fn of(public_url: &str) -> Cookies {
+    pub(crate) fn of(public_url: &str) -> Cookies {
         let secure = public_url.starts_with("https://");
         let base_path = public_url.split_once("://").and_then(|(_, rest)| rest.find('/').map(|at| &rest[at..]));
         let path = if secure { "/".to_owned() } else { format!("{}/oauth/", base_path.unwrap_or("")) };
@@ -170,13 +196,13 @@ impl Cookies {
     }
 
     /// A `Set-Cookie` value; `max_age` 0 deletes it.
-    fn set(&self, name: &str, value: &str, max_age: u64) -> String {
+    pub(crate) fn set(&self, name: &str, value: &str, max_age: u64) -> String {
         let secure = if self.secure { "; Secure" } else { "" };
         format!("{}={value}; Path={}; Max-Age={max_age}; HttpOnly; SameSite=Lax{secure}", self.name(name), self.path)
     }
 
     /// The value of cookie `name` in the request's `Cookie` headers.
-    fn read<'r>(&self, request: &BrowserRequest<'r>, name: &str) -> Option<&'r str> {
+    pub(crate) fn read<'r>(&self, request: &BrowserRequest<'r>, name: &str) -> Option<&'r str> {
         let full = self.name(name);
         request.cookies.iter().flat_map(|header| header.split(';')).find_map(|pair| {
             let (n, v) = pair.trim().split_once('=')?;
@@ -186,11 +212,11 @@ impl Cookies {
 }
 
 /// The session cookie (`[login]`).
-const SESSION: &str = "otc-session";
+pub(crate) const SESSION: &str = "otc-session";
 /// The cookie binding a sign-in to the browser that started it.
-const SIGN_IN: &str = "otc-sign-in";
+pub(crate) const SIGN_IN: &str = "otc-sign-in";
 /// How long a sign-in's binding cookie lasts.
-const SIGN_IN_MAX_AGE: u64 = 600;
+pub(crate) const SIGN_IN_MAX_AGE: u64 = 600;
 /// The cookie binding a verifier's flows to the browser that opened their
 /// links.
 const FLOW: &str = "otc-flow";
@@ -323,7 +349,7 @@ pub(crate) async fn browser_step(
 /// The CSRF token of the disconnect forms: a hash of the session cookie,
 /// which only the signed-in browser holds (it is `HttpOnly`), so another
 /// site can neither read nor make one.
-fn csrf_token(session: &str) -> String {
+pub(crate) fn csrf_token(session: &str) -> String {
     use base64::Engine as _;
     use sha2::Digest as _;
     let digest = sha2::Sha256::new().chain_update(b"otc-gateway csrf\n").chain_update(session.as_bytes()).finalize();
@@ -376,16 +402,22 @@ async fn connections_page(oauth: &crate::oauth::OAuth, user: &str, csrf: &str, p
          <table><tr><th>provider</th><th>state</th><th>scopes</th><th>connected at</th><th>expiry</th><th></th></tr>{rows}</table></body></html>\n",
         user = html_escape(user),
     ));
-    reply.headers.retain(|(name, _)| *name != "content-security-policy");
-    reply.headers.push(("content-security-policy", "default-src 'none'; form-action 'self'".to_owned()));
+    with_form(&mut reply);
     reply
 }
 
-/// Unix seconds as `2026-11-27 21:34:20 UTC`.
-fn utc(at: u64) -> String {
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_secs(at);
-    format!("{} UTC", humantime::format_rfc3339_seconds(time)).replacen('T', " ", 1).replacen("Z UTC", " UTC", 1)
+/// A gateway page with a form: nothing loaded, the form posted only to the
+/// gateway, never framed, no `Referer` (which holds a link's secret part)
+/// sent to another site. `same-origin`, not `no-referrer`: under
+/// `no-referrer` a browser posts the form with `Origin: null`, which the
+/// Origin policy refuses.
+pub(crate) fn with_form(reply: &mut Reply) {
+    reply.headers.retain(|(name, _)| !matches!(*name, "content-security-policy" | "referrer-policy"));
+    reply.headers.push(("content-security-policy", FORM_PAGE_CSP.to_owned()));
+    reply.headers.push(("referrer-policy", "same-origin".to_owned()));
 }
+
+const FORM_PAGE_CSP: &str = "default-src 'none'; form-action 'self'; frame-ancestors 'none'";
 
 /// A callback's query parameters.
 struct Query {
@@ -515,7 +547,18 @@ mod tests {
             OAuthRequest::parse(&http::Method::DELETE, "/oauth/google").ok(),
             Some(OAuthRequest::Disconnect { provider: "google" })
         );
+        assert_eq!(OAuthRequest::parse(&get, "/oauth/approval/L").ok(), Some(OAuthRequest::ApprovalPage { link: "L" }));
+        assert_eq!(
+            OAuthRequest::parse(&http::Method::POST, "/oauth/approval/L").ok(),
+            Some(OAuthRequest::ApprovalForm { link: "L" })
+        );
+        let check = OAuthRequest::parse(&get, "/oauth/approval/check/I").ok();
+        assert!(check.as_ref().is_some_and(OAuthRequest::needs_caller), "a request's state is its caller's");
+        assert!(!OAuthRequest::ApprovalForm { link: "L" }.needs_caller(), "a browser step carries no credentials");
         for (method, path, status) in [
+            (&http::Method::PUT, "/oauth/approval/L", 405),
+            (&http::Method::POST, "/oauth/approval/check/I", 405),
+            (&get, "/oauth/approval/", 404),
             (&get, "/oauth/google", 405),
             (&get, "/oauth/confirm", 405),
             (&http::Method::POST, "/oauth/google/callback", 405),

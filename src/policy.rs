@@ -202,7 +202,7 @@ pub fn server_view(catalog: &Catalog, name: &str, caller: &Caller) -> Option<Arc
 }
 
 /// Whether a `when` (of a policy, or a virtual server) holds for a caller.
-pub fn applies(when: &When, caller: &Caller) -> bool {
+pub(crate) fn applies(when: &When, caller: &Caller) -> bool {
     match when {
         When::Any => true,
         When::UserId(user) => caller.kind != CallerKind::Anonymous && caller.user_id.as_deref() == Some(user.as_str()),

@@ -45,7 +45,8 @@ impl Reply {
             headers: vec![
                 ("cache-control", "no-store".to_owned()),
                 ("x-frame-options", "DENY".to_owned()),
-                ("content-security-policy", "default-src 'none'".to_owned()),
+                ("content-security-policy", "default-src 'none'; frame-ancestors 'none'".to_owned()),
+                ("referrer-policy", "no-referrer".to_owned()),
             ],
             content_type: HTML,
             body: Bytes::from(body),

@@ -12,6 +12,7 @@ use base64::Engine;
 use bytes::Bytes;
 use common::jwk;
 use common::jwt::{self, es256, hs256, now, rs256, EC_PEM, RSA_OTHER_PEM, RSA_PEM};
+use common::wait_until;
 use http::{HeaderMap, HeaderValue};
 use http_body_util::Full;
 use hyper::service::service_fn;
@@ -389,15 +390,7 @@ async fn a_jwks_file_is_reloaded_on_an_unknown_kid() {
     let token = rs256(&claims(json!({})), RSA_OTHER_PEM, Some("new"));
     assert!(otc(&auth, &bearer(&token)).is_err());
     std::fs::write(&path, jwks_json(vec![jwk(RSA_OTHER_PEM, Algorithm::RS256, "new")])).expect("rotate");
-    let mut ok = false;
-    for _ in 0..40 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        if otc(&auth, &bearer(&token)).is_ok() {
-            ok = true;
-            break;
-        }
-    }
-    assert!(ok, "the rotated key was never picked up");
+    wait_until("the rotated key is picked up", async || otc(&auth, &bearer(&token)).is_ok()).await;
     // The old key is gone.
     assert!(otc(&auth, &bearer(&rs256(&claims(json!({})), RSA_PEM, Some("old")))).is_err());
 }
@@ -464,19 +457,14 @@ async fn a_jwks_url_is_fetched_and_refreshed() {
 
     *server.body.lock().expect("lock") = jwks_json(vec![jwk(RSA_PEM, Algorithm::RS256, "rsa-2")]);
     let token = rs256(&claims(json!({})), RSA_PEM, Some("rsa-2"));
-    let mut ok = false;
-    for _ in 0..40 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        if otc(&auth, &bearer(&token)).is_ok() {
-            ok = true;
-            break;
-        }
-    }
-    assert!(ok, "the refreshed JWKS was never used");
+    wait_until("the refreshed JWKS is used", async || otc(&auth, &bearer(&token)).is_ok()).await;
 
     // A broken JWKS on refresh keeps the last good keys.
     *server.body.lock().expect("lock") = "oops".into();
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Two fetches later the first that got "oops" has been read (refreshes
+    // run one after another).
+    let fetched = *server.hits.lock().expect("lock");
+    wait_until("two refreshes fetch the broken JWKS", async || *server.hits.lock().expect("lock") >= fetched + 2).await;
     assert!(otc(&auth, &bearer(&token)).is_ok());
 }
 

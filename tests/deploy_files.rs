@@ -330,7 +330,8 @@ fn dashboard_queries_return_data_from_a_real_gateway() {
         assert_eq!(http(main, "GET", "/health", "").0, 200);
         assert_eq!(http(main, "GET", "/nowhere", "").0, 404);
     }
-    // A few scrapes after the calls.
+    // A few scrapes after the calls (on purpose: the dashboards' rates need
+    // samples spread over time).
     std::thread::sleep(Duration::from_secs(4));
     prometheus.assert_running();
 

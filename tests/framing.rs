@@ -215,6 +215,7 @@ async fn calls_that_arrive_in_pieces_or_pipelined_are_answered_in_order_on_one_c
     let body_at = request.find("\r\n\r\n").expect("a head") + 4;
     for piece in [&request[..20], &request[20..body_at], &request[body_at..body_at + 10], &request[body_at + 10..]] {
         stream.write_all(piece.as_bytes()).await.expect("write");
+        // On purpose: a pause, so each piece arrives on its own.
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     let answers = read_answers(&mut stream, 1).await;

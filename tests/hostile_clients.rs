@@ -73,6 +73,8 @@ async fn heads_without_bodies_hold_no_in_flight_slot() {
         stream.write_all(head.as_bytes()).await.expect("head");
         stalled.push(stream);
     }
+    // On purpose: nothing outside the gateway shows that it has read the
+    // twenty heads; this gives it the time to.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let call = gw.call("Calculator.Add@1.0.0", json!({"a": 2, "b": 2})).await;
     assert_eq!(call.status, 200, "{}", call.text());
@@ -97,7 +99,8 @@ async fn a_flood_of_idle_connections_closes_the_oldest_and_real_callers_are_serv
         };
         stream.write_all(bytes).await.expect("write");
         flood.push(stream);
-        // (Accepted in order, so the oldest is known.)
+        // (On purpose: a pause, so the gateway's listening threads accept
+        // them in order and the oldest is known.)
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let call = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 1})).await;

@@ -271,6 +271,7 @@ async fn redis_claims_abandoned_by_a_replica_do_not_block_the_call_id() {
     };
     std::mem::forget(claim);
     assert!(matches!(two.claim(&key("crashed"), &fp, Duration::from_millis(50)).await, Ok(Decision::InProgress)));
+    // On purpose: the dead replica's 400 ms claim has to lapse.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let Ok(Decision::Run(claim)) = two.claim(&key("crashed"), &fp, Duration::from_secs(1)).await else { panic!("run") };
     claim.complete(&stored(5)).await;
@@ -305,6 +306,8 @@ async fn concurrent_claims_across_redis_replicas_elect_one() {
                 match store.claim(&key("race"), &fp, Duration::from_secs(5)).await.expect("redis answers") {
                     Decision::Run(claim) => {
                         runs.fetch_add(1, Ordering::SeqCst);
+                        // On purpose: the call runs a while, so the others
+                        // find it running.
                         tokio::time::sleep(Duration::from_millis(200)).await;
                         claim.complete(&stored(42)).await;
                         stored(42)
@@ -327,11 +330,12 @@ async fn a_client_that_goes_away_mid_call_does_not_make_it_run_twice() {
     let gw = Gateway::start(&config(&server.url(), "")).await;
     gw.wait_for_tool("Calculator.Add@1.0.0").await;
     let call = tokio::spawn(call_with_id(gw.addr, Some("gone-client"), 1));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_until("the call reached the tool server", async || server.call_count() == 1).await;
     call.abort();
     // The client retries (before and after the first call would have ended).
     let retry = call_with_id(gw.addr, Some("gone-client"), 1).await.result();
     assert_eq!(retry["value"], json!(2));
+    // On purpose: past the end of the first call's 800 ms at the tool server.
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(call_with_id(gw.addr, Some("gone-client"), 1).await.result(), retry);
     assert_eq!(server.call_count(), 1);

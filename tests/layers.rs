@@ -46,12 +46,29 @@ const LAYERS: &[(&str, &[&str])] = &[
             "idempotency",
             "ratelimit",
             "policy",
+            "approvals",
             "oauth",
             "recent_calls",
         ],
     ),
-    ("call pipeline", &["gateway", "tool_search", "reply", "error", "requirements", "call", "explain"]),
-    ("fronts", &["mcp_endpoint", "oauth_endpoint", "proxy", "console", "admin", "admin_client", "server", "demo"]),
+    (
+        "call pipeline",
+        &["gateway", "tool_search", "reply", "error", "requirements", "approval_gate", "call", "explain"],
+    ),
+    (
+        "fronts",
+        &[
+            "mcp_endpoint",
+            "oauth_endpoint",
+            "approval_endpoint",
+            "proxy",
+            "console",
+            "admin",
+            "admin_client",
+            "server",
+            "demo",
+        ],
+    ),
 ];
 
 /// Every module's position: (layer, place in the layer).
@@ -214,6 +231,55 @@ fn every_import_goes_down_the_layers() {
         }
     }
     assert!(wrong.is_empty(), "imports against the layers:\n{}", wrong.join("\n"));
+}
+
+/// The sibling files a source file names through `super::` (`super::x`,
+/// `super::{x, y}`), outside its test code.
+fn sibling_imports(source: &str) -> Vec<String> {
+    let mut file = syn::parse_file(source).expect("the source parses");
+    DropTests.visit_file_mut(&mut file);
+    let text = file.to_token_stream().to_string().replace(' ', "");
+    let mut found = Vec::new();
+    for (at, _) in text.match_indices("super::") {
+        let rest = &text[at + "super::".len()..];
+        let names = match rest.strip_prefix('{') {
+            Some(group) => group.split('}').next().unwrap_or_default().split(',').map(str::to_owned).collect(),
+            None => vec![rest.to_owned()],
+        };
+        for name in names {
+            let first: String = name.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            found.push(first);
+        }
+    }
+    found
+}
+
+/// Two files of one module never import each other (one of them would be
+/// a layer below the other, or they are one concern); a module's `mod.rs`
+/// and its children are not siblings.
+#[test]
+fn no_two_files_of_a_module_import_each_other() {
+    let mut files = Vec::new();
+    sources(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"), None, &mut files);
+    let mut edges = std::collections::BTreeSet::new();
+    for (path, _, text) in &files {
+        let path = Path::new(path);
+        let (Some(dir), Some(name)) = (path.parent(), path.file_stem().and_then(|s| s.to_str())) else { continue };
+        if name == "mod" {
+            continue;
+        }
+        for sibling in sibling_imports(text) {
+            if dir.join(format!("{sibling}.rs")).exists() && sibling != name {
+                edges.insert((dir.join(name), dir.join(sibling)));
+            }
+        }
+    }
+    let circles: Vec<String> = edges
+        .iter()
+        .filter(|(a, b)| a < b && edges.contains(&(b.clone(), a.clone())))
+        .map(|(a, b)| format!("{} <-> {}", a.display(), b.display()))
+        .collect();
+    assert!(circles.is_empty(), "files importing each other:\n{}", circles.join("\n"));
 }
 
 #[test]

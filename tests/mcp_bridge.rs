@@ -754,6 +754,7 @@ async fn scripted(
             Some(_) => json_reply(json!({"tools": []})),
         },
         Some("tools/call") if message["params"]["name"] == "hang" => {
+            // On purpose: the tool that hangs.
             tokio::time::sleep(Duration::from_secs(5)).await;
             json_reply(json!({"content": []}))
         }
@@ -1102,6 +1103,8 @@ async fn a_hostile_change_stream_is_bounded_and_a_reload_closes_it() {
         listeners.send(&sse_message(&json!({"jsonrpc": "2.0", "method": "notifications/tools/list_changed"})));
     }
     called_while(&gw).await;
+    // On purpose: fetches are limited per second, so they are counted
+    // over time.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let fetched = lists() - before;
     assert!((1..50).contains(&fetched), "{fetched} fetches for 200 announcements");
@@ -1116,6 +1119,7 @@ async fn a_hostile_change_stream_is_bounded_and_a_reload_closes_it() {
     gw.wait_for_tool_gone("S.plain@1.0.0").await;
     wait_within(limit, "the removed upstream's stream is closed", async || listeners.open() == 0).await;
     let opened = listens();
+    // On purpose: an absence is seen only by letting time pass.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(listens(), opened, "nothing listens for the removed upstream");
 }

@@ -22,7 +22,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use bytes::Bytes;
-use common::{send_with_headers, Gateway, GatewayConfig, Resp, ToolServer};
+use common::{send_with_headers, wait_until, wait_within, Gateway, GatewayConfig, Resp, ToolServer};
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -292,13 +292,7 @@ async fn a_list_change_upstream_reaches_a_subscribed_client() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("run the client");
-    for _ in 0..300 {
-        if ready.exists() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(ready.exists(), "the client never got its subscription acknowledged");
+    wait_within(Duration::from_secs(30), "the client got its subscription acknowledged", async || ready.exists()).await;
     // The upstream adds a tool and announces it.
     let base = server.url.trim_end_matches("/mcp");
     let addr = base.trim_start_matches("http://").parse().expect("the upstream's address");
@@ -562,16 +556,15 @@ async fn one_callers_streams_do_not_use_up_anothers() {
     assert_eq!(bob.status(), 200, "bob is not blocked by alice's streams");
     drop(held);
     // Closed streams give their places back (the gateway sees the close).
-    let mut reopened = None;
-    for _ in 0..100 {
+    let _reopened = wait_until("alice's closed streams are given back", async || {
         let stream = listen(&gw, 5, &[ALICE], json!({"toolsListChanged": true})).await;
         if stream.status() == 200 {
-            reopened = Some(stream);
-            break;
+            Ok(stream)
+        } else {
+            Err(format!("status {}", stream.status()))
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(reopened.is_some(), "alice's closed streams were never given back");
+    })
+    .await;
     bob.next().await.expect("bob's ack");
 }
 

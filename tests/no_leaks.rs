@@ -247,7 +247,7 @@ async fn no_secret_or_token_appears_in_output_responses_status_or_metrics() {
     gw.signal("TERM");
     let exited = gw.wait_exit(Duration::from_secs(15)).await;
     assert!(exited.is_some(), "the gateway did not exit on SIGTERM");
-    tokio::time::sleep(Duration::from_millis(200)).await; // the stdout reader thread drains the pipe
+    gw.wait_stdout_closed().await;
     let stderr = gw.logs();
     let stdout = gw.stdout();
     assert!(stderr.contains("TRACE") || stderr.contains("DEBUG"), "the gateway logged at trace level:\n{stderr}");
@@ -520,6 +520,7 @@ otlp_endpoint = "{collector}"
     let resp = call(&gw, &alice, "Mail.Read@1.0.0").await;
     assert_eq!(resp.status, 200, "{}", resp.text());
     bodies.push(("a call".into(), resp.text()));
+    // On purpose: time passes until the access token is due for a refresh.
     tokio::time::sleep(Duration::from_millis(3500)).await;
     let resp = call(&gw, &alice, "Mail.Read@1.0.0").await;
     assert_eq!(resp.status, 200, "{}", resp.text());
@@ -537,7 +538,7 @@ otlp_endpoint = "{collector}"
     let mut gw = gw;
     gw.signal("TERM");
     assert!(gw.wait_exit(Duration::from_secs(15)).await.is_some(), "the gateway did not exit on SIGTERM");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    gw.wait_stdout_closed().await;
     let (stderr, stdout) = (gw.logs(), gw.stdout());
     assert!(stderr.lines().count() > 50, "a trace-level run writes plenty");
 

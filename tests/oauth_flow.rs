@@ -655,6 +655,7 @@ async fn links_are_made_under_the_configured_public_url() {
 async fn an_unopened_link_expires() {
     let w = World::start(3600, "link_ttl = \"1s\"").await;
     let (url, check) = w.challenge(ALICE, "Mail.Read").await;
+    // On purpose: the 1 s link_ttl has to run out.
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert_eq!(w.status(ALICE, &check).await, "expired");
     let late = Browser::new().get_no_follow(&url).await;
@@ -669,6 +670,7 @@ async fn tokens_are_refreshed_once_however_many_calls_ask() {
     w.connect(ALICE, "alice", "Mail.Read").await;
     w.call(ALICE, "Mail.Read").await.result();
     let first = w.last_token();
+    // On purpose: the access token has to come due for a refresh.
     tokio::time::sleep(SHORT_TTL_PASSED).await;
 
     // Twenty calls at once, all due for a refresh: one refresh between them.
@@ -691,6 +693,7 @@ async fn tokens_are_refreshed_once_however_many_calls_ask() {
     assert_eq!(metric(&metrics, r#"otc_gateway_oauth_refreshes_total{outcome="ok",provider="idp"}"#), 1);
 
     // A refresh the provider refuses: the grant is dropped, a new challenge.
+    // (On purpose: the refreshed token has to come due in turn.)
     tokio::time::sleep(SHORT_TTL_PASSED).await;
     w.idp.invalidate_refresh_tokens().await;
     w.challenge(ALICE, "Mail.Read").await;
@@ -724,7 +727,8 @@ async fn more_scopes_ask_again_for_the_union() {
     w.connect(ALICE, "alice", "Mail.Read").await;
     w.call(ALICE, "Mail.Read").await.result();
     let first = grant_of(&list_grants(w.gw.admin, "").await, "idp", "alice").expect("alice's grant");
-    // (Into the next second, so a grant stamped again would show it.)
+    // (On purpose: into the next second, so a grant stamped again would
+    // show it; grants are stamped in whole seconds.)
     tokio::time::sleep(Duration::from_millis(1100)).await;
 
     // Mail.Send needs mail.send: a new challenge, asking for everything.
@@ -1008,6 +1012,7 @@ async fn vault_kept_grants_are_shared_and_refreshed_once_across_replicas() {
     assert_eq!(vault.requests_by(&vault_token).await, requests, "the grant is read through the [vault] cache");
 
     // Expired: ten calls on each replica at once, one refresh in all.
+    // (On purpose: the access token has to come due.)
     tokio::time::sleep(SHORT_TTL_PASSED).await;
     for resp in call_many(&[w.gw.addr, two.addr], ALICE, 10).await {
         resp.result();

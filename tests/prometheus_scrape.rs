@@ -160,6 +160,7 @@ async fn start_target() -> (SocketAddr, tokio::task::JoinHandle<()>, Target) {
                     _ => ("Calculator.Add@1.0.0", serde_json::json!({"a": i, "b": 2})),
                 };
                 gateway.call(tool_id, input).await;
+                // On purpose: a steady load for the scrapes, not a flood.
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         })

@@ -158,6 +158,8 @@ async fn files_churning_beside_the_config_trigger_nothing() {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
+    // On purpose: longer than the watcher's debounce, so a reload the
+    // writes caused would have happened (an absence is seen only by waiting).
     tokio::time::sleep(Duration::from_secs(1)).await;
     let status = status(&gw).await;
     assert_eq!(status["generation"], 1, "{n} writes beside the config reloaded it: {status}");
@@ -255,8 +257,8 @@ async fn no_call_fails_while_the_config_flips_back_and_forth() {
     while Instant::now() < until {
         gw.rewrite_config(if flips % 2 == 0 { &two } else { &one });
         flips += 1;
-        // Longer than the watcher's debounce, so each flip is applied.
-        tokio::time::sleep(Duration::from_millis(350)).await;
+        // Each flip applied before the next (the watcher would merge them).
+        wait_generation(&gw, flips + 1).await;
     }
     for caller in callers {
         caller.await.unwrap();
@@ -414,6 +416,7 @@ async fn a_reload_that_keeps_an_upstream_keeps_one_poller_for_it() {
     // One poller fetches about 10 times in 3 s; one more per reload would be
     // about 60. A slow machine fetches less, never more.
     let before = calc.catalog_fetches().len();
+    // On purpose: a poll rate is counted over time.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let fetched = calc.catalog_fetches().len() - before;
     assert!(fetched <= 20, "{fetched} fetches of calc in 3 s at a 300 ms poll interval");

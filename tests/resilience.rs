@@ -8,7 +8,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    add_call_body, add_schema, calculator, call_request, catalog, gateway_for, raw_exchange, read_answers, tool,
+    add_call_body, add_schema, calculator, call_request, catalog, gateway_for, read_answers, read_until_closed, tool,
     wait_until, GatewayConfig,
 };
 use serde_json::{json, Value};
@@ -27,20 +27,19 @@ async fn an_upstream_refusing_connections_opens_its_circuit_and_a_probe_closes_i
     server.stop().await;
     // Connection failures (calls and catalog polls alike) open the circuit;
     // then calls fail fast with a retry hint, the catalog being kept.
-    let mut saw_open = false;
-    for _ in 0..50 {
+    wait_until("the circuit opens", async || {
         let resp = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await;
         let body = resp.server_error(400);
         assert!(body["message"].as_str().unwrap().contains("temporarily unavailable"), "{body}");
-        let detail = body["developer_message"].as_str().unwrap_or_default();
+        let detail = body["developer_message"].as_str().unwrap_or_default().to_owned();
         if detail.contains("circuit open") {
             assert!(detail.contains("retry_after_ms="), "{detail}");
-            saw_open = true;
-            break;
+            Ok(())
+        } else {
+            Err(detail)
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(saw_open, "the circuit never opened");
+    })
+    .await;
 
     server.restart().await;
     // After the cooldown one probe goes through, succeeds, and closes it.
@@ -79,15 +78,13 @@ async fn a_client_that_stops_sending_its_body_is_cut_off_and_holds_nobody_up() {
     let server = calculator().await;
     let gw = gateway_for(&server, "body_timeout = \"500ms\"").await;
     let started = Instant::now();
-    let stalled = async {
-        let request = "POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{\"request\":";
-        raw_exchange(gw.addr, request.as_bytes(), Duration::from_secs(10)).await
-    };
-    let meanwhile = async {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await
-    };
-    let ((answer, closed), ok) = tokio::join!(stalled, meanwhile);
+    // The stalled request is sent first: the listener hands connections out
+    // in the order they came, so the gateway has it before the other call.
+    let request = "POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100\r\n\r\n{\"request\":";
+    let mut stalled = TcpStream::connect(gw.addr).await.expect("connect");
+    stalled.write_all(request.as_bytes()).await.expect("write");
+    let ok = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await;
+    let (answer, closed) = read_until_closed(&mut stalled, Duration::from_secs(10)).await;
     assert_eq!(ok.status, 200, "another client's call is not held up");
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     assert!(closed);
@@ -219,7 +216,7 @@ async fn sigterm_lets_an_in_flight_call_finish_then_exits_0() {
             common::send(addr, "POST", "/tools/call", body, Some("application/json")).await
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until("the call reached the tool server", async || server.call_count() == 1).await;
     gw.signal("TERM");
     let resp = in_flight.await.expect("the call task");
     assert_eq!(resp.status, 200, "{}", resp.text());
@@ -238,9 +235,11 @@ async fn sigterm_waits_for_a_call_whose_body_is_still_arriving() {
     let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
     let head = format!("POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n{first}", body.len());
     stream.write_all(head.as_bytes()).await.expect("head and half the body");
+    // On purpose: nothing outside the gateway shows that it has read a head
+    // whose body is still missing; this gives it the time to.
     tokio::time::sleep(Duration::from_millis(300)).await;
     gw.signal("TERM");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    gw.wait_for_log(&["SIGTERM: draining"]).await;
     stream.write_all(second.as_bytes()).await.expect("the rest of the body");
     let answers = read_answers(&mut stream, 1).await;
     assert_eq!(answers[0].0, "200", "{answers:?}");
@@ -268,7 +267,7 @@ async fn sigterm_closes_an_idle_kept_alive_connection_at_once() {
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until("the slow call reached the tool server", async || calc.call_count() == 2).await;
     gw.signal("TERM");
     // The idle connection is closed when shutdown begins, while the slow
     // call is still being served.
@@ -293,7 +292,7 @@ async fn over_max_in_flight_requests_get_503_with_retry_after_and_the_rest_succe
             tokio::spawn(async move { common::send(addr, "POST", "/tools/call", body, Some("application/json")).await })
         })
         .collect();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_until("both slow calls reached the tool server", async || server.call_count() == 2).await;
     let refused = gw.call("Calculator.Add@1.0.0", json!({"a": 1, "b": 2})).await;
     let body_json = refused.server_error(503);
     assert!(body_json["message"].as_str().unwrap().contains("capacity"), "{body_json}");

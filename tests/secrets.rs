@@ -240,6 +240,7 @@ async fn after_cache_ttl_the_vault_is_asked_again() {
     assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "AC-before-rotation");
 
     vault.put("secret/tools/twilio", json!({"api_key": "AC-after-rotation"})).await;
+    // On purpose: the 300 ms cache_ttl has to run out.
     tokio::time::sleep(Duration::from_millis(600)).await;
     call_anon(&gw, TWILIO, json!({})).await.result();
     assert_eq!(
@@ -269,6 +270,7 @@ async fn while_the_vault_is_down_the_cached_value_keeps_being_served() {
             "hung" => vault.freeze(),
             _ => vault.kill(),
         }
+        // On purpose: past cache_ttl, so the value is stale.
         tokio::time::sleep(Duration::from_millis(400)).await;
         let stale = stale_served(&gw).await;
         let started = Instant::now();
@@ -365,7 +367,8 @@ async fn a_revoked_token_or_a_deleted_secret_is_not_papered_over_by_the_cache() 
     call_anon(&gw, "Maps.Find@1.0.0", json!({})).await.result();
     let calls = server.call_count();
 
-    // Deleted (404 with deletion_time), past cache_ttl.
+    // Deleted (404 with deletion_time), past cache_ttl (time passes on
+    // purpose).
     vault.delete("secret/tools/twilio").await;
     tokio::time::sleep(Duration::from_millis(400)).await;
     let resp = call_anon(&gw, TWILIO, json!({})).await;
@@ -412,7 +415,7 @@ async fn a_rotated_vault_token_file_is_used_without_a_restart() {
     std::fs::rename(&next, &token_file).expect("rename");
     vault.revoke_token(&old).await;
     vault.put("secret/tools/twilio", json!({"api_key": "AC-after-rotation"})).await;
-    tokio::time::sleep(Duration::from_millis(400)).await; // past cache_ttl
+    tokio::time::sleep(Duration::from_millis(400)).await; // on purpose: past cache_ttl
     call_anon(&gw, TWILIO, json!({})).await.result();
     assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "AC-after-rotation");
     assert_eq!(vault.reads_by(&new).await.len(), 1, "the gateway read with the new token");
@@ -921,7 +924,7 @@ async fn a_vault_outage_serves_cached_values_and_fails_fast_for_values_never_fet
     call_anon(&gw, "Sms.Send@1.0.0", json!({})).await.expect_status(200);
 
     vault.seal().await;
-    tokio::time::sleep(Duration::from_millis(200)).await; // past cache_ttl
+    tokio::time::sleep(Duration::from_millis(200)).await; // on purpose: past cache_ttl
     call_anon(&gw, "Sms.Send@1.0.0", json!({})).await.expect_status(200);
     assert_eq!(secret_value(&last_context(&server), "TWILIO_API_KEY"), "twilio-cached-3c");
 

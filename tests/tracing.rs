@@ -339,7 +339,8 @@ async fn tracing_is_hot_reloaded_on_and_off() {
     assert_eq!(reloads[0]["attributes"]["otc.reload.applied"], true);
     let sampled = "00-dddddddddddddddddddddddddddddddd-00f067aa0ba902b7-01";
     call_with(&gw, "Calc.Echo", json!({}), &[("traceparent", sampled)]).await.expect_status(200);
-    // An exporter sends within half a second; none is left to.
+    // An exporter sends within half a second; none is left to. (On
+    // purpose: an absence is seen only by letting time pass.)
     tokio::time::sleep(Duration::from_secs(2)).await;
     let late: Vec<Value> =
         receiver.spans().await.into_iter().filter(|s| s["trace_id"] == "dddddddddddddddddddddddddddddddd").collect();
@@ -422,6 +423,7 @@ dir = "{dir}"
     let first = last_token(&tools);
 
     // Due for a refresh: the call refreshes the grant at the provider first.
+    // (On purpose: the access token has to come due.)
     tokio::time::sleep(Duration::from_millis(4500)).await;
     let refreshing = "00-eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee-00f067aa0ba902b7-01";
     call_with(&gw, "Mail.Read", json!({}), &[alice, ("traceparent", refreshing)]).await.result();
@@ -471,7 +473,8 @@ dir = "{dir}"
     assert!(inject_start <= start && end <= inject_end, "the refresh is inside the inject step: {spans:#?}");
 
     // The provider refuses the next refresh: the span says so, the call is
-    // challenged, and the log line about it leads to the trace.
+    // challenged, and the log line about it leads to the trace. (On
+    // purpose: the refreshed token has to come due in turn.)
     tokio::time::sleep(Duration::from_millis(4500)).await;
     idp.invalidate_refresh_tokens().await;
     let refused = "00-ffffffffffffffffffffffffffffffff-00f067aa0ba902b7-01";

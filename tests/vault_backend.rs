@@ -162,6 +162,7 @@ async fn values_are_cached_for_the_ttl_and_fields_share_a_fetch() {
     // A new version is seen once the TTL is over.
     bao.put("secret/tools/twilio", json!({"api_key": "k2", "sid": "s2"})).await;
     assert_eq!(res.resolve(&api_key, None).await.expect("cached").expose(), "k1");
+    // On purpose: the 300 ms cache TTL has to run out.
     tokio::time::sleep(Duration::from_millis(400)).await;
     assert_eq!(res.resolve(&api_key, None).await.expect("refetched").expose(), "k2");
     assert_eq!(bao.requests_by(&token).await.len(), 2);
@@ -175,6 +176,7 @@ async fn a_cached_value_is_served_stale_while_the_vault_is_sealed() {
     let api_key = r("vault:secret/tools/twilio#api_key");
     assert_eq!(res.resolve(&api_key, None).await.expect("first").expose(), "k1");
     bao.seal().await;
+    // On purpose: the 50 ms cache TTL has to run out.
     tokio::time::sleep(Duration::from_millis(80)).await;
     assert_eq!(res.resolve(&api_key, None).await.expect("stale").expose(), "k1");
     assert_eq!(res.resolve(&api_key, None).await.expect("stale again").expose(), "k1");

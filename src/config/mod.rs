@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::Spanned;
 
+mod approval;
 mod auth;
 mod duration;
 mod grants;
@@ -28,6 +29,7 @@ mod tracing;
 mod upstream;
 mod vault;
 
+pub use approval::{ApprovalConfig, Approver};
 pub use auth::{ApiKeyConfig, AuthConfig, AuthMode, HttpUrl, ScopeToken};
 pub use duration::{deserialize_duration, Dur};
 pub use grants::Grants;
@@ -120,6 +122,9 @@ pub struct Config {
     /// `[[servers]]`: virtual servers, each a curated catalog at its own endpoint.
     #[serde(default)]
     pub servers: Vec<VirtualServerConfig>,
+    /// `[[approval]]`: calls a person approves before they run.
+    #[serde(default)]
+    pub approval: Vec<ApprovalConfig>,
 }
 
 impl Config {
@@ -306,6 +311,7 @@ impl Config {
             }
             self.check_vault_ref(token, "server.admin_token", text)?;
         }
+        approval::check(&self.approval, self.login.is_some())?;
         if self.server.max_body_bytes == 0 {
             return Err("server.max_body_bytes must be greater than zero".into());
         }

@@ -195,7 +195,7 @@ fn default_refresh_margin() -> Duration {
 
 /// Names the `/oauth/` endpoints' own paths take (`/oauth/login/callback`,
 /// `/oauth/confirm`), which no provider may have.
-pub const RESERVED_PROVIDER_NAMES: [&str; 3] = ["login", "confirm", "logout"];
+pub const RESERVED_PROVIDER_NAMES: [&str; 4] = ["login", "confirm", "logout", "approval"];
 
 /// Whether `name` may name a provider: it appears in paths and metrics.
 fn provider_name_ok(name: &str) -> bool {

@@ -265,6 +265,40 @@ const pages = {
     ];
   },
 
+  async approvals(params) {
+    const state = params.get("state") || "pending";
+    const listing = await read("/approvals?state=" + encodeURIComponent(state));
+    if (!listing.ok) return [el("h1", {}, "Approvals"), el("p", { class: "bad" }, listing.body.message)];
+    const result = el("div", { id: "approval-result" });
+    const decide = (held, verdict) => async () => {
+      if (!confirm(`${verdict === "approve" ? "Approve" : "Deny"} this call of ${held.tool}?`)) return;
+      const answer = await getJson(`/approvals/${encodeURIComponent(held.id)}/${verdict}`,
+        { method: "POST", headers: { "content-type": "application/json" }, body: JSON.stringify({ by: "console" }) });
+      result.replaceChildren(el("p", { class: answer.ok ? "result ok" : "result bad" },
+        answer.ok ? `${held.tool}: ${answer.body.state}.` : `${answer.status}: ${answer.body.message}`));
+      if (answer.ok) document.getElementById("approval-" + held.id)?.remove();
+    };
+    const states = ["pending", "approved", "denied", "expired", "all"].map((s) =>
+      el("a", { href: "#approvals?state=" + s, class: s === state ? "current" : null }, s));
+    return [el("h1", {}, "Approvals"),
+      el("p", {}, "Calls an [[approval]] rule held. An operator decides the rules with approver = \"admin\"; ",
+        "the calling user decides the others, in their own browser. ", states),
+      tokenInput.value ? null : el("p", {}, "Read-only: type the admin token above to approve or deny."),
+      result,
+      listing.body.approvals.length ? null : el("p", { id: "no-approvals" }, `No ${state === "all" ? "" : state + " "}approvals.`),
+      listing.body.approvals.map((held) => el("section", { class: "approval", id: "approval-" + held.id },
+        el("h2", {}, el("code", {}, held.tool), ` on ${held.upstream}: ${held.state}`),
+        table(["caller", "rule", "decided by", "call id", "asked", "expires"], [[held.caller || "anonymous", held.rule,
+          held.approver, held.call_id || "(none)", when(held.requested_at * 1000), when(held.expires_at * 1000)]]),
+        held.decision ? el("p", {}, `${held.state} by ${held.decision.by} at ${when(held.decision.at * 1000)}`,
+          held.used_at ? `; ran at ${when(held.used_at * 1000)}` : "") : null,
+        el("pre", { class: "input" }, JSON.stringify(held.input, null, 2)),
+        held.state === "pending" && held.approver === "admin" ? el("p", {},
+          el("button", { class: "approve", disabled: !tokenInput.value, onclick: decide(held, "approve") }, "Approve"), " ",
+          el("button", { class: "deny", disabled: !tokenInput.value, onclick: decide(held, "deny") }, "Deny")) : null)),
+    ];
+  },
+
   async actions() {
     const result = el("div", { id: "action-result" });
     const reload = el("button", { id: "reload", disabled: !tokenInput.value, onclick: async () => {

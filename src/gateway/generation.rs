@@ -46,9 +46,10 @@ pub enum BuildError {
     /// `[tracing]` could not be set up (its headers' secrets).
     #[error("tracing: {0}")]
     Tracing(String),
-    /// The tool pins' journal could not be opened.
+    /// A journal of the state directory (tool pins, approvals) could not
+    /// be opened.
     #[error(transparent)]
-    Pins(#[from] crate::integrity::JournalError),
+    Journal(#[from] crate::journal::JournalError),
     /// An upstream URL that http cannot use.
     #[error("upstream {name}: {source}")]
     UpstreamUrl {

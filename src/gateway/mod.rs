@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use arc_swap::{ArcSwap, Guard};
 
+use crate::approvals::Approvals;
 use crate::catalog::poll::{CatalogStore, Refreshed};
 use crate::config::{Config, ConfigError};
 use crate::integrity::{Integrity, Keep, Modes};
@@ -43,6 +44,8 @@ pub struct Gateway {
     catalog_changed: Arc<tokio::sync::Notify>,
     /// Tool definitions pinned, and the changes that wait for review.
     pub integrity: Arc<Integrity>,
+    /// Calls held for a person's approval, and the decisions.
+    pub approvals: Arc<Approvals>,
     /// The data plane's bound address (`public_url`'s default).
     listen: std::sync::OnceLock<std::net::SocketAddr>,
 }
@@ -88,6 +91,7 @@ impl Gateway {
         let (dir, redis) = (generation.config.state.dir.as_path(), generation.redis.clone());
         let keep = if read_only { Keep::ReadOnly(dir, redis) } else { Keep::State(dir, redis) };
         let integrity = Arc::new(Integrity::open(keep, catalog_changed.clone()).await?);
+        let approvals = Arc::new(Approvals::open(dir, generation.redis.clone(), read_only).await?);
         let gateway = Arc::new(Gateway {
             generation: ArcSwap::from_pointee(generation),
             catalog: CatalogStore::default(),
@@ -98,6 +102,7 @@ impl Gateway {
             reloading: tokio::sync::Mutex::new(()),
             catalog_changed,
             integrity,
+            approvals,
             listen: std::sync::OnceLock::new(),
         });
         gateway.metrics.set_generation(1);

@@ -8,9 +8,11 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::watch;
+// tokio's clock (std's outside tests), so the tests can advance it.
+use tokio::time::Instant;
 
 use super::{Claim, Fingerprint, IdempotencyError, Store, StoredCall, Token};
 
@@ -72,7 +74,7 @@ impl MemoryStore {
 
     /// See [`Store::claim`].
     pub async fn claim_now(&self, key: &str, fingerprint: &Fingerprint, wait: Duration) -> Claim {
-        let deadline = tokio::time::Instant::now() + wait;
+        let deadline = Instant::now() + wait;
         loop {
             let mut answer = {
                 let mut state = self.lock();
@@ -293,7 +295,7 @@ mod tests {
         assert_eq!(replayed(store.claim_now("a", &fp(1), WAIT).await), 7);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn concurrent_duplicates_wait_for_the_first() {
         let store = Arc::new(MemoryStore::new(Duration::from_secs(60), 10, 1 << 20));
         let token = run(store.claim_now("a", &fp(1), WAIT).await);
@@ -303,6 +305,8 @@ mod tests {
                 tokio::spawn(async move { store.claim_now("a", &fp(1), Duration::from_secs(5)).await })
             })
             .collect();
+        // Paused time: the clock moves on only once every waiter is parked
+        // on the claim, so this returns when all five are waiting.
         tokio::time::sleep(Duration::from_millis(50)).await;
         store.complete_now("a", token, &stored(9));
         for waiter in waiters {
@@ -310,16 +314,17 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_duplicate_gives_up_waiting_at_its_deadline() {
         let store = MemoryStore::new(Duration::from_secs(60), 10, 1 << 20);
         run(store.claim_now("a", &fp(1), WAIT).await);
         let started = Instant::now();
         assert!(matches!(store.claim_now("a", &fp(1), Duration::from_millis(50)).await, Claim::InProgress));
+        // On the paused clock: it gave up at its own 50 ms deadline.
         assert!(started.elapsed() < Duration::from_secs(1));
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_released_claim_lets_a_retry_or_a_waiter_run() {
         let store = Arc::new(MemoryStore::new(Duration::from_secs(60), 10, 1 << 20));
         let token = run(store.claim_now("a", &fp(1), WAIT).await);
@@ -330,6 +335,7 @@ mod tests {
             let store = store.clone();
             tokio::spawn(async move { store.claim_now("a", &fp(1), Duration::from_secs(5)).await })
         };
+        // Paused time: returns once the waiter is parked on the claim.
         tokio::time::sleep(Duration::from_millis(50)).await;
         store.release_now("a", token);
         let second = run(waiter.await.expect("join"));
@@ -392,20 +398,22 @@ mod tests {
         assert_eq!(replayed(store.claim_now("slow", &fp(1), WAIT).await), 5);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn answers_expire_after_the_ttl() {
         let store = MemoryStore::new(Duration::from_millis(30), 10, 1 << 20);
         let token = run(store.claim_now("a", &fp(1), WAIT).await);
         store.complete_now("a", token, &stored(1));
         assert_eq!(replayed(store.claim_now("a", &fp(1), WAIT).await), 1);
-        tokio::time::sleep(Duration::from_millis(60)).await;
+        // Past the ttl, on the paused clock.
+        tokio::time::advance(Duration::from_millis(60)).await;
         // Expired: the id is free again, even for another input.
         let token = run(store.claim_now("a", &fp(2), WAIT).await);
         store.complete_now("a", token, &stored(2));
         // Expired answers at the front are dropped by any later claim too.
         let token = run(store.claim_now("b", &fp(1), WAIT).await);
         store.complete_now("b", token, &stored(1));
-        tokio::time::sleep(Duration::from_millis(60)).await;
+        // Past the ttl, on the paused clock.
+        tokio::time::advance(Duration::from_millis(60)).await;
         run(store.claim_now("c", &fp(1), WAIT).await);
         assert_eq!(store.len(), 1, "a and b expired; c runs");
         assert_eq!(store.footprint(), (0, 1));

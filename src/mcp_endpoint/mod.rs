@@ -53,7 +53,7 @@ use self::tools::{catalog_of, error_result, instructions, invalid_arguments, lis
 use crate::auth::Caller;
 use crate::call::{execute_call, new_call_id, FinishedCall, Native, ParsedCall};
 use crate::catalog::Catalog;
-use crate::error::{AuthorizationChallenge, RequestError};
+use crate::error::RequestError;
 use crate::gateway::{Gateway, Generation};
 use crate::mcp::jsonrpc::{params_object, Message, OutgoingResponse};
 use crate::mcp::v2026_07_28::{
@@ -462,7 +462,7 @@ impl McpEndpoint {
             Ok(completed) => Ok(CallAnswer::Finished(completed.result)),
             Err(RequestError::Lookup(_) | RequestError::Denied(_) | RequestError::InvalidToolId(_)) => Err(unknown()),
             Err(RequestError::InvalidInput(errors)) => Ok(CallAnswer::Made(invalid_arguments(&errors))),
-            Err(RequestError::MissingRequirements(missing)) if only_links(&missing.authorization, &missing) => {
+            Err(RequestError::MissingRequirements(missing)) if only_links(&missing) => {
                 let error = RequestError::MissingRequirements(missing);
                 match envelope {
                     Some(envelope) if envelope.url_elicitation() => {
@@ -517,12 +517,13 @@ fn id_value(id: &str) -> Value {
     serde_json::from_str(id).unwrap_or(Value::Null)
 }
 
-/// Whether all a call misses is authorizations the caller can give at a link.
-fn only_links(authorization: &[AuthorizationChallenge], missing: &crate::error::MissingRequirements) -> bool {
-    !authorization.is_empty()
+/// Whether all a call misses is what a person gives at a link: an
+/// authorization, or an approval.
+fn only_links(missing: &crate::error::MissingRequirements) -> bool {
+    (!missing.authorization.is_empty() || !missing.approval.is_empty())
         && missing.secrets.is_empty()
         && !missing.user_id
-        && authorization.iter().all(|a| a.url.is_some())
+        && missing.authorization.iter().all(|a| a.url.is_some())
 }
 
 /// The authorization challenges of a call's missing requirements, each as
@@ -540,6 +541,14 @@ fn elicitations(error: &RequestError) -> Vec<(String, Value)> {
             );
             Some((challenge.id.clone(), json!({"mode": "url", "message": message, "url": url})))
         })
+        .chain(missing.approval.iter().map(|held| {
+            let message = if held.by_caller {
+                "Approve or deny the call the agent is about to make; it runs once you approve it."
+            } else {
+                "The call the agent is about to make waits for an operator's approval."
+            };
+            (format!("approval-{}", held.id), json!({"mode": "url", "message": message, "url": held.url}))
+        }))
         .collect()
 }
 
@@ -689,6 +698,7 @@ fn reply(id: Value, result: Map<String, Value>) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::AuthorizationChallenge;
     use crate::mcp::v2026_07_28::REVISION_2026_07_28;
 
     #[test]

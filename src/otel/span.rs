@@ -42,6 +42,7 @@ struct Recording {
     kind: Kind,
     start: u64,
     attributes: Vec<KeyValue>,
+    events: Vec<proto::span::Event>,
     error: Option<String>,
 }
 
@@ -101,6 +102,7 @@ impl Span {
             kind,
             start: now(),
             attributes: Vec::new(),
+            events: Vec::new(),
             error: None,
         }))
     }
@@ -138,6 +140,22 @@ impl Span {
             Some(kv) => kv.value = value,
             None => self.0.attributes.push(KeyValue { key: key.to_owned(), value, ..Default::default() }),
         }
+    }
+
+    /// Adds an event, now, with string attributes (as [`Span::set`]: names,
+    /// ids and outcomes only).
+    pub fn event(&mut self, name: &'static str, attributes: &[(&'static str, &str)]) {
+        let attributes = attributes
+            .iter()
+            .map(|(key, value)| KeyValue {
+                key: (*key).to_owned(),
+                value: Some(AnyValue { value: Some(any_value::Value::StringValue((*value).to_owned())) }),
+                ..Default::default()
+            })
+            .collect();
+        let event =
+            proto::span::Event { time_unix_nano: now(), name: name.to_owned(), attributes, ..Default::default() };
+        self.0.events.push(event);
     }
 
     /// Marks the span failed, with `error.type` and a status message (a
@@ -198,6 +216,7 @@ impl Drop for Span {
             start_time_unix_nano: self.0.start,
             end_time_unix_nano: now().max(self.0.start),
             attributes: std::mem::take(&mut self.0.attributes),
+            events: std::mem::take(&mut self.0.events),
             status,
             ..Default::default()
         };

@@ -24,6 +24,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::{HeaderMap, Method};
 
+use crate::approval_endpoint;
 use crate::auth::{resource, AuthError, Caller, CallerKind, Credentials, Target};
 use crate::call::{execute_call, parse_call_request, render_result};
 use crate::catalog::search::SearchRequest;
@@ -453,10 +454,13 @@ impl FrontDoor {
                 _ => Bytes::new(),
             };
             let _admitted = self.admit(&generation)?;
-            oauth_endpoint::caller_step(&self.gateway, &generation, &caller, &request, &body).await
+            match request {
+                OAuthRequest::ApprovalCheck { id } => approval_endpoint::check(&self.gateway, &caller, id).await,
+                _ => oauth_endpoint::caller_step(&self.gateway, &generation, &caller, &request, &body).await,
+            }
         } else {
             let form = match request {
-                OAuthRequest::DisconnectForm => {
+                OAuthRequest::DisconnectForm | OAuthRequest::ApprovalForm { .. } => {
                     body.read(CONFIRM_BODY_LIMIT, generation.config.server.body_timeout.0).await?
                 }
                 _ => Bytes::new(),
@@ -470,7 +474,12 @@ impl FrontDoor {
                 cookies: cookies.filter_map(|v| v.to_str().ok()).collect(),
                 form: &form,
             };
-            oauth_endpoint::browser_step(&self.gateway, &generation, &request, &browser).await
+            match request {
+                OAuthRequest::ApprovalPage { .. } | OAuthRequest::ApprovalForm { .. } => {
+                    approval_endpoint::browser_step(&self.gateway, &generation, &request, &browser).await
+                }
+                _ => oauth_endpoint::browser_step(&self.gateway, &generation, &request, &browser).await,
+            }
         }
     }
 

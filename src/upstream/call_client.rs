@@ -28,7 +28,7 @@ use tokio::io::{AsyncRead, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use super::response_head::{parse_head, Framing};
+use super::response_head::{parse_head, Framing, HeadError};
 use super::HttpResponse;
 use crate::http1;
 
@@ -58,6 +58,12 @@ pub enum ExchangeError {
     /// No whole answer within the time the caller gave.
     #[error("no answer in time")]
     Timeout,
+}
+
+impl From<HeadError> for ExchangeError {
+    fn from(e: HeadError) -> ExchangeError {
+        ExchangeError::Broken(e.0)
+    }
 }
 
 /// POSTs to one URL over kept-alive connections.

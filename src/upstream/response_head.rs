@@ -13,8 +13,14 @@
 
 use http::StatusCode;
 
-use super::call_client::ExchangeError;
 use crate::http1::{decimal, is_text, HeaderLines};
+
+/// An answer head that cannot be read: its own error, so that the client
+/// that sends requests (`call_client.rs`, which calls this reader) is not
+/// imported back here.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(super) struct HeadError(pub(super) String);
 
 /// The most header lines an answer may have.
 const MAX_HEADERS: usize = 64;
@@ -54,7 +60,7 @@ struct Facts {
 impl Facts {
     /// Notes one header line; a `Content-Length` that is not one number is
     /// an error.
-    fn note(&mut self, name: &[u8], value: &[u8]) -> Result<(), ExchangeError> {
+    fn note(&mut self, name: &[u8], value: &[u8]) -> Result<(), HeadError> {
         // Each name is compared only with the one read of its length, eight
         // bytes at a time (`is_named`): byte by byte, the four comparisons
         // were most of an answer head's cost.
@@ -62,9 +68,9 @@ impl Facts {
             12 if is_named(name, b"content-type") => self.is_json = mentions_json(value),
             14 if is_named(name, b"content-length") => {
                 let n = decimal(value.trim_ascii())
-                    .ok_or_else(|| ExchangeError::Broken("the answer's content-length is not a number".to_owned()))?;
+                    .ok_or_else(|| HeadError("the answer's content-length is not a number".to_owned()))?;
                 if self.length.is_some_and(|l| l != n) {
-                    return Err(ExchangeError::Broken("the answer has two different content-lengths".to_owned()));
+                    return Err(HeadError("the answer has two different content-lengths".to_owned()));
                 }
                 self.length = Some(n);
             }
@@ -109,7 +115,7 @@ fn is_named(name: &[u8], lower: &[u8]) -> bool {
 }
 
 /// Parses a complete head at the start of `buf`; `None` while it is partial.
-pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, ExchangeError> {
+pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, HeadError> {
     if buf.is_empty() {
         return Ok(None);
     }
@@ -128,9 +134,8 @@ pub(super) fn parse_head(buf: &[u8]) -> Result<Option<Head>, ExchangeError> {
 }
 
 /// The head from its length, status line and facts.
-fn head(len: usize, code: u16, http11: bool, facts: &Facts) -> Result<Head, ExchangeError> {
-    let status = StatusCode::from_u16(code)
-        .map_err(|_| ExchangeError::Broken(format!("answer status {code} is not a status")))?;
+fn head(len: usize, code: u16, http11: bool, facts: &Facts) -> Result<Head, HeadError> {
+    let status = StatusCode::from_u16(code).map_err(|_| HeadError(format!("answer status {code} is not a status")))?;
     // HTTP/1.1 keeps the connection unless told to close; 1.0 closes it
     // unless told to keep it.
     let keep_alive = !facts.close && (http11 || facts.keep_alive);
@@ -196,7 +201,7 @@ fn crlf(buf: &[u8], i: usize) -> Option<usize> {
 
 /// Any head httparse reads: the head's length, status code and whether it
 /// is HTTP/1.1, its lines noted in `facts`; `None` while it is partial.
-fn parse_with_httparse(buf: &[u8], facts: &mut Facts) -> Result<Option<(usize, u16, bool)>, ExchangeError> {
+fn parse_with_httparse(buf: &[u8], facts: &mut Facts) -> Result<Option<(usize, u16, bool)>, HeadError> {
     // Uninitialised: zeroing 64 headers cost more than parsing five.
     let mut headers = [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS];
     let mut response = httparse::Response::new(&mut []);
@@ -204,7 +209,7 @@ fn parse_with_httparse(buf: &[u8], facts: &mut Facts) -> Result<Option<(usize, u
         match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut response, buf, &mut headers) {
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) => return Ok(None),
-            Err(e) => return Err(ExchangeError::Broken(format!("unreadable answer head: {e}"))),
+            Err(e) => return Err(HeadError(format!("unreadable answer head: {e}"))),
         };
     for header in response.headers.iter() {
         facts.note(header.name.as_bytes(), header.value)?;

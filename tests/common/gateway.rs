@@ -29,6 +29,8 @@ pub struct Gateway {
     log_path: PathBuf,
     /// Everything the gateway wrote to stdout (the reader thread appends).
     stdout_text: Arc<Mutex<String>>,
+    /// Set by the reader thread once stdout is read to its end.
+    stdout_closed: Arc<AtomicBool>,
 }
 
 const LISTENING: &str = "otc-gateway listening on ";
@@ -70,6 +72,8 @@ impl Gateway {
         let (tx, rx) = tokio::sync::oneshot::channel::<String>();
         let stdout_text = Arc::new(Mutex::new(String::new()));
         let captured = stdout_text.clone();
+        let stdout_closed = Arc::new(AtomicBool::new(false));
+        let closed = stdout_closed.clone();
         std::thread::spawn(move || {
             let mut tx = Some(tx);
             for line in BufReader::new(stdout).lines() {
@@ -84,6 +88,7 @@ impl Gateway {
                     }
                 }
             }
+            closed.store(true, Ordering::Release);
         });
 
         let mut gw = Gateway {
@@ -93,6 +98,7 @@ impl Gateway {
             config_path,
             log_path,
             stdout_text,
+            stdout_closed,
         };
         let line = match tokio::time::timeout(START_TIMEOUT, rx).await {
             Ok(Ok(line)) => line,
@@ -162,6 +168,13 @@ impl Gateway {
     /// Everything the gateway wrote to stdout so far (line by line).
     pub fn stdout(&self) -> String {
         self.stdout_text.lock().map(|t| t.clone()).unwrap_or_default()
+    }
+
+    /// Waits until all the gateway wrote to stdout has been read (the
+    /// process has exited and closed it).
+    pub async fn wait_stdout_closed(&self) {
+        wait_until("the gateway's stdout is read to its end", async || self.stdout_closed.load(Ordering::Acquire))
+            .await;
     }
 
     /// Everything the gateway wrote so far: stdout, then stderr.

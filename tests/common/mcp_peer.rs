@@ -73,7 +73,14 @@ impl McpPeer {
     /// Gives one of its tools another description (a rug pull); the server
     /// tells its listening clients.
     pub async fn redescribe(&self, name: &str, description: &str) {
-        let body = Bytes::from(json!({"name": name, "description": description}).to_string());
+        self.redescribe_annotated(name, description, Value::Null).await;
+    }
+
+    /// As [`McpPeer::redescribe`], with MCP tool annotations
+    /// (`{"destructiveHint": true}`).
+    pub async fn redescribe_annotated(&self, name: &str, description: &str, annotations: Value) {
+        let body = json!({"name": name, "description": description, "annotations": annotations});
+        let body = Bytes::from(body.to_string());
         let headers = [("content-type", "application/json")];
         let resp = send_with_headers(self.addr, "POST", "/test/redescribe", body, &headers).await;
         assert_eq!(resp.status, 200, "redescribe: {}", resp.text());

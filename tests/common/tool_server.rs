@@ -284,6 +284,7 @@ async fn handle(req: Request<Incoming>, state: Arc<ServerState>) -> Result<Respo
                 }
                 CatalogMode::Garbage => full(200, "application/json", "this is {not json at all"),
                 CatalogMode::Hang => {
+                    // On purpose: the catalog that never comes.
                     tokio::time::sleep(Duration::from_secs(3600)).await;
                     full(504, "text/plain", "hung")
                 }
@@ -296,6 +297,7 @@ async fn handle(req: Request<Incoming>, state: Arc<ServerState>) -> Result<Respo
             state.raw_calls.lock().unwrap().push(body.clone());
             let delay = *state.call_delay.lock().unwrap();
             if !delay.is_zero() {
+                // On purpose: the slow tool a test asked for.
                 tokio::time::sleep(delay).await;
             }
             let handler = state.handler.lock().unwrap().clone();

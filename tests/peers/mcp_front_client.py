@@ -13,7 +13,9 @@ SCENARIO_JSON is an object:
                  is recorded, and {"write": PATH, "text": TOKEN} is written
                  first (the user finishing the flow at the link), then the
                  elicitation is answered with "action" (and "content", for
-                 a form);
+                 a form); with {"approve": {"admin": URL, "token": T}} an
+                 operator first approves every pending approval on the
+                 admin listener (a held call, tests/approvals.rs);
   "listen":     when set (2026-07-28 only), the client subscribes to tool
                 list changes, touches {"ready": PATH} once the gateway has
                 acknowledged, and waits up to "timeout" seconds for one
@@ -33,6 +35,7 @@ import warnings
 from pathlib import Path
 
 import anyio
+import httpx
 import mcp_types as types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -49,6 +52,13 @@ async def main(url, mode, scenario):
         out["elicitations"].append(wire(params))
         if elicitation.get("write"):
             Path(elicitation["write"]).write_text(elicitation.get("text", ""))
+        operator = elicitation.get("approve")
+        if operator:
+            auth = {"authorization": "Bearer " + operator["token"]}
+            async with httpx.AsyncClient(base_url=operator["admin"], headers=auth) as admin:
+                pending = (await admin.get("/approvals")).json()["approvals"]
+                for held in pending:
+                    (await admin.post(f"/approvals/{held['id']}/approve")).raise_for_status()
         return types.ElicitResult(action=elicitation.get("action", "accept"), content=elicitation.get("content"))
 
     http = create_mcp_http_client(headers=scenario.get("headers") or {})

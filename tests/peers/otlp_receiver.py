@@ -44,6 +44,8 @@ def span_json(span, service):
         "status_code": span.status.code,
         "status_message": span.status.message,
         "attributes": {kv.key: value(kv.value) for kv in span.attributes},
+        "events": [{"name": e.name, "attributes": {kv.key: value(kv.value) for kv in e.attributes}}
+                   for e in span.events],
         "service": service,
     }
 
