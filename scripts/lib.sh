@@ -115,6 +115,21 @@ need_oidc_provider() {
   echo "$OIDC_PROVIDER_PACKAGES" > "$dir/.installed"
 }
 
+# The MCP Inspector's CLI (npm @modelcontextprotocol/inspector, pinned), an
+# MCP client for the virtual servers' tests (tests/servers.rs): in
+# .mcp-inspector/ (gitignored). It runs on the Node 22 need_conformance installs.
+MCP_INSPECTOR_PACKAGES="@modelcontextprotocol/inspector@2.12.0"
+need_mcp_inspector() {
+  local dir="$ROOT/.mcp-inspector"
+  if [ -f "$dir/.installed" ] && [ "$(cat "$dir/.installed")" = "$MCP_INSPECTOR_PACKAGES" ]; then return 0; fi
+  command -v npm >/dev/null 2>&1 || apt_install npm
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  # shellcheck disable=SC2086 # the list is words on purpose
+  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error $MCP_INSPECTOR_PACKAGES >&2
+  echo "$MCP_INSPECTOR_PACKAGES" > "$dir/.installed"
+}
+
 # GitHub's REST API description (npm @octokit/openapi, pinned), for the
 # OpenAPI scale test and benchmark (tests/openapi_scale.rs,
 # benches/openapi): in .octokit-openapi/ (gitignored).

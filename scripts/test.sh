@@ -13,6 +13,7 @@ need_openbao
 need_deploy_tools
 need_conformance
 need_oidc_provider
+need_mcp_inspector
 need_octokit_openapi
 cd "$ROOT"
 # Guardrails before any test: the tree is formatted (rustfmt.toml) and

@@ -324,11 +324,12 @@ fn explain_query(query: &str) -> Result<ExplainRequest, AdminError> {
             "jwt" if !value.is_empty() => asked.jwt = Some(value),
             "api_key" => asked.api_key = matches!(value.as_str(), "1" | "true" | "on" | "yes"),
             "tool" if !value.is_empty() => asked.tool = Some(value),
-            "user_id" | "claims" | "jwt" | "tool" => {}
+            "server" if !value.is_empty() => asked.server = Some(value),
+            "user_id" | "claims" | "jwt" | "tool" | "server" => {}
             other => {
                 let other: String = other.chars().take(40).collect();
                 return Err(AdminError::BadExplain(format!(
-                    "unknown parameter {other:?}: use user_id, claims, jwt, api_key, tool"
+                    "unknown parameter {other:?}: use user_id, claims, jwt, api_key, tool, server"
                 )));
             }
         }
@@ -342,7 +343,7 @@ async fn answer_explain(
     asked: &ExplainRequest,
 ) -> Result<Response<Full<Bytes>>, AdminError> {
     let caller = caller_of(asked, generation).map_err(|e: ExplainError| AdminError::BadExplain(e.to_string()))?;
-    let explanation = explain(gateway, generation, &caller, asked.tool.as_deref()).await;
+    let explanation = explain(gateway, generation, &caller, asked.tool.as_deref(), asked.server.as_deref()).await;
     Ok(json(StatusCode::OK, &explanation))
 }
 
@@ -576,6 +577,8 @@ struct Status {
     held_tools: Vec<HeldTool>,
     /// How many tool definition changes wait for review (`GET /changes`).
     tool_changes_pending: usize,
+    /// Each virtual server (`[[servers]]`): its tools and what is wrong.
+    servers: Vec<crate::catalog::ServerReport>,
     /// How many calls wait for an approval (`GET /approvals`).
     approvals_pending: usize,
     /// Settings that weaken the gateway's defences, as written.
@@ -646,6 +649,7 @@ fn status(gateway: &Gateway) -> Status {
         mcp_name_conflicts: catalog.mcp_name_conflicts().to_vec(),
         held_tools: catalog.held().to_vec(),
         tool_changes_pending: gateway.integrity.pending(),
+        servers: catalog.servers().filter_map(|view| Some(view.as_server()?.report.clone())).collect(),
         approvals_pending: gateway.approvals.pending(),
         security_warnings: generation.config.security_warnings(),
         catalog_build_ms: catalog.build_time().as_secs_f64() * 1000.0,

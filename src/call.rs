@@ -54,6 +54,8 @@ pub struct ParsedCall {
     /// What a 2026-07-28 MCP client sends on to a 2026-07-28 MCP server
     /// (its capabilities, input responses); `None` for every other front.
     pub passthrough: Option<Passthrough>,
+    /// The virtual server's view the call came through (`catalog/servers.rs`); `None` at the root.
+    pub server: Option<Arc<Catalog>>,
 }
 
 /// A finished call: its canonical result and what to record about it.
@@ -110,20 +112,20 @@ pub async fn execute_call(
     // Recorded when a front's server span is (`otel/`): one check otherwise.
     let tracer = generation.tracer.as_ref();
     let mut span = tracer.and_then(|t| t.continue_trace(call.traceparent.as_deref(), "execute_tool"));
-    let catalog = gateway.catalog.load_owned();
+    let catalog = call.server.take().unwrap_or_else(|| gateway.catalog.load_owned());
     let step = otel::child(span.as_ref(), "resolve", Kind::Internal);
     let resolved = resolve_tool(&catalog, &call.tool_id).map_err(|e| unseen_unless_allowed(&generation, caller, e));
     let route = ended(step, resolved).inspect_err(|e| mark_failed(span.as_mut(), e))?;
     if let Some(span) = &mut span {
-        route.describe(span);
+        route.root().describe(span);
     }
     let finished = run_resolved_call(gateway, &generation, route, caller, &mut call, started, span.as_ref()).await;
-    record::record_call(gateway, caller, route, &mut call, &finished, started, span.as_mut());
+    record::record_call(gateway, caller, route.root(), &mut call, &finished, started, span.as_mut());
     finished
 }
 
-/// Everything after resolution: admit, validate, inject, claim the call id
-/// for its caller, forward, re-wrap.
+/// Everything after resolution: admit, validate, inject, claim the call id,
+/// forward, re-wrap; a server's route (`catalog/servers.rs`) judged as its root's.
 async fn run_resolved_call(
     gateway: &Gateway,
     generation: &Generation,
@@ -133,9 +135,10 @@ async fn run_resolved_call(
     started: Instant,
     span: Option<&Span>,
 ) -> Result<FinishedCall, RequestError> {
+    let (served, route) = (route, route.root());
     let step = otel::child(span, "admit", Kind::Internal);
-    ended(step, admit_call(generation, route, caller).await)?;
-    ended(otel::child(span, "validate", Kind::Internal), validate_input(route, &call.input))?;
+    ended(step, admit_call(generation, served, caller).await)?;
+    ended(otel::child(span, "validate", Kind::Internal), validate_input(served, &mut call.input))?;
     let call_id = call.client_call_id.then_some(call.call_id.as_str());
     let approved = approve_call(gateway, generation, route, caller, call_id, &call.input, &call.context, span).await?;
     // A client's call_id is theirs: whose it is comes from the context as
@@ -302,6 +305,7 @@ pub fn parse_call(body: &[u8]) -> Result<ParsedCall, RequestError> {
         context: request.context.unwrap_or_default(),
         traceparent: None,
         passthrough: None,
+        server: None,
     })
 }
 
@@ -323,14 +327,14 @@ fn unseen_unless_allowed(generation: &Generation, caller: &Caller, error: Reques
     }
 }
 
-/// Admit: the caller's policies must allow the tool (a denied tool is
-/// answered as an unknown one), and its rate limits must have room.
+/// Admit: the caller's policies must allow the (root) tool, else it is unknown
+/// by the name the caller used; and its rate limits must have room.
 pub async fn admit_call(generation: &Generation, route: &Route, caller: &Caller) -> Result<(), RequestError> {
-    let key = route.tool.key.as_str();
+    let key = route.root().tool.key.as_str();
     let access = &generation.access;
     if access.is_active() && !access.allows(access.matching(caller), key) {
         tracing::info!(user_id = caller.user_id.as_deref(), tool = key, "call denied by policy");
-        return Err(RequestError::Denied(key.to_owned()));
+        return Err(RequestError::Denied(route.tool.key.clone()));
     }
     generation
         .rate_limits
@@ -339,9 +343,10 @@ pub async fn admit_call(generation: &Generation, route: &Route, caller: &Caller)
         .map_err(|(limit, retry_after)| RequestError::RateLimited { limit, retry_after })
 }
 
-/// Validate: the input against the tool's compiled `input_schema`.
-pub fn validate_input(route: &Route, input: &Value) -> Result<(), RequestError> {
-    route.tool.check_input(input).map_err(RequestError::InvalidInput)
+/// Validate: the input against the tool's compiled `input_schema`; in a
+/// server, fixed arguments refused when sent, then added (`Route::check_input`).
+pub fn validate_input(route: &Route, input: &mut Value) -> Result<(), RequestError> {
+    route.check_input(input).map_err(RequestError::InvalidInput)
 }
 
 /// Inject: fills `context` with what the gateway manages, so clients never

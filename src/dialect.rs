@@ -105,6 +105,16 @@ impl CatalogTool {
         Arc::new(tool)
     }
 
+    /// This tool as a virtual server shows it (`catalog/servers.rs`): under
+    /// `key`, with `definition`, and called as this one is (same upstream
+    /// id, annotations and path inputs).
+    pub(crate) fn shown_as(&self, key: String, definition: ToolDefinition) -> CatalogTool {
+        let mut tool = CatalogTool::new(key, self.version.clone(), definition, self.upstream_id.clone());
+        tool.annotations = self.annotations.clone();
+        tool.path_inputs = self.path_inputs.clone();
+        tool
+    }
+
     /// The toolkit: `key` up to its dot.
     pub fn toolkit(&self) -> &str {
         self.key.split_once('.').map_or(self.key.as_str(), |(toolkit, _)| toolkit)

@@ -10,6 +10,8 @@
 //! (`OAuth::standing`) and the buckets (`RateLimits::state`). Nothing is
 //! counted, refreshed or challenged, and no secret or token value is in it.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -41,6 +43,10 @@ pub struct ExplainRequest {
     /// tool's MCP name (`Toolkit_Name`, as `/mcp` lists it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
+    /// A virtual server (`[[servers]]`): what the caller sees through it,
+    /// and why each tool is or is not in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<String>,
 }
 
 /// A request that cannot be explained.
@@ -72,6 +78,36 @@ pub struct Explanation {
     /// The rate limits the tool's calls count against, and the caller's buckets.
     #[serde(default)]
     pub rate_limits: Vec<LimitState>,
+    /// The virtual server asked about: then `visible`, `hidden` and the
+    /// tool's part are through it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server: Option<ServerView>,
+}
+
+/// A virtual server, for one caller.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServerView {
+    /// Its name.
+    pub name: String,
+    /// Whether the caller may use it; for anyone else every path under
+    /// `/servers/<name>/` is 404.
+    pub usable: bool,
+    /// Why, in words.
+    pub why: String,
+    /// Every tool of the root catalog, and whether the server serves it.
+    #[serde(default)]
+    pub tools: Vec<ServerTool>,
+}
+
+/// One root tool in a virtual server.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ServerTool {
+    /// Its id at the root.
+    pub tool: String,
+    /// Its id in the server; `None` when the server does not serve it.
+    pub served_as: Option<String>,
+    /// Why, in words.
+    pub why: String,
 }
 
 /// The caller an explanation is for.
@@ -184,16 +220,31 @@ fn decode_claims(jwt: &str) -> Result<Value, ExplainError> {
     }
 }
 
-/// Explains what `caller` sees under `generation` and the current catalog,
-/// and, with `tool`, how a call to it would go.
-pub async fn explain(gateway: &Gateway, generation: &Generation, caller: &Caller, tool: Option<&str>) -> Explanation {
-    let catalog = gateway.catalog.load_owned();
+/// Explains what `caller` sees under `generation` and the current catalog
+/// (through virtual server `server`, when given), and, with `tool`, how a
+/// call to it would go.
+pub async fn explain(
+    gateway: &Gateway,
+    generation: &Generation,
+    caller: &Caller,
+    tool: Option<&str>,
+    server: Option<&str>,
+) -> Explanation {
+    let root = gateway.catalog.load_owned();
+    let (catalog, server) = match server {
+        Some(name) => {
+            let (view, explained) = explain_server(&root, name, caller);
+            (view, Some(explained))
+        }
+        None => (Some(root), None),
+    };
     let access = &generation.access;
     let matching = access.matching(caller);
     let (mut visible, mut hidden) = (Vec::new(), Vec::new());
-    for route in catalog.routes() {
+    for route in catalog.iter().flat_map(|catalog| catalog.routes()) {
         let id = route.tool.definition.id.clone();
-        match access.decide(matching, &route.tool.key) {
+        // A server's tool is judged by the root tool it stands for.
+        match access.decide(matching, &route.root().tool.key) {
             AccessDecision::Open | AccessDecision::Allowed(_) => visible.push(id),
             AccessDecision::Denied(rule) => {
                 let (policy, pattern) = access.rule(rule, true);
@@ -221,11 +272,51 @@ pub async fn explain(gateway: &Gateway, generation: &Generation, caller: &Caller
         resolution: None,
         requirements: Vec::new(),
         rate_limits: Vec::new(),
+        server,
     };
-    if let Some(tool) = tool {
-        explain_tool(generation, &catalog, caller, tool, &mut explanation).await;
+    if let (Some(tool), Some(catalog)) = (tool, &catalog) {
+        explain_tool(generation, catalog, caller, tool, &mut explanation).await;
     }
     explanation
+}
+
+/// Virtual server `name` for `caller`: its view when the caller may use it,
+/// and why each root tool is or is not in it.
+fn explain_server(root: &Catalog, name: &str, caller: &Caller) -> (Option<Arc<Catalog>>, ServerView) {
+    let mut out = ServerView { name: name.to_owned(), usable: false, why: String::new(), tools: Vec::new() };
+    let Some(view) = root.server(name) else {
+        out.why = format!("no server {name:?} is configured ([[servers]]): /servers/{name}/ is 404");
+        return (None, out);
+    };
+    let Some(server) = view.as_server() else { return (None, out) };
+    let usable = crate::policy::server_view(root, name, caller);
+    out.usable = usable.is_some();
+    out.why = match (&server.config.when, out.usable) {
+        (None, _) => "everyone may use it (it has no `when`)".to_owned(),
+        (Some(_), true) => "the caller meets its `when`".to_owned(),
+        (Some(_), false) => "the caller does not meet its `when`: every path under it is 404".to_owned(),
+    };
+    let served: std::collections::HashMap<&str, &str> =
+        view.routes().map(|r| (r.root().tool.definition.id.as_str(), r.tool.definition.id.as_str())).collect();
+    let report = &server.report;
+    for route in root.routes() {
+        let (id, key) = (route.tool.definition.id.as_str(), route.tool.key.as_str());
+        let why = match (server.config.takes(key), served.get(id)) {
+            (Err(None), _) => "no `tools` pattern of the server matches it".to_owned(),
+            (Err(Some(excluded)), _) => format!("`exclude` has {:?}", excluded.as_str()),
+            (Ok(pattern), Some(_)) => format!("`tools` has {:?}", pattern.as_str()),
+            (Ok(_), None) => match report.rename_collisions.iter().find(|c| c.hidden == key) {
+                Some(c) => format!("{} is renamed {}, its own name: the rename wins", c.served, c.name),
+                None => report
+                    .fixed_problems
+                    .iter()
+                    .find(|p| p.tool == id)
+                    .map_or("not served".to_owned(), |p| format!("fixed argument {:?}: {}", p.argument, p.problem)),
+            },
+        };
+        out.tools.push(ServerTool { tool: id.to_owned(), served_as: served.get(id).map(|s| (*s).to_owned()), why });
+    }
+    (usable, out)
 }
 
 /// The tool reference's part: resolution, requirements, rate limits.
@@ -243,7 +334,8 @@ async fn explain_tool(generation: &Generation, catalog: &Catalog, caller: &Calle
             }
         },
     };
-    let key = route.tool.key.as_str();
+    // In a server, policies and limits judge the root tool it stands for.
+    let key = route.root().tool.key.as_str();
     // A tool the caller may not see does not exist for them: a call is
     // answered as for an unknown tool, before anything else is looked at.
     if !generation.access.allows(generation.access.matching(caller), key) {
@@ -261,7 +353,7 @@ async fn explain_tool(generation: &Generation, catalog: &Catalog, caller: &Calle
     }
     out.resolution = Some(resolved);
     out.rate_limits = generation.rate_limits.state(caller, key).await;
-    out.requirements = requirements_met(generation, route, caller).await;
+    out.requirements = requirements_met(generation, route.root(), caller).await;
 }
 
 fn candidates(generation: &Generation, route: &Route) -> Vec<Candidate> {
@@ -388,6 +480,13 @@ pub fn in_words(e: &Explanation) -> String {
         [] => s.push_str("Policies that apply: none\n"),
         names => {
             let _ = writeln!(s, "Policies that apply: {}", names.join(", "));
+        }
+    }
+    if let Some(server) = &e.server {
+        let _ = writeln!(s, "Server {}: {}", server.name, server.why);
+        for t in &server.tools {
+            let served = t.served_as.as_deref().map_or_else(|| "not served".to_owned(), |id| format!("as {id}"));
+            let _ = writeln!(s, "  {}: {served} ({})", t.tool, t.why);
         }
     }
     let _ = writeln!(s, "\nVisible ({}):", e.visible.len());

@@ -126,6 +126,10 @@ struct ExplainArgs {
     /// resolves, its requirements and rate limits for this caller.
     #[arg(long)]
     tool: Option<String>,
+    /// A virtual server (`[[servers]]`): what the caller sees through it,
+    /// and why each tool is or is not in it.
+    #[arg(long)]
+    server: Option<String>,
     /// The admin token to present, as a secret reference (`env:NAME`,
     /// `file:/path`; never the value itself, which the process list would
     /// show). Default: `[server] admin_token` of --config, when the
@@ -172,8 +176,8 @@ fn main() -> ExitCode {
                 // What the catalogs can tell: which tools policies match,
                 // which secrets and providers tools ask their upstream for
                 // without a grant, which tools are refused or clash.
-                if !config.upstreams.is_empty() {
-                    check_against_catalogs(config);
+                if !config.upstreams.is_empty() && !check_against_catalogs(config) {
+                    return ExitCode::FAILURE;
                 }
                 ExitCode::SUCCESS
             }
@@ -240,20 +244,25 @@ fn start(config: Config, path: PathBuf) -> ExitCode {
 /// a tool not published yet), a requirement a tool declares that its
 /// upstream was not granted (with the line that grants it), a tool not
 /// served because another upstream reserved its toolkit, a toolkit several
-/// upstreams serve. Unreachable upstreams are named.
-fn check_against_catalogs(mut config: Config) {
+/// upstreams serve. Unreachable upstreams are named. A virtual server's
+/// fixed argument that a tool does not have is an error: false then.
+fn check_against_catalogs(mut config: Config) -> bool {
     // The checks need the catalog only: the OAuth grant store and the state
     // key (a running gateway may hold them) are neither opened nor created.
     config.authorization.retain(|_, section| !section.is_managed());
     config.login = None;
+    let not_checked = |e: &dyn std::fmt::Display| {
+        eprintln!("warning: the config was not checked against the catalogs: {e}");
+        true
+    };
     let tokio = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(tokio) => tokio,
-        Err(e) => return eprintln!("warning: the config was not checked against the catalogs: {e}"),
+        Err(e) => return not_checked(&e),
     };
     tokio.block_on(async {
         let gateway = match otc_gateway::gateway::Gateway::for_check(config).await {
             Ok(gateway) => gateway,
-            Err(e) => return eprintln!("warning: the config was not checked against the catalogs: {e}"),
+            Err(e) => return not_checked(&e),
         };
         for name in gateway.fetch_catalogs_once().await {
             eprintln!("warning: upstream {name}: catalog not fetched; its tools are not in the check");
@@ -310,7 +319,43 @@ fn check_against_catalogs(mut config: Config) {
                 shared.toolkit
             );
         }
-    });
+        check_servers(&catalog)
+    })
+}
+
+/// `check`'s findings on `[[servers]]`: warnings, and an error (false) for
+/// a fixed argument a tool does not have or whose value it refuses.
+fn check_servers(catalog: &otc_gateway::catalog::Catalog) -> bool {
+    let mut valid = true;
+    for report in catalog.servers().filter_map(|view| Some(&view.as_server()?.report)) {
+        let server = &report.name;
+        for pattern in &report.unmatched_patterns {
+            eprintln!("warning: server {server}: pattern {pattern:?} matches no tool in the current catalog");
+        }
+        for tool in &report.absent_tools {
+            eprintln!("warning: server {server}: {tool} is not in the current catalog");
+        }
+        for clash in &report.rename_collisions {
+            eprintln!(
+                "warning: server {server}: {} is renamed {}, which is {}'s own name: {} is not served in it",
+                clash.served, clash.name, clash.hidden, clash.hidden
+            );
+        }
+        for clash in &report.mcp_name_conflicts {
+            eprintln!(
+                "warning: server {server}: tools {} and {} both have the MCP name {}: {} is not served on its /mcp",
+                clash.served, clash.hidden, clash.name, clash.hidden
+            );
+        }
+        for problem in &report.fixed_problems {
+            valid = false;
+            eprintln!(
+                "error: server {server}: fixed argument {:?} of {}: {}",
+                problem.argument, problem.tool, problem.problem
+            );
+        }
+    }
+    valid
 }
 
 /// `explain`: one `POST /explain` to the admin listener (the JWT in the
@@ -331,8 +376,14 @@ fn run_explain(args: ExplainArgs, config_path: &std::path::Path) -> ExitCode {
         Some(Ok(claims)) => Some(claims),
         Some(Err(e)) => return fail(format!("--claims: not JSON: {e}")),
     };
-    let request =
-        explain::ExplainRequest { user_id: args.user_id, claims, jwt, api_key: args.api_key, tool: args.tool };
+    let request = explain::ExplainRequest {
+        user_id: args.user_id,
+        claims,
+        jwt,
+        api_key: args.api_key,
+        tool: args.tool,
+        server: args.server,
+    };
     let body = match serde_json::to_vec(&request) {
         Ok(body) => body,
         Err(e) => return fail(e),

@@ -61,12 +61,16 @@ pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;
 
 /// The routes whose `otc_gateway_http_requests_total` counters are cached:
 /// the data plane's route labels. Others are counted too, more slowly.
-pub const ROUTES: [&str; 8] = [
+pub const ROUTES: [&str; 12] = [
     "/health",
     "/tools",
     "/tools/search",
     "/tools/call",
     "/mcp",
+    "/servers/{name}/tools",
+    "/servers/{name}/tools/search",
+    "/servers/{name}/tools/call",
+    "/servers/{name}/mcp",
     "/oauth",
     "/.well-known/oauth-protected-resource",
     "other",

@@ -134,8 +134,9 @@ impl AccessPolicy {
         if let Some(body) = cache.get(&key) {
             return body.clone();
         }
-        // Listings of older catalogs will not be asked for again.
-        cache.retain(|(generation, _), _| *generation == key.0);
+        // Listings of older catalogs (and their servers' views) will not
+        // be asked for again.
+        cache.retain(|(generation, _), _| *generation >= catalog.epoch());
         let body = catalog.listing_where(|tool_key| self.allows(matching, tool_key));
         cache.insert(key, body.clone());
         body
@@ -158,9 +159,11 @@ impl AccessPolicy {
             if let Some(visible) = cache.get(&key) {
                 visible.clone()
             } else {
-                // Scopes of older catalogs will not be asked for again.
-                cache.retain(|(generation, _), _| *generation == key.0);
-                let all = index.scope(|_, doc| self.allows(matching, doc.key()));
+                // Scopes of older catalogs (and their servers' views) will
+                // not be asked for again.
+                cache.retain(|(generation, _), _| *generation >= catalog.epoch());
+                // A server's tool is judged by the root key it stands for.
+                let all = index.scope(|_, doc| self.allows(matching, doc.root_key()));
                 let latest = Arc::new(index.scope(|i, doc| doc.is_latest() && SearchIndex::in_scope(&all, i)));
                 let visible = Arc::new(Visible { all, latest });
                 cache.insert(key, visible.clone());
@@ -188,7 +191,17 @@ impl AccessPolicy {
     }
 }
 
-/// Whether a policy's condition holds for a caller.
+/// The view of virtual server `name` in `catalog` (`catalog/servers.rs`),
+/// when it is configured and `caller` meets its `when` (everyone without
+/// one); `None` otherwise: the fronts then answer as for a path that does
+/// not exist, so a server is not found by whoever may not use it.
+pub fn server_view(catalog: &Catalog, name: &str, caller: &Caller) -> Option<Arc<Catalog>> {
+    let view = catalog.server(name)?;
+    let when = view.as_server().and_then(|server| server.config.when.as_ref());
+    when.is_none_or(|when| applies(when, caller)).then(|| view.clone())
+}
+
+/// Whether a `when` (of a policy, or a virtual server) holds for a caller.
 pub(crate) fn applies(when: &When, caller: &Caller) -> bool {
     match when {
         When::Any => true,

@@ -68,7 +68,8 @@ fn console_lines(log: &str) -> Vec<&str> {
 async fn console_gateway(server: &ToolServer, server_lines: &str) -> common::Gateway {
     let mut config = GatewayConfig::new().upstream("org", &server.url()).raw(
         "[auth]\napi_keys = [{ key = \"env:CONSOLE_ANN\", user_id = \"ann\" }]\n\n\
-         [[policy]]\nname = \"mail-team\"\nwhen = { user_id = \"ann\" }\nallow = [\"*\"]\ndeny = [\"Mail.Send\"]\n",
+         [[policy]]\nname = \"mail-team\"\nwhen = { user_id = \"ann\" }\nallow = [\"*\"]\ndeny = [\"Mail.Send\"]\n\n\
+         [[servers]]\nname = \"desk\"\ntools = [\"Mail.*\"]\nrename = { \"Mail.Read\" = \"Desk.Read\" }\n",
     );
     for line in server_lines.lines() {
         config = config.server_line(line);
@@ -115,7 +116,17 @@ async fn every_page_renders_real_data_and_the_csp_holds() {
     let pages: [(&str, String, &[&str]); 9] = [
         ("overview", "#overview".into(), &["config generation", "tools", "Last reload"]),
         ("upstreams", "#upstreams".into(), &["<td>org</td>", "<span class=\"ok\">up</span>", "secrets: none"]),
-        ("catalog", "#catalog".into(), &["Calc.Add@1.0.0", "Mail.Read@1.0.0", "Read the user's mailbox"]),
+        (
+            "catalog",
+            "#catalog".into(),
+            &[
+                "Calc.Add@1.0.0",
+                "Mail.Read@1.0.0",
+                "Read the user's mailbox",
+                "/servers/desk/mcp",
+                "Desk.Read@1.0.0</code> (Mail.Read@1.0.0)",
+            ],
+        ),
         ("catalog", "#catalog?q=mailbox".into(), &["Mail.Read@1.0.0"]),
         ("explain", explain_hash, &["Caller: ann", "denied by policy \"mail-team\" (pattern \"Mail.Send\")"]),
         ("calls", "#calls".into(), &["console-call-1", "Calc.Add@1.0.0", "ann", "success"]),

@@ -441,3 +441,35 @@ fn explain_agrees_with_real_listings_and_calls() {
         panic!("{e}");
     }
 }
+
+#[tokio::test]
+async fn explain_through_a_server_says_why_each_tool_is_in_it_or_not_and_who_may_use_it() {
+    let servers = format!(
+        "{RULES}\n[[servers]]\nname = \"desk\"\ntools = [\"Mail.*\", \"Calc.Add\"]\nexclude = [\"Mail.Send\"]\n\
+         when = {{ claim = \"groups\", contains = \"mail\" }}\nrename = {{ \"Mail.Read\" = \"Desk.Read\" }}\n"
+    );
+    let (_server, gw) = start(&servers).await;
+    let ann = json!({"sub": "ann", "groups": ["mail"]});
+    let query = |claims: &Value, tool: Option<&str>| format!("{}&server=desk", claims_query(claims, tool));
+    let seen = explain(&gw, &query(&ann, Some("Desk.Read"))).await;
+    assert_eq!(seen["server"]["usable"], true, "{seen}");
+    assert_eq!(strings(&seen["visible"]), ["Calc.Add@1.0.0", "Desk.Read@1.0.0"], "{seen}");
+    let why = |tool: &str| {
+        let tools = seen["server"]["tools"].as_array().expect("tools");
+        tools.iter().find(|t| t["tool"] == tool).unwrap_or_else(|| panic!("{tool}: {seen}")).clone()
+    };
+    assert_eq!(why("Mail.Read@1.0.0")["served_as"], "Desk.Read@1.0.0");
+    assert_eq!(why("Mail.Send@1.0.0")["why"], "`exclude` has \"Mail.Send\"");
+    assert_eq!(why("Admin.Wipe@1.0.0")["why"], "no `tools` pattern of the server matches it");
+    assert_eq!(seen["resolution"]["tool_id"], "Desk.Read@1.0.0", "{seen}");
+    // The tool's original name is not the server's.
+    let original = explain(&gw, &query(&ann, Some("Mail.Read"))).await;
+    assert_eq!(original["resolution"]["tool_id"], Value::Null, "{original}");
+    // A caller outside its `when` may use none of it.
+    let bob = json!({"sub": "bob", "groups": ["eng"]});
+    let kept_out = explain(&gw, &query(&bob, None)).await;
+    assert_eq!(kept_out["server"]["usable"], false, "{kept_out}");
+    assert!(kept_out["visible"].as_array().unwrap().is_empty(), "{kept_out}");
+    let nowhere = explain(&gw, &format!("{}&server=nowhere", claims_query(&ann, None))).await;
+    assert!(nowhere["server"]["why"].as_str().unwrap().contains("no server \"nowhere\""), "{nowhere}");
+}

@@ -9,7 +9,10 @@ after, so start-up is not counted. The gateway is counted three times in one
 run, a 10 s wrk run and a dump each: the OTC call, and the same call through
 `/mcp` as a 2025-11-25 and as a 2026-07-28 client sends it.
 
-Usage: python3 benches/load/instructions.py [--extra-tools N]   (needs valgrind)
+Usage: python3 benches/load/instructions.py [--extra-tools N] [--server]   (needs valgrind)
+--server also counts the OTC and 2026-07-28 calls through a virtual server
+(`[[servers]]`, docs/servers.md) that renames the tool and describes it anew:
+what a call through a server costs against the same call at the root.
 --extra-tools N adds N tools to the upstream's catalog: the same call among
 10,000 tools costs what it costs among 1 if the hot path does not grow with
 the catalog (the scale benchmark's wall-clock ratio is too noisy to tell).
@@ -87,6 +90,7 @@ def filler(n):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--extra-tools", type=int, default=0, help="filler tools beside the benchmark's one")
+    ap.add_argument("--server", action="store_true", help="also call through a virtual server that renames the tool")
     ap.add_argument("--tracing", choices=["off", "ratio0", "ratio1"], default="off",
                     help="[tracing]: none, sample_ratio 0, or every call recorded and exported (to the upstream "
                          "nginx, which refuses them: the spans are built, encoded and posted, then counted dropped)")
@@ -113,17 +117,30 @@ url = "http://127.0.0.1:{up}"
 secrets = ["BENCH_API_KEY"]
 [secrets]
 BENCH_API_KEY = "env:BENCH_API_KEY"
-""" + ("" if args.tracing == "off" else f"""
+""" + ("" if not args.server else """
+[[servers]]
+name = "bench"
+tools = ["Bench.*"]
+rename = { "Bench.Add" = "Bench.Sum" }
+describe = { "Bench.Add" = "Adds two amounts." }
+""") + ("" if args.tracing == "off" else f"""
 [tracing]
 otlp_endpoint = "http://127.0.0.1:{up}"
 sample_ratio = {0.0 if args.tracing == "ratio0" else 1.0}
 """))
         mcp_url = f"http://127.0.0.1:{gw}/mcp"
+        # The same calls through the server, under its name for the tool
+        # (as long as the root's: the bodies have the same length).
+        served = f"http://127.0.0.1:{gw}/servers/bench"
+        server_phases = [] if not args.server else [
+            ("otc-server", f"{served}/tools/call", BODY.replace("Bench.Add", "Bench.Sum"), None),
+            ("mcp-2026-server", f"{served}/mcp", MCP_2026_BODY.replace("Bench_Add", "Bench_Sum"),
+             {**MCP_2026_HEADERS, "Mcp-Name": "Bench_Sum"})]
         gateway = measure(
             "gateway", [str(b.GATEWAY), "--config", str(config)],
             lambda: [("otc", f"http://127.0.0.1:{gw}/tools/call", BODY, None),
                      ("mcp", mcp_url, MCP_BODY, mcp_session(mcp_url)),
-                     ("mcp-2026", mcp_url, MCP_2026_BODY, MCP_2026_HEADERS)],
+                     ("mcp-2026", mcp_url, MCP_2026_BODY, MCP_2026_HEADERS), *server_phases],
             f"http://127.0.0.1:{gw}/health", work, {"BENCH_API_KEY": "bench-secret-value", "RUST_LOG": "warn"},
             len(tools))
         conf = work / "nginx-proxy.conf"
@@ -153,6 +170,10 @@ http {{
     for label in ("mcp", "mcp-2026"):
         b.say(f"ratio nginx/{label}: {nginx / gateway[label][0]:.3f}, "
               f"{label}/gateway (OTC/MCP instructions): {gateway['otc'][0] / gateway[label][0]:.3f}")
+    for label, root in [("otc-server", "otc"), ("mcp-2026-server", "mcp-2026")]:
+        if label in gateway:
+            b.say(f"{'gateway ' + label:<25} {gateway[label][0]:>9.0f}   "
+                  f"server/root: {gateway[label][0] / gateway[root][0]:.3f}")
     for label, (_, dump) in gateway.items():
         b.say(f"profile {label}: callgrind_annotate --inclusive=yes {dump}")
 

@@ -9,6 +9,7 @@ mod mcp_names;
 pub mod merge;
 pub mod poll;
 pub(crate) mod search;
+pub mod servers;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -24,6 +25,7 @@ use crate::upstream::Upstream;
 
 pub use crate::dialect::CatalogTool;
 pub use mcp_names::McpNameConflict;
+pub use servers::{Served, ServedTool, Server, ServerReport};
 
 /// Every tool's versions by `Toolkit.Name`. foldhash, not SipHash: a call
 /// looks its tool up here, and the keys come from upstreams' catalogs.
@@ -50,6 +52,13 @@ pub struct Catalog {
     search: search::SearchIndex,
     /// How long merging took, the listing and the search index included.
     build_time: std::time::Duration,
+    /// The generation of the root catalog: this one's, or for a server's
+    /// view the one it is a view of. What is cached of older ones is dropped.
+    epoch: u64,
+    /// Each virtual server's view of this catalog (`servers.rs`); none in a view.
+    servers: BTreeMap<String, Arc<Catalog>>,
+    /// In a server's view: the server.
+    server: Option<Box<Server>>,
 }
 
 /// Where one tool version is served: the winning definition and the
@@ -60,6 +69,9 @@ pub struct Route {
     pub tool: Arc<CatalogTool>,
     /// The upstreams serving it, winner first, then replicas in config order.
     pub targets: Vec<Target>,
+    /// In a virtual server's view of a tool the server changes: the root
+    /// route it serves and the fixed arguments (`servers.rs`).
+    pub served: Option<Box<Served>>,
     next: AtomicUsize,
 }
 
@@ -165,7 +177,32 @@ impl Catalog {
             held: Vec::new(),
             search,
             build_time: Default::default(),
+            epoch: generation,
+            servers: BTreeMap::new(),
+            server: None,
         }
+    }
+
+    /// The generation of the root catalog: this one's, or for a server's
+    /// view the one it is a view of. A cache keyed by generation may drop
+    /// every entry older than this.
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// The view of the virtual server `name`, when it is configured.
+    pub fn server(&self, name: &str) -> Option<&Arc<Catalog>> {
+        self.servers.get(name)
+    }
+
+    /// Every virtual server's view, by name.
+    pub fn servers(&self) -> impl Iterator<Item = &Arc<Catalog>> {
+        self.servers.values()
+    }
+
+    /// In a server's view: the server it is a view of.
+    pub fn as_server(&self) -> Option<&Server> {
+        self.server.as_deref()
     }
 
     /// The tool search index, built with this catalog.
@@ -184,7 +221,8 @@ impl Catalog {
         self.generation
     }
 
-    /// A GET /tools body with only the tools whose `Toolkit.Name` passes `keep`.
+    /// A GET /tools body with only the tools whose `Toolkit.Name` passes
+    /// `keep` (in a server's view, the root key a tool stands for).
     pub fn listing_where(&self, keep: impl Fn(&str) -> bool) -> Bytes {
         render_listing(&self.tools, keep)
     }
@@ -320,7 +358,29 @@ impl Route {
     }
 
     fn new(tool: Arc<CatalogTool>, targets: Vec<Target>) -> Route {
-        Route { tool, targets, next: AtomicUsize::new(0) }
+        Route { tool, targets, served: None, next: AtomicUsize::new(0) }
+    }
+
+    /// A virtual server's route of a tool it changes (`servers.rs`).
+    fn served(tool: Arc<CatalogTool>, served: Served) -> Route {
+        let targets = served.origin.targets.clone();
+        Route { tool, targets, served: Some(Box::new(served)), next: AtomicUsize::new(0) }
+    }
+
+    /// The root catalog's route this one is: itself, unless it is a
+    /// virtual server's route of a tool the server changes.
+    pub fn root(&self) -> &Route {
+        self.served.as_ref().map_or(self, |served| &served.origin)
+    }
+
+    /// Checks a call's input as this route's clients see the tool (the
+    /// tool's `check_input`); in a server, a fixed argument the caller sent
+    /// is refused and the fixed arguments are added once the input is valid.
+    pub fn check_input(&self, input: &mut serde_json::Value) -> Result<(), BTreeMap<String, String>> {
+        match &self.served {
+            Some(served) => served.check_input(&self.tool, input),
+            None => self.tool.check_input(input),
+        }
     }
 
     /// The targets in the order to try them: replicas take turns being first,
@@ -340,7 +400,10 @@ fn render_listing(tools: &ToolMap, keep: impl Fn(&str) -> bool) -> Bytes {
         schema: &'static str,
         items: Vec<&'a crate::wire::ToolDefinition>,
     }
-    let mut keys: Vec<&String> = tools.keys().filter(|k| keep(k)).collect();
+    // A server's tool is judged by its root key.
+    let kept =
+        |versions: &BTreeMap<Version, Arc<Route>>| versions.values().next().is_some_and(|r| keep(&r.root().tool.key));
+    let mut keys: Vec<&String> = tools.iter().filter(|(_, versions)| kept(versions)).map(|(key, _)| key).collect();
     keys.sort();
     let items = keys.into_iter().flat_map(|k| tools[k].values().map(|route| &route.tool.definition)).collect();
     // Serialising plain data into a Vec cannot fail.

@@ -16,6 +16,7 @@ use http::HeaderValue;
 use serde::Serialize;
 
 use super::{merge::merge, Catalog, CatalogTool};
+use crate::config::VirtualServerConfig;
 use crate::integrity::{Integrity, Modes};
 use crate::upstream::{Fetched, Upstream};
 
@@ -102,13 +103,22 @@ impl CatalogStore {
     /// (the current config's, in order), each served tool held to its pin
     /// (`review`). Entries of upstreams no longer configured are dropped,
     /// so their tools leave the catalog at once.
-    pub fn publish(&self, upstreams: &[Arc<Upstream>], review: Option<(&Integrity, Modes)>) {
+    pub fn publish(
+        &self,
+        upstreams: &[Arc<Upstream>],
+        review: Option<(&Integrity, Modes)>,
+        servers: &[VirtualServerConfig],
+    ) {
         let mut state = self.lock();
         state.retain(|name, _| upstreams.iter().any(|u| *u.name == **name));
         let lists: Vec<_> =
             upstreams.iter().map(|u| (u.clone(), state.entry(u.name.to_string()).or_default().tools.clone())).collect();
         // Merge under the lock so two pollers cannot publish out of order.
-        let catalog = Arc::new(merge(&lists, &self.published.load(), review));
+        let before = self.published.load();
+        let mut catalog = merge(&lists, &before, review);
+        // Views of the catalog published with it (`servers.rs`).
+        catalog.servers = super::servers::build(&catalog, servers, &before);
+        let catalog = Arc::new(catalog);
         let generation = catalog.generation();
         self.published.store(catalog);
         self.changed.send_replace(generation);

@@ -24,6 +24,7 @@ mod openapi;
 mod policy;
 mod secret_ref;
 mod server;
+mod servers;
 mod tracing;
 mod upstream;
 mod vault;
@@ -42,6 +43,7 @@ pub use openapi::{OperationPattern, SecurityMap, SecuritySource, SpecLocation};
 pub use policy::{FailMode, Per, PolicyConfig, Rate, RateLimitConfig, ToolPattern, When, MAX_POLICIES};
 pub use secret_ref::{SecretRef, SecretRefError, USER_ID_TEMPLATE};
 pub use server::{listens_on_loopback, OriginPattern, ServerConfig};
+pub use servers::{is_server_name, ServerName, ToolKey, VirtualServerConfig, MAX_SERVER_NAME};
 pub use tracing::TracingConfig;
 pub use upstream::{CatalogConfig, Protocol, Review, ToolVersion, Toolkit, UpstreamConfig, UpstreamName, UpstreamUrl};
 pub use vault::{check_token_ref, VaultConfig};
@@ -117,6 +119,9 @@ pub struct Config {
     /// `[tracing]`: spans exported over OTLP; none without it.
     #[serde(default)]
     pub tracing: Option<TracingConfig>,
+    /// `[[servers]]`: virtual servers, each a curated catalog at its own endpoint.
+    #[serde(default)]
+    pub servers: Vec<VirtualServerConfig>,
     /// `[[approval]]`: calls a person approves before they run.
     #[serde(default)]
     pub approval: Vec<ApprovalConfig>,
@@ -310,6 +315,7 @@ impl Config {
         if self.server.max_body_bytes == 0 {
             return Err("server.max_body_bytes must be greater than zero".into());
         }
+        servers::check(&self.servers, text)?;
         if let Some((key, at)) = self.auth.resource_keys_without_jwt() {
             return Err(format!(
                 "line {}: auth.{key}: only with mode = \"jwt\" (it describes the gateway as an OAuth protected resource)",

@@ -133,6 +133,13 @@ const pages = {
       ])) : el("p", { class: "bad" }, listing.body.message),
       s.conflicts.length ? [el("h2", {}, "Conflicts"), el("pre", {}, JSON.stringify(s.conflicts, null, 2))] : null,
       s.refused_tools.length ? [el("h2", {}, "Refused tools"), el("pre", {}, JSON.stringify(s.refused_tools, null, 2))] : null,
+      (s.servers || []).length ? [el("h2", {}, "Virtual servers"), table(["server", "tools", "problems"], s.servers.map((v) => [
+        el("code", {}, `/servers/${v.name}/mcp`),
+        el("ul", {}, v.served.map((t) => el("li", {}, el("code", { class: "tool-id" }, t.id), t.id === t.of ? "" : ` (${t.of})`))),
+        [...v.unmatched_patterns.map((p) => `pattern ${p} matches no tool`), ...v.absent_tools.map((t) => `${t} is not in the catalog`),
+          ...v.rename_collisions.map((c) => `${c.hidden} hidden: ${c.served} is renamed ${c.name}`),
+          ...v.fixed_problems.map((p) => `${p.tool}: fixed ${p.argument}: ${p.problem}`)].join("; ") || "none",
+      ]))] : null,
       s.mcp_name_conflicts.length ? [el("h2", {}, "MCP name clashes"), table(["MCP name", "held by", "not served on MCP", "why"],
         s.mcp_name_conflicts.map((c) => [el("code", {}, c.name), el("code", {}, c.served), el("code", {}, c.hidden), c.reason]))] : null,
     ];

@@ -224,7 +224,8 @@ impl Gateway {
     pub fn publish(&self, generation: &Generation) {
         let catalog = &generation.config.catalog;
         let modes = Modes { pin: catalog.pin, suspicious: catalog.suspicious };
-        self.catalog.publish(&generation.upstreams, Some((&self.integrity, modes)));
+        let servers = &generation.config.servers;
+        self.catalog.publish(&generation.upstreams, Some((&self.integrity, modes)), servers);
         self.metrics.set_tool_changes_pending(self.integrity.pending());
     }
 

@@ -54,6 +54,8 @@ pub struct Listen {
     subscription: Option<Value>,
     /// Whether tool list changes were asked for.
     tools: bool,
+    /// The virtual server whose list it follows; `None` at `/mcp`.
+    server: Option<String>,
     /// The digest of the caller's tools last announced (or found at open).
     seen: u64,
     _slot: StreamSlot,
@@ -67,12 +69,12 @@ impl std::fmt::Debug for Listen {
 
 impl Listen {
     /// A stream for `caller`; `subscription` is the modern request's id and
-    /// the filter it asked for.
+    /// the filter it asked for, and the virtual server it listens at.
     pub(super) fn open(
         names: Arc<NameCache>,
         gateway: Arc<Gateway>,
         caller: Caller,
-        subscription: Option<(Value, bool)>,
+        (subscription, server): (Option<(Value, bool)>, Option<String>),
         slot: StreamSlot,
     ) -> Listen {
         // Subscribed before the first digest: a change in between is seen.
@@ -81,7 +83,7 @@ impl Listen {
             Some((id, tools)) => (Some(id), tools),
             None => (None, true),
         };
-        let mut listen = Listen { names, gateway, caller, changes, subscription, tools, seen: 0, _slot: slot };
+        let mut listen = Listen { names, gateway, caller, changes, subscription, tools, server, seen: 0, _slot: slot };
         listen.seen = listen.digest();
         listen
     }
@@ -89,7 +91,16 @@ impl Listen {
     /// The digest of the tools the caller may see now.
     fn digest(&self) -> u64 {
         let generation = self.gateway.generation();
-        let names = self.names.of(&self.gateway.catalog.load());
+        let catalog = self.gateway.catalog.load();
+        let catalog = match &self.server {
+            // A server's view changes with the catalog it is published with.
+            Some(name) => match catalog.server(name) {
+                Some(view) => view,
+                None => return 0,
+            },
+            None => &*catalog,
+        };
+        let names = self.names.of(catalog);
         names.visible_digest(&generation.access, generation.access.matching(&self.caller))
     }
 

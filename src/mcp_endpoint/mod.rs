@@ -49,9 +49,10 @@ use self::era::Era;
 use self::error::RpcError;
 use self::listen::StreamCounts;
 use self::read::{read_tools_call, ToolsCall};
-use self::tools::{error_result, invalid_arguments, list_page, NameCache, META};
+use self::tools::{catalog_of, error_result, instructions, invalid_arguments, list_page, server_name, NameCache, META};
 use crate::auth::Caller;
 use crate::call::{execute_call, new_call_id, FinishedCall, Native, ParsedCall};
+use crate::catalog::Catalog;
 use crate::error::RequestError;
 use crate::gateway::{Gateway, Generation};
 use crate::mcp::jsonrpc::{params_object, Message, OutgoingResponse};
@@ -75,10 +76,6 @@ const URL_ELICITATION_SESSION: &str = ".url";
 /// authorization): a retry carrying it answers the gateway, not the tool's
 /// server. The gateway keeps no state: the retry simply runs the call again.
 const GATEWAY_STATE: &str = "otc-gateway/authorize";
-
-/// What the gateway tells MCP clients about itself.
-const INSTRUCTIONS: &str = "Tools of the OTC gateway's merged catalog, each at its latest version. \
-    tools/call also accepts an OTC tool id such as Toolkit.Name@1.0.0 for other versions.";
 
 /// Every protocol version the endpoint speaks, modern first.
 fn supported_versions() -> Vec<&'static str> {
@@ -108,6 +105,8 @@ pub struct McpHead<'a> {
     pub duplicated: bool,
     /// The client's W3C `traceparent`, continued upstream.
     pub traceparent: Option<String>,
+    /// The virtual server's view at `/servers/<name>/mcp` (`catalog/servers.rs`); `None` at `/mcp`.
+    pub server: Option<Arc<Catalog>>,
 }
 
 impl<'a> McpHead<'a> {
@@ -124,6 +123,7 @@ impl<'a> McpHead<'a> {
             session: one(SESSION_HEADER),
             duplicated,
             traceparent: headers.get("traceparent").and_then(|v| v.to_str().ok()).map(str::to_owned),
+            server: None,
         }
     }
 }
@@ -206,7 +206,7 @@ impl McpEndpoint {
                 self.names.clone(),
                 gateway.clone(),
                 caller.clone(),
-                None,
+                (None, server_name(&head.server)),
                 slot,
             ))),
             Err(e) => McpAnswer::Reply(e.reply(Value::Null, Era::R2025_11_25)),
@@ -232,8 +232,8 @@ impl McpEndpoint {
         {
             Err(e) => Err(e),
             Ok(_) => match method.as_str() {
-                "server/discover" => Ok(discover(gateway)),
-                "tools/list" => self.list(gateway, caller, &params).map(|mut page| {
+                "server/discover" => Ok(discover(gateway, head)),
+                "tools/list" => self.list(gateway, caller, head, &params).map(|mut page| {
                     page.extend(cache_hints(gateway));
                     page
                 }),
@@ -247,7 +247,7 @@ impl McpEndpoint {
                     Err(RpcError::InvalidParams("Resource not found: the gateway serves no resources".into()))
                 }
                 "subscriptions/listen" => {
-                    return match self.listen(gateway, caller, id.clone(), &params) {
+                    return match self.listen(gateway, caller, head, id.clone(), &params) {
                         Ok(listen) => McpAnswer::Stream(Box::new(listen)),
                         Err(e) => McpAnswer::Reply(e.reply(id, Era::R2026_07_28)),
                     }
@@ -277,13 +277,13 @@ impl McpEndpoint {
         }
         let outcome = match method.as_str() {
             "initialize" => {
-                let (result, session) = initialize(&params, instructions(gateway));
+                let (result, session) = initialize(&params, &instructions(gateway, head));
                 let mut answer = reply(id, result);
                 answer.headers.push((SESSION_HEADER, session));
                 return answer;
             }
             "ping" => Ok(Map::new()),
-            "tools/list" => self.list(gateway, caller, &params),
+            "tools/list" => self.list(gateway, caller, head, &params),
             other => Err(RpcError::MethodNotFound(other.to_owned())),
         };
         match outcome {
@@ -294,20 +294,32 @@ impl McpEndpoint {
 
     /// `tools/list`: the caller's tools, a page at a time; in search mode
     /// (`[mcp] tool_listing = "search"`) the fixed meta-tools instead.
-    fn list(&self, gateway: &Gateway, caller: &Caller, params: &Value) -> Result<Map<String, Value>, RpcError> {
+    fn list(
+        &self,
+        gateway: &Gateway,
+        caller: &Caller,
+        head: &McpHead,
+        params: &Value,
+    ) -> Result<Map<String, Value>, RpcError> {
         let params = params_object(params).ok_or_else(|| RpcError::InvalidParams("params must be an object".into()))?;
         let generation = gateway.generation();
         if search::enabled(&generation) {
             let Value::Object(meta_tools) = search::list() else { return Ok(Map::new()) };
             return Ok(meta_tools);
         }
-        let names = self.names.of(&gateway.catalog.load());
+        let names = self.names.of(&catalog_of(gateway, &head.server));
         list_page(&names, &generation.access, generation.access.matching(caller), params)
     }
 
     /// A call of a search-mode meta-tool (`search_tools`, `describe_tool`).
-    fn meta_call(&self, gateway: &Gateway, caller: &Caller, params: &Value) -> Result<Map<String, Value>, RpcError> {
-        let catalog = gateway.catalog.load();
+    fn meta_call(
+        &self,
+        gateway: &Gateway,
+        caller: &Caller,
+        head: &McpHead,
+        params: &Value,
+    ) -> Result<Map<String, Value>, RpcError> {
+        let catalog = catalog_of(gateway, &head.server);
         match search::call(gateway, &catalog, caller, params, &*self.names.of(&catalog)) {
             Ok(Value::Object(result)) => Ok(result),
             Ok(_) => Ok(Map::new()),
@@ -316,11 +328,19 @@ impl McpEndpoint {
     }
 
     /// `subscriptions/listen`: a stream of the changes the client asked for.
-    fn listen(&self, gateway: &Arc<Gateway>, caller: &Caller, id: Value, params: &Value) -> Result<Listen, RpcError> {
+    fn listen(
+        &self,
+        gateway: &Arc<Gateway>,
+        caller: &Caller,
+        head: &McpHead,
+        id: Value,
+        params: &Value,
+    ) -> Result<Listen, RpcError> {
         let filter = params.get("notifications").and_then(Value::as_object);
         let tools = filter.and_then(|f| f.get("toolsListChanged")).and_then(Value::as_bool).unwrap_or(false);
         let slot = self.stream_slot(gateway, caller)?;
-        Ok(Listen::open(self.names.clone(), gateway.clone(), caller.clone(), Some((id, tools)), slot))
+        let subscription = (Some((id, tools)), server_name(&head.server));
+        Ok(Listen::open(self.names.clone(), gateway.clone(), caller.clone(), subscription, slot))
     }
 
     /// `tools/call`, in either era: its envelope checked, the call run, and
@@ -396,10 +416,10 @@ impl McpEndpoint {
         };
         if search::enabled(&generation) && search::is_meta_tool(name) {
             let params = json!({"name": name, "arguments": input});
-            return self.meta_call(gateway, caller, &params).map(CallAnswer::Made);
+            return self.meta_call(gateway, caller, head, &params).map(CallAnswer::Made);
         }
         let unknown = || RpcError::InvalidParams(format!("Unknown tool: {name}"));
-        let tool_id = match self.names.of(&gateway.catalog.load()).key(name) {
+        let tool_id = match self.names.of(&catalog_of(gateway, &head.server)).key(name) {
             Some(key) => key.to_owned(),
             // Older versions, and tools of a newer catalog than the table.
             None if name.contains('.') => name.to_owned(),
@@ -423,6 +443,7 @@ impl McpEndpoint {
             context: CallContext::default(),
             traceparent: head.traceparent.clone(),
             passthrough,
+            server: head.server.clone(),
         };
         match execute_call(gateway, generation, caller, call).await {
             // The tool's server asks the client (which sent its capabilities
@@ -628,22 +649,12 @@ fn cache_hints(gateway: &Gateway) -> Map<String, Value> {
     hints
 }
 
-/// What the gateway tells a model about using it: in search mode, to
-/// search first.
-fn instructions(gateway: &Gateway) -> &'static str {
-    if search::enabled(&gateway.generation()) {
-        search::INSTRUCTIONS
-    } else {
-        INSTRUCTIONS
-    }
-}
-
 /// `server/discover`: versions, capabilities, instructions.
-fn discover(gateway: &Gateway) -> Map<String, Value> {
+fn discover(gateway: &Gateway, head: &McpHead) -> Map<String, Value> {
     let mut result = Map::new();
     result.insert("supportedVersions".into(), json!(supported_versions()));
     result.insert("capabilities".into(), capabilities(true));
-    result.insert("instructions".into(), json!(instructions(gateway)));
+    result.insert("instructions".into(), json!(instructions(gateway, head)));
     let ttl = u64::try_from(gateway.generation().poll.interval.as_millis()).unwrap_or(u64::MAX);
     result.insert("ttlMs".into(), json!(ttl));
     result.insert("cacheScope".into(), json!("public"));
@@ -692,7 +703,7 @@ mod tests {
 
     #[test]
     fn versions_are_negotiated() {
-        let version = |params: Value| initialize(&params, INSTRUCTIONS).0["protocolVersion"].clone();
+        let version = |params: Value| initialize(&params, "instructions").0["protocolVersion"].clone();
         assert_eq!(version(json!({"protocolVersion": "2025-06-18"})), "2025-06-18");
         assert_eq!(version(json!({"protocolVersion": "2024-11-05"})), "2025-11-25");
         assert_eq!(version(Value::Null), "2025-11-25");
@@ -702,7 +713,7 @@ mod tests {
     #[test]
     fn a_session_id_says_whether_its_client_takes_url_elicitations() {
         let session = |capabilities: Value| {
-            initialize(&json!({"protocolVersion": "2025-11-25", "capabilities": capabilities}), INSTRUCTIONS).1
+            initialize(&json!({"protocolVersion": "2025-11-25", "capabilities": capabilities}), "instructions").1
         };
         assert!(session(json!({"elicitation": {"url": {}}})).ends_with(URL_ELICITATION_SESSION));
         assert!(!session(json!({"elicitation": {}})).ends_with(URL_ELICITATION_SESSION), "form mode only");

@@ -43,6 +43,9 @@ pub(crate) trait McpNames {
     fn key_of(&self, name: &str) -> Option<&str>;
     /// The MCP `Tool` the front lists for a `Toolkit.Name`, at its latest version.
     fn tool_of(&self, key: &str) -> Option<&Value>;
+    /// The root catalog's `Toolkit.Name` a key of a virtual server's view
+    /// stands for (policies judge it); `key` itself at the root.
+    fn root_of<'k>(&'k self, key: &'k str) -> &'k str;
 }
 
 /// Whether `[mcp] tool_listing = "search"` is in force.
@@ -179,7 +182,7 @@ fn describe(gateway: &Gateway, caller: &Caller, arguments: &Map<String, Value>, 
     // An MCP name, or the OTC key `tools/call` also takes.
     let key = names.key_of(name).unwrap_or(name);
     let generation = gateway.generation();
-    let visible = generation.access.allows(generation.access.matching(caller), key);
+    let visible = generation.access.allows(generation.access.matching(caller), names.root_of(key));
     match names.tool_of(key).filter(|_| visible) {
         Some(tool) => {
             let mut tool = tool.clone();

@@ -15,9 +15,11 @@ use std::sync::{Arc, Mutex};
 use serde_json::{json, Map, Value};
 
 use super::error::RpcError;
-use super::search::McpNames;
+use super::search::{self, McpNames};
+use super::McpHead;
 use crate::catalog::{Catalog, CatalogTool};
 use crate::error::RequestError;
+use crate::gateway::Gateway;
 use crate::policy::{AccessPolicy, Matching};
 use crate::resolve::{ToolRef, VersionRequest};
 
@@ -32,6 +34,9 @@ pub(crate) const META: &str = "otc-gateway";
 pub(crate) struct ListedTool {
     /// Its `Toolkit.Name`.
     pub key: String,
+    /// The root catalog's `Toolkit.Name` it stands for (in a virtual
+    /// server's view; else `key`): what policies judge.
+    pub root: String,
     /// The MCP `Tool` object.
     pub tool: Value,
     /// A digest of `tool`: a caller's visible list changed when the digests
@@ -52,42 +57,43 @@ pub(crate) struct ToolNames {
     places: HashMap<String, usize>,
 }
 
-/// The name table of the latest catalog seen, rebuilt when it changes.
+/// The name tables of the latest catalog seen and its virtual servers'
+/// views, each built once.
 #[derive(Debug, Default)]
 pub(crate) struct NameCache {
-    names: Mutex<Option<Arc<ToolNames>>>,
+    names: Mutex<Vec<Arc<ToolNames>>>,
 }
 
 impl NameCache {
     /// The name table of `catalog`.
     pub(crate) fn of(&self, catalog: &Catalog) -> Arc<ToolNames> {
         let mut cached = self.names.lock().unwrap_or_else(|p| p.into_inner());
-        match cached.as_ref() {
-            Some(names) if names.generation == catalog.generation() => names.clone(),
-            _ => {
-                let names = Arc::new(ToolNames::build(catalog));
-                *cached = Some(names.clone());
-                names
-            }
+        if let Some(names) = cached.iter().find(|names| names.generation == catalog.generation()) {
+            return names.clone();
         }
+        // Tables of older catalogs (and their views) are not asked for again.
+        cached.retain(|names| names.generation >= catalog.epoch());
+        let names = Arc::new(ToolNames::build(catalog));
+        cached.push(names.clone());
+        names
     }
 }
 
 impl ToolNames {
     fn build(catalog: &Catalog) -> ToolNames {
-        let mut by_name: BTreeMap<String, (String, Value)> = BTreeMap::new();
+        let mut by_name: BTreeMap<String, (String, String, Value)> = BTreeMap::new();
         for (name, key) in catalog.mcp_names() {
             let Ok(route) = catalog.lookup(&ToolRef { key, version: VersionRequest::Latest }) else { continue };
             let tool = mcp_tool(name, &route.tool);
-            by_name.insert(name.clone(), (key.clone(), tool));
+            by_name.insert(name.clone(), (key.clone(), route.root().tool.key.clone(), tool));
         }
-        let keys = by_name.iter().map(|(name, (key, _))| (name.clone(), key.clone())).collect();
+        let keys = by_name.iter().map(|(name, (key, _, _))| (name.clone(), key.clone())).collect();
         let tools: Vec<ListedTool> = by_name
             .into_values()
-            .map(|(key, tool)| {
+            .map(|(key, root, tool)| {
                 let mut hasher = DefaultHasher::new();
                 tool.to_string().hash(&mut hasher);
-                ListedTool { key, tool, digest: hasher.finish() }
+                ListedTool { key, root, tool, digest: hasher.finish() }
             })
             .collect();
         let places = tools.iter().enumerate().map(|(place, listed)| (listed.key.clone(), place)).collect();
@@ -105,7 +111,7 @@ impl ToolNames {
         access: &'a AccessPolicy,
         matching: Matching,
     ) -> impl Iterator<Item = &'a ListedTool> + 'a {
-        self.tools.iter().filter(move |listed| access.allows(matching, &listed.key))
+        self.tools.iter().filter(move |listed| access.allows(matching, &listed.root))
     }
 
     /// A digest of what a caller sees: equal while its list is unchanged.
@@ -126,6 +132,37 @@ impl McpNames for ToolNames {
     fn tool_of(&self, key: &str) -> Option<&Value> {
         self.places.get(key).map(|&place| &self.tools[place].tool)
     }
+
+    fn root_of<'k>(&'k self, key: &'k str) -> &'k str {
+        self.places.get(key).map_or(key, |&place| &self.tools[place].root)
+    }
+}
+
+/// What the gateway tells MCP clients about itself.
+const INSTRUCTIONS: &str = "Tools of the OTC gateway's merged catalog, each at its latest version. \
+    tools/call also accepts an OTC tool id such as Toolkit.Name@1.0.0 for other versions.";
+
+/// What the gateway tells a model about using it: a virtual server's
+/// `instructions` when it has them; in search mode, to search first.
+pub(crate) fn instructions(gateway: &Gateway, head: &McpHead) -> String {
+    let own = head.server.as_ref().and_then(|view| view.as_server()?.config.instructions.as_deref());
+    match (own, search::enabled(&gateway.generation())) {
+        (Some(own), true) => format!("{own} {}", search::INSTRUCTIONS),
+        (Some(own), false) => own.to_owned(),
+        (None, true) => search::INSTRUCTIONS.to_owned(),
+        (None, false) => INSTRUCTIONS.to_owned(),
+    }
+}
+
+/// The catalog a request to an MCP endpoint is served from: its virtual
+/// server's view (`/servers/<name>/mcp`), else the root (`/mcp`).
+pub(crate) fn catalog_of(gateway: &Gateway, server: &Option<Arc<Catalog>>) -> Arc<Catalog> {
+    server.clone().unwrap_or_else(|| gateway.catalog.load_owned())
+}
+
+/// The name of the virtual server a view is of.
+pub(crate) fn server_name(server: &Option<Arc<Catalog>>) -> Option<String> {
+    Some(server.as_ref()?.as_server()?.config.name().to_owned())
 }
 
 /// One page of the tools a caller may see, from `params.cursor`: `tools`

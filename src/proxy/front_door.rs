@@ -28,11 +28,14 @@ use crate::approval_endpoint;
 use crate::auth::{resource, AuthError, Caller, CallerKind, Credentials, Target};
 use crate::call::{execute_call, parse_call_request, render_result};
 use crate::catalog::search::SearchRequest;
+use crate::catalog::Catalog;
+use crate::config::is_server_name;
 use crate::error::RequestError;
 use crate::gateway::{Gateway, Generation};
 use crate::mcp_endpoint::{Listen, McpAnswer, McpEndpoint, McpHead};
 use crate::oauth_endpoint::{self, BrowserRequest, OAuthRequest};
 use crate::otel::{self, Kind, Span};
+use crate::policy::server_view;
 use crate::reply::Reply;
 use crate::tool_search::{self, Front};
 
@@ -53,6 +56,14 @@ pub(super) enum Route {
     Call,
     /// `/mcp`.
     Mcp,
+    /// `/servers/<name>/tools`: a virtual server's listing (`catalog/servers.rs`).
+    ServerTools,
+    /// `/servers/<name>/tools/search`.
+    ServerSearch,
+    /// `/servers/<name>/tools/call`.
+    ServerCall,
+    /// `/servers/<name>/mcp`.
+    ServerMcp,
     /// `/oauth/...`.
     OAuth,
     /// `/.well-known/oauth-protected-resource[...]`.
@@ -70,6 +81,7 @@ impl Route {
             "/tools/search" => Route::Search,
             "/tools/call" | "/call" => Route::Call,
             "/mcp" => Route::Mcp,
+            _ if path.starts_with(SERVERS) => server_route(path),
             _ if path.starts_with("/oauth/") => Route::OAuth,
             _ if path.starts_with(resource::WELL_KNOWN) => Route::ResourceMetadata,
             _ => Route::Other,
@@ -84,10 +96,35 @@ impl Route {
             Route::Search => "/tools/search",
             Route::Call => "/tools/call",
             Route::Mcp => "/mcp",
+            Route::ServerTools => "/servers/{name}/tools",
+            Route::ServerSearch => "/servers/{name}/tools/search",
+            Route::ServerCall => "/servers/{name}/tools/call",
+            Route::ServerMcp => "/servers/{name}/mcp",
             Route::OAuth => "/oauth",
             Route::ResourceMetadata => resource::WELL_KNOWN,
             Route::Other => "other",
         }
+    }
+
+    /// Whether it is an MCP endpoint: `/mcp` or a virtual server's.
+    pub(super) fn is_mcp(self) -> bool {
+        matches!(self, Route::Mcp | Route::ServerMcp)
+    }
+}
+
+/// Where virtual servers are served: `/servers/<name>/...`.
+const SERVERS: &str = "/servers/";
+
+/// A virtual server's route, from a path under [`SERVERS`].
+fn server_route(path: &str) -> Route {
+    let Some((name, endpoint)) = path[SERVERS.len()..].split_once('/') else { return Route::Other };
+    match endpoint {
+        _ if !is_server_name(name.as_bytes()) => Route::Other,
+        "tools" => Route::ServerTools,
+        "tools/search" => Route::ServerSearch,
+        "tools/call" => Route::ServerCall,
+        "mcp" => Route::ServerMcp,
+        _ => Route::Other,
     }
 }
 
@@ -246,43 +283,51 @@ impl FrontDoor {
         check_browser(&generation, head, accepted)?;
         let reply = match (head.route, &head.method) {
             (Route::Health, &Method::GET | &Method::HEAD) => self.admit(&generation).map(|_admitted| self.health())?,
-            (Route::Tools, &Method::GET | &Method::HEAD) => {
+            (Route::Tools | Route::ServerTools, &Method::GET | &Method::HEAD) => {
                 let caller = self.authenticate(&generation, head, Target::Otc, span.as_deref_mut())?;
+                let catalog = self.catalog(head, &caller)?;
                 let _admitted = self.admit(&generation)?;
-                let catalog = self.gateway.catalog.load();
                 Reply::ok(generation.access.listing(&catalog, generation.access.matching(&caller)))
             }
-            (Route::Search, &Method::GET | &Method::HEAD) => {
+            (Route::Search | Route::ServerSearch, &Method::GET | &Method::HEAD) => {
                 let caller = self.authenticate(&generation, head, Target::Otc, span.as_deref_mut())?;
+                let catalog = self.catalog(head, &caller)?;
                 let _admitted = self.admit(&generation)?;
                 let request = SearchRequest::from_query_string(head.query)?;
-                let catalog = self.gateway.catalog.load();
                 let found =
                     tool_search::search_tools(&self.gateway, &generation, &catalog, &caller, &request, Front::Otc);
                 Reply::ok(tool_search::otc_body(&found))
             }
-            (Route::Call, &Method::POST) => {
+            (Route::Call | Route::ServerCall, &Method::POST) => {
                 // Credentials first: an unauthenticated client's body is not read.
                 let caller = self.authenticate(&generation, head, Target::Otc, span.as_deref_mut())?;
+                let server = self.server(head, &caller)?;
                 let body = match body.ready(generation.config.server.max_body_bytes) {
                     Some(ready) => ready?,
                     None => read_body(&generation, body).await?,
                 };
                 let _admitted = self.admit(&generation)?;
-                let call = parse_call_request(&generation, &body, traceparent(head, span.as_deref()))?;
+                let mut call = parse_call_request(&generation, &body, traceparent(head, span.as_deref()))?;
+                call.server = server;
                 let completed = execute_call(&self.gateway, generation, &caller, call).await?;
                 Reply::ok(render_result(&completed.result))
             }
-            (Route::Mcp, _) => return self.mcp(generation, head, body, span).await,
+            (Route::Mcp | Route::ServerMcp, _) => return self.mcp(generation, head, body, span).await,
             (Route::OAuth, _) => self.oauth(generation, head, body).await?,
             (Route::ResourceMetadata, &Method::GET | &Method::HEAD) => {
                 let _admitted = self.admit(&generation)?;
                 self.resource_metadata(&generation, head.path)?
             }
-            (Route::Health | Route::Tools | Route::Search | Route::ResourceMetadata, _) => {
-                return Err(RequestError::MethodNotAllowed { allow: "GET, HEAD" })
-            }
-            (Route::Call, _) => return Err(RequestError::MethodNotAllowed { allow: "POST" }),
+            (
+                Route::Health
+                | Route::Tools
+                | Route::Search
+                | Route::ServerTools
+                | Route::ServerSearch
+                | Route::ResourceMetadata,
+                _,
+            ) => return Err(RequestError::MethodNotAllowed { allow: "GET, HEAD" }),
+            (Route::Call | Route::ServerCall, _) => return Err(RequestError::MethodNotAllowed { allow: "POST" }),
             (Route::Other, _) => return Err(RequestError::NotFound(head.path.chars().take(200).collect())),
         };
         Ok(Answer::Reply(reply))
@@ -334,6 +379,26 @@ impl FrontDoor {
         })
     }
 
+    /// The virtual server a `/servers/<name>/...` request is for: its view,
+    /// when the caller may use it (`policy::server_view`); a server that is
+    /// not configured, or whose `when` the caller does not meet, is a path
+    /// that does not exist (404). `None` for every other route.
+    fn server(&self, head: &Head<'_>, caller: &Caller) -> Result<Option<Arc<Catalog>>, RequestError> {
+        if !matches!(head.route, Route::ServerTools | Route::ServerSearch | Route::ServerCall | Route::ServerMcp) {
+            return Ok(None);
+        }
+        let name = head.path[SERVERS.len()..].split_once('/').map_or("", |(name, _)| name);
+        match server_view(&self.gateway.catalog.load(), name, caller) {
+            Some(view) => Ok(Some(view)),
+            None => Err(RequestError::NotFound(head.path.chars().take(200).collect())),
+        }
+    }
+
+    /// The catalog a request is served from: its server's view, else the root.
+    fn catalog(&self, head: &Head<'_>, caller: &Caller) -> Result<Arc<Catalog>, RequestError> {
+        Ok(self.server(head, caller)?.unwrap_or_else(|| self.gateway.catalog.load_owned()))
+    }
+
     fn health(&self) -> Reply {
         let tools = self.gateway.catalog.load().len();
         Reply::ok(Bytes::from(format!(r#"{{"$schema":"otc://1.0","status":"ok","tools":{tools}}}"#)))
@@ -349,7 +414,8 @@ impl FrontDoor {
         mut span: Option<&mut Span>,
     ) -> Result<Answer, RequestError> {
         let caller = self.authenticate(&generation, head, Target::Mcp, span.as_deref_mut())?;
-        let mcp_head = McpHead { traceparent: traceparent(head, span.as_deref()), ..head.mcp.clone() };
+        let server = self.server(head, &caller)?;
+        let mcp_head = McpHead { traceparent: traceparent(head, span.as_deref()), server, ..head.mcp.clone() };
         let answer = match head.method {
             Method::POST => {
                 let body = match body.ready(generation.config.server.max_body_bytes) {
@@ -449,7 +515,7 @@ fn check_browser(
             *accepted = Some((Arc::downgrade(generation), host.to_vec()));
         }
     }
-    Ok(generation.browser.check_origin(head.origin, head.route == Route::Mcp)?)
+    Ok(generation.browser.check_origin(head.origin, head.route.is_mcp())?)
 }
 
 /// The request's body within `server.max_body_bytes` and `body_timeout`.
@@ -507,6 +573,16 @@ mod tests {
             ("/.well-known/oauth-protected-resource/mcp", resource::WELL_KNOWN),
             ("/tools/call/x", "other"),
             ("/", "other"),
+            ("/servers/support/tools", "/servers/{name}/tools"),
+            ("/servers/support/tools/search", "/servers/{name}/tools/search"),
+            ("/servers/support/tools/call", "/servers/{name}/tools/call"),
+            ("/servers/sup-port_2/mcp", "/servers/{name}/mcp"),
+            ("/servers/support/call", "other"),
+            ("/servers/support", "other"),
+            ("/servers//mcp", "other"),
+            ("/servers/a.b/mcp", "other"),
+            ("/servers/a/b/mcp", "other"),
+            ("/servers/support/mcp/", "other"),
         ] {
             assert_eq!(Route::of(path).label(), label, "{path}");
             assert!(crate::metrics::ROUTES.contains(&label), "{label} is a metrics route");

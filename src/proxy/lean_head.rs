@@ -1,6 +1,7 @@
 //! The lean reader's head parser: whether the bytes at the start of a
 //! connection's buffer are the head of a plain call (`POST /tools/call` or
-//! `POST /mcp`, HTTP/1.1, one Content-Length, nothing unusual), and if so
+//! `POST /mcp`, or either of a virtual server's, HTTP/1.1, one
+//! Content-Length, nothing unusual), and if so
 //! where the few headers a call needs are. Pure: no I/O, no state.
 //!
 //! pingora's session spends a large share of a call's instructions reading
@@ -45,10 +46,12 @@ pub(super) struct McpPositions {
 /// connection's buffer.
 #[cfg_attr(test, derive(Debug, PartialEq))]
 pub(super) struct CallHead {
-    /// Which route it is for: [`Route::Call`] or [`Route::Mcp`].
+    /// Which route it is for: [`Route::Call`], [`Route::Mcp`], or a
+    /// virtual server's ([`Route::ServerCall`], [`Route::ServerMcp`]).
     pub route: Route,
-    /// Its path as sent (`/tools/call`, `/call` or `/mcp`).
-    path: &'static str,
+    /// Where its path is (`/tools/call`, `/call`, `/mcp`,
+    /// `/servers/<name>/tools/call` or `/servers/<name>/mcp`).
+    path: Range<usize>,
     /// The head's length in the buffer, blank line included.
     pub len: usize,
     /// The body's declared length.
@@ -73,20 +76,22 @@ impl CallHead {
     pub(super) fn head<'b>(&self, buf: &'b [u8]) -> Head<'b> {
         let at = |range: &Option<Range<usize>>| range.clone().map(|range| &buf[range]);
         let mcp = match self.route {
-            Route::Mcp => McpHead {
+            route if route.is_mcp() => McpHead {
                 protocol_version: at(&self.mcp.protocol_version),
                 method: at(&self.mcp.method),
                 name: at(&self.mcp.name),
                 session: at(&self.mcp.session),
                 duplicated: self.mcp.duplicated,
                 traceparent: None,
+                server: None,
             },
             _ => McpHead::default(),
         };
         Head {
             route: self.route,
             method: Method::POST,
-            path: self.path,
+            // Checked to be one of the plain paths (ASCII) when parsed.
+            path: std::str::from_utf8(&buf[self.path.clone()]).unwrap_or_default(),
             query: None,
             host: Some(&buf[self.host.clone()]),
             origin: at(&self.origin),
@@ -137,17 +142,26 @@ pub(super) fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usi
     parse_with_httparse(buf, max_header_bytes, max_body)
 }
 
-/// The paths of plain calls, and their routes.
-const PLAIN_PATHS: [(&str, Route); 3] = [("/tools/call", Route::Call), ("/mcp", Route::Mcp), ("/call", Route::Call)];
+/// The route of a plain call's path: `/tools/call`, `/call`, `/mcp`, and a
+/// virtual server's `/servers/<name>/tools/call` and `/servers/<name>/mcp`
+/// (the front door's `Route::of` decides).
+fn plain_route(path: &[u8]) -> Option<Route> {
+    match Route::of(std::str::from_utf8(path).ok()?) {
+        route @ (Route::Call | Route::Mcp | Route::ServerCall | Route::ServerMcp) => Some(route),
+        _ => None,
+    }
+}
 
 /// A plain call's request line as clients send it (`POST <path> HTTP/1.1`):
-/// the route, the path and where the header lines start.
-fn plain_request_line(buf: &[u8]) -> Option<(Route, &'static str, usize)> {
-    let rest = buf.strip_prefix(b"POST ")?;
-    PLAIN_PATHS.iter().find_map(|&(path, route)| {
-        let after = rest.strip_prefix(path.as_bytes())?.strip_prefix(b" HTTP/1.1\r\n")?;
-        Some((route, path, buf.len() - after.len()))
-    })
+/// the route, where the path is and where the header lines start.
+fn plain_request_line(buf: &[u8]) -> Option<(Route, Range<usize>, usize)> {
+    const POST: &[u8] = b"POST ";
+    let rest = buf.strip_prefix(POST)?;
+    // A plain path is short: no need to look further for its end.
+    let end = rest.iter().take(96).position(|&b| b == b' ')?;
+    let after = rest[end..].strip_prefix(b" HTTP/1.1\r\n")?;
+    let route = plain_route(&rest[..end])?;
+    Some((route, POST.len()..POST.len() + end, buf.len() - after.len()))
 }
 
 /// Any head, by httparse.
@@ -159,7 +173,11 @@ fn parse_with_httparse(buf: &[u8], max_header_bytes: usize, max_body: usize) -> 
         Ok(httparse::Status::Partial) => return Parsed::Partial,
         Err(_) => return Parsed::Other,
     };
-    let Some(&(path, route)) = PLAIN_PATHS.iter().find(|(path, _)| request.path == Some(*path)) else {
+    let Some((route, path)) = request.path.and_then(|path| {
+        // httparse's path is a slice of `buf`: where it is.
+        let start = path.as_ptr() as usize - buf.as_ptr() as usize;
+        Some((plain_route(path.as_bytes())?, start..start + path.len()))
+    }) else {
         return Parsed::Other;
     };
     if request.method != Some("POST") || request.version != Some(1) {
@@ -177,7 +195,7 @@ fn parse_with_httparse(buf: &[u8], max_header_bytes: usize, max_body: usize) -> 
 fn read_lines<'b>(
     buf: &'b [u8],
     route: Route,
-    path: &'static str,
+    path: Range<usize>,
     lines: impl Iterator<Item = (&'b [u8], &'b [u8])>,
     max_header_bytes: usize,
     max_body: usize,
@@ -232,7 +250,7 @@ fn read_lines<'b>(
             continue;
         } else if name.eq_ignore_ascii_case(b"origin") {
             &mut head.origin
-        } else if route == Route::Mcp && name.get(..4).is_some_and(|p| p.eq_ignore_ascii_case(b"mcp-")) {
+        } else if route.is_mcp() && name.get(..4).is_some_and(|p| p.eq_ignore_ascii_case(b"mcp-")) {
             let mcp = &mut head.mcp;
             let mirrored = if name.eq_ignore_ascii_case(PROTOCOL_VERSION_HEADER.as_bytes()) {
                 &mut mcp.protocol_version
@@ -387,6 +405,45 @@ mod tests {
         let many: String = (0..MAX_HEADERS + 1).map(|i| format!("X-{i}: y\r\n")).collect();
         let crowded = format!("POST /tools/call HTTP/1.1\r\nContent-Length: 2\r\n{many}\r\n");
         assert!(matches!(parse(&crowded), Parsed::Other), "more header lines than the slots");
+    }
+
+    #[test]
+    fn a_virtual_servers_call_is_read_here_by_either_parser() {
+        for (head, route, path) in [
+            (
+                "POST /servers/support/tools/call HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n",
+                Route::ServerCall,
+                "/servers/support/tools/call",
+            ),
+            (
+                "POST /servers/a-b_2/mcp HTTP/1.1\r\nHost: h\r\nMcp-Method: tools/call\r\nContent-Length: 2\r\n\r\n",
+                Route::ServerMcp,
+                "/servers/a-b_2/mcp",
+            ),
+            // httparse's: a header line of another shape.
+            (
+                "POST /servers/support/mcp HTTP/1.1\r\nHost:h\r\nMcp-Method:  tools/call\r\nContent-Length: 2\r\n\r\n",
+                Route::ServerMcp,
+                "/servers/support/mcp",
+            ),
+        ] {
+            let buf = format!("{head}{{}}");
+            let Parsed::Call(call) = parse_call_head(buf.as_bytes(), 8192, 1024) else { panic!("{head:?}") };
+            assert_eq!(call.route, route, "{head:?}");
+            assert_eq!(call.head(buf.as_bytes()).path, path, "{head:?}");
+            if route == Route::ServerMcp {
+                assert_eq!(call.mcp_head(buf.as_bytes(), None).method, Some(&b"tools/call"[..]), "{head:?}");
+            }
+        }
+        for head in [
+            "POST /servers/support/tools HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /servers/a.b/mcp HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /servers//mcp HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /servers/a/mcp/ HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+            "POST /servers/a/mcp?x=1 HTTP/1.1\r\nContent-Length: 2\r\n\r\n",
+        ] {
+            assert!(matches!(parse(head), Parsed::Other), "{head:?}");
+        }
     }
 
     /// `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`, `Mcp-Session-Id`

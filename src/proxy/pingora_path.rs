@@ -63,7 +63,7 @@ impl PingoraPath {
             origin: framed.origin,
             credentials: Credentials::from_headers(headers).ok(),
             traceparent: headers.get("traceparent").map(http::HeaderValue::as_bytes),
-            mcp: if route == Route::Mcp { McpHead::from_headers(headers) } else { McpHead::default() },
+            mcp: if route.is_mcp() { McpHead::from_headers(headers) } else { McpHead::default() },
             headers: Some(headers),
         };
         let mut body = SessionBody { session, expect: framed.expect };

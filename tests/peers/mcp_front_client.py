@@ -22,7 +22,8 @@ SCENARIO_JSON is an object:
                 change, then lists the tools again ("tools_after": their
                 names, "listed_after": them as listed).
 
-Prints one JSON object: the negotiated protocol version, the server's name,
+Prints one JSON object: the negotiated protocol version, the server's name
+and instructions,
 every listed tool (wire form), each call's {"result"} / {"error": {code,
 message}} / {"exception"}, the elicitations seen, and what listening saw.
 """
@@ -66,6 +67,7 @@ async def main(url, mode, scenario):
     async with client:
         out["protocol_version"] = client.protocol_version
         out["server"] = client.server_info.name if client.server_info else None
+        out["instructions"] = client.instructions
         listed = await client.list_tools()
         out["tools"] = [wire(tool) for tool in listed.tools]
         out["calls"] = [await call(client, c["name"], c.get("arguments")) for c in scenario.get("calls", [])]

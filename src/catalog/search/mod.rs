@@ -85,9 +85,10 @@ pub struct Doc {
 }
 
 impl Doc {
-    /// `Toolkit.Name`.
-    pub fn key(&self) -> &str {
-        &self.route.tool.key
+    /// The root catalog's `Toolkit.Name` (in a virtual server's view, the
+    /// tool it stands for): what policies judge.
+    pub fn root_key(&self) -> &str {
+        &self.route.root().tool.key
     }
 
     /// Its version.
