@@ -142,6 +142,9 @@ pub(super) fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usi
     parse_with_httparse(buf, max_header_bytes, max_body)
 }
 
+/// The root's plain paths, and their routes.
+const ROOT_PATHS: [(&str, Route); 3] = [("/tools/call", Route::Call), ("/mcp", Route::Mcp), ("/call", Route::Call)];
+
 /// The route of a plain call's path: `/tools/call`, `/call`, `/mcp`, and a
 /// virtual server's `/servers/<name>/tools/call` and `/servers/<name>/mcp`
 /// (the front door's `Route::of` decides).
@@ -157,6 +160,17 @@ fn plain_route(path: &[u8]) -> Option<Route> {
 fn plain_request_line(buf: &[u8]) -> Option<(Route, Range<usize>, usize)> {
     const POST: &[u8] = b"POST ";
     let rest = buf.strip_prefix(POST)?;
+    // The root's three paths first, byte for byte: most calls, and cheaper
+    // than reading the path as text for `Route::of` (which cost the root's
+    // call 2.3% more instructions, benches/README.md).
+    for (path, route) in ROOT_PATHS {
+        if let Some(after) = rest.strip_prefix(path.as_bytes()).and_then(|r| r.strip_prefix(b" HTTP/1.1\r\n")) {
+            return Some((route, POST.len()..POST.len() + path.len(), buf.len() - after.len()));
+        }
+    }
+    if !rest.starts_with(b"/servers/") {
+        return None;
+    }
     // A plain path is short: no need to look further for its end.
     let end = rest.iter().take(96).position(|&b| b == b' ')?;
     let after = rest[end..].strip_prefix(b" HTTP/1.1\r\n")?;
