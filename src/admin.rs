@@ -108,6 +108,9 @@ enum AdminError {
     /// An explain request that cannot be read.
     #[error("explain: {0}")]
     BadExplain(String),
+    /// A tool search whose query, limit or version is unusable.
+    #[error("search: {0}")]
+    BadSearch(crate::catalog::search::SearchError),
     /// A query parameter this endpoint does not take.
     #[error("{0}")]
     BadQuery(String),
@@ -144,7 +147,10 @@ impl AdminError {
             AdminError::Browser(BrowserRefusal::MisdirectedHost) => StatusCode::MISDIRECTED_REQUEST,
             AdminError::Unauthorized => StatusCode::UNAUTHORIZED,
             AdminError::NotFound | AdminError::UnknownProvider(_) => StatusCode::NOT_FOUND,
-            AdminError::Authority(_) | AdminError::BadExplain(_) | AdminError::BadQuery(_) => StatusCode::BAD_REQUEST,
+            AdminError::Authority(_)
+            | AdminError::BadExplain(_)
+            | AdminError::BadSearch(_)
+            | AdminError::BadQuery(_) => StatusCode::BAD_REQUEST,
             AdminError::GrantStore(_) => StatusCode::SERVICE_UNAVAILABLE,
             AdminError::Method(_) => StatusCode::METHOD_NOT_ALLOWED,
             AdminError::NoConfigFile => StatusCode::CONFLICT,
@@ -231,8 +237,7 @@ async fn serve(
         (&Method::GET, "/tools") => Ok(with_type(StatusCode::OK, gateway.catalog.load().listing(), "application/json")),
         (&Method::GET, "/tools/search") => {
             // The operator searches every tool, at its latest version.
-            let asked = SearchRequest::from_query_string(request.uri.query())
-                .map_err(|e| AdminError::BadExplain(format!("search: {e}")))?;
+            let asked = SearchRequest::from_query_string(request.uri.query()).map_err(AdminError::BadSearch)?;
             let catalog = gateway.catalog.load();
             let index = catalog.search_index();
             let found: Vec<_> = index
@@ -606,14 +611,14 @@ struct TracingStatus {
 struct UpstreamReport {
     name: String,
     /// What the operator granted it (names only).
-    granted: Granted,
+    granted: GrantedNames,
     #[serde(flatten)]
     status: UpstreamStatus,
 }
 
 /// An upstream's grants, as gateway.toml writes them.
 #[derive(Serialize)]
-struct Granted {
+struct GrantedNames {
     secrets: Vec<String>,
     authorization: Vec<String>,
     toolkits: Vec<String>,
@@ -628,7 +633,7 @@ fn status(gateway: &Gateway) -> Status {
         .iter()
         .map(|u| UpstreamReport {
             name: u.name.to_string(),
-            granted: Granted {
+            granted: GrantedNames {
                 secrets: u.secret_grants.to_list(),
                 authorization: u.authorization_grants.to_list(),
                 toolkits: u.reserved_toolkits.clone(),
@@ -643,7 +648,7 @@ fn status(gateway: &Gateway) -> Status {
         tools: catalog.len(),
         conflicts: catalog.conflicts().to_vec(),
         policy_warnings: generation.access.unmatched_patterns(&catalog),
-        ungranted: catalog.ungranted(&generation.config),
+        ungranted: catalog.ungranted_requirements(&generation.config),
         refused_tools: catalog.refused().to_vec(),
         shared_toolkits: catalog.shared_toolkits().to_vec(),
         mcp_name_conflicts: catalog.mcp_name_conflicts().to_vec(),

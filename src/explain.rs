@@ -410,7 +410,7 @@ async fn requirements_met(generation: &Generation, route: &Route, caller: &Calle
         met,
         why,
     };
-    let mut out: Vec<RequirementView> = requirements::ungranted(generation, route, declared)
+    let mut out: Vec<RequirementView> = requirements::missing_grants(generation, route, declared)
         .into_iter()
         .map(|u| {
             let why = format!("upstream {} was not granted it (add it to its `{}`)", u.upstream, u.key);

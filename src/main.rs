@@ -274,7 +274,7 @@ fn check_against_catalogs(mut config: Config) -> bool {
                 catalog.len()
             );
         }
-        for u in catalog.ungranted(&gateway.generation().config) {
+        for u in catalog.ungranted_requirements(&gateway.generation().config) {
             eprintln!(
                 "warning: tool {} declares {} {:?}, which upstream {} is not granted: its calls are refused; to grant it, add `{} = [\"{}\"]` to [[upstreams]] {:?}",
                 u.tool,

@@ -23,7 +23,7 @@
 
 use bytes::Bytes;
 
-use crate::auth::{Caller, CallerKind, Target};
+use crate::auth::{AudienceRule, Caller, CallerKind};
 use crate::error::{utc, MissingRequirements, RequestError};
 use crate::gateway::{Gateway, Generation};
 use crate::oauth::{Finished, FlowError, Opened};
@@ -148,10 +148,10 @@ impl<'p> OAuthRequest<'p> {
     /// browser with the user's own credentials, so (as at `/mcp`) only a
     /// token issued for the gateway's resource may, never one a user handed
     /// another service that accepts tokens without `aud`.
-    pub(crate) fn target(&self) -> Target {
+    pub(crate) fn audience_rule(&self) -> AudienceRule {
         match self {
-            OAuthRequest::Confirm => Target::Mcp,
-            _ => Target::Otc,
+            OAuthRequest::Confirm => AudienceRule::Mcp,
+            _ => AudienceRule::Otc,
         }
     }
 }
@@ -539,8 +539,12 @@ mod tests {
             OAuthRequest::parse(&get, "/oauth/google/return/v").ok(),
             Some(OAuthRequest::Return { provider: "google", value: "v" })
         );
-        assert_eq!(OAuthRequest::Confirm.target(), Target::Mcp, "a confirmation's JWT must be for the gateway");
-        assert_eq!(OAuthRequest::Check { provider: "p", check: "c" }.target(), Target::Otc);
+        assert_eq!(
+            OAuthRequest::Confirm.audience_rule(),
+            AudienceRule::Mcp,
+            "a confirmation's JWT must be for the gateway"
+        );
+        assert_eq!(OAuthRequest::Check { provider: "p", check: "c" }.audience_rule(), AudienceRule::Otc);
         assert_eq!(OAuthRequest::parse(&get, "/oauth/").ok(), Some(OAuthRequest::Connections));
         assert_eq!(OAuthRequest::parse(&http::Method::POST, "/oauth/").ok(), Some(OAuthRequest::DisconnectForm));
         assert_eq!(

@@ -139,7 +139,7 @@ pub(crate) fn plan<'r, 'g, 'c>(
 /// What the first target of `route` lacks of what the tool declares, when
 /// none of its upstreams was granted everything the gateway supplies to it;
 /// empty when one was.
-pub(crate) fn ungranted(generation: &Generation, route: &Route, requirements: &Requirements) -> Vec<Ungranted> {
+pub(crate) fn missing_grants(generation: &Generation, route: &Route, requirements: &Requirements) -> Vec<Ungranted> {
     if route.targets.iter().any(|t| t.upstream.granted(requirements, &generation.config)) {
         return Vec::new();
     }
@@ -187,7 +187,7 @@ pub(crate) fn check_grants(
     if route.targets.iter().all(|t| t.upstream.granted(requirements, &generation.config)) {
         return Ok(Granted::Every);
     }
-    let ungranted = ungranted(generation, route, requirements);
+    let ungranted = missing_grants(generation, route, requirements);
     if ungranted.is_empty() {
         return Ok(Granted::Some);
     }

@@ -19,7 +19,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use otc_gateway::auth::{AuthError, Authenticator, Caller, CallerKind, Target};
+use otc_gateway::auth::{AudienceRule, AuthError, Authenticator, Caller, CallerKind};
 use otc_gateway::config::{AuthConfig, AuthMode, SecretRef};
 use otc_gateway::vault::SecretResolver;
 use serde_json::{json, Value};
@@ -41,12 +41,12 @@ const RESOURCE: &str = "http://127.0.0.1:8080/mcp";
 
 /// Authenticates for an OTC route (`/tools`, `/tools/call`).
 fn otc(auth: &Authenticator, headers: &HeaderMap) -> Result<Caller, AuthError> {
-    auth.authenticate(headers, Target::Otc, || PUBLIC_URL.to_owned())
+    auth.authenticate(headers, AudienceRule::Otc, || PUBLIC_URL.to_owned())
 }
 
 /// Authenticates for `/mcp`.
 fn mcp(auth: &Authenticator, headers: &HeaderMap) -> Result<Caller, AuthError> {
-    auth.authenticate(headers, Target::Mcp, || PUBLIC_URL.to_owned())
+    auth.authenticate(headers, AudienceRule::Mcp, || PUBLIC_URL.to_owned())
 }
 
 fn bearer(token: &str) -> HeaderMap {

@@ -23,7 +23,7 @@
 //!
 //! In `mode = "jwt"` the gateway is an OAuth protected resource
 //! ([`resource`]): its metadata tells MCP clients where to get a token, and
-//! the request's [`Target`] decides what a JWT's `aud` must be: at `/mcp`
+//! the request's [`AudienceRule`] decides what a JWT's `aud` must be: at `/mcp`
 //! it must name the gateway's resource identifier, or `audience` when that
 //! is set (MCP authorization, RFC 8707); on the OTC routes a token without
 //! `aud` is accepted unless `audience` is set (the OTC contract), and a
@@ -177,7 +177,7 @@ impl AuthError {
 
 /// The resource a request is for: what its JWT's `aud` must be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Target {
+pub enum AudienceRule {
     /// `/mcp`: the gateway as a protected resource. `aud` must name its
     /// resource identifier, or `[auth] audience` when that is set (MCP
     /// authorization, RFC 8707): a token for another resource never works.
@@ -299,7 +299,7 @@ impl Authenticator {
     pub fn authenticate(
         &self,
         headers: &HeaderMap,
-        target: Target,
+        target: AudienceRule,
         public_url: impl FnOnce() -> String,
     ) -> Result<Caller, AuthError> {
         self.authenticate_credentials(Credentials::from_headers(headers)?, target, public_url)
@@ -311,7 +311,7 @@ impl Authenticator {
     pub fn authenticate_credentials(
         &self,
         credentials: Credentials<'_>,
-        target: Target,
+        target: AudienceRule,
         public_url: impl FnOnce() -> String,
     ) -> Result<Caller, AuthError> {
         if let Some(value) = credentials.api_key {
@@ -364,17 +364,17 @@ impl Authenticator {
     }
 
     /// Whether verified `claims` are for the gateway, as `target` requires
-    /// (see [`Target`]). The reasons name the check, never the audiences.
+    /// (see [`AudienceRule`]). The reasons name the check, never the audiences.
     fn check_audience(
         &self,
         claims: &Value,
-        target: Target,
+        target: AudienceRule,
         public_url: impl FnOnce() -> String,
     ) -> Result<(), AuthError> {
         let Some(aud) = claims.get("aud").filter(|aud| !aud.is_null()) else {
             // The OTC contract: `aud` is required there only when
             // `audience` is set.
-            if target == Target::Otc && self.audience.is_none() {
+            if target == AudienceRule::Otc && self.audience.is_none() {
                 return Ok(());
             }
             return Err(AuthError::Invalid("missing required claim \"aud\"".into()));

@@ -304,7 +304,7 @@ impl Catalog {
     /// Every requirement a served tool declares that its upstream was not
     /// granted (calls to the tool are refused until the operator grants it
     /// or the tool stops asking), sorted.
-    pub fn ungranted(&self, config: &crate::config::Config) -> Vec<UngrantedRequirement> {
+    pub fn ungranted_requirements(&self, config: &crate::config::Config) -> Vec<UngrantedRequirement> {
         let mut found = Vec::new();
         for route in self.routes() {
             let Some(requirements) = &route.tool.definition.requirements else { continue };

@@ -6,7 +6,7 @@
 //! 1. the browser policy (`Host`, then `Origin`: `browser.rs`), before any
 //!    credential or body is read;
 //! 2. the route and method;
-//! 3. authentication, for the route's [`Target`];
+//! 3. authentication, for the route's [`AudienceRule`];
 //! 4. the body, within `max_body_bytes` and `body_timeout`;
 //! 5. admission against `server.max_in_flight` (a request counts once its
 //!    body has arrived);
@@ -25,7 +25,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method};
 
 use crate::approval_endpoint;
-use crate::auth::{resource, AuthError, Caller, CallerKind, Credentials, Target};
+use crate::auth::{resource, AudienceRule, AuthError, Caller, CallerKind, Credentials};
 use crate::call::{execute_call, parse_call_request, render_result};
 use crate::catalog::search::SearchRequest;
 use crate::catalog::Catalog;
@@ -45,7 +45,7 @@ const CONFIRM_BODY_LIMIT: usize = 4096;
 /// The data plane's routes; `label` is how the metrics name them (one of
 /// [`crate::metrics::ROUTES`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Route {
+pub(super) enum Endpoint {
     /// `/health`.
     Health,
     /// `/tools`.
@@ -72,43 +72,43 @@ pub(super) enum Route {
     Other,
 }
 
-impl Route {
+impl Endpoint {
     /// The route a path is served by.
-    pub(super) fn of(path: &str) -> Route {
+    pub(super) fn of(path: &str) -> Endpoint {
         match path {
-            "/health" => Route::Health,
-            "/tools" => Route::Tools,
-            "/tools/search" => Route::Search,
-            "/tools/call" | "/call" => Route::Call,
-            "/mcp" => Route::Mcp,
+            "/health" => Endpoint::Health,
+            "/tools" => Endpoint::Tools,
+            "/tools/search" => Endpoint::Search,
+            "/tools/call" | "/call" => Endpoint::Call,
+            "/mcp" => Endpoint::Mcp,
             _ if path.starts_with(SERVERS) => server_route(path),
-            _ if path.starts_with("/oauth/") => Route::OAuth,
-            _ if path.starts_with(resource::WELL_KNOWN) => Route::ResourceMetadata,
-            _ => Route::Other,
+            _ if path.starts_with("/oauth/") => Endpoint::OAuth,
+            _ if path.starts_with(resource::WELL_KNOWN) => Endpoint::ResourceMetadata,
+            _ => Endpoint::Other,
         }
     }
 
     /// The route as the metrics label it.
     pub(super) fn label(self) -> &'static str {
         match self {
-            Route::Health => "/health",
-            Route::Tools => "/tools",
-            Route::Search => "/tools/search",
-            Route::Call => "/tools/call",
-            Route::Mcp => "/mcp",
-            Route::ServerTools => "/servers/{name}/tools",
-            Route::ServerSearch => "/servers/{name}/tools/search",
-            Route::ServerCall => "/servers/{name}/tools/call",
-            Route::ServerMcp => "/servers/{name}/mcp",
-            Route::OAuth => "/oauth",
-            Route::ResourceMetadata => resource::WELL_KNOWN,
-            Route::Other => "other",
+            Endpoint::Health => "/health",
+            Endpoint::Tools => "/tools",
+            Endpoint::Search => "/tools/search",
+            Endpoint::Call => "/tools/call",
+            Endpoint::Mcp => "/mcp",
+            Endpoint::ServerTools => "/servers/{name}/tools",
+            Endpoint::ServerSearch => "/servers/{name}/tools/search",
+            Endpoint::ServerCall => "/servers/{name}/tools/call",
+            Endpoint::ServerMcp => "/servers/{name}/mcp",
+            Endpoint::OAuth => "/oauth",
+            Endpoint::ResourceMetadata => resource::WELL_KNOWN,
+            Endpoint::Other => "other",
         }
     }
 
     /// Whether it is an MCP endpoint: `/mcp` or a virtual server's.
     pub(super) fn is_mcp(self) -> bool {
-        matches!(self, Route::Mcp | Route::ServerMcp)
+        matches!(self, Endpoint::Mcp | Endpoint::ServerMcp)
     }
 }
 
@@ -116,15 +116,15 @@ impl Route {
 const SERVERS: &str = "/servers/";
 
 /// A virtual server's route, from a path under [`SERVERS`].
-fn server_route(path: &str) -> Route {
-    let Some((name, endpoint)) = path[SERVERS.len()..].split_once('/') else { return Route::Other };
+fn server_route(path: &str) -> Endpoint {
+    let Some((name, endpoint)) = path[SERVERS.len()..].split_once('/') else { return Endpoint::Other };
     match endpoint {
-        _ if !is_server_name(name.as_bytes()) => Route::Other,
-        "tools" => Route::ServerTools,
-        "tools/search" => Route::ServerSearch,
-        "tools/call" => Route::ServerCall,
-        "mcp" => Route::ServerMcp,
-        _ => Route::Other,
+        _ if !is_server_name(name.as_bytes()) => Endpoint::Other,
+        "tools" => Endpoint::ServerTools,
+        "tools/search" => Endpoint::ServerSearch,
+        "tools/call" => Endpoint::ServerCall,
+        "mcp" => Endpoint::ServerMcp,
+        _ => Endpoint::Other,
     }
 }
 
@@ -133,7 +133,7 @@ fn server_route(path: &str) -> Route {
 #[derive(Debug)]
 pub(super) struct Head<'h> {
     /// The route of its path.
-    pub route: Route,
+    pub route: Endpoint,
     /// Its method.
     pub method: Method,
     /// Its path.
@@ -282,15 +282,17 @@ impl FrontDoor {
     ) -> Result<Answer, RequestError> {
         check_browser(&generation, head, accepted)?;
         let reply = match (head.route, &head.method) {
-            (Route::Health, &Method::GET | &Method::HEAD) => self.admit(&generation).map(|_admitted| self.health())?,
-            (Route::Tools | Route::ServerTools, &Method::GET | &Method::HEAD) => {
-                let caller = self.authenticate(&generation, head, Target::Otc, span.as_deref_mut())?;
+            (Endpoint::Health, &Method::GET | &Method::HEAD) => {
+                self.admit(&generation).map(|_admitted| self.health())?
+            }
+            (Endpoint::Tools | Endpoint::ServerTools, &Method::GET | &Method::HEAD) => {
+                let caller = self.authenticate(&generation, head, AudienceRule::Otc, span.as_deref_mut())?;
                 let catalog = self.catalog(head, &caller)?;
                 let _admitted = self.admit(&generation)?;
                 Reply::ok(generation.access.listing(&catalog, generation.access.matching(&caller)))
             }
-            (Route::Search | Route::ServerSearch, &Method::GET | &Method::HEAD) => {
-                let caller = self.authenticate(&generation, head, Target::Otc, span.as_deref_mut())?;
+            (Endpoint::Search | Endpoint::ServerSearch, &Method::GET | &Method::HEAD) => {
+                let caller = self.authenticate(&generation, head, AudienceRule::Otc, span.as_deref_mut())?;
                 let catalog = self.catalog(head, &caller)?;
                 let _admitted = self.admit(&generation)?;
                 let request = SearchRequest::from_query_string(head.query)?;
@@ -298,9 +300,9 @@ impl FrontDoor {
                     tool_search::search_tools(&self.gateway, &generation, &catalog, &caller, &request, Front::Otc);
                 Reply::ok(tool_search::otc_body(&found))
             }
-            (Route::Call | Route::ServerCall, &Method::POST) => {
+            (Endpoint::Call | Endpoint::ServerCall, &Method::POST) => {
                 // Credentials first: an unauthenticated client's body is not read.
-                let caller = self.authenticate(&generation, head, Target::Otc, span.as_deref_mut())?;
+                let caller = self.authenticate(&generation, head, AudienceRule::Otc, span.as_deref_mut())?;
                 let server = self.server(head, &caller)?;
                 let body = match body.ready(generation.config.server.max_body_bytes) {
                     Some(ready) => ready?,
@@ -312,23 +314,23 @@ impl FrontDoor {
                 let completed = execute_call(&self.gateway, generation, &caller, call).await?;
                 Reply::ok(render_result(&completed.result))
             }
-            (Route::Mcp | Route::ServerMcp, _) => return self.mcp(generation, head, body, span).await,
-            (Route::OAuth, _) => self.oauth(generation, head, body).await?,
-            (Route::ResourceMetadata, &Method::GET | &Method::HEAD) => {
+            (Endpoint::Mcp | Endpoint::ServerMcp, _) => return self.mcp(generation, head, body, span).await,
+            (Endpoint::OAuth, _) => self.oauth(generation, head, body).await?,
+            (Endpoint::ResourceMetadata, &Method::GET | &Method::HEAD) => {
                 let _admitted = self.admit(&generation)?;
                 self.resource_metadata(&generation, head.path)?
             }
             (
-                Route::Health
-                | Route::Tools
-                | Route::Search
-                | Route::ServerTools
-                | Route::ServerSearch
-                | Route::ResourceMetadata,
+                Endpoint::Health
+                | Endpoint::Tools
+                | Endpoint::Search
+                | Endpoint::ServerTools
+                | Endpoint::ServerSearch
+                | Endpoint::ResourceMetadata,
                 _,
             ) => return Err(RequestError::MethodNotAllowed { allow: "GET, HEAD" }),
-            (Route::Call | Route::ServerCall, _) => return Err(RequestError::MethodNotAllowed { allow: "POST" }),
-            (Route::Other, _) => return Err(RequestError::NotFound(head.path.chars().take(200).collect())),
+            (Endpoint::Call | Endpoint::ServerCall, _) => return Err(RequestError::MethodNotAllowed { allow: "POST" }),
+            (Endpoint::Other, _) => return Err(RequestError::NotFound(head.path.chars().take(200).collect())),
         };
         Ok(Answer::Reply(reply))
     }
@@ -352,7 +354,7 @@ impl FrontDoor {
         &self,
         generation: &Generation,
         head: &Head<'_>,
-        target: Target,
+        target: AudienceRule,
         span: Option<&mut Span>,
     ) -> Result<Caller, RequestError> {
         let mut step = otel::child(span.as_deref(), "authenticate", Kind::Internal);
@@ -384,7 +386,10 @@ impl FrontDoor {
     /// not configured, or whose `when` the caller does not meet, is a path
     /// that does not exist (404). `None` for every other route.
     fn server(&self, head: &Head<'_>, caller: &Caller) -> Result<Option<Arc<Catalog>>, RequestError> {
-        if !matches!(head.route, Route::ServerTools | Route::ServerSearch | Route::ServerCall | Route::ServerMcp) {
+        if !matches!(
+            head.route,
+            Endpoint::ServerTools | Endpoint::ServerSearch | Endpoint::ServerCall | Endpoint::ServerMcp
+        ) {
             return Ok(None);
         }
         let name = head.path[SERVERS.len()..].split_once('/').map_or("", |(name, _)| name);
@@ -413,7 +418,7 @@ impl FrontDoor {
         body: &mut B,
         mut span: Option<&mut Span>,
     ) -> Result<Answer, RequestError> {
-        let caller = self.authenticate(&generation, head, Target::Mcp, span.as_deref_mut())?;
+        let caller = self.authenticate(&generation, head, AudienceRule::Mcp, span.as_deref_mut())?;
         let server = self.server(head, &caller)?;
         let mcp_head = McpHead { traceparent: traceparent(head, span.as_deref()), server, ..head.mcp.clone() };
         let answer = match head.method {
@@ -448,7 +453,7 @@ impl FrontDoor {
     ) -> Result<Reply, RequestError> {
         let request = OAuthRequest::parse(&head.method, head.path)?;
         if request.needs_caller() {
-            let caller = self.authenticate(&generation, head, request.target(), None)?;
+            let caller = self.authenticate(&generation, head, request.audience_rule(), None)?;
             let body = match request {
                 OAuthRequest::Confirm => body.read(CONFIRM_BODY_LIMIT, generation.config.server.body_timeout.0).await?,
                 _ => Bytes::new(),
@@ -584,7 +589,7 @@ mod tests {
             ("/servers/a/b/mcp", "other"),
             ("/servers/support/mcp/", "other"),
         ] {
-            assert_eq!(Route::of(path).label(), label, "{path}");
+            assert_eq!(Endpoint::of(path).label(), label, "{path}");
             assert!(crate::metrics::ROUTES.contains(&label), "{label} is a metrics route");
         }
     }

@@ -16,7 +16,7 @@ use std::ops::Range;
 
 use http::Method;
 
-use super::front_door::{Head, Route};
+use super::front_door::{Endpoint, Head};
 use crate::auth::{Credentials, API_KEY_HEADER};
 use crate::http1::{decimal, header_line_size, HeaderLines};
 use crate::mcp::v2026_07_28::{METHOD_HEADER, NAME_HEADER};
@@ -46,9 +46,9 @@ pub(super) struct McpPositions {
 /// connection's buffer.
 #[cfg_attr(test, derive(Debug, PartialEq))]
 pub(super) struct CallHead {
-    /// Which route it is for: [`Route::Call`], [`Route::Mcp`], or a
-    /// virtual server's ([`Route::ServerCall`], [`Route::ServerMcp`]).
-    pub route: Route,
+    /// Which route it is for: [`Endpoint::Call`], [`Endpoint::Mcp`], or a
+    /// virtual server's ([`Endpoint::ServerCall`], [`Endpoint::ServerMcp`]).
+    pub route: Endpoint,
     /// Where its path is (`/tools/call`, `/call`, `/mcp`,
     /// `/servers/<name>/tools/call` or `/servers/<name>/mcp`).
     path: Range<usize>,
@@ -143,25 +143,26 @@ pub(super) fn parse_call_head(buf: &[u8], max_header_bytes: usize, max_body: usi
 }
 
 /// The root's plain paths, and their routes.
-const ROOT_PATHS: [(&str, Route); 3] = [("/tools/call", Route::Call), ("/mcp", Route::Mcp), ("/call", Route::Call)];
+const ROOT_PATHS: [(&str, Endpoint); 3] =
+    [("/tools/call", Endpoint::Call), ("/mcp", Endpoint::Mcp), ("/call", Endpoint::Call)];
 
 /// The route of a plain call's path: `/tools/call`, `/call`, `/mcp`, and a
 /// virtual server's `/servers/<name>/tools/call` and `/servers/<name>/mcp`
-/// (the front door's `Route::of` decides).
-fn plain_route(path: &[u8]) -> Option<Route> {
-    match Route::of(std::str::from_utf8(path).ok()?) {
-        route @ (Route::Call | Route::Mcp | Route::ServerCall | Route::ServerMcp) => Some(route),
+/// (the front door's `Endpoint::of` decides).
+fn plain_route(path: &[u8]) -> Option<Endpoint> {
+    match Endpoint::of(std::str::from_utf8(path).ok()?) {
+        route @ (Endpoint::Call | Endpoint::Mcp | Endpoint::ServerCall | Endpoint::ServerMcp) => Some(route),
         _ => None,
     }
 }
 
 /// A plain call's request line as clients send it (`POST <path> HTTP/1.1`):
 /// the route, where the path is and where the header lines start.
-fn plain_request_line(buf: &[u8]) -> Option<(Route, Range<usize>, usize)> {
+fn plain_request_line(buf: &[u8]) -> Option<(Endpoint, Range<usize>, usize)> {
     const POST: &[u8] = b"POST ";
     let rest = buf.strip_prefix(POST)?;
     // The root's three paths first, byte for byte: most calls, and cheaper
-    // than reading the path as text for `Route::of` (which cost the root's
+    // than reading the path as text for `Endpoint::of` (which cost the root's
     // call 2.3% more instructions, benches/README.md).
     for (path, route) in ROOT_PATHS {
         if let Some(after) = rest.strip_prefix(path.as_bytes()).and_then(|r| r.strip_prefix(b" HTTP/1.1\r\n")) {
@@ -208,7 +209,7 @@ fn parse_with_httparse(buf: &[u8], max_header_bytes: usize, max_body: usize) -> 
 /// A plain call's head from its header lines (`len` is set by the caller).
 fn read_lines<'b>(
     buf: &'b [u8],
-    route: Route,
+    route: Endpoint,
     path: Range<usize>,
     lines: impl Iterator<Item = (&'b [u8], &'b [u8])>,
     max_header_bytes: usize,
@@ -426,18 +427,18 @@ mod tests {
         for (head, route, path) in [
             (
                 "POST /servers/support/tools/call HTTP/1.1\r\nHost: h\r\nContent-Length: 2\r\n\r\n",
-                Route::ServerCall,
+                Endpoint::ServerCall,
                 "/servers/support/tools/call",
             ),
             (
                 "POST /servers/a-b_2/mcp HTTP/1.1\r\nHost: h\r\nMcp-Method: tools/call\r\nContent-Length: 2\r\n\r\n",
-                Route::ServerMcp,
+                Endpoint::ServerMcp,
                 "/servers/a-b_2/mcp",
             ),
             // httparse's: a header line of another shape.
             (
                 "POST /servers/support/mcp HTTP/1.1\r\nHost:h\r\nMcp-Method:  tools/call\r\nContent-Length: 2\r\n\r\n",
-                Route::ServerMcp,
+                Endpoint::ServerMcp,
                 "/servers/support/mcp",
             ),
         ] {
@@ -445,7 +446,7 @@ mod tests {
             let Parsed::Call(call) = parse_call_head(buf.as_bytes(), 8192, 1024) else { panic!("{head:?}") };
             assert_eq!(call.route, route, "{head:?}");
             assert_eq!(call.head(buf.as_bytes()).path, path, "{head:?}");
-            if route == Route::ServerMcp {
+            if route == Endpoint::ServerMcp {
                 assert_eq!(call.mcp_head(buf.as_bytes(), None).method, Some(&b"tools/call"[..]), "{head:?}");
             }
         }
@@ -467,7 +468,7 @@ mod tests {
     /// The `/mcp` headers a head read here carries, as the front sees them.
     fn mcp_fields(buf: &str) -> Option<McpFields> {
         let Parsed::Call(head) = parse_call_head(buf.as_bytes(), 8192, 1024) else { return None };
-        assert_eq!(head.route, Route::Mcp, "{buf:?}");
+        assert_eq!(head.route, Endpoint::Mcp, "{buf:?}");
         let mcp = head.mcp_head(&buf.as_bytes()[..head.len], None);
         let text = |v: Option<&[u8]>| v.map(|v| String::from_utf8_lossy(v).into_owned());
         Some((text(mcp.protocol_version), text(mcp.method), text(mcp.name), text(mcp.session), mcp.duplicated))
@@ -482,7 +483,7 @@ mod tests {
                     Content-Length: 12\r\n\r\n";
         let buf = format!("{head}{{\"body\":\"x\"}}");
         let Parsed::Call(call) = parse_call_head(buf.as_bytes(), 8192, 1024) else { panic!("a plain MCP request") };
-        assert_eq!((call.route, call.len, call.body_len), (Route::Mcp, head.len(), 12));
+        assert_eq!((call.route, call.len, call.body_len), (Endpoint::Mcp, head.len(), 12));
         assert_eq!(call.credentials(buf.as_bytes()).authorization, Some(&b"Bearer k"[..]));
         let traceparent = call.traceparent(buf.as_bytes());
         let mcp = call.mcp_head(&buf.as_bytes()[..call.len], traceparent);
@@ -496,7 +497,7 @@ mod tests {
         // A call's head carries no MCP headers, whatever it sent.
         let call = with_host("POST /tools/call HTTP/1.1\r\nMcp-Method: tools/call\r\nContent-Length: 0\r\n\r\n");
         let Parsed::Call(call) = parse_call_head(call.as_bytes(), 8192, 1024) else { panic!("a plain call") };
-        assert_eq!(call.route, Route::Call);
+        assert_eq!(call.route, Endpoint::Call);
         assert!(call.mcp.method.is_none());
 
         // A mirrored header sent twice: the first is read, and the front is
@@ -654,7 +655,7 @@ mod tests {
             buf.extend_from_slice(&bytes);
             if let Parsed::Call(call) = parse_call_head(&buf, 8192, 1024) {
                 proptest::prop_assert!(call.len <= buf.len());
-                proptest::prop_assert_eq!(call.route, Route::Mcp);
+                proptest::prop_assert_eq!(call.route, Endpoint::Mcp);
                 let mcp = call.mcp_head(&buf[..call.len], call.traceparent(&buf));
                 let listen = mcp.method.is_some_and(|m| m.trim_ascii().eq_ignore_ascii_case(b"subscriptions/listen"));
                 proptest::prop_assert!(!listen);

@@ -17,7 +17,7 @@ use pingora::ErrorType;
 // pingora's coarse timer: no tokio timer entry (and driver wake-up) per request.
 use pingora_timeout::fast_timeout::fast_timeout;
 
-use super::front_door::{Answer, Counted, FrontDoor, Head, RequestBody, Route};
+use super::front_door::{Answer, Counted, Endpoint, FrontDoor, Head, RequestBody};
 use super::head::{self, Expect};
 use super::send;
 use crate::auth::Credentials;
@@ -39,7 +39,7 @@ impl PingoraPath {
     /// One request whose head pingora read: framing, then the front door.
     async fn answer(&self, session: &mut Session) -> Answer {
         let generation = self.door.gateway.generation_owned();
-        let route = Route::of(session.req_header().uri.path());
+        let route = Endpoint::of(session.req_header().uri.path());
         let raw = session.to_h1_raw();
         let framed = match check_framing(&generation.config.server, session, &raw) {
             Ok(framed) => framed,
