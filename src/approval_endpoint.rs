@@ -24,8 +24,7 @@ use crate::config::Approver;
 use crate::error::{utc, RequestError};
 use crate::gateway::{Gateway, Generation};
 use crate::idempotency::CallerScope;
-use crate::oauth_endpoint::SIGN_IN_MAX_AGE;
-use crate::oauth_endpoint::{csrf_token, with_form, BrowserRequest, Cookies, OAuthRequest, SESSION, SIGN_IN};
+use crate::oauth_endpoint::{csrf_token, sign_in_first, with_form, BrowserRequest, Cookies, OAuthRequest, SESSION};
 use crate::reply::{html_escape, Reply};
 use crate::wire::CallContext;
 
@@ -64,10 +63,7 @@ pub(crate) async fn browser_step(
         if matches!(request, OAuthRequest::ApprovalForm { .. }) {
             return Ok(page(403, "Not signed in", "Open the approval link again: it signs you in first."));
         }
-        let start = oauth.sign_in(browser.path, &public_url).await?;
-        let mut reply = Reply::redirect(start.redirect);
-        reply.headers.push(("set-cookie", cookies.set(SIGN_IN, &start.binding, SIGN_IN_MAX_AGE)));
-        return Ok(reply);
+        return sign_in_first(oauth, &cookies, browser.path, &public_url).await;
     };
     let decider = Decider::User(&user);
     if !held.approver.lets(&held, &decider) {

@@ -214,12 +214,27 @@ impl Cookies {
 /// The session cookie (`[login]`).
 pub(crate) const SESSION: &str = "otc-session";
 /// The cookie binding a sign-in to the browser that started it.
-pub(crate) const SIGN_IN: &str = "otc-sign-in";
+const SIGN_IN: &str = "otc-sign-in";
 /// How long a sign-in's binding cookie lasts.
-pub(crate) const SIGN_IN_MAX_AGE: u64 = 600;
+const SIGN_IN_MAX_AGE: u64 = 600;
 /// The cookie binding a verifier's flows to the browser that opened their
 /// links.
 const FLOW: &str = "otc-flow";
+
+/// A browser that must sign in (`[login]`) before `path`: sent to the
+/// provider, with the cookie that binds the sign-in to it, and back to
+/// `path` once signed in.
+pub(crate) async fn sign_in_first(
+    oauth: &crate::oauth::OAuth,
+    cookies: &Cookies,
+    path: &str,
+    public_url: &str,
+) -> Result<Reply, RequestError> {
+    let start = oauth.sign_in(path, public_url).await?;
+    let mut reply = Reply::redirect(start.redirect);
+    reply.headers.push(("set-cookie", cookies.set(SIGN_IN, &start.binding, SIGN_IN_MAX_AGE)));
+    Ok(reply)
+}
 
 /// Answers a browser step: opening a link, a provider's callback, or the
 /// sign-in's callback.
@@ -250,12 +265,7 @@ pub(crate) async fn browser_step(
                     }
                     Ok(reply)
                 }
-                Opened::SignIn => {
-                    let start = oauth.sign_in(browser.path, &public_url).await?;
-                    let mut reply = Reply::redirect(start.redirect);
-                    reply.headers.push(("set-cookie", cookies.set(SIGN_IN, &start.binding, SIGN_IN_MAX_AGE)));
-                    Ok(reply)
-                }
+                Opened::SignIn => sign_in_first(oauth, &cookies, browser.path, &public_url).await,
             }
         }
         OAuthRequest::SignInCallback => {
@@ -304,10 +314,7 @@ pub(crate) async fn browser_step(
         }
         OAuthRequest::Connections => {
             let Some(user) = session_user else {
-                let start = oauth.sign_in(browser.path, &public_url).await?;
-                let mut reply = Reply::redirect(start.redirect);
-                reply.headers.push(("set-cookie", cookies.set(SIGN_IN, &start.binding, SIGN_IN_MAX_AGE)));
-                return Ok(reply);
+                return sign_in_first(oauth, &cookies, browser.path, &public_url).await;
             };
             let csrf = cookies.read(browser, SESSION).map(csrf_token).unwrap_or_default();
             Ok(connections_page(oauth, &user, &csrf, &public_url).await)

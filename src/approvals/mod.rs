@@ -220,17 +220,7 @@ impl Approvals {
         };
         self.write(event).await?;
         let request = self.book().get(&ask.id).ok_or_else(|| ApprovalError::Unknown(ask.id.clone()))?;
-        tracing::info!(
-            target: "otc_gateway::audit",
-            approval = request.id,
-            call_id = request.call_id.as_deref(),
-            tool = request.tool,
-            caller = request.caller.as_deref().unwrap_or("anonymous"),
-            rule = request.rule,
-            decision = "requested",
-            at = request.requested_at,
-            "approval requested"
-        );
+        audit(&request, "requested", None, request.requested_at, "approval requested");
         Ok((request, true))
     }
 
@@ -267,18 +257,8 @@ impl Approvals {
         if !ours {
             return Err(ApprovalError::AlreadyDecided { id: id.to_owned(), state: request.state().as_str() });
         }
-        tracing::info!(
-            target: "otc_gateway::audit",
-            approval = request.id,
-            call_id = request.call_id.as_deref(),
-            tool = request.tool,
-            caller = request.caller.as_deref().unwrap_or("anonymous"),
-            rule = request.rule,
-            decision = request.state().as_str(),
-            decider = by,
-            at = request.decision.as_ref().map(|d| d.at),
-            "approval decided"
-        );
+        let at = request.decision.as_ref().map_or(0, |d| d.at);
+        audit(&request, request.state().as_str(), Some(by), at, "approval decided");
         metrics.record_approval(&request.rule, request.state().as_str());
         Ok(request)
     }
@@ -311,6 +291,23 @@ impl Approvals {
         let now = book::now();
         self.book().all().filter(|r| r.state_at(now) == State::Pending).count()
     }
+}
+
+/// One audit record: a log line on the `otc_gateway::audit` target (one
+/// JSON object with `--log-format json`).
+fn audit(request: &Request, decision: &str, decider: Option<&str>, at: u64, message: &'static str) {
+    tracing::info!(
+        target: "otc_gateway::audit",
+        approval = request.id,
+        call_id = request.call_id.as_deref(),
+        tool = request.tool,
+        caller = request.caller.as_deref().unwrap_or("anonymous"),
+        rule = request.rule,
+        decision,
+        decider,
+        at,
+        "{message}"
+    );
 }
 
 impl Approver {
