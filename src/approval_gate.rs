@@ -14,7 +14,6 @@ use crate::error::{ended, ApprovalChallenge, MissingRequirements, RequestError};
 use crate::gateway::{Gateway, Generation};
 use crate::idempotency::{CallerScope, Fingerprint};
 use crate::otel::{self, Kind, Span};
-use crate::requirements::authenticated_user;
 use serde_json::Value;
 
 /// A call a rule held and a person approved: it may run once.
@@ -69,7 +68,7 @@ async fn decide(
     span: Option<&mut Span>,
 ) -> Result<Option<Approved>, RequestError> {
     let tool = &route.tool;
-    let user = authenticated_user(caller);
+    let user = caller.authenticated_user();
     if rule.approver == Approver::Caller && user.is_none() {
         // Nobody could sign in as an anonymous caller to approve its call.
         return Err(RequestError::MissingRequirements(MissingRequirements { user_id: true, ..Default::default() }));

@@ -14,7 +14,7 @@ use smallvec::SmallVec;
 mod record;
 
 use crate::approval_gate::approve_call;
-use crate::auth::{Caller, CallerKind};
+use crate::auth::Caller;
 use crate::catalog::{Catalog, LookupError, Route, Target};
 use crate::circuit::Admission;
 use crate::error::{ended, mark_failed, AuthorizationChallenge, MissingRequirements, RequestError};
@@ -24,7 +24,7 @@ use crate::mcp::v2026_07_28::{ClientAsk, Passthrough};
 use crate::metrics::CallOutcome;
 use crate::oauth::TokenError;
 use crate::otel::{self, Kind, Span};
-use crate::requirements::{self, authenticated_user, check_grants, Granted, SecretPlan, TokenPlan};
+use crate::requirements::{self, check_grants, Granted, SecretPlan, TokenPlan};
 use crate::resolve::parse_tool_id;
 use crate::scrub;
 use crate::trace::OutgoingTrace;
@@ -374,8 +374,8 @@ pub async fn inject_context(
     mut context: CallContext,
     span: Option<&Span>,
 ) -> Result<Injected, RequestError> {
-    if caller.kind != CallerKind::Anonymous {
-        context.user_id = caller.user_id.clone();
+    if let Some(user) = caller.authenticated_user() {
+        context.user_id = Some(user.to_owned());
     }
     let managed = &generation.config.secrets;
     context.secrets.retain(|s| !managed.contains_key(&s.id));
@@ -390,7 +390,7 @@ pub async fn inject_context(
         match how {
             SecretPlan::Managed(reference) => {
                 let value =
-                    generation.secrets.resolve(reference, authenticated_user(caller)).await.map_err(|source| {
+                    generation.secrets.resolve(reference, caller.authenticated_user()).await.map_err(|source| {
                         RequestError::RequirementUnavailable { requirement: format!("secret {id}"), source }
                     })?;
                 let extra = Default::default();

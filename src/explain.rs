@@ -21,7 +21,7 @@ use crate::catalog::{Catalog, Route};
 use crate::gateway::{Gateway, Generation};
 use crate::policy::AccessDecision;
 use crate::ratelimit::LimitState;
-use crate::requirements::{self, authenticated_user, SecretPlan, TokenPlan};
+use crate::requirements::{self, SecretPlan, TokenPlan};
 
 /// Who to explain for, and optionally which tool.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
@@ -419,16 +419,14 @@ async fn requirements_met(generation: &Generation, route: &Route, caller: &Calle
         .collect();
     // The caller's context as the gateway would clean it: nothing from the
     // client (an explanation has no client context).
-    let context = crate::wire::CallContext {
-        user_id: caller.user_id.clone().filter(|_| caller.kind != CallerKind::Anonymous),
-        ..Default::default()
-    };
+    let context =
+        crate::wire::CallContext { user_id: caller.authenticated_user().map(str::to_owned), ..Default::default() };
     let plan = requirements::plan(generation, declared, caller, &context);
     if declared.user_id {
         let why = if plan.user_id_missing { "no authenticated user id" } else { "the caller's user id is sent" };
         out.push(view("user_id", "", !plan.user_id_missing, why.to_owned()));
     }
-    let user = authenticated_user(caller);
+    let user = caller.authenticated_user();
     for (id, how) in plan.secrets {
         let (met, why) = match how {
             SecretPlan::Managed(reference) => match generation.secrets.resolve(reference, user).await {

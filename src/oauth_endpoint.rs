@@ -23,7 +23,7 @@
 
 use bytes::Bytes;
 
-use crate::auth::{AudienceRule, Caller, CallerKind};
+use crate::auth::{AudienceRule, Caller};
 use crate::error::{utc, MissingRequirements, RequestError};
 use crate::gateway::{Gateway, Generation};
 use crate::oauth::{Finished, FlowError, Opened};
@@ -476,7 +476,7 @@ pub(crate) async fn caller_step(
 ) -> Result<Reply, RequestError> {
     let oauth = &generation.oauth;
     // Grants are per user: a caller the gateway did not authenticate has none.
-    let user = caller.user_id.as_deref().filter(|_| caller.kind != CallerKind::Anonymous);
+    let user = caller.authenticated_user();
     let need_user = || RequestError::MissingRequirements(MissingRequirements { user_id: true, ..Default::default() });
     match *request {
         OAuthRequest::Check { provider, check } => {

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use semver::Version;
 use serde_json::Value;
 
-use crate::auth::{Caller, CallerKind};
+use crate::auth::Caller;
 use crate::catalog::search::{Scope, SearchIndex};
 use crate::catalog::Catalog;
 use crate::config::{PolicyConfig, ToolPattern, When, MAX_POLICIES};
@@ -205,7 +205,7 @@ pub fn server_view(catalog: &Catalog, name: &str, caller: &Caller) -> Option<Arc
 pub(crate) fn applies(when: &When, caller: &Caller) -> bool {
     match when {
         When::Any => true,
-        When::UserId(user) => caller.kind != CallerKind::Anonymous && caller.user_id.as_deref() == Some(user.as_str()),
+        When::UserId(user) => caller.authenticated_user() == Some(user.as_str()),
         When::ClaimEquals { claim, value } => match caller.claims.get(claim) {
             Some(Value::String(s)) => s == value,
             Some(Value::Array(items)) => items.iter().any(|v| v.as_str() == Some(value.as_str())),
@@ -222,6 +222,7 @@ pub(crate) fn applies(when: &When, caller: &Caller) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::CallerKind;
     use serde::Deserialize;
     use serde_json::json;
 

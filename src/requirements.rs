@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 
 use smallvec::SmallVec;
 
-use crate::auth::{Caller, CallerKind};
+use crate::auth::Caller;
 use crate::catalog::{Route, Target};
 use crate::config::SecretRef;
 use crate::error::{MissingRequirements, RequestError, Ungranted};
@@ -74,12 +74,6 @@ pub(crate) struct Plan<'r, 'g, 'c> {
     pub authorization: SmallVec<[(&'r str, TokenPlan<'g, 'c>); 2]>,
 }
 
-/// The caller's user id when the gateway authenticated them: the only one
-/// a stored secret or token is ever looked up for.
-pub(crate) fn authenticated_user(caller: &Caller) -> Option<&str> {
-    caller.user_id.as_deref().filter(|_| caller.kind != CallerKind::Anonymous)
-}
-
 /// Decides where each requirement comes from. `context` is the call's
 /// context after the gateway's cleaning (managed values the client sent
 /// dropped, `user_id` set): what is left in it is the client's own.
@@ -90,7 +84,7 @@ pub(crate) fn plan<'r, 'g, 'c>(
     context: &CallContext,
 ) -> Plan<'r, 'g, 'c> {
     let config = &generation.config;
-    let user = authenticated_user(caller);
+    let user = caller.authenticated_user();
     let secrets = requirements
         .secrets
         .iter()

@@ -87,6 +87,12 @@ impl Caller {
         Self { user_id: None, claims: Value::Null, kind: CallerKind::Anonymous }
     }
 
+    /// The user the gateway authenticated (by a JWT or an API key): the one
+    /// way to ask, since an anonymous caller's `user_id` names nobody.
+    pub fn authenticated_user(&self) -> Option<&str> {
+        self.user_id.as_deref().filter(|_| self.kind != CallerKind::Anonymous)
+    }
+
     fn api_key(user_id: &str) -> Self {
         Self { user_id: Some(user_id.to_owned()), claims: Value::Null, kind: CallerKind::ApiKey }
     }

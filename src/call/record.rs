@@ -12,7 +12,6 @@ use crate::gateway::Gateway;
 use crate::metrics::CallOutcome;
 use crate::otel::Span;
 use crate::recent_calls::CallRecord;
-use crate::requirements::authenticated_user;
 
 /// Counts a resolved call in the metrics, logs it once and keeps it in the
 /// ring of recent calls (which takes the call's id: the call ends here).
@@ -73,7 +72,7 @@ pub(super) fn record_call(
     // timing, never the call's input, output, secrets or tokens.
     gateway.recent_calls.record(CallRecord {
         at: started + took,
-        caller: authenticated_user(caller).map(str::to_owned),
+        caller: caller.authenticated_user().map(str::to_owned),
         tool: route.tool.clone(),
         upstream,
         status: finished.as_ref().map_or_else(RequestError::status, |_| 200),

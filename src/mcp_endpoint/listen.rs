@@ -24,7 +24,7 @@ use tokio::sync::watch;
 use super::error::RpcError;
 use super::tools::NameCache;
 use super::{complete, NOTIFICATION_TOOLS_CHANGED};
-use crate::auth::{Caller, CallerKind};
+use crate::auth::Caller;
 use crate::gateway::Gateway;
 use crate::mcp::jsonrpc::OutgoingResponse;
 use crate::mcp::v2026_07_28::META_SUBSCRIPTION_ID;
@@ -181,10 +181,8 @@ impl StreamCounts {
             return Err(RpcError::TooManyStreams { limit: max_total });
         }
         let mut slot = StreamSlot { total: self.total.clone(), caller: None };
-        let key = match (&caller.kind, &caller.user_id) {
-            (CallerKind::Anonymous, _) | (_, None) => return Ok(slot),
-            (kind, Some(user)) => format!("{kind:?}:{user}"),
-        };
+        let Some(user) = caller.authenticated_user() else { return Ok(slot) };
+        let key = format!("{:?}:{user}", caller.kind);
         let mut counts = self.per_caller.lock().unwrap_or_else(|p| p.into_inner());
         let count = counts.entry(key.clone()).or_default();
         if *count >= max_per_caller {
@@ -215,6 +213,7 @@ impl Drop for StreamSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::CallerKind;
 
     fn user(name: &str) -> Caller {
         Caller { user_id: Some(name.into()), claims: Value::Null, kind: CallerKind::ApiKey }

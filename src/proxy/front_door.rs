@@ -25,7 +25,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Method};
 
 use crate::approval_endpoint;
-use crate::auth::{resource, AudienceRule, AuthError, Caller, CallerKind, Credentials};
+use crate::auth::{resource, AudienceRule, AuthError, Caller, Credentials};
 use crate::call::{execute_call, parse_call_request, render_result};
 use crate::catalog::search::SearchRequest;
 use crate::catalog::Catalog;
@@ -366,7 +366,7 @@ impl FrontDoor {
         };
         match (&authenticated, span, &mut step) {
             (Ok(caller), Some(span), _) => {
-                if let Some(user) = caller.user_id.as_deref().filter(|_| caller.kind != CallerKind::Anonymous) {
+                if let Some(user) = caller.authenticated_user() {
                     span.set("user.id", user);
                 }
             }

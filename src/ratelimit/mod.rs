@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use self::redis::Taken;
-use crate::auth::{Caller, CallerKind};
+use crate::auth::Caller;
 use crate::config::{FailMode, Per, RateLimitConfig};
 
 /// The limits of one config, with their buckets.
@@ -123,10 +123,10 @@ impl Limit {
 
     /// The bucket a caller's call counts against.
     fn bucket<'c>(&self, caller: &'c Caller) -> Bucket<'c> {
-        match (self.config.per, caller.kind, &caller.user_id) {
-            (Per::Global, _, _) => Bucket::Global,
-            (Per::User, CallerKind::Anonymous, _) | (Per::User, _, None) => Bucket::Anonymous,
-            (Per::User, _, Some(user)) => Bucket::User(user),
+        match (self.config.per, caller.authenticated_user()) {
+            (Per::Global, _) => Bucket::Global,
+            (Per::User, None) => Bucket::Anonymous,
+            (Per::User, Some(user)) => Bucket::User(user),
         }
     }
 }
@@ -298,6 +298,7 @@ impl RateLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::auth::CallerKind;
     use serde::Deserialize;
 
     fn limits(toml_text: &str) -> RateLimits {
