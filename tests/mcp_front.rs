@@ -31,20 +31,7 @@ const MODERN: &str = "2026-07-28";
 
 /// tests/peers/mcp_front_client.py against the gateway: its JSON report.
 async fn sdk_client(gw: &Gateway, mode: &str, scenario: &Value) -> Value {
-    let mut command = Command::new(common::sdk_python());
-    command
-        .arg(common::peer_script("mcp_front_client.py"))
-        .arg(format!("{}/mcp", gw.url()))
-        .arg(mode)
-        .arg(scenario.to_string());
-    let output = tokio::task::spawn_blocking(move || command.output()).await.expect("join").expect("run the client");
-    assert!(
-        output.status.success(),
-        "mcp_front_client.py ({mode}) failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&output.stdout)))
+    common::mcp_peer::mcp_front_client(format!("{}/mcp", gw.url()), mode, scenario).await
 }
 
 /// A 2026-07-28 request's params: `params` with the `_meta` every request carries.

@@ -281,11 +281,7 @@ async fn a_server_added_by_hot_reload_is_served_and_one_removed_is_gone() {
 
 /// tests/peers/mcp_front_client.py against a server's /mcp: its JSON report.
 async fn sdk_client(url: String, mode: &str, scenario: &Value) -> Value {
-    let mut command = Command::new(common::sdk_python());
-    command.arg(common::peer_script("mcp_front_client.py")).arg(url).arg(mode).arg(scenario.to_string());
-    let output = tokio::task::spawn_blocking(move || command.output()).await.expect("join").expect("run the client");
-    assert!(output.status.success(), "mcp_front_client.py ({mode}): {}", String::from_utf8_lossy(&output.stderr));
-    serde_json::from_slice(&output.stdout).expect("JSON")
+    common::mcp_peer::mcp_front_client(url, mode, scenario).await
 }
 
 #[tokio::test]

@@ -123,3 +123,19 @@ impl Drop for McpPeer {
 pub fn mcp_upstream(name: &str, url: &str, toolkit: &str, extra: &str) -> String {
     format!("[[upstreams]]\nname = \"{name}\"\nurl = \"{url}\"\nprotocol = \"mcp\"\ntoolkit = \"{toolkit}\"\nversion = \"1.0.0\"\n{extra}\n")
 }
+
+/// tests/peers/mcp_front_client.py (the official SDK's client) against the
+/// MCP endpoint at `url` in `mode` (`legacy`, `auto`, `2026-07-28`): its
+/// JSON report of what it listed, called and was asked.
+pub async fn mcp_front_client(url: String, mode: &str, scenario: &Value) -> Value {
+    let mut command = Command::new(super::sdk_python());
+    command.arg(peer_script("mcp_front_client.py")).arg(url).arg(mode).arg(scenario.to_string());
+    let output = tokio::task::spawn_blocking(move || command.output()).await.expect("join").expect("run the client");
+    assert!(
+        output.status.success(),
+        "mcp_front_client.py ({mode}) failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|e| panic!("no JSON ({e}): {}", String::from_utf8_lossy(&output.stdout)))
+}
