@@ -275,6 +275,10 @@ when = {{ any = true }}
     let said = jwt_call("alice", "c1").await.server_error(400)["message"].as_str().unwrap_or_default().to_owned();
     assert!(said.contains("needs your approval") && said.contains(&link), "the model is told what to do: {said}");
 
+    // A link preview's HEAD decides nothing and shows nothing.
+    let head = send_with_headers(gw.addr, "HEAD", link.strip_prefix(&gw.url()).unwrap(), Bytes::new(), &[]).await;
+    assert_eq!(head.status, 200);
+    assert_eq!(jwt_call("alice", "c1").await.status, 400, "still held after a HEAD");
     // A browser signed in as nobody is sent to sign in; bob's sees nothing of alice's call.
     assert_eq!(Browser::new().get_no_follow(&link).await.status, 302);
     let bob = Browser::new();
@@ -593,4 +597,32 @@ async fn a_held_call_is_an_approve_step_with_an_event_in_its_trace() {
         !spans.iter().any(|s| s["parent_span_id"] == execute["span_id"] && s["name"] == "approve"),
         "no approve step for a call no rule holds"
     );
+}
+
+/// Once the idempotency store no longer keeps the approved call's answer, a
+/// repeat is refused, never run again: the journal knows the call ran.
+#[tokio::test]
+async fn an_approved_call_whose_answer_is_gone_does_not_run_again() {
+    let server = repos().await;
+    let toml = operator_config(&server, &state_dir(), "10m") + "\n[idempotency]\nttl = \"1s\"\n";
+    let gw = Gateway::start_with_env(&toml, &ENV).await;
+    gw.wait_for_tool("Repo.Delete@1.0.0").await;
+    let input = json!({"repo": "payments"});
+    let asked = held(&call(&gw, "alice-key", input.clone(), Some("once")).await);
+    let id = asked["id"].as_str().unwrap();
+    assert_eq!(admin(&gw, "POST", &format!("/approvals/{id}/approve"), Some(ADMIN_TOKEN)).await.status, 200);
+    assert_eq!(call(&gw, "alice-key", input.clone(), Some("once")).await.status, 200);
+    // Time must pass for the stored answer to go (its ttl); until then a
+    // repeat is answered from it.
+    let refused = wait_until("the stored answer is gone and the repeat refused", async || {
+        let repeat = call(&gw, "alice-key", input.clone(), Some("once")).await;
+        if repeat.status == 403 {
+            Ok(repeat)
+        } else {
+            Err(format!("{} {}", repeat.status, repeat.text()))
+        }
+    })
+    .await;
+    assert!(refused.text().contains("approved once and has run"), "{}", refused.text());
+    assert_eq!(server.call_count(), 1, "one run per approval");
 }
