@@ -95,7 +95,7 @@ fn hot_path(c: &mut Criterion) {
     // The request rewrite: the secret injected into the context, then the
     // canonical body the upstream receives.
     let route = resolve_tool(&catalog, "Kit42.Tool042@1.0.0").expect("resolves");
-    let caller = Caller::anonymous();
+    let caller = Caller::Anonymous;
     c.bench_function("rewrite_request (inject secret + upstream body)", |b| {
         b.iter(|| {
             let call = parse_call(body).expect("parses");

@@ -333,7 +333,7 @@ pub async fn admit_call(generation: &Generation, route: &Route, caller: &Caller)
     let key = route.root().tool.key.as_str();
     let access = &generation.access;
     if access.is_active() && !access.allows(access.matching(caller), key) {
-        tracing::info!(user_id = caller.user_id.as_deref(), tool = key, "call denied by policy");
+        tracing::info!(user_id = caller.authenticated_user(), tool = key, "call denied by policy");
         return Err(RequestError::Denied(route.tool.key.clone()));
     }
     generation
@@ -377,9 +377,9 @@ pub async fn inject_context(
     if let Some(user) = caller.authenticated_user() {
         context.user_id = Some(user.to_owned());
     }
-    let managed = &generation.config.secrets;
-    context.secrets.retain(|s| !managed.contains_key(&s.id));
-    context.authorization.retain(|a| !generation.config.authorization.contains_key(&a.id));
+    let config = &generation.config;
+    context.secrets.retain(|s| !config.supplies_secret(&s.id));
+    context.authorization.retain(|a| !config.supplies_token(&a.id));
     let Some(requirements) = &route.tool.definition.requirements else {
         return Ok(Injected { context, granted: Granted::Every });
     };
@@ -481,9 +481,8 @@ pub struct Injected {
 /// tokens, not what the client sent itself).
 fn injected_values<'c>(generation: &Generation, context: &'c CallContext) -> SmallVec<[&'c str; 4]> {
     let config = &generation.config;
-    let secrets = context.secrets.iter().filter(|s| config.secrets.contains_key(&s.id)).map(|s| s.value.as_str());
-    let tokens =
-        context.authorization.iter().filter(|a| config.authorization.contains_key(&a.id)).map(|a| a.token.as_str());
+    let secrets = context.secrets.iter().filter(|s| config.supplies_secret(&s.id)).map(|s| s.value.as_str());
+    let tokens = context.authorization.iter().filter(|a| config.supplies_token(&a.id)).map(|a| a.token.as_str());
     secrets.chain(tokens).collect()
 }
 

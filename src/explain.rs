@@ -15,7 +15,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::auth::{Caller, CallerKind};
+use crate::auth::Caller;
 use crate::call::resolve_tool;
 use crate::catalog::{Catalog, Route};
 use crate::gateway::{Gateway, Generation};
@@ -58,6 +58,12 @@ pub enum ExplainError {
     /// `claims` is not a JSON object.
     #[error("claims: must be a JSON object")]
     ClaimsNotObject,
+    /// The token or claims name no user: the gateway refuses such a token.
+    #[error("the claims have no {claim:?} ([auth] user_id_claim), so the gateway would refuse the token: give user_id or add the claim")]
+    NoUser {
+        /// `[auth] user_id_claim`.
+        claim: String,
+    },
 }
 
 /// The answer.
@@ -178,8 +184,10 @@ pub fn caller_of(request: &ExplainRequest, generation: &Generation) -> Result<Ca
     let user_id_claim = &generation.config.auth.user_id_claim;
     if let Some(jwt) = &request.jwt {
         let claims = decode_claims(jwt)?;
-        let user_id = claims.get(user_id_claim).and_then(Value::as_str).map(str::to_owned);
-        return Ok(Caller { user_id, claims, kind: CallerKind::Jwt });
+        let Some(user_id) = claims.get(user_id_claim).and_then(Value::as_str).map(str::to_owned) else {
+            return Err(ExplainError::NoUser { claim: user_id_claim.clone() });
+        };
+        return Ok(Caller::Jwt { user_id, claims });
     }
     let claims = match &request.claims {
         None | Some(Value::Null) => None,
@@ -187,18 +195,17 @@ pub fn caller_of(request: &ExplainRequest, generation: &Generation) -> Result<Ca
         Some(_) => return Err(ExplainError::ClaimsNotObject),
     };
     Ok(match (&request.user_id, claims) {
-        (None, None) => Caller::anonymous(),
-        (Some(user), _) if request.api_key => {
-            Caller { user_id: Some(user.clone()), claims: Value::Null, kind: CallerKind::ApiKey }
-        }
+        (None, None) => Caller::Anonymous,
+        (Some(user), _) if request.api_key => Caller::ApiKey { user_id: user.clone() },
         (user_id, claims) => {
             let mut claims = claims.unwrap_or_else(|| Value::Object(Default::default()));
             let user_id =
                 user_id.clone().or_else(|| claims.get(user_id_claim).and_then(Value::as_str).map(str::to_owned));
-            if let (Some(user), Value::Object(map)) = (&user_id, &mut claims) {
-                map.entry(user_id_claim.clone()).or_insert_with(|| Value::String(user.clone()));
+            let Some(user_id) = user_id else { return Err(ExplainError::NoUser { claim: user_id_claim.clone() }) };
+            if let Value::Object(map) = &mut claims {
+                map.entry(user_id_claim.clone()).or_insert_with(|| Value::String(user_id.clone()));
             }
-            Caller { user_id, claims, kind: CallerKind::Jwt }
+            Caller::Jwt { user_id, claims }
         }
     })
 }
@@ -255,14 +262,9 @@ pub async fn explain(
     }
     visible.sort();
     hidden.sort_by(|a, b| a.tool.cmp(&b.tool));
-    let kind = match caller.kind {
-        CallerKind::Anonymous => "anonymous",
-        CallerKind::ApiKey => "api_key",
-        CallerKind::Jwt => "jwt",
-    };
     let caller_view = CallerView {
-        user_id: caller.user_id.clone(),
-        kind: kind.to_owned(),
+        user_id: caller.authenticated_user().map(str::to_owned),
+        kind: caller.kind().to_owned(),
         policies: access.names_matching(matching).into_iter().map(str::to_owned).collect(),
     };
     let mut explanation = Explanation {

@@ -206,12 +206,12 @@ pub(crate) fn applies(when: &When, caller: &Caller) -> bool {
     match when {
         When::Any => true,
         When::UserId(user) => caller.authenticated_user() == Some(user.as_str()),
-        When::ClaimEquals { claim, value } => match caller.claims.get(claim) {
+        When::ClaimEquals { claim, value } => match caller.claims().get(claim) {
             Some(Value::String(s)) => s == value,
             Some(Value::Array(items)) => items.iter().any(|v| v.as_str() == Some(value.as_str())),
             _ => false,
         },
-        When::ClaimContains { claim, value } => match caller.claims.get(claim) {
+        When::ClaimContains { claim, value } => match caller.claims().get(claim) {
             Some(Value::String(s)) => s.split_whitespace().any(|word| word == value),
             Some(Value::Array(items)) => items.iter().any(|v| v.as_str() == Some(value.as_str())),
             _ => false,
@@ -222,7 +222,6 @@ pub(crate) fn applies(when: &When, caller: &Caller) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::CallerKind;
     use serde::Deserialize;
     use serde_json::json;
 
@@ -236,7 +235,7 @@ mod tests {
     }
 
     fn jwt_caller(claims: Value) -> Caller {
-        Caller { user_id: claims["sub"].as_str().map(str::to_owned), claims, kind: CallerKind::Jwt }
+        Caller::Jwt { user_id: claims["sub"].as_str().unwrap_or("someone").to_owned(), claims }
     }
 
     #[test]
@@ -270,13 +269,13 @@ mod tests {
         assert!(access.allows(n, "Calculator.Add"));
         assert!(!access.allows(n, "Calculator.Secret"), "deny wins");
         assert!(!access.allows(n, "Gmail.Send"));
-        assert!(access.allows(access.matching(&Caller::anonymous()), "Calculator.Add"), "any includes anonymous");
+        assert!(access.allows(access.matching(&Caller::Anonymous), "Calculator.Add"), "any includes anonymous");
     }
 
     #[test]
     fn no_policy_allows_everything() {
         let access = AccessPolicy::new(Vec::new());
-        assert!(access.allows(access.matching(&Caller::anonymous()), "Any.Tool"));
+        assert!(access.allows(access.matching(&Caller::Anonymous), "Any.Tool"));
     }
 
     #[test]

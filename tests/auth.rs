@@ -19,7 +19,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use jsonwebtoken::jwk::{Jwk, JwkSet};
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use otc_gateway::auth::{AudienceRule, AuthError, Authenticator, Caller, CallerKind};
+use otc_gateway::auth::{AudienceRule, AuthError, Authenticator, Caller};
 use otc_gateway::config::{AuthConfig, AuthMode, SecretRef};
 use otc_gateway::vault::SecretResolver;
 use serde_json::{json, Value};
@@ -105,9 +105,9 @@ fn rejected(auth: &Authenticator, token: &str) -> AuthError {
 async fn hs256_good_token() {
     let auth = hs_auth("OTC_AUTH_HS_GOOD").await;
     let caller = otc(&auth, &bearer(&hs256(&claims(json!({})), HS_SECRET.as_bytes()))).expect("valid");
-    assert_eq!(caller.user_id.as_deref(), Some("alice"));
-    assert_eq!(caller.kind, CallerKind::Jwt);
-    assert_eq!(caller.claims["groups"], json!(["mail"]));
+    assert_eq!(caller.authenticated_user(), Some("alice"));
+    assert_eq!(caller.kind(), "jwt");
+    assert_eq!(caller.claims()["groups"], json!(["mail"]));
 }
 
 #[tokio::test]
@@ -216,7 +216,7 @@ async fn a_token_naming_an_api_keys_user_is_refused() {
     let auth = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
     // The key is the service client; a token claiming its user id is not.
     let caller = otc(&auth, &api_key_header("ns-key-0123456789")).expect("the key");
-    assert_eq!(caller.user_id.as_deref(), Some("svc-reports"));
+    assert_eq!(caller.authenticated_user(), Some("svc-reports"));
     let err = rejected(&auth, &hs256(&claims(json!({"sub": "svc-reports"})), HS_SECRET.as_bytes()));
     assert!(matches!(&err, AuthError::Invalid(r) if r.contains("API key")), "{err:?}");
     assert!(otc(&auth, &bearer(&hs256(&claims(json!({"sub": "alice"})), HS_SECRET.as_bytes()))).is_ok());
@@ -311,7 +311,7 @@ async fn user_id_claim_is_configurable() {
     let auth = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
     let token = hs256(&claims(json!({"email": "alice@example.com"})), HS_SECRET.as_bytes());
     let caller = otc(&auth, &bearer(&token)).expect("valid");
-    assert_eq!(caller.user_id.as_deref(), Some("alice@example.com"));
+    assert_eq!(caller.authenticated_user(), Some("alice@example.com"));
     assert!(matches!(
         rejected(&auth, &hs256(&claims(json!({})), HS_SECRET.as_bytes())),
         AuthError::MissingUserClaim { .. }
@@ -337,9 +337,9 @@ async fn rs256_and_es256_from_a_jwks_file() {
     )
     .await;
     let caller = otc(&auth, &bearer(&rs256(&claims(json!({})), RSA_PEM, Some("rsa-1")))).expect("rs256");
-    assert_eq!(caller.user_id.as_deref(), Some("alice"));
+    assert_eq!(caller.authenticated_user(), Some("alice"));
     let caller = otc(&auth, &bearer(&es256(&claims(json!({"sub": "bob"})), "ec-1"))).expect("es256");
-    assert_eq!(caller.user_id.as_deref(), Some("bob"));
+    assert_eq!(caller.authenticated_user(), Some("bob"));
     // No kid: the RSA keys are tried.
     assert!(otc(&auth, &bearer(&rs256(&claims(json!({})), RSA_PEM, None))).is_ok());
 
@@ -504,10 +504,10 @@ api_keys = [
 async fn api_keys_via_bearer_and_oxp_header() {
     let auth = api_key_auth(AuthMode::Jwt, "OTC_AUTH_KEYS_JWT").await;
     let c = otc(&auth, &bearer("rk_live_reports_0123456789")).expect("bearer");
-    assert_eq!((c.user_id.as_deref(), c.kind), (Some("svc-reports"), CallerKind::ApiKey));
-    assert_eq!(c.claims, Value::Null);
+    assert_eq!(c, Caller::ApiKey { user_id: "svc-reports".into() });
+    assert_eq!(c.claims(), &Value::Null);
     let c = otc(&auth, &api_key_header("rk_live_billing_0123456789")).expect("header");
-    assert_eq!(c.user_id.as_deref(), Some("svc-billing"));
+    assert_eq!(c.authenticated_user(), Some("svc-billing"));
 
     for wrong in ["rk_live_reports_012345678", "rk_live_reports_01234567890", "nope"] {
         let err = otc(&auth, &bearer(wrong)).expect_err(wrong);
@@ -531,17 +531,17 @@ async fn mode_none_is_anonymous_but_api_keys_identify() {
     let auth = api_key_auth(AuthMode::None, "OTC_AUTH_KEYS_NONE").await;
     assert_eq!(auth.mode(), AuthMode::None);
     let c = otc(&auth, &HeaderMap::new()).expect("anonymous");
-    assert_eq!((c.user_id, c.kind), (None, CallerKind::Anonymous));
+    assert_eq!(c, Caller::Anonymous);
     let c = otc(&auth, &bearer("whatever-this-is")).expect("ignored");
-    assert_eq!(c.kind, CallerKind::Anonymous);
+    assert_eq!(c, Caller::Anonymous);
     let c = otc(&auth, &bearer("rk_live_reports_0123456789")).expect("key");
-    assert_eq!((c.user_id.as_deref(), c.kind), (Some("svc-reports"), CallerKind::ApiKey));
+    assert_eq!(c, Caller::ApiKey { user_id: "svc-reports".into() });
     // An explicit OXP-API-Key that is wrong is refused even here.
     assert!(matches!(otc(&auth, &api_key_header("wrong")), Err(AuthError::Invalid(_))));
 
     // The default config: everyone anonymous.
     let auth = Authenticator::new(&AuthConfig::default(), &resolver()).await.expect("default");
-    assert_eq!(otc(&auth, &HeaderMap::new()).expect("anon").kind, CallerKind::Anonymous);
+    assert_eq!(otc(&auth, &HeaderMap::new()).expect("anon"), Caller::Anonymous);
 }
 
 #[tokio::test]
@@ -557,11 +557,8 @@ async fn mixed_hs256_and_api_keys() {
         ..AuthConfig::default()
     };
     let auth = Authenticator::new(&cfg, &resolver()).await.expect("authenticator");
-    assert_eq!(otc(&auth, &bearer("mixed-service-key-123456")).expect("key").kind, CallerKind::ApiKey);
-    assert_eq!(
-        otc(&auth, &bearer(&hs256(&claims(json!({})), HS_SECRET.as_bytes()))).expect("jwt").kind,
-        CallerKind::Jwt
-    );
+    assert_eq!(otc(&auth, &bearer("mixed-service-key-123456")).expect("key").kind(), "api_key");
+    assert_eq!(otc(&auth, &bearer(&hs256(&claims(json!({})), HS_SECRET.as_bytes()))).expect("jwt").kind(), "jwt");
     assert!(matches!(otc(&auth, &bearer("not-a-key")), Err(AuthError::Invalid(_))));
 }
 
@@ -632,7 +629,7 @@ async fn a_token_with_a_crit_header_is_refused() {
     let good = claims(json!({}));
     // The same header without `crit`, signed the same way, is accepted.
     let plain = hs256_with_header(r#"{"alg":"HS256","typ":"JWT"}"#, &good);
-    assert_eq!(otc(&auth, &bearer(&plain)).expect("valid").user_id.as_deref(), Some("alice"));
+    assert_eq!(otc(&auth, &bearer(&plain)).expect("valid").authenticated_user(), Some("alice"));
     for header in CRIT_HEADERS {
         let token = hs256_with_header(header, &good);
         let err = rejected(&auth, &token);

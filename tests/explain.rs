@@ -202,6 +202,14 @@ async fn explain_names_the_rule_that_hid_a_tool_and_what_a_call_needs() {
         let resp = admin(&gw, "GET", &format!("/explain?{query}"), Bytes::new()).await;
         assert_eq!(resp.status, 400, "{query}: {}", resp.text());
     }
+    // Claims that name no user describe a token the gateway refuses.
+    let asked = format!("/explain?{}", claims_query(&json!({"groups": ["mail"]}), None));
+    let nobody = admin(&gw, "GET", &asked, Bytes::new()).await;
+    assert_eq!(nobody.status, 400, "{}", nobody.text());
+    assert!(nobody.text().contains("user_id_claim"), "{}", nobody.text());
+    let nobody = jwt(json!({"groups": ["mail"]}));
+    let refused = admin(&gw, "POST", "/explain", Bytes::from(json!({"jwt": nobody}).to_string())).await;
+    assert_eq!(refused.status, 400, "{}", refused.text());
     let huge = Bytes::from(format!("{{\"user_id\": \"{}\"}}", "x".repeat(100_000)));
     assert_eq!(admin(&gw, "POST", "/explain", huge).await.status, 400);
     assert_eq!(admin(&gw, "DELETE", "/explain", Bytes::new()).await.status, 405);

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 /// The store key of an anonymous caller's `call_id`, for the stores' own tests.
 fn key(call_id: &str) -> CallKey {
-    CallerScope::of(&Caller::anonymous(), &CallContext::default()).key(call_id)
+    CallerScope::of(&Caller::Anonymous, &CallContext::default()).key(call_id)
 }
 
 async fn slow_calculator(delay: Duration) -> ToolServer {

@@ -7,10 +7,12 @@ and wrk and a release build of the gateway.
 
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from pathlib import Path
@@ -230,6 +232,30 @@ def measured(proc, url, seconds, connections, body=None, delay_ms=0, headers=Non
     r["sys_us_per_req"] = system * 1e6 / max(r["requests"], 1)
     r["cpu_busy"] = spent / r["seconds"]
     return r
+
+
+def syscalls_per_call(proc, url, seconds, connections, body=None, headers=None):
+    """System calls per call of `proc` (all its threads, nginx's workers
+    included) over one wrk run, by name: perf counts the kernel's syscall
+    tracepoints, which costs the process next to nothing (strace -c would
+    slow it down enough to change how many events each wait returns).
+    Returns the run and {name: calls per request}, largest first."""
+    pids = ",".join(str(p) for p in [proc.pid, *children(proc.pid)])
+    with tempfile.NamedTemporaryFile(suffix=".perf") as out:
+        perf = subprocess.Popen(["perf", "stat", "-x", ",", "-o", out.name, "-e", "syscalls:sys_enter_*",
+                                 "-p", pids], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1)  # perf attaches to ~350 tracepoints per thread first
+        r = wrk(url, seconds, connections, body, headers=headers)
+        perf.send_signal(signal.SIGINT)
+        perf.wait(30)
+        text = Path(out.name).read_text()
+    counts = {}
+    for line in text.splitlines():
+        fields = line.split(",")
+        if len(fields) > 2 and fields[2].startswith("syscalls:sys_enter_") and fields[0].isdigit():
+            counts[fields[2].removeprefix("syscalls:sys_enter_")] = int(fields[0])
+    per_call = {name: n / max(r["requests"], 1) for name, n in counts.items() if n}
+    return r, dict(sorted(per_call.items(), key=lambda kv: -kv[1]))
 
 
 def side_by_side(targets, rounds, seconds, connections, body):

@@ -12,8 +12,12 @@ headers) and once as a 2026-07-28 client does (`_meta` in the body, the
 pinned to CPU 0; wrk and the upstream share CPU 1. Runs alternate the targets,
 the order flipping every round, so drift on a shared machine hits all.
 
+With --syscalls, each target is then run once more under perf's syscall
+tracepoints and its system calls per call are printed by name (needs perf:
+`apt install linux-perf`; the kernel is most of a call).
+
 Usage: python3 benches/load/proxy_vs_nginx.py [--rounds 5] [--seconds 10] [--connections 50] [--skip-paced]
-       [--skip-mcp]
+       [--skip-mcp] [--syscalls]
 """
 
 import argparse
@@ -74,6 +78,7 @@ def main():
     ap.add_argument("--connections", type=int, default=50)
     ap.add_argument("--skip-paced", action="store_true", help="only the saturating runs")
     ap.add_argument("--skip-mcp", action="store_true", help="only the OTC call and nginx, as before MCP was measured")
+    ap.add_argument("--syscalls", action="store_true", help="also count system calls per call (perf)")
     ap.add_argument("--tracing", action="store_true",
                     help="also two gateways with [tracing], sample_ratio 0 and 1 (exporting to the upstream nginx, "
                          "which refuses the posts: the whole export is counted), side by side with the one without")
@@ -169,11 +174,25 @@ BENCH_API_KEY = "env:BENCH_API_KEY"
                 b.say(f"median ratio {cand}/{base}: {rps:.3f} requests per second, {cpu:.3f} per CPU second "
                       f"(per CPU second by round: {rounds})")
 
+        if args.syscalls:
+            syscalls(args, targets, BODY)
         if not args.skip_paced:
             paced_latency(args, direct, via, med["gateway"]["rps"] / 2)
     finally:
         for p in reversed(procs):
             p.stop()
+
+
+def syscalls(args, targets, body):
+    """System calls per call of each target, under the same saturating load."""
+    b.say("")
+    b.say(f"# system calls per call ({args.seconds}s of wrk each, {args.connections} connections, perf)")
+    for name, t in targets.items():
+        proc, url = t[0], t[1]
+        own_body, headers = (t[2], t[3]) if len(t) > 2 else (body, None)
+        r, per_call = b.syscalls_per_call(proc, url, args.seconds, args.connections, own_body, headers)
+        named = ", ".join(f"{n} {c:.3f}" for n, c in per_call.items() if c >= 0.001)
+        b.say(f"syscalls {name:<8} {sum(per_call.values()):.3f} per call ({r['rps']:.0f} req/s): {named}")
 
 
 def paced_latency(args, direct, via, target):

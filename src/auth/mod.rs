@@ -57,44 +57,52 @@ pub const API_KEY_HEADER: http::HeaderName = http::HeaderName::from_static("oxp-
 /// asks for at least the hash size).
 const MIN_HS256_SECRET_BYTES: usize = 32;
 
-/// How a caller was identified.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CallerKind {
+/// The authenticated caller of one request. Only an authenticated caller
+/// has a user: ask [`Caller::authenticated_user`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Caller {
     /// No credentials (only in mode `none`).
     Anonymous,
-    /// A configured API key.
-    ApiKey,
+    /// A configured API key, and the user it was configured for.
+    ApiKey {
+        /// The key's `user_id`.
+        user_id: String,
+    },
     /// A verified JWT.
-    Jwt,
-}
-
-/// The authenticated caller of one request.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Caller {
-    /// The user id: the JWT's `user_id_claim`, or the API key's `user_id`;
-    /// `None` when anonymous.
-    pub user_id: Option<String>,
-    /// The verified JWT claims (for policies); `Null` for API keys and
-    /// anonymous callers.
-    pub claims: Value,
-    /// How the caller was identified.
-    pub kind: CallerKind,
+    Jwt {
+        /// Its `[auth] user_id_claim`.
+        user_id: String,
+        /// Its claims (for policies).
+        claims: Value,
+    },
 }
 
 impl Caller {
-    /// An anonymous caller.
-    pub fn anonymous() -> Self {
-        Self { user_id: None, claims: Value::Null, kind: CallerKind::Anonymous }
-    }
-
-    /// The user the gateway authenticated (by a JWT or an API key): the one
-    /// way to ask, since an anonymous caller's `user_id` names nobody.
+    /// The user the gateway authenticated (by a JWT or an API key); `None`
+    /// for an anonymous caller.
     pub fn authenticated_user(&self) -> Option<&str> {
-        self.user_id.as_deref().filter(|_| self.kind != CallerKind::Anonymous)
+        match self {
+            Caller::Anonymous => None,
+            Caller::ApiKey { user_id } | Caller::Jwt { user_id, .. } => Some(user_id),
+        }
     }
 
-    fn api_key(user_id: &str) -> Self {
-        Self { user_id: Some(user_id.to_owned()), claims: Value::Null, kind: CallerKind::ApiKey }
+    /// The verified JWT's claims; `Null` for API keys and anonymous callers.
+    pub fn claims(&self) -> &Value {
+        static NONE: Value = Value::Null;
+        match self {
+            Caller::Jwt { claims, .. } => claims,
+            _ => &NONE,
+        }
+    }
+
+    /// How the caller was identified: `anonymous`, `api_key` or `jwt`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Caller::Anonymous => "anonymous",
+            Caller::ApiKey { .. } => "api_key",
+            Caller::Jwt { .. } => "jwt",
+        }
     }
 }
 
@@ -325,35 +333,35 @@ impl Authenticator {
                 .ok_or_else(|| AuthError::Invalid("OXP-API-Key is not visible ASCII".into()))?
                 .trim();
             return match self.api_keys.lookup(key) {
-                Some(user) => Ok(Caller::api_key(user)),
+                Some(user) => Ok(Caller::ApiKey { user_id: user.to_owned() }),
                 None => Err(AuthError::Invalid("unknown API key".into())),
             };
         }
         let Some(value) = credentials.authorization else {
             return match self.mode {
-                AuthMode::None => Ok(Caller::anonymous()),
+                AuthMode::None => Ok(Caller::Anonymous),
                 AuthMode::Jwt => Err(AuthError::Missing),
             };
         };
         let bearer = visible_ascii(value).and_then(bearer_token);
         let Some(token) = bearer else {
             return match self.mode {
-                AuthMode::None => Ok(Caller::anonymous()),
+                AuthMode::None => Ok(Caller::Anonymous),
                 AuthMode::Jwt => Err(AuthError::Invalid("Authorization is not \"Bearer <token>\"".into())),
             };
         };
         if let Some(user) = self.api_keys.lookup(token) {
-            return Ok(Caller::api_key(user));
+            return Ok(Caller::ApiKey { user_id: user.to_owned() });
         }
         match (&self.jwt, self.mode) {
             (Some(verifier), _) => {
                 let v = verifier.verify(token)?;
                 self.check_audience(&v.claims, target, public_url)?;
                 self.check_user_namespace(&v.user_id)?;
-                Ok(Caller { user_id: Some(v.user_id), claims: v.claims, kind: CallerKind::Jwt })
+                Ok(Caller::Jwt { user_id: v.user_id, claims: v.claims })
             }
             (None, AuthMode::Jwt) => Err(AuthError::Invalid("unknown API key".into())),
-            (None, AuthMode::None) => Ok(Caller::anonymous()),
+            (None, AuthMode::None) => Ok(Caller::Anonymous),
         }
     }
 }

@@ -154,6 +154,19 @@ impl Config {
             .collect()
     }
 
+    /// Whether the gateway supplies secret `id` (`[secrets]`): what a
+    /// client sends for it is dropped, what the gateway injects is scrubbed
+    /// from answers, and an upstream receives it only when granted.
+    pub fn supplies_secret(&self, id: &str) -> bool {
+        self.secrets.contains_key(id)
+    }
+
+    /// The same for provider `id`'s tokens (`[authorization]`, managed or
+    /// read from a reference).
+    pub fn supplies_token(&self, id: &str) -> bool {
+        self.authorization.contains_key(id)
+    }
+
     /// How a managed provider's flows prove whose browser finishes them:
     /// `user_verification` as written, else `login` when `[login]` exists.
     /// `None` for a provider that is not managed, or a config that

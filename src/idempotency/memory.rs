@@ -245,7 +245,7 @@ mod tests {
     use serde_json::json;
 
     fn key(call_id: &str) -> CallKey {
-        CallerScope::of(&Caller::anonymous(), &CallContext::default()).key(call_id)
+        CallerScope::of(&Caller::Anonymous, &CallContext::default()).key(call_id)
     }
 
     const WAIT: Duration = Duration::from_secs(1);

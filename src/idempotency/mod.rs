@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::auth::{Caller, CallerKind};
+use crate::auth::Caller;
 use crate::config::IdempotencyConfig;
 use crate::redis_client::SharedRedis;
 use crate::wire::{CallContext, CallResult};
@@ -48,10 +48,10 @@ impl CallerScope {
     /// injected anything into it).
     pub fn of(caller: &Caller, context: &CallContext) -> CallerScope {
         let mut hasher = Sha256::new();
-        match (caller.kind, &caller.user_id) {
-            (CallerKind::Jwt, Some(user)) => feed(&mut hasher, &["jwt", user]),
-            (CallerKind::ApiKey, Some(user)) => feed(&mut hasher, &["api-key", user]),
-            _ => {
+        match caller {
+            Caller::Jwt { user_id, .. } => feed(&mut hasher, &["jwt", user_id]),
+            Caller::ApiKey { user_id } => feed(&mut hasher, &["api-key", user_id]),
+            Caller::Anonymous => {
                 feed(&mut hasher, &["anonymous"]);
                 canonical(&mut hasher, &serde_json::to_value(context).unwrap_or_default());
             }
@@ -487,16 +487,16 @@ mod tests {
 
     #[test]
     fn a_scope_is_who_the_caller_is() {
-        let jwt = Caller { user_id: Some("ann".into()), claims: Value::Null, kind: CallerKind::Jwt };
-        let key = Caller { kind: CallerKind::ApiKey, ..jwt.clone() };
+        let jwt = Caller::Jwt { user_id: "ann".into(), claims: Value::Null };
+        let key = Caller::ApiKey { user_id: "ann".into() };
         let empty = CallContext::default();
         let claims_ann = context(json!({"user_id": "ann"}));
         let scopes = [
             CallerScope::of(&jwt, &empty),
             CallerScope::of(&key, &empty),
-            CallerScope::of(&Caller::anonymous(), &claims_ann),
-            CallerScope::of(&Caller::anonymous(), &empty),
-            CallerScope::of(&Caller::anonymous(), &context(json!({"user_id": "ann", "tenant": "x"}))),
+            CallerScope::of(&Caller::Anonymous, &claims_ann),
+            CallerScope::of(&Caller::Anonymous, &empty),
+            CallerScope::of(&Caller::Anonymous, &context(json!({"user_id": "ann", "tenant": "x"}))),
         ];
         for (i, a) in scopes.iter().enumerate() {
             for b in &scopes[i + 1..] {
@@ -506,7 +506,7 @@ mod tests {
         // An authenticated caller is themselves whatever context they send.
         assert_eq!(CallerScope::of(&jwt, &claims_ann).key("c-1"), scopes[0].key("c-1"));
         assert_eq!(
-            CallerScope::of(&Caller::anonymous(), &context(json!({"user_id": "ann"}))).key("c-1"),
+            CallerScope::of(&Caller::Anonymous, &context(json!({"user_id": "ann"}))).key("c-1"),
             scopes[2].key("c-1")
         );
         assert_ne!(scopes[0].key("c-1"), scopes[0].key("c-2"));

@@ -182,7 +182,7 @@ impl StreamCounts {
         }
         let mut slot = StreamSlot { total: self.total.clone(), caller: None };
         let Some(user) = caller.authenticated_user() else { return Ok(slot) };
-        let key = format!("{:?}:{user}", caller.kind);
+        let key = format!("{}:{user}", caller.kind());
         let mut counts = self.per_caller.lock().unwrap_or_else(|p| p.into_inner());
         let count = counts.entry(key.clone()).or_default();
         if *count >= max_per_caller {
@@ -213,10 +213,9 @@ impl Drop for StreamSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::CallerKind;
 
     fn user(name: &str) -> Caller {
-        Caller { user_id: Some(name.into()), claims: Value::Null, kind: CallerKind::ApiKey }
+        Caller::ApiKey { user_id: name.into() }
     }
 
     #[test]
@@ -228,7 +227,7 @@ mod tests {
         drop(alice);
         assert!(counts.take(&user("alice"), 10, 2).is_ok(), "closed streams give their slots back");
         drop(bob);
-        let all: Vec<StreamSlot> = (0..3).map(|_| counts.take(&Caller::anonymous(), 3, 1).expect("room")).collect();
+        let all: Vec<StreamSlot> = (0..3).map(|_| counts.take(&Caller::Anonymous, 3, 1).expect("room")).collect();
         assert!(counts.take(&user("carol"), 3, 1).is_err(), "the total bounds everyone");
         drop(all);
         assert_eq!(counts.total.load(Ordering::Acquire), 0);

@@ -298,7 +298,6 @@ impl RateLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::CallerKind;
     use serde::Deserialize;
 
     fn limits(toml_text: &str) -> RateLimits {
@@ -311,7 +310,7 @@ mod tests {
     }
 
     fn user(id: &str) -> Caller {
-        Caller { user_id: Some(id.to_owned()), claims: serde_json::Value::Null, kind: CallerKind::Jwt }
+        Caller::Jwt { user_id: id.to_owned(), claims: serde_json::Value::Null }
     }
 
     fn per_user_buckets(limits: &RateLimits) -> usize {
@@ -335,8 +334,8 @@ mod tests {
             "[[rate_limit]]\nname = \"u\"\ntools = [\"Calc.*\"]\nper = \"user\"\nrate = \"1/h\"\n\
              [[rate_limit]]\nname = \"g\"\ntools = [\"Mail.*\"]\nper = \"global\"\nrate = \"1/h\"\n",
         );
-        assert!(limits.check_local(&Caller::anonymous(), "Calc.Add").is_ok());
-        assert!(limits.check_local(&Caller::anonymous(), "Calc.Add").is_err(), "anonymous callers share one");
+        assert!(limits.check_local(&Caller::Anonymous, "Calc.Add").is_ok());
+        assert!(limits.check_local(&Caller::Anonymous, "Calc.Add").is_err(), "anonymous callers share one");
         for name in ["anonymous", ""] {
             assert!(limits.check_local(&user(name), "Calc.Add").is_ok(), "user {name:?} has a bucket of its own");
         }

@@ -359,13 +359,13 @@ impl Upstream {
     /// The grant rule for a secret: the gateway supplies it (`[secrets]`)
     /// and this upstream was not granted it.
     fn withholds_secret(&self, id: &str, config: &config::Config) -> bool {
-        !self.secret_grants.allows(id) && config.secrets.contains_key(id)
+        !self.secret_grants.allows(id) && config.supplies_secret(id)
     }
 
     /// The grant rule for a provider's token: the gateway supplies it
     /// (`[authorization]`) and this upstream was not granted it.
     fn withholds_provider(&self, id: &str, config: &config::Config) -> bool {
-        !self.authorization_grants.allows(id) && config.authorization.contains_key(id)
+        !self.authorization_grants.allows(id) && config.supplies_token(id)
     }
 
     /// Fetches the catalog as the upstream publishes it (OTC: GET /tools,
