@@ -2,7 +2,7 @@
 # Every benchmark from one command: installs nginx and wrk when missing,
 # builds the gateway as it ships (scripts/build-release.sh: release profile
 # plus profile-guided optimisation, about ten minutes the first time), then runs
-#   load   the gateway against nginx proxy_pass (benches/load/proxy_vs_nginx.py)
+#   load   the gateway against nginx proxy_pass (benches/load/proxy_vs_nginx.py; --syscalls: system calls per call)
 #   scale  10,000 tools from 50 upstreams        (benches/load/scale.py)
 #   micro  criterion, the hot path's pieces      (benches/hot_path.rs)
 #   instructions  instructions per call under callgrind, gateway and nginx (not in `all`)
@@ -32,7 +32,9 @@ elif [ "$what" != micro ]; then
 fi
 echo "gateway under test: ${OTC_BENCH_GATEWAY:-criterion}" >&2
 case "$what" in
-  load) python3 benches/load/proxy_vs_nginx.py "$@" ;;
+  load)
+    case " $* " in *" --syscalls "*) command -v perf >/dev/null 2>&1 || apt_install linux-perf ;; esac
+    python3 benches/load/proxy_vs_nginx.py "$@" ;;
   scale) python3 benches/load/scale.py "$@" ;;
   micro) cargo bench --locked --bench hot_path ;;
   instructions) apt_install valgrind; python3 benches/load/instructions.py "$@" ;;

@@ -294,6 +294,10 @@ mod tests {
     }
 
     const DEBOUNCE: Duration = Duration::from_millis(150);
+    /// How long a test watches for a call that must not come: an absence
+    /// has no event to wait on. (The watcher runs on the OS's file events
+    /// and a thread of its own, not on a clock a test could pause; the
+    /// other sleeps here pace writes, as an editor would.)
     const SETTLE: Duration = Duration::from_millis(2000);
 
     fn write(path: &Path, text: &str) {

@@ -192,11 +192,12 @@ def upstream_server_block(port, catalog_path):
 DOLLAR = '  geo $dollar { default "$"; }\n'
 
 
-def start_gateway(name, config_text, cpu, work, env=None):
+def start_gateway(name, config_text, cpu, work, env=None, binary=None):
+    """The gateway (`binary`, else the one under test) with `config_text`."""
     config = Path(work) / f"{name}.toml"
     config.write_text(config_text)
     env = dict({"RUST_LOG": "warn"}, **(env or {}))
-    return Pinned(name, [str(GATEWAY), "--config", str(config)], cpu, work, env)
+    return Pinned(name, [str(binary or GATEWAY), "--config", str(config)], cpu, work, env)
 
 
 def wrk(url, seconds, connections, body=None, delay_ms=0, cpu=LOAD_CPU, headers=None):

@@ -12,12 +12,17 @@ headers) and once as a 2026-07-28 client does (`_meta` in the body, the
 pinned to CPU 0; wrk and the upstream share CPU 1. Runs alternate the targets,
 the order flipping every round, so drift on a shared machine hits all.
 
+With --compare PATH, a second gateway binary (another build of the same
+source, e.g. `cargo build --release`'s beside the profile-guided one) is
+called the same three ways in the same rounds, as `cmp`, `cmp-mcp` and
+`cmp-mcp-2026`, so both builds meet the same machine.
+
 With --syscalls, each target is then run once more under perf's syscall
 tracepoints and its system calls per call are printed by name (needs perf:
 `apt install linux-perf`; the kernel is most of a call).
 
 Usage: python3 benches/load/proxy_vs_nginx.py [--rounds 5] [--seconds 10] [--connections 50] [--skip-paced]
-       [--skip-mcp] [--syscalls]
+       [--skip-mcp] [--syscalls] [--compare PATH]
 """
 
 import argparse
@@ -79,6 +84,7 @@ def main():
     ap.add_argument("--skip-paced", action="store_true", help="only the saturating runs")
     ap.add_argument("--skip-mcp", action="store_true", help="only the OTC call and nginx, as before MCP was measured")
     ap.add_argument("--syscalls", action="store_true", help="also count system calls per call (perf)")
+    ap.add_argument("--compare", metavar="PATH", help="a second gateway binary, measured in the same rounds")
     ap.add_argument("--tracing", action="store_true",
                     help="also two gateways with [tracing], sample_ratio 0 and 1 (exporting to the upstream nginx, "
                          "which refuses the posts: the whole export is counted), side by side with the one without")
@@ -132,6 +138,23 @@ BENCH_API_KEY = "env:BENCH_API_KEY"
                 procs.append(proc)
                 b.wait_tool(port)
                 traced[name] = (proc, f"http://127.0.0.1:{port}/tools/call")
+        compared = {}
+        if args.compare:
+            config = (work / "gateway.toml").read_text()
+            port, admin = b.free_port(), b.free_port()
+            text = config.replace(f"127.0.0.1:{gw_port}", f"127.0.0.1:{port}").replace(
+                f"127.0.0.1:{admin_port}", f"127.0.0.1:{admin}")
+            proc = b.start_gateway("gateway-compared", text, b.PROXY_CPU, work,
+                                   env={"BENCH_API_KEY": "bench-secret-value"}, binary=args.compare)
+            procs.append(proc)
+            b.wait_tool(port)
+            url = f"http://127.0.0.1:{port}/mcp"
+            check_mcp_answer(url, MCP_2026_BODY, MCP_2026_HEADERS)
+            compared = {"cmp": (proc, f"http://127.0.0.1:{port}/tools/call"),
+                        "cmp-mcp": (proc, url, MCP_BODY, mcp_session(url)),
+                        "cmp-mcp-2026": (proc, url, MCP_2026_BODY, MCP_2026_HEADERS)}
+            if args.skip_mcp:
+                compared = {"cmp": compared["cmp"]}
 
         direct = f"http://127.0.0.1:{up_port}/tools/call"
         via = {"nginx": f"http://127.0.0.1:{ngx_port}/tools/call", "gateway": f"http://127.0.0.1:{gw_port}/tools/call"}
@@ -155,6 +178,7 @@ BENCH_API_KEY = "env:BENCH_API_KEY"
         if args.skip_mcp:
             targets = {name: targets[name] for name in ("gateway", "nginx")}
         targets.update(traced)
+        targets.update(compared)
         runs, rps_ratio, cpu_ratio = b.side_by_side(targets, args.rounds, args.seconds, args.connections, BODY)
         keys = ("rps", "p50_ms", "p99_ms", "cpu_us_per_req", "user_us_per_req", "sys_us_per_req")
         med = {name: {k: b.median([r[k] for r in rs]) for k in keys} for name, rs in runs.items()}
@@ -166,7 +190,9 @@ BENCH_API_KEY = "env:BENCH_API_KEY"
         b.say(f"median ratio gateway/nginx, requests per second:        {rps_ratio:.3f}")
         b.say(f"median ratio gateway/nginx, requests per CPU second:     {cpu_ratio:.3f}")
         for cand, base in [("mcp", "nginx"), ("mcp-2026", "nginx"), ("mcp", "gateway"), ("mcp-2026", "gateway"),
-                           ("ratio0", "gateway"), ("ratio1", "gateway")]:
+                           ("ratio0", "gateway"), ("ratio1", "gateway"), ("cmp", "nginx"), ("cmp-mcp", "nginx"),
+                           ("cmp-mcp-2026", "nginx"), ("gateway", "cmp"), ("mcp", "cmp-mcp"),
+                           ("mcp-2026", "cmp-mcp-2026")]:
             if cand in runs:
                 rps, cpu = b.ratios(runs, cand, base)
                 rounds = ", ".join(f"{r['cpu_us_per_req'] / c['cpu_us_per_req']:.2f}"

@@ -351,7 +351,9 @@ mod tests {
             assert!(limits.check_local(&user(&format!("user-{n}")), "Calc.Add").is_ok());
         }
         assert_eq!(per_user_buckets(&limits), 100);
-        // Long enough for every bucket to be full again, then enough checks
+        // Long enough for every bucket to be full again (buckets read
+        // std's monotonic clock, shared with other threads: real time must
+        // pass), then enough checks
         // (by one caller, on an unlimited tool) to reach a sweep.
         std::thread::sleep(Duration::from_millis(50));
         for _ in 0..SWEEP_EVERY {
