@@ -39,6 +39,32 @@ async fn repos() -> ToolServer {
     server
 }
 
+/// A gateway in front of `server` whose callers bring JWTs and whose
+/// browsers sign in at `idp` (`[login]`), with `rest` of the config.
+async fn signed_in_gateway(idp: &OidcProvider, server: &ToolServer, rest: &str) -> Gateway {
+    let config = GatewayConfig::new()
+        .server_line("admin_token = \"env:AP_ADMIN\"")
+        .upstream("repos", &server.url())
+        .raw(&format!(
+            r#"
+[auth]
+mode = "jwt"
+hs256_secret = "env:AP_JWT"
+
+[login]
+issuer = "{issuer}"
+client_id = "{LOGIN_CLIENT}"
+client_secret = "env:AP_LOGIN_SECRET"
+user_id_claim = "sub"
+{rest}"#,
+            issuer = idp.issuer(),
+        ));
+    let env = [("AP_ADMIN", ADMIN_TOKEN), ("AP_JWT", JWT_SECRET), ("AP_LOGIN_SECRET", LOGIN_SECRET)];
+    let gw = config.start_with_env(&env).await;
+    idp.register_client(LOGIN_CLIENT, LOGIN_SECRET, &[format!("{}/oauth/login/callback", gw.url())]).await;
+    gw
+}
+
 fn state_dir() -> PathBuf {
     let dir = temp_file("approvals-state", "d", "");
     std::fs::remove_file(&dir).expect("a fresh name");
@@ -228,21 +254,8 @@ async fn an_expiry_is_final_and_requests_and_decisions_survive_a_restart() {
 async fn the_caller_approves_in_their_own_browser_and_nobody_else_can() {
     let idp = OidcProvider::start(json!({"scopes": []})).await;
     let server = repos().await;
-    let config = GatewayConfig::new()
-        .server_line("admin_token = \"env:AP_ADMIN\"")
-        .upstream("repos", &server.url())
-        .raw(&format!(
-            r#"
-[auth]
-mode = "jwt"
-hs256_secret = "env:AP_JWT"
-
-[login]
-issuer = "{issuer}"
-client_id = "{LOGIN_CLIENT}"
-client_secret = "env:AP_LOGIN_SECRET"
-user_id_claim = "sub"
-
+    let rules = format!(
+        r#"
 [state]
 dir = "{dir}"
 
@@ -252,12 +265,9 @@ tools = ["Repo.*"]
 annotations = {{}}
 when = {{ any = true }}
 "#,
-            issuer = idp.issuer(),
-            dir = state_dir().display()
-        ));
-    let env = [("AP_ADMIN", ADMIN_TOKEN), ("AP_JWT", JWT_SECRET), ("AP_LOGIN_SECRET", LOGIN_SECRET)];
-    let gw = config.start_with_env(&env).await;
-    idp.register_client(LOGIN_CLIENT, LOGIN_SECRET, &[format!("{}/oauth/login/callback", gw.url())]).await;
+        dir = state_dir().display()
+    );
+    let gw = signed_in_gateway(&idp, &server, &rules).await;
     let bearer = |user: &str| jwt::bearer(&jwt::hs256(&jwt::claims(user, json!({})), JWT_SECRET.as_bytes()));
     gw.wait_listed(&[("authorization", &bearer("alice"))], "Repo.Delete@1.0.0").await;
     let jwt_call = |user: &'static str, call_id: &'static str| {
@@ -415,21 +425,7 @@ async fn people_approve_in_chromium_on_the_approval_page_and_the_console() {
     ]))
     .await;
     server.on_call(echo);
-    let config = GatewayConfig::new()
-        .server_line("admin_token = \"env:AP_ADMIN\"")
-        .upstream("repos", &server.url())
-        .raw(&format!(
-            r#"
-[auth]
-mode = "jwt"
-hs256_secret = "env:AP_JWT"
-
-[login]
-issuer = "{issuer}"
-client_id = "{LOGIN_CLIENT}"
-client_secret = "env:AP_LOGIN_SECRET"
-user_id_claim = "sub"
-
+    let rules = r#"
 [[approval]]
 name = "repo-deletes"
 tools = ["Repo.Delete"]
@@ -438,12 +434,8 @@ tools = ["Repo.Delete"]
 name = "repo-wipes"
 tools = ["Repo.Wipe"]
 approver = "admin"
-"#,
-            issuer = idp.issuer(),
-        ));
-    let env = [("AP_ADMIN", ADMIN_TOKEN), ("AP_JWT", JWT_SECRET), ("AP_LOGIN_SECRET", LOGIN_SECRET)];
-    let gw = config.start_with_env(&env).await;
-    idp.register_client(LOGIN_CLIENT, LOGIN_SECRET, &[format!("{}/oauth/login/callback", gw.url())]).await;
+"#;
+    let gw = signed_in_gateway(&idp, &server, rules).await;
     let alice = jwt::bearer(&jwt::hs256(&jwt::claims("alice", json!({})), JWT_SECRET.as_bytes()));
     gw.wait_listed(&[("authorization", &alice)], "Repo.Wipe@1.0.0").await;
     let call = |tool: &str, input: Value| {
