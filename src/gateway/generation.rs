@@ -71,28 +71,28 @@ pub struct Generation {
     /// The upstreams, in config order.
     pub upstreams: Vec<Arc<Upstream>>,
     /// Catalog polling settings.
-    pub poll: PollSettings,
+    pub(crate) poll: PollSettings,
     /// Reads secret references (env, file, vault).
-    pub secrets: Arc<SecretResolver>,
+    pub(crate) secrets: Arc<SecretResolver>,
     /// Checks client credentials.
-    pub authenticator: Authenticator,
+    pub(crate) authenticator: Authenticator,
     /// Answers repeated `call_id`s.
-    pub idempotency: Arc<IdempotencyStore>,
+    pub(crate) idempotency: Arc<IdempotencyStore>,
     /// Who may see and call which tools.
     pub access: AccessPolicy,
     /// Calls per caller or shared.
-    pub rate_limits: RateLimits,
+    pub(crate) rate_limits: RateLimits,
     /// Which browser origins and hosts the data plane answers.
-    pub browser: BrowserPolicy,
+    pub(crate) browser: BrowserPolicy,
     /// The same for the admin listener.
-    pub admin_browser: BrowserPolicy,
+    pub(crate) admin_browser: BrowserPolicy,
     /// `[server] admin_token`, read: what admin actions require.
-    pub admin_token: Option<SecretString>,
+    pub(crate) admin_token: Option<SecretString>,
     /// The managed OAuth providers, their grants and challenges.
-    pub oauth: Arc<OAuth>,
+    pub(crate) oauth: Arc<OAuth>,
     /// `[tracing]`: records and exports spans; `None` (the one check a
     /// call makes) without the section.
-    pub tracer: Option<Arc<Tracer>>,
+    pub(crate) tracer: Option<Arc<Tracer>>,
     /// `[idempotency]` as in force (its store filled in from `[state] redis`).
     idempotency_config: IdempotencyConfig,
     /// `[state] redis`: the one connection its stores share.

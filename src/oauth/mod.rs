@@ -219,11 +219,6 @@ impl OAuth {
         }
     }
 
-    /// Whether browsers sign in to the gateway (`[login]`).
-    pub fn has_login(&self) -> bool {
-        self.login.is_some()
-    }
-
     /// Starts signing a browser in, to come back to `return_to` (a path
     /// under `/oauth/`).
     pub async fn sign_in(&self, return_to: &str, public_url: &str) -> Result<SignInStart, FlowError> {

@@ -125,11 +125,6 @@ impl Scope {
         self.members.get(doc as usize / 64).is_some_and(|word| word & (1 << (doc % 64)) != 0)
     }
 
-    /// How many tool versions it holds.
-    pub fn len(&self) -> usize {
-        self.count as usize
-    }
-
     /// Whether it holds none.
     pub fn is_empty(&self) -> bool {
         self.count == 0
