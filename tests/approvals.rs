@@ -11,7 +11,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use bytes::Bytes;
 use common::fleet::Redis;
@@ -399,23 +398,10 @@ async fn mcp_clients_are_asked_through_a_url_elicitation() {
     assert_eq!(server.call_count(), 1, "bob's call never ran");
 }
 
-/// Chromium, or a failure telling how to install it.
-fn installed(names: &[&str], apt: &str) -> PathBuf {
-    let found = names.iter().find_map(|name| {
-        let out = Command::new("sh").args(["-c", &format!("command -v {name}")]).output().ok()?;
-        out.status.success().then(|| PathBuf::from(String::from_utf8_lossy(&out.stdout).trim()))
-    });
-    found.unwrap_or_else(|| {
-        panic!("{} is not installed: run scripts/test.sh (need_chromium) or apt-get install {apt}", names[0])
-    })
-}
-
 /// The approval page and the console's Approvals page in Chromium, clicked
 /// as people click them (tests/peers/approval_browser.py).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn people_approve_in_chromium_on_the_approval_page_and_the_console() {
-    let chromium = installed(&["chromium", "chromium-browser"], "chromium");
-    let driver = installed(&["chromedriver"], "chromium-driver");
     let idp = OidcProvider::start(json!({"scopes": []})).await;
     let mut wipe = tool("Repo.Wipe", "1.0.0", json!({"type": "object"}));
     wipe["description"] = json!("Wipes a repository's history.");
@@ -453,10 +439,10 @@ approver = "admin"
         json!({"note": "<script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">"});
     held(&call("Repo.Wipe", hostile.clone()).await);
 
-    let mut script = Command::new(common::sdk_python());
-    script.arg(common::peer_script("approval_browser.py")).args([
+    let admin = format!("http://{}", gw.admin);
+    let args = [
         "--admin",
-        &format!("http://{}", gw.admin),
+        &admin,
         "--gateway",
         &gw.url(),
         "--alice-link",
@@ -465,16 +451,8 @@ approver = "admin"
         &alice_other_link,
         "--admin-token",
         ADMIN_TOKEN,
-        "--chromium",
-        &chromium.display().to_string(),
-        "--chromedriver",
-        &driver.display().to_string(),
-    ]);
-    script.env("SE_OFFLINE", "true");
-    let out = tokio::task::spawn_blocking(move || script.output()).await.expect("join").expect("run the script");
-    let said = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{said}\n{}\n{}", String::from_utf8_lossy(&out.stderr), gw.logs());
-    let seen: Value = serde_json::from_str(&said).expect("the script's JSON");
+    ];
+    let seen = common::chromium::selenium("approval_browser.py", &args, &gw).await;
     let text = |key: &str| seen[key].as_str().unwrap_or_default().to_owned();
     assert!(text("alice_page").contains("\"payments\"") && text("alice_page").contains("repo-deletes"), "{seen}");
     assert!(text("alice_approved").contains("runs once"), "{seen}");

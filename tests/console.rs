@@ -20,19 +20,12 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use bytes::Bytes;
+use common::chromium::chromium;
 use common::oidc::OidcProvider;
 use common::{echo, jwt, needing, send, send_with_headers, temp_file, tool, wait_until, GatewayConfig, ToolServer};
 use serde_json::{json, Value};
 
 const ADMIN_TOKEN: &str = "console-admin-token-2f9a";
-
-/// Chromium, or `None` when it is not installed (scripts/test.sh installs it).
-fn chromium() -> Option<PathBuf> {
-    ["chromium", "chromium-browser"].iter().find_map(|name| {
-        let found = Command::new("sh").args(["-c", &format!("command -v {name}")]).output().ok()?;
-        found.status.success().then(|| PathBuf::from(String::from_utf8_lossy(&found.stdout).trim()))
-    })
-}
 
 /// The DOM of `url` once its scripts ran, and what the page logged.
 fn render(browser: &PathBuf, url: &str) -> (String, String) {
@@ -86,9 +79,7 @@ async fn console_gateway(server: &ToolServer, server_lines: &str) -> common::Gat
 // Chromium runs blocking: the tool server keeps answering on other threads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_page_renders_real_data_and_the_csp_holds() {
-    let Some(browser) = chromium() else {
-        panic!("Chromium is not installed: run scripts/test.sh (need_chromium) or apt-get install chromium");
-    };
+    let browser = chromium();
     let server = ToolServer::start(common::catalog(vec![
         tool("Calc.Add", "1.0.0", common::add_schema()),
         common::tool_described("Mail.Read", "1.0.0", json!({"type": "object"}), "Read the user's mailbox"),
@@ -238,22 +229,8 @@ async fn grants(gw: &common::Gateway) -> Vec<String> {
     users.iter().filter_map(|g| g["user_id"].as_str().map(str::to_owned)).collect()
 }
 
-/// Debian's chromedriver, or a failure telling how to install it.
-fn chromedriver() -> PathBuf {
-    let found = Command::new("sh").args(["-c", "command -v chromedriver"]).output().expect("sh");
-    assert!(
-        found.status.success(),
-        "chromedriver is not installed: run scripts/test.sh (need_chromium) or apt-get install chromium-driver"
-    );
-    PathBuf::from(String::from_utf8_lossy(&found.stdout).trim())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn people_click_through_the_console_and_their_connections_page() {
-    let Some(browser) = chromium() else {
-        panic!("Chromium is not installed: run scripts/test.sh (need_chromium) or apt-get install chromium");
-    };
-    let driver = chromedriver();
     let idp = OidcProvider::start(json!({"scopes": ["mail.read"]})).await;
     let tools = ToolServer::start(common::catalog(vec![
         tool("Calc.Add", "1.0.0", common::add_schema()),
@@ -327,10 +304,10 @@ allow = ["Calc.*", "Mail.Read"]
     })
     .await;
 
-    let mut script = Command::new(common::sdk_python());
-    script.arg(common::peer_script("console_browser.py")).args([
+    let admin = format!("http://{}", gw.admin);
+    let args = [
         "--admin",
-        &format!("http://{}", gw.admin),
+        &admin,
         "--gateway",
         &gw.url(),
         "--alice-link",
@@ -339,17 +316,8 @@ allow = ["Calc.*", "Mail.Read"]
         &bob_link,
         "--admin-token",
         ADMIN_TOKEN,
-        "--chromium",
-        &browser.display().to_string(),
-        "--chromedriver",
-        &driver.display().to_string(),
-    ]);
-    // Selenium must not look for a driver of its own on the network.
-    script.env("SE_OFFLINE", "true");
-    let out = tokio::task::spawn_blocking(move || script.output()).await.expect("join").expect("run the script");
-    let said = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "{said}\n{}\n{}", String::from_utf8_lossy(&out.stderr), gw.logs());
-    let seen: Value = serde_json::from_str(&said).expect("the script's JSON");
+    ];
+    let seen = common::chromium::selenium("console_browser.py", &args, &gw).await;
 
     // What the browsers showed.
     let text = |key: &str| seen[key].as_str().unwrap_or_default().to_owned();

@@ -34,6 +34,7 @@
 #![allow(dead_code)]
 
 mod catalogs;
+pub mod chromium;
 mod config;
 pub mod fleet;
 mod gateway;
