@@ -17,26 +17,16 @@ import sys
 
 from selenium.webdriver.common.by import By
 
-from console_browser import Failed, accept, browser, check, gone, text_present, type_token, wait_for
+from console_browser import Failed, accept, browser, check, text_present, through_provider, type_token
 
 
 def sign_in_to(driver, link, user, gateway):
     """Opens `link`, signing in at the provider as `user` (its login and
     consent forms), until a gateway page."""
-    driver.get(link)
-    for _ in range(12):
-        wait_for(driver, lambda d: d.execute_script("return document.readyState") == "complete", "a page")
-        prompts = driver.find_elements(By.CSS_SELECTOR, "input[name=prompt]")
-        if driver.current_url.startswith(gateway) and not prompts:
-            return driver.find_element(By.TAG_NAME, "body").text
-        check(prompts, f"{user}: neither a provider form nor a gateway page at {driver.current_url}")
-        form = prompts[0].find_element(By.XPATH, "./ancestor::form")
-        if prompts[0].get_attribute("value") == "login":
-            form.find_element(By.NAME, "login").send_keys(user)
-            form.find_element(By.NAME, "password").send_keys("any")
-        form.find_element(By.CSS_SELECTOR, "button[type=submit], button:not([type])").click()
-        wait_for(driver, lambda d: gone(form), "the form to be sent")
-    raise Failed(f"{user}: never reached a gateway page; at {driver.current_url}")
+    def arrived(d):
+        return d.current_url.startswith(gateway) and not d.find_elements(By.CSS_SELECTOR, "input[name=prompt]")
+
+    return through_provider(driver, link, user, arrived, "a gateway page")
 
 
 def main():

@@ -73,17 +73,16 @@ def screenshot(driver, args, name):
         driver.save_screenshot(os.path.join(args.screenshots, f"{name}.png"))
 
 
-def connect(driver, link, user, gateway):
-    """Opens a challenge link, signs in to the gateway and consents at the
-    provider as `user` (its login and consent forms), until the gateway's
-    "Connected" page."""
+def through_provider(driver, link, user, arrived, what):
+    """Opens `link` and answers the provider's forms as `user` (its login
+    and consent forms) until `arrived(driver)`; returns that page's text."""
     driver.get(link)
     for _ in range(12):
         wait_for(driver, lambda d: d.execute_script("return document.readyState") == "complete", "a page")
-        if driver.current_url.startswith(gateway) and "Connected" in driver.page_source:
-            return
+        if arrived(driver):
+            return driver.find_element(By.TAG_NAME, "body").text
         prompts = driver.find_elements(By.CSS_SELECTOR, "input[name=prompt]")
-        check(prompts, f"{user}: neither a provider form nor the Connected page at {driver.current_url}:\n"
+        check(prompts, f"{user}: neither a provider form nor {what} at {driver.current_url}:\n"
               f"{driver.page_source[:2000]}")
         form = prompts[0].find_element(By.XPATH, "./ancestor::form")
         if prompts[0].get_attribute("value") == "login":
@@ -92,7 +91,15 @@ def connect(driver, link, user, gateway):
         form.find_element(By.CSS_SELECTOR, "button[type=submit], button:not([type])").click()
         # Login and consent can share a URL: wait for the form itself to go.
         wait_for(driver, lambda d: gone(form), "the form to be sent")
-    raise Failed(f"{user}: never reached the Connected page; at {driver.current_url}")
+    raise Failed(f"{user}: never reached {what}; at {driver.current_url}")
+
+
+def connect(driver, link, user, gateway):
+    """Opens a challenge link, signs in to the gateway and consents at the
+    provider as `user`, until the gateway's "Connected" page."""
+    through_provider(driver, link, user,
+                     lambda d: d.current_url.startswith(gateway) and "Connected" in d.page_source,
+                     "the Connected page")
 
 
 def gone(element):
