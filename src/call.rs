@@ -31,7 +31,7 @@ use crate::trace::OutgoingTrace;
 pub use crate::upstream::Native;
 use crate::upstream::{ForwardError, UpstreamCall, UpstreamReply};
 use crate::wire::{
-    self, is_supported_schema, AuthorizationToken, CallBody, CallContext, CallResult, SecretValue, UpstreamResult,
+    self, is_supported_schema, AuthorizationToken, CallContext, CallResult, SecretValue, UpstreamResult,
 };
 
 /// A call request after parsing: the canonical form of whatever shape came in.
@@ -279,7 +279,7 @@ pub(crate) fn new_call_id() -> String {
 
 /// Parse: any accepted body shape into a [`ParsedCall`].
 pub fn parse_call(body: &[u8]) -> Result<ParsedCall, RequestError> {
-    let mut outer: CallBody = wire::from_json(body).map_err(|e| RequestError::MalformedCall(e.to_string()))?;
+    let mut outer = wire::read_call_body(body).map_err(|e| RequestError::MalformedCall(e.to_string()))?;
     let outer_schema = outer.schema.take();
     let request = match outer.request {
         Some(inner) => *inner,

@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+mod scan;
 mod write;
 
 pub use write::{call_response_body, upstream_call_body};
@@ -223,7 +224,7 @@ pub fn tool_error(message: &str, developer_message: &str, can_retry: bool) -> Va
 }
 
 /// Why an upstream's call answer could not be read as a `CallToolResponse`.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, PartialEq, thiserror::Error)]
 pub enum ResponseShapeError {
     /// Not JSON at all.
     #[error("the tool server's answer is not JSON: {0}")]
@@ -239,6 +240,15 @@ pub enum ResponseShapeError {
 /// `Value` tree and written out again (which cost a noticeable share of a
 /// call (benches/HISTORY.md, "Figures behind the code")).
 pub fn normalise_tool_response(body: &[u8]) -> Result<UpstreamResult, ResponseShapeError> {
+    match std::str::from_utf8(body).ok().and_then(scan::answer) {
+        Some(fields) => finish_answer(fields),
+        None => normalise_by_serde(body),
+    }
+}
+
+/// [`normalise_tool_response`] by serde_json: every shape, and the errors
+/// (`scan.rs` reads only the common ones).
+fn normalise_by_serde(body: &[u8]) -> Result<UpstreamResult, ResponseShapeError> {
     let answer: ResultBody<'_> = parse_object(body)?;
     let mut fields = answer.result.unwrap_or(answer.bare);
     // The older shape: `output: {value}` or `output: {error}`.
@@ -247,8 +257,18 @@ pub fn normalise_tool_response(body: &[u8]) -> Result<UpstreamResult, ResponseSh
         fields.value = output.value.or(fields.value);
         fields.error = output.error.or(fields.error);
     }
-    let error = fields.error.filter(|e| e.get() != "null");
-    let success = match fields.success.map(RawValue::get) {
+    finish_answer(scan::AnswerFields {
+        value: fields.value.map(RawValue::get),
+        error: fields.error.map(RawValue::get),
+        success: fields.success.map(RawValue::get),
+        duration: fields.duration.map(RawValue::get),
+    })
+}
+
+/// An answer's fields, each as its JSON text, as a result.
+fn finish_answer(fields: scan::AnswerFields<'_>) -> Result<UpstreamResult, ResponseShapeError> {
+    let error = fields.error.filter(|e| *e != "null");
+    let success = match fields.success {
         Some("true") => true,
         Some("false") => false,
         Some(_) => return Err(ResponseShapeError::NotAResult("`success` is not a boolean")),
@@ -261,11 +281,14 @@ pub fn normalise_tool_response(body: &[u8]) -> Result<UpstreamResult, ResponseSh
         // The text of a JSON value: a number parses alike as JSON and as a
         // Rust float; anything else is no duration, nor is a number past any
         // float (`1e400`, JSON but infinite as an f64).
-        duration: fields.duration.and_then(|v| v.get().parse::<f64>().ok()).filter(|d| d.is_finite()),
+        duration: fields.duration.and_then(|v| v.parse::<f64>().ok()).filter(|d| d.is_finite()),
         success,
-        value: success.then(|| fields.value.map_or_else(RawJson::null, |v| RawJson(v.to_owned()))),
+        // Both readers found the text to be one JSON value.
+        value: success.then(|| {
+            fields.value.and_then(|v| RawValue::from_string(v.to_owned()).ok()).map_or_else(RawJson::null, RawJson)
+        }),
         // Errors are rare, and small: they are read as a `Value`.
-        error: error.and_then(|e| serde_json::from_str(e.get()).ok()),
+        error: error.and_then(|e| serde_json::from_str(e).ok()),
     })
 }
 
@@ -381,6 +404,15 @@ fn parse_object<'a, T: Deserialize<'a>>(text: &'a [u8]) -> Result<T, ResponseSha
         });
     }
     from_json(text).map_err(|e| ResponseShapeError::NotJson(e.to_string()))
+}
+
+/// A call's body: read by hand in the common shape (`scan.rs`), else by
+/// serde_json, whose errors the client gets.
+pub fn read_call_body(body: &[u8]) -> serde_json::Result<CallBody> {
+    match std::str::from_utf8(body) {
+        Ok(text) => scan::call_body(text).map_or_else(|| serde_json::from_str(text), Ok),
+        Err(_) => serde_json::from_slice(body),
+    }
 }
 
 /// Parses JSON bytes, checking once up front that they are UTF-8.

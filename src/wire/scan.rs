@@ -1,0 +1,523 @@
+//! The JSON every call reads, in its common shapes, read without serde: a
+//! call's body (`{"$schema", "request": {"tool_id", "input": {...}}}`) and
+//! an upstream's answer (`{"$schema", "result": {..., "value"}}`).
+//!
+//! Why by hand: serde_json took about 4,000 instructions to read a 90-byte
+//! call body into a [`CallBody`] and 2,500 to read a 100-byte answer, a
+//! quarter of a call's user-space work (benches/README.md, "Per-call
+//! instructions, the JSON read by hand"): a field identified by a visitor,
+//! every raw value found by skipping it and then checked against serde's
+//! private token, every number's text read three times with
+//! `arbitrary_precision`.
+//!
+//! This reads a strict subset of JSON and says `None` to anything outside
+//! it: a string with an escape or a control character, a number that is not
+//! an integer in 64 bits (in an input), a member it does not know or sees
+//! twice, `null` where a value is optional, the older `output` shape,
+//! nesting past [`MAX_DEPTH`], anything that is not JSON. Then serde_json
+//! reads the body as before, errors included, so the gateway answers
+//! exactly as it did; the tests below check that both readers agree on
+//! whatever this one accepts. (The same design as the HTTP/1 head's fast
+//! path, `http1.rs`.)
+
+use serde_json::{Map, Number, Value};
+
+use super::CallBody;
+
+/// Nesting this reader follows; deeper is left to serde_json (whose own
+/// limit is 128).
+const MAX_DEPTH: u32 = 64;
+
+/// A call body in the common shape, or `None` for serde_json to read.
+pub(super) fn call_body(text: &str) -> Option<CallBody> {
+    let mut scan = Scanner::new(text);
+    let body = scan.call_body(true)?;
+    scan.end()?;
+    Some(body)
+}
+
+/// The fields of an answer the gateway reads, each as its JSON text: of
+/// `result` when the answer has one, else of the answer itself.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub(super) struct AnswerFields<'a> {
+    pub(super) value: Option<&'a str>,
+    pub(super) error: Option<&'a str>,
+    pub(super) success: Option<&'a str>,
+    pub(super) duration: Option<&'a str>,
+}
+
+/// An answer in the common shape, or `None` for serde_json to read.
+pub(super) fn answer(text: &str) -> Option<AnswerFields<'_>> {
+    let mut scan = Scanner::new(text);
+    let (mut result, mut bare) = (None, AnswerFields::default());
+    scan.members(|scan, key| {
+        let slot = match key {
+            // Later duplicates win, as serde's reading has it.
+            "result" => {
+                let mut fields = AnswerFields::default();
+                scan.members(|scan, key| scan.answer_field(&mut fields, key, 2))?;
+                result = Some(fields);
+                return Some(());
+            }
+            _ => &mut bare,
+        };
+        scan.answer_field(slot, key, 1)
+    })?;
+    scan.end()?;
+    Some(result.unwrap_or(bare))
+}
+
+struct Scanner<'a> {
+    text: &'a str,
+    at: usize,
+}
+
+impl<'a> Scanner<'a> {
+    fn new(text: &'a str) -> Scanner<'a> {
+        Scanner { text, at: 0 }
+    }
+
+    fn bytes(&self) -> &'a [u8] {
+        self.text.as_bytes()
+    }
+
+    fn skip_whitespace(&mut self) {
+        while matches!(self.bytes().get(self.at), Some(b' ' | b'\n' | b'\r' | b'\t')) {
+            self.at += 1;
+        }
+    }
+
+    /// The next byte past any whitespace, not taken.
+    fn peek(&mut self) -> Option<u8> {
+        self.skip_whitespace();
+        self.bytes().get(self.at).copied()
+    }
+
+    fn eat(&mut self, byte: u8) -> Option<()> {
+        (self.peek()? == byte).then(|| self.at += 1)
+    }
+
+    /// Nothing but whitespace is left.
+    fn end(&mut self) -> Option<()> {
+        self.peek().is_none().then_some(())
+    }
+
+    /// A string without escapes or control characters, its quotes taken.
+    /// (`"` and `\` never occur inside a multi-byte UTF-8 sequence, so the
+    /// slice ends on a character boundary.)
+    fn string(&mut self) -> Option<&'a str> {
+        self.eat(b'"')?;
+        let start = self.at;
+        let bytes = self.bytes();
+        loop {
+            match *bytes.get(self.at)? {
+                b'"' => break,
+                b'\\' | 0..=0x1f => return None,
+                _ => self.at += 1,
+            }
+        }
+        self.at += 1;
+        Some(&self.text[start..self.at - 1])
+    }
+
+    /// An object's members, each key given to `member`, which reads the
+    /// value after the colon.
+    fn members(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        self.eat(b'{')?;
+        if self.eat(b'}').is_some() {
+            return Some(());
+        }
+        loop {
+            let key = self.string()?;
+            self.eat(b':')?;
+            member(self, key)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b'}' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// A call body's members at one level: `top` is the outer object, the
+    /// only one that may hold `request`.
+    fn call_body(&mut self, top: bool) -> Option<CallBody> {
+        let mut body = CallBody::default();
+        self.members(|scan, key| {
+            fn once<T>(slot: &mut Option<T>, value: T) -> Option<()> {
+                slot.is_none().then(|| *slot = Some(value))
+            }
+            match key {
+                "$schema" => once(&mut body.schema, scan.string()?.to_owned()),
+                "tool_id" => once(&mut body.tool_id, scan.string()?.to_owned()),
+                "call_id" => once(&mut body.call_id, scan.string()?.to_owned()),
+                "trace_id" => once(&mut body.trace_id, scan.string()?.to_owned()),
+                "input" => once(&mut body.input, scan.object(1)?),
+                "inputs" => once(&mut body.inputs, scan.object(1)?),
+                "request" if top => once(&mut body.request, Box::new(scan.call_body(false)?)),
+                _ => None,
+            }
+        })?;
+        Some(body)
+    }
+
+    /// One of an answer's members: the fields read kept as their text,
+    /// any other member skipped. `output` (the older shape) is serde's.
+    fn answer_field(&mut self, fields: &mut AnswerFields<'a>, key: &str, depth: u32) -> Option<()> {
+        let slot = match key {
+            "value" => &mut fields.value,
+            "error" => &mut fields.error,
+            "success" => &mut fields.success,
+            "duration" => &mut fields.duration,
+            "output" => return None,
+            _ => return self.skip(depth),
+        };
+        *slot = Some(self.raw(depth)?);
+        Some(())
+    }
+
+    /// A value's text, from its first byte to its last.
+    fn raw(&mut self, depth: u32) -> Option<&'a str> {
+        self.skip_whitespace();
+        let start = self.at;
+        self.skip(depth)?;
+        Some(&self.text[start..self.at])
+    }
+
+    /// Past one value, checked as JSON.
+    fn skip(&mut self, depth: u32) -> Option<()> {
+        match self.peek()? {
+            b'"' => self.string().map(drop),
+            b'{' if depth < MAX_DEPTH => self.members(|scan, _| scan.skip(depth + 1)),
+            b'[' if depth < MAX_DEPTH => self.elements(|scan| scan.skip(depth + 1)),
+            b't' => self.literal("true"),
+            b'f' => self.literal("false"),
+            b'n' => self.literal("null"),
+            b'-' | b'0'..=b'9' => self.number().map(drop),
+            _ => None,
+        }
+    }
+
+    /// An array's elements, each read by `element`.
+    fn elements(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.eat(b'[')?;
+        if self.eat(b']').is_some() {
+            return Some(());
+        }
+        loop {
+            element(self)?;
+            match self.peek()? {
+                b',' => self.at += 1,
+                b']' => {
+                    self.at += 1;
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    fn literal(&mut self, word: &str) -> Option<()> {
+        let end = self.at + word.len();
+        (self.bytes().get(self.at..end)? == word.as_bytes()).then(|| self.at = end)
+    }
+
+    /// A number as JSON writes one; whether it is an integer.
+    fn number(&mut self) -> Option<bool> {
+        let bytes = self.bytes();
+        let digits = |at: &mut usize| {
+            let start = *at;
+            while bytes.get(*at).is_some_and(u8::is_ascii_digit) {
+                *at += 1;
+            }
+            (*at > start).then_some(())
+        };
+        let mut at = self.at;
+        if bytes.get(at) == Some(&b'-') {
+            at += 1;
+        }
+        match bytes.get(at)? {
+            b'0' => at += 1,
+            b'1'..=b'9' => digits(&mut at)?,
+            _ => return None,
+        }
+        let mut integer = true;
+        if bytes.get(at) == Some(&b'.') {
+            at += 1;
+            digits(&mut at)?;
+            integer = false;
+        }
+        if matches!(bytes.get(at), Some(b'e' | b'E')) {
+            at += 1;
+            if matches!(bytes.get(at), Some(b'+' | b'-')) {
+                at += 1;
+            }
+            digits(&mut at)?;
+            integer = false;
+        }
+        self.at = at;
+        Some(integer)
+    }
+
+    /// An object, built; `depth` is its own.
+    fn object(&mut self, depth: u32) -> Option<Map<String, Value>> {
+        let mut map = Map::new();
+        self.members(|scan, key| {
+            let value = scan.value(depth + 1)?;
+            map.insert(key.to_owned(), value);
+            Some(())
+        })?;
+        Some(map)
+    }
+
+    /// A value, built as serde_json builds it.
+    fn value(&mut self, depth: u32) -> Option<Value> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        Some(match self.peek()? {
+            b'"' => Value::String(self.string()?.to_owned()),
+            b'{' => Value::Object(self.object(depth)?),
+            b'[' => {
+                let mut list = Vec::new();
+                self.elements(|scan| Some(list.push(scan.value(depth + 1)?)))?;
+                Value::Array(list)
+            }
+            b't' => self.literal("true").map(|()| Value::Bool(true))?,
+            b'f' => self.literal("false").map(|()| Value::Bool(false))?,
+            b'n' => self.literal("null").map(|()| Value::Null)?,
+            _ => Value::Number(self.integer()?),
+        })
+    }
+
+    /// An integer that fits 64 bits, whose text serde_json would keep as
+    /// written: not `-0` (kept as `-0`, which `i64` would write as `0`),
+    /// no fraction or exponent (their text is kept as written too).
+    fn integer(&mut self) -> Option<Number> {
+        let start = self.at;
+        if !self.number()? {
+            return None;
+        }
+        let text = &self.text[start..self.at];
+        match text.strip_prefix('-') {
+            Some("0") => None,
+            Some(_) => text.parse::<i64>().ok().map(Number::from),
+            None => text.parse::<u64>().ok().map(Number::from),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::wire::{self, normalise_tool_response};
+
+    /// What serde_json reads a call body as, for comparing.
+    fn by_serde(text: &str) -> Option<String> {
+        serde_json::from_str::<CallBody>(text).ok().map(|b| format!("{b:?}"))
+    }
+
+    fn agrees_on_call(text: &str) -> bool {
+        match call_body(text) {
+            Some(body) => by_serde(text) == Some(format!("{body:?}")),
+            None => true,
+        }
+    }
+
+    #[test]
+    fn common_call_bodies_are_read_as_serde_reads_them() {
+        for text in [
+            r#"{"$schema":"otc://1.0","request":{"tool_id":"Bench.Add@1.0.0","input":{"a":10,"b":5}}}"#,
+            r#" { "tool_id" : "Calc.Add" , "call_id":"c-1", "trace_id":"t", "inputs": {"x": [1, -2, true, null, "é"]} } "#,
+            r#"{"request":{"tool_id":"T.N","input":{"deep":{"a":{"b":[[],{}]}},"n":18446744073709551615,"m":-9223372036854775808}}}"#,
+            r#"{"tool_id":"T.N","input":{"a":1,"a":2}}"#,
+            r#"{}"#,
+        ] {
+            assert!(call_body(text).is_some(), "{text}");
+            assert!(agrees_on_call(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn anything_unusual_in_a_call_is_left_to_serde() {
+        for text in [
+            r#"{"tool_id":"T.N","tool_id":"T.M"}"#,
+            r#"{"tool_\u0069d":"T.N"}"#,
+            r#"{"tool_id":"T.\"N"}"#,
+            r#"{"tool_id":null}"#,
+            r#"{"tool_id":"T.N","context":{}}"#,
+            r#"{"tool_id":"T.N","other":1}"#,
+            r#"{"request":{"request":{}}}"#,
+            r#"{"tool_id":"T.N","input":{"a":1.5}}"#,
+            r#"{"tool_id":"T.N","input":{"a":-0}}"#,
+            r#"{"tool_id":"T.N","input":{"a":18446744073709551616}}"#,
+            r#"{"tool_id":"T.N","input":{"a":01}}"#,
+            r#"{"tool_id":"T.N"} x"#,
+            r#"{"tool_id":"T.N",}"#,
+            r#"{"tool_id":"T.N","input":{"a":[1,]}}"#,
+            r#"{"tool_id":"T.N","input":{"a":[1 2]}}"#,
+            "{\"tool_id\":\"T.N\",\"input\":{\"a\":\"\u{1}\"}}",
+            r#"{"tool_id":"T"#,
+            "[]",
+        ] {
+            assert!(call_body(text).is_none(), "{text}");
+        }
+        let deep = format!(r#"{{"input":{{"a":{}1{}}}}}"#, "[".repeat(70), "]".repeat(70));
+        assert!(call_body(&deep).is_none());
+    }
+
+    #[test]
+    fn common_answers_are_read_as_serde_reads_them() {
+        for text in [
+            r#"{"$schema":"otc://1.0","result":{"call_id":"bench","duration":0.05,"success":true,"value":15}}"#,
+            r#"{"success":false,"error":{"message":"no","kind":["a",{"b":null}]}}"#,
+            r#"{"value":"x","result":{"value":[1.5e3,-0,"é"],"result":7}}"#,
+            r#" {"value" : { "k" : 1e-7 } , "duration": 1e400 } "#,
+            r#"{"success":"yes"}"#,
+        ] {
+            let fields = answer(text);
+            assert!(fields.is_some(), "{text}");
+            assert_eq!(normalise_tool_response(text.as_bytes()), wire::normalise_by_serde(text.as_bytes()), "{text}");
+        }
+        for text in [
+            r#"{"output":{"value":1}}"#,
+            r#"{"value":"\\"}"#,
+            r#"{"value":1,}"#,
+            r#"{"value":[1,]}"#,
+            r#"{"value":{"a":1,}}"#,
+            r#"{"value":1e}"#,
+            "[1]",
+            r#"{"value":tru}"#,
+        ] {
+            assert!(answer(text).is_none(), "{text}");
+        }
+    }
+
+    /// JSON-ish text: the pieces the readers meet, joined at random (most
+    /// of it not JSON at all, which is the point).
+    fn jsonish() -> impl Strategy<Value = String> {
+        let piece = prop::sample::select(vec![
+            "{",
+            "}",
+            "[",
+            "]",
+            ",",
+            ":",
+            " ",
+            "\"",
+            "\\",
+            "\"a\"",
+            "\"tool_id\"",
+            "\"request\"",
+            "\"input\"",
+            "\"inputs\"",
+            "\"$schema\"",
+            "\"call_id\"",
+            "\"result\"",
+            "\"value\"",
+            "\"error\"",
+            "\"success\"",
+            "\"duration\"",
+            "\"output\"",
+            "\"T.N\"",
+            "0",
+            "-0",
+            "12",
+            "-7",
+            "1.5",
+            "1e3",
+            "99999999999999999999",
+            "true",
+            "false",
+            "null",
+            "é",
+            "\u{1}",
+        ]);
+        prop::collection::vec(piece, 0..40).prop_map(|pieces| pieces.concat())
+    }
+
+    /// Bodies of the shapes themselves, with values drawn at random.
+    fn call_shaped() -> impl Strategy<Value = String> {
+        let value = prop::sample::select(vec![
+            "1",
+            "-1",
+            "0",
+            "-0",
+            "2.5",
+            "1e2",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-9223372036854775809",
+            "\"s\"",
+            "\"\\n\"",
+            "true",
+            "null",
+            "[]",
+            "[1,[2]]",
+            "{}",
+            "{\"k\":{\"j\":null}}",
+        ]);
+        (prop::collection::vec((prop::sample::select(vec!["a", "b", "c"]), value), 0..5), any::<bool>()).prop_map(
+            |(members, wrapped)| {
+                let input: Vec<String> = members.iter().map(|(k, v)| format!("\"{k}\":{v}")).collect();
+                let request = format!(r#"{{"tool_id":"T.N","input":{{{}}}}}"#, input.join(","));
+                if wrapped {
+                    format!(r#"{{"$schema":"otc://1.0","request":{request}}}"#)
+                } else {
+                    request
+                }
+            },
+        )
+    }
+
+    /// Answers of the common shapes, with members drawn at random.
+    fn answer_shaped() -> impl Strategy<Value = String> {
+        let member = prop::sample::select(vec![
+            "\"value\":15",
+            "\"value\":null",
+            "\"value\":{\"a\":[1,\"é\"]}",
+            "\"value\":\"\\u0041\"",
+            "\"success\":true",
+            "\"success\":false",
+            "\"success\":1",
+            "\"error\":null",
+            "\"error\":{\"message\":\"m\"}",
+            "\"duration\":0.05",
+            "\"duration\":\"1\"",
+            "\"call_id\":\"c\"",
+            "\"$schema\":\"otc://1.0\"",
+            "\"result\":{\"value\":2}",
+            "\"result\":{}",
+            "\"output\":{\"value\":3}",
+        ]);
+        (prop::collection::vec(member.clone(), 0..4), prop::collection::vec(member, 0..4), any::<bool>()).prop_map(
+            |(outer, inner, wrapped)| {
+                let mut outer = outer.join(",");
+                if wrapped {
+                    outer =
+                        format!("{outer}{}\"result\":{{{}}}", if outer.is_empty() { "" } else { "," }, inner.join(","));
+                }
+                format!("{{{outer}}}")
+            },
+        )
+    }
+
+    proptest! {
+        #[test]
+        fn any_call_body_this_reads_is_read_as_serde_reads_it(text in prop_oneof![jsonish(), call_shaped()]) {
+            prop_assert!(agrees_on_call(&text), "{}", text);
+        }
+
+        #[test]
+        fn any_answer_this_reads_is_read_as_serde_reads_it(text in prop_oneof![jsonish(), answer_shaped()]) {
+            if answer(&text).is_some() {
+                prop_assert_eq!(normalise_tool_response(text.as_bytes()), wire::normalise_by_serde(text.as_bytes()));
+            }
+        }
+    }
+}
