@@ -302,7 +302,10 @@ impl<'a> Scanner<'a> {
             b'{' => Value::Object(self.object(depth)?),
             b'[' => {
                 let mut list = Vec::new();
-                self.elements(|scan| Some(list.push(scan.value(depth + 1)?)))?;
+                self.elements(|scan| {
+                    list.push(scan.value(depth + 1)?);
+                    Some(())
+                })?;
                 Value::Array(list)
             }
             b't' => self.literal("true").map(|()| Value::Bool(true))?,
