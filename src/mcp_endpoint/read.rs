@@ -26,7 +26,6 @@ use serde_json::{Map, Value};
 
 use super::envelope::Meta;
 use crate::mcp::jsonrpc::VERSION;
-use crate::wire;
 
 /// A `tools/call` request, whichever reader read it.
 #[derive(Debug)]
@@ -154,20 +153,6 @@ struct Params<'b> {
     request_state: Option<Value>,
 }
 
-/// A member's value as `Option<Value>` reads it (`null` is `None`), built
-/// from its text by `wire::read_value`, which reads the common shapes
-/// faster than serde's `Value` (`wire/scan.rs`).
-struct Built(Option<Value>);
-
-impl<'de> Deserialize<'de> for Built {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        match <&RawValue>::deserialize(deserializer)?.get() {
-            "null" => Ok(Built(None)),
-            text => wire::read_value(text).map(|value| Built(Some(value))).map_err(de::Error::custom),
-        }
-    }
-}
-
 /// A string, borrowed from the body unless it has escapes.
 #[derive(Deserialize)]
 struct Text<'b>(#[serde(borrow)] Cow<'b, str>);
@@ -275,7 +260,7 @@ impl<'de> Deserialize<'de> for Params<'de> {
                 while let Some(member) = map.next_key::<ParamsMember>()? {
                     match member {
                         ParamsMember::Name => only(&mut params.name, map.next_value()?)?,
-                        ParamsMember::Arguments => only(&mut params.arguments, map.next_value::<Built>()?.0)?,
+                        ParamsMember::Arguments => only(&mut params.arguments, map.next_value()?)?,
                         ParamsMember::Meta => only(&mut params.meta, map.next_value()?)?,
                         ParamsMember::InputResponses => only(&mut params.input_responses, map.next_value()?)?,
                         ParamsMember::RequestState => only(&mut params.request_state, map.next_value()?)?,

@@ -415,12 +415,6 @@ pub fn read_call_body(body: &[u8]) -> serde_json::Result<CallBody> {
     }
 }
 
-/// One JSON value, as serde_json reads it into a `Value`: read by hand in
-/// the common shape (`scan.rs`).
-pub(crate) fn read_value(text: &str) -> serde_json::Result<Value> {
-    scan::value(text).map_or_else(|| serde_json::from_str(text), Ok)
-}
-
 /// Parses JSON bytes, checking once up front that they are UTF-8.
 /// serde_json's reader for bytes checks every string on its own, keys
 /// included, which costs more than one check of each whole
