@@ -409,9 +409,9 @@ fn parse_object<'a, T: Deserialize<'a>>(text: &'a [u8]) -> Result<T, ResponseSha
 /// A call's body: read by hand in the common shape (`scan.rs`), else by
 /// serde_json, whose errors the client gets.
 pub fn read_call_body(body: &[u8]) -> serde_json::Result<CallBody> {
-    match std::str::from_utf8(body) {
-        Ok(text) => scan::call_body(text).map_or_else(|| serde_json::from_str(text), Ok),
-        Err(_) => serde_json::from_slice(body),
+    match std::str::from_utf8(body).ok().and_then(scan::call_body) {
+        Some(call) => Ok(call),
+        None => from_json(body),
     }
 }
 

@@ -133,17 +133,29 @@ impl<'a> Scanner<'a> {
     /// An object's members, each key given to `member`, which reads the
     /// value after the colon.
     fn members(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
-        self.eat(b'{')?;
-        if self.eat(b'}').is_some() {
+        self.list(b'{', b'}', |scan| {
+            let key = scan.string()?;
+            scan.eat(b':')?;
+            member(scan, key)
+        })
+    }
+
+    /// An array's elements, each read by `element`.
+    fn elements(&mut self, element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.list(b'[', b']', element)
+    }
+
+    /// `open`, items read by `item` and separated by commas, `close`.
+    fn list(&mut self, open: u8, close: u8, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        self.eat(open)?;
+        if self.eat(close).is_some() {
             return Some(());
         }
         loop {
-            let key = self.string()?;
-            self.eat(b':')?;
-            member(self, key)?;
+            item(self)?;
             match self.peek()? {
                 b',' => self.at += 1,
-                b'}' => {
+                b if b == close => {
                     self.at += 1;
                     return Some(());
                 }
@@ -208,25 +220,6 @@ impl<'a> Scanner<'a> {
             b'n' => self.literal("null"),
             b'-' | b'0'..=b'9' => self.number().map(drop),
             _ => None,
-        }
-    }
-
-    /// An array's elements, each read by `element`.
-    fn elements(&mut self, mut element: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
-        self.eat(b'[')?;
-        if self.eat(b']').is_some() {
-            return Some(());
-        }
-        loop {
-            element(self)?;
-            match self.peek()? {
-                b',' => self.at += 1,
-                b']' => {
-                    self.at += 1;
-                    return Some(());
-                }
-                _ => return None,
-            }
         }
     }
 
