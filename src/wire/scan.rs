@@ -2,12 +2,11 @@
 //! call's body (`{"$schema", "request": {"tool_id", "input": {...}}}`) and
 //! an upstream's answer (`{"$schema", "result": {..., "value"}}`).
 //!
-//! Why by hand: serde_json took about 4,000 instructions to read a 90-byte
-//! call body into a [`CallBody`] and 2,500 to read a 100-byte answer, a
-//! quarter of a call's user-space work (benches/README.md, "Per-call
-//! instructions, the JSON read by hand"): a field identified by a visitor,
-//! every raw value found by skipping it and then checked against serde's
-//! private token, every number's text read three times with
+//! Why by hand: serde_json's reading of these two small bodies was about a
+//! quarter of a call's user-space instructions (benches/README.md, "Per-call
+//! instructions, the JSON read by hand"): each field identified through a
+//! visitor, each raw value found by skipping it and matched against serde's
+//! private token, each number's text read more than once under
 //! `arbitrary_precision`.
 //!
 //! This reads a strict subset of JSON and says `None` to anything outside
@@ -111,7 +110,7 @@ impl<'a> Scanner<'a> {
         let bytes = self.bytes();
         let mut at = start;
         // Eight bytes at a time to the first `"`, `\` or control character:
-        // byte by byte, they were a quarter of this reader's instructions.
+        // byte by byte cost more (benches/README.md, the same section).
         while let Some(word) = bytes.get(at..at + 8) {
             let mask = special_bytes(u64::from_le_bytes(word.try_into().ok()?));
             if mask != 0 {
