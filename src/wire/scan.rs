@@ -37,7 +37,7 @@ pub(super) fn call_body(text: &str) -> Option<CallBody> {
 
 /// The fields of an answer the gateway reads, each as its JSON text: of
 /// `result` when the answer has one, else of the answer itself.
-#[derive(Debug, Default, Clone, Copy, PartialEq)]
+#[derive(Default)]
 pub(super) struct AnswerFields<'a> {
     pub(super) value: Option<&'a str>,
     pub(super) error: Option<&'a str>,
@@ -315,15 +315,17 @@ impl<'a> Scanner<'a> {
     }
 }
 
-/// `"`, `\` or a control character: where a plain string ends.
-fn is_special(b: u8) -> bool {
+/// `"`, `\` or a control character: where a plain string ends, and the
+/// bytes a JSON string must escape (`write.rs`).
+pub(super) fn is_special(b: u8) -> bool {
     b == b'"' || b == b'\\' || b < 0x20
 }
 
 /// The high bit of each byte of `word` (little-endian) that
 /// [`is_special`], exact up to the first such byte (a borrow runs only
-/// upwards, from a flagged byte), which is all [`Scanner::string`] reads.
-fn special_bytes(word: u64) -> u64 {
+/// upwards, from a flagged byte), which is all [`Scanner::string`] reads;
+/// nonzero exactly when some byte is.
+pub(super) fn special_bytes(word: u64) -> u64 {
     const ONES: u64 = u64::from_le_bytes([0x01; 8]);
     const HIGHS: u64 = u64::from_le_bytes([0x80; 8]);
     let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS;

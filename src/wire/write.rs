@@ -10,6 +10,7 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
+use super::scan::{is_special, special_bytes};
 use super::{CallContext, CallResult, UpstreamCallRequest, SCHEMA};
 
 /// Room for a typical call, so the buffer does not grow by doubling.
@@ -148,22 +149,16 @@ pub(crate) fn write_str(out: &mut Vec<u8>, text: &str) {
 /// must escape. Eight bytes at a time: byte by byte it cost more
 /// (benches/HISTORY.md, "Figures behind the code").
 fn needs_escape(bytes: &[u8]) -> bool {
-    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    // Exact for "is any byte zero" and "is any byte below 0x20" (the high
-    // bit of a byte is set only where that byte qualifies or a lower one did).
-    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGHS != 0;
-    let has_below_space = |x: u64| x.wrapping_sub(ONES * 0x20) & !x & HIGHS != 0;
     let mut words = bytes.chunks_exact(8);
     for word in &mut words {
         let mut eight = [0u8; 8];
         eight.copy_from_slice(word);
-        let x = u64::from_ne_bytes(eight);
-        if has_below_space(x) || has_zero(x ^ (ONES * u64::from(b'"'))) || has_zero(x ^ (ONES * u64::from(b'\\'))) {
+        // Nonzero exactly when some byte is one of them.
+        if special_bytes(u64::from_le_bytes(eight)) != 0 {
             return true;
         }
     }
-    words.remainder().iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+    words.remainder().iter().any(|&b| is_special(b))
 }
 
 /// Any value through serde_json. Writing a `Value`, a number or a string
