@@ -14,6 +14,7 @@ use crate::error::{ended, ApprovalChallenge, MissingRequirements, RequestError};
 use crate::gateway::{Gateway, Generation};
 use crate::idempotency::{CallerScope, Fingerprint};
 use crate::otel::{self, Kind, Span};
+use crate::wire::Input;
 use serde_json::Value;
 
 /// A call a rule held and a person approved: it may run once.
@@ -39,7 +40,7 @@ pub(crate) async fn approve_call(
     route: &Route,
     caller: &Caller,
     call_id: Option<&str>,
-    input: &Value,
+    input: &Input,
     context: &crate::wire::CallContext,
     span: Option<&Span>,
 ) -> Result<Option<Approved>, RequestError> {
@@ -50,7 +51,8 @@ pub(crate) async fn approve_call(
     };
     // A step of its own only for a call a rule holds.
     let mut step = otel::child(span, "approve", Kind::Internal);
-    let decided = decide(gateway, generation, route, caller, rule, call_id, input, context, step.as_mut()).await;
+    let decided =
+        decide(gateway, generation, route, caller, rule, call_id, &input.value(), context, step.as_mut()).await;
     ended(step, decided)
 }
 

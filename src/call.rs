@@ -31,7 +31,7 @@ use crate::trace::OutgoingTrace;
 pub use crate::upstream::Native;
 use crate::upstream::{ForwardError, UpstreamCall, UpstreamReply};
 use crate::wire::{
-    self, is_supported_schema, AuthorizationToken, CallContext, CallResult, SecretValue, UpstreamResult,
+    self, is_supported_schema, AuthorizationToken, CallContext, CallResult, Input, SecretValue, UpstreamResult,
 };
 
 /// A call request after parsing: the canonical form of whatever shape came in.
@@ -46,7 +46,7 @@ pub struct ParsedCall {
     /// The client's trace id.
     pub trace_id: Option<String>,
     /// The input, always a JSON object.
-    pub input: Value,
+    pub input: Input,
     /// The client's context.
     pub context: CallContext,
     /// The client's W3C `traceparent` header, continued upstream.
@@ -225,12 +225,12 @@ async fn claim_call_id(
     route: &Route,
     scope: Option<&CallerScope>,
     call_id: &str,
-    input: &Value,
+    input: &Input,
     started: Instant,
 ) -> Result<Claimed, RequestError> {
     let Some(scope) = scope else { return Ok(Claimed::Run(None)) };
     let tool = &route.tool.definition.id;
-    let fingerprint = Fingerprint::of(tool, input);
+    let fingerprint = Fingerprint::of(tool, &input.value());
     // A concurrent duplicate waits as long as the first call may take.
     let longest = route.targets.iter().map(|t| t.upstream.call_timeout).max().unwrap_or_default();
     match generation.idempotency.claim(&scope.key(call_id), &fingerprint, longest + Duration::from_secs(5)).await {
@@ -301,7 +301,7 @@ pub fn parse_call(body: &[u8]) -> Result<ParsedCall, RequestError> {
         call_id,
         client_call_id,
         trace_id: request.trace_id,
-        input: Value::Object(input),
+        input,
         context: request.context.unwrap_or_default(),
         traceparent: None,
         passthrough: None,
@@ -345,7 +345,7 @@ pub async fn admit_call(generation: &Generation, route: &Route, caller: &Caller)
 
 /// Validate: the input against the tool's compiled `input_schema`; in a
 /// server, fixed arguments refused when sent, then added (`Route::check_input`).
-pub fn validate_input(route: &Route, input: &mut Value) -> Result<(), RequestError> {
+pub fn validate_input(route: &Route, input: &mut Input) -> Result<(), RequestError> {
     route.check_input(input).map_err(RequestError::InvalidInput)
 }
 
@@ -656,7 +656,7 @@ mod tests {
             let call = parse_call(body.to_string().as_bytes()).expect("parses");
             assert_eq!(call.tool_id, "A.B");
             assert_eq!(call.call_id, "c");
-            assert_eq!(call.input, json!({"x": 1}));
+            assert_eq!(*call.input.value(), json!({"x": 1}));
         }
     }
 
@@ -664,7 +664,7 @@ mod tests {
     fn a_call_id_is_made_when_missing() {
         let call = parse_call(br#"{"request": {"tool_id": "A.B"}}"#).expect("parses");
         assert_eq!(call.call_id.len(), 36);
-        assert_eq!(call.input, json!({}));
+        assert_eq!(*call.input.value(), json!({}));
     }
 
     #[test]

@@ -15,7 +15,7 @@ use serde_json::{Map, Value};
 use crate::resolve::{is_id_part, is_tool_key, parse_tool_version};
 use crate::url_path::PathInput;
 use crate::validate::{InputValidator, WHOLE_INPUT};
-use crate::wire::{RawJson, Requirements, ToolDefinition};
+use crate::wire::{Input, RawJson, Requirements, ToolDefinition};
 
 /// What the upstream's config supplies for definitions that lack it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -124,20 +124,23 @@ impl CatalogTool {
     /// one message per parameter. The validator is compiled on the tool's
     /// first call and kept: compiled for every tool of a large catalog, most
     /// never called, they held much memory (benches/HISTORY.md, "Figures behind the code").
-    pub fn check_input(&self, input: &Value) -> Result<(), BTreeMap<String, String>> {
+    pub fn check_input(&self, input: &Input) -> Result<(), BTreeMap<String, String>> {
         let validator =
             self.validator.get_or_init(|| InputValidator::compile(&self.definition.input_schema.to_value()).ok());
-        let mut errors = match validator {
-            Some(validator) => validator.check(input).err().unwrap_or_default(),
-            None => {
-                return Err(BTreeMap::from([(
-                    WHOLE_INPUT.to_owned(),
-                    "the tool's input_schema does not compile".to_owned(),
-                )]))
-            }
+        let Some(validator) = validator else {
+            return Err(BTreeMap::from([(
+                WHOLE_INPUT.to_owned(),
+                "the tool's input_schema does not compile".to_owned(),
+            )]));
         };
+        // Path inputs are checked on the `Value`.
+        if self.path_inputs.is_empty() && input.members().is_some_and(|members| validator.accepts_quickly(members)) {
+            return Ok(());
+        }
+        let input = input.value();
+        let mut errors = validator.check(&input).err().unwrap_or_default();
         for path_input in &self.path_inputs {
-            if let Some(why) = path_input.refusal(input) {
+            if let Some(why) = path_input.refusal(&input) {
                 errors.entry(path_input.name.clone()).or_insert_with(|| why.to_owned());
             }
         }
@@ -374,11 +377,11 @@ mod tests {
         let (tools, _) = read(json!([add("Calculator.Add@1.0.0", "1.0.0")]), DialectDefaults::default());
         let tool = &tools[0];
         assert!(tool.validator.get().is_none(), "nothing compiled until the tool is called");
-        let errors = tool.check_input(&json!({"a": "x"})).expect_err("a string is not a number");
+        let errors = tool.check_input(&Input::from_value(json!({"a": "x"}))).expect_err("a string is not a number");
         assert!(errors.contains_key("a"), "{errors:?}");
         assert!(tool.validator.get().is_some_and(Option::is_some), "compiled once, and kept");
-        assert!(tool.check_input(&json!({"a": 1})).is_ok());
-        assert!(tool.check_input(&json!({"a": []})).is_err());
+        assert!(tool.check_input(&Input::from_value(json!({"a": 1}))).is_ok());
+        assert!(tool.check_input(&Input::from_value(json!({"a": []}))).is_err());
     }
 
     #[test]

@@ -3,12 +3,20 @@
 //! A schema is compiled when the catalog changes, to turn away one that does
 //! not compile; the validator calls use is compiled once, on the tool's first
 //! call, and kept (`CatalogTool::check_input`).
+//!
+//! Most schemas only name their parameters, their types and which are
+//! required. Such a schema is also kept as a [`QuickSchema`], which checks
+//! an input by its members' kinds alone (`wire::Input::members`), without
+//! building the input's `Value`: it says yes only where jsonschema would,
+//! and leaves every other input to jsonschema, errors included.
 
 use std::collections::BTreeMap;
 
 use jsonschema::error::ValidationErrorKind;
 use jsonschema::paths::LocationSegment;
-use serde_json::Value;
+use serde_json::{Map, Value};
+
+use crate::wire::Kind;
 
 /// The key under which errors about the input as a whole are reported.
 pub const WHOLE_INPUT: &str = "input";
@@ -16,6 +24,7 @@ pub const WHOLE_INPUT: &str = "input";
 /// A compiled `input_schema`.
 pub struct InputValidator {
     validator: jsonschema::Validator,
+    quick: Option<QuickSchema>,
 }
 
 impl std::fmt::Debug for InputValidator {
@@ -34,7 +43,13 @@ impl InputValidator {
     /// not make the gateway open connections on its behalf.
     pub fn compile(schema: &Value) -> Result<InputValidator, SchemaError> {
         let validator = jsonschema::validator_for(schema).map_err(|e| SchemaError(e.to_string()))?;
-        Ok(InputValidator { validator })
+        Ok(InputValidator { validator, quick: QuickSchema::of(schema) })
+    }
+
+    /// Whether an input with these members is valid by the quick check; a
+    /// `false` means only that jsonschema has to tell.
+    pub fn accepts_quickly<'a>(&self, members: impl IntoIterator<Item = (&'a str, Kind)>) -> bool {
+        self.quick.as_ref().is_some_and(|quick| quick.accepts(members))
     }
 
     /// Checks an input; on failure returns one message per parameter, keyed by
@@ -69,6 +84,103 @@ impl InputValidator {
         }
         Err(errors)
     }
+}
+
+/// A schema that says no more than `{"type": "object", "properties":
+/// {name: {"type": ...}}, "required": [...], "additionalProperties": bool}`
+/// (with `title`s and `description`s anywhere).
+#[derive(Debug)]
+struct QuickSchema {
+    /// Each parameter's name and the kinds its `type` admits (any kind
+    /// when it has none).
+    properties: Vec<(String, Option<Vec<Kind>>)>,
+    required: Vec<String>,
+    /// `additionalProperties: false`.
+    closed: bool,
+}
+
+/// Keywords that describe and never refuse.
+const ANNOTATIONS: &[&str] = &["title", "description", "$comment", "examples", "default"];
+
+impl QuickSchema {
+    fn of(schema: &Value) -> Option<QuickSchema> {
+        let fields = schema.as_object()?;
+        let mut quick = QuickSchema { properties: Vec::new(), required: Vec::new(), closed: false };
+        let mut typed = false;
+        for (key, value) in fields {
+            match key.as_str() {
+                "type" => typed = value.as_str()? == "object",
+                "properties" => {
+                    for (name, property) in value.as_object()? {
+                        quick.properties.push((name.clone(), property_kinds(property.as_object()?)?));
+                    }
+                }
+                "required" => {
+                    for name in value.as_array()? {
+                        quick.required.push(name.as_str()?.to_owned());
+                    }
+                }
+                "additionalProperties" => quick.closed = !value.as_bool()?,
+                _ if ANNOTATIONS.contains(&key.as_str()) => {}
+                _ => return None,
+            }
+        }
+        typed.then_some(quick)
+    }
+
+    /// Yes when every member is a parameter of an admitted kind (or the
+    /// schema is open to others) and every required one is there. The
+    /// members' names are distinct (`wire::Input`), so counting the
+    /// required ones seen is enough.
+    fn accepts<'a>(&self, members: impl IntoIterator<Item = (&'a str, Kind)>) -> bool {
+        let mut required = 0;
+        for (name, kind) in members {
+            match self.properties.iter().find(|(p, _)| p == name) {
+                Some((_, Some(kinds))) if !kinds.contains(&kind) => return false,
+                Some(_) => {}
+                None if self.closed => return false,
+                None => {}
+            }
+            required += usize::from(self.required.iter().any(|r| r == name));
+        }
+        required == self.required.len()
+    }
+}
+
+/// The kinds a parameter's schema admits: `None` for any, itself `None`
+/// when the schema says more than a `type`.
+#[allow(clippy::option_option)] // "any kind" and "not quick" are both needed
+fn property_kinds(schema: &Map<String, Value>) -> Option<Option<Vec<Kind>>> {
+    let mut kinds = None;
+    for (key, value) in schema {
+        match key.as_str() {
+            "type" => {
+                let names = match value {
+                    Value::String(name) => vec![name.as_str()],
+                    Value::Array(names) => names.iter().map(Value::as_str).collect::<Option<_>>()?,
+                    _ => return None,
+                };
+                let mut admitted = Vec::new();
+                for name in names {
+                    admitted.extend_from_slice(match name {
+                        "null" => &[Kind::Null][..],
+                        "boolean" => &[Kind::Bool],
+                        // `Kind::Number` is left to jsonschema: `1.0` is an integer to it.
+                        "integer" => &[Kind::Integer],
+                        "number" => &[Kind::Integer, Kind::Number],
+                        "string" => &[Kind::String],
+                        "array" => &[Kind::Array],
+                        "object" => &[Kind::Object],
+                        _ => return None,
+                    });
+                }
+                kinds = Some(admitted);
+            }
+            _ if ANNOTATIONS.contains(&key.as_str()) => {}
+            _ => return None,
+        }
+    }
+    Some(kinds)
 }
 
 #[cfg(test)]
@@ -128,5 +240,102 @@ mod tests {
     #[test]
     fn a_schema_that_does_not_compile_is_refused() {
         assert!(InputValidator::compile(&json!({"type": "no-such-type"})).is_err());
+    }
+
+    fn members(input: &Value) -> Vec<(&str, Kind)> {
+        input.as_object().expect("an object").iter().map(|(k, v)| (k.as_str(), Kind::of(v))).collect()
+    }
+
+    #[test]
+    fn a_schema_of_names_and_types_is_checked_by_kinds() {
+        let v = InputValidator::compile(&add_schema()).expect("compiles");
+        assert!(v.quick.is_some());
+        assert!(v.accepts_quickly(members(&json!({"a": 1, "b": 2}))));
+        assert!(v.accepts_quickly(members(&json!({"a": 1, "b": 2.5, "c": "x"}))));
+        for not_quickly in [json!({"a": 1}), json!({"a": 1, "b": "2"}), json!({"a": null, "b": 2})] {
+            assert!(!v.accepts_quickly(members(&not_quickly)), "{not_quickly}");
+        }
+        let strict = InputValidator::compile(&json!({"type": "object", "title": "T", "properties": {
+            "i": {"type": "integer", "description": "d"}, "s": {"type": ["string", "null"]}, "any": {}},
+            "additionalProperties": false}))
+        .expect("compiles");
+        assert!(strict.accepts_quickly(members(&json!({"i": 1, "s": null, "any": [1]}))));
+        // 1.0 is an integer to jsonschema: the quick check leaves it to it.
+        assert!(!strict.accepts_quickly(members(&json!({"i": 1.0}))));
+        assert!(strict.check(&json!({"i": 1.0})).is_ok());
+        assert!(!strict.accepts_quickly(members(&json!({"extra": 1}))));
+    }
+
+    #[test]
+    fn a_schema_that_says_more_is_left_to_jsonschema() {
+        for schema in [
+            json!({"properties": {"a": {"type": "number"}}}),
+            json!({"type": "object", "properties": {"a": {"type": "number", "minimum": 0}}}),
+            json!({"type": "object", "properties": {"a": {"type": "string", "enum": ["x"]}}}),
+            json!({"type": "object", "properties": {"a": {"type": "array", "items": {"type": "string"}}}}),
+            json!({"type": "object", "properties": {"a": true}}),
+            json!({"type": "object", "additionalProperties": {"type": "string"}}),
+            json!({"type": "object", "patternProperties": {"^x": {}}}),
+            json!({"type": "object", "$defs": {"a": {}}, "properties": {"a": {"$ref": "#/$defs/a"}}}),
+            json!({"$schema": "http://json-schema.org/draft-04/schema#", "type": "object"}),
+            json!({"type": "object", "minProperties": 1}),
+            json!({"type": ["object", "null"]}),
+        ] {
+            let v = InputValidator::compile(&schema).expect("compiles");
+            assert!(v.quick.is_none(), "{schema}");
+        }
+    }
+
+    /// Schemas of the quick shape and inputs, drawn at random.
+    fn quick_shaped() -> impl proptest::strategy::Strategy<Value = (Value, Value)> {
+        use proptest::prelude::*;
+        let names = || prop::sample::select(vec!["a", "b", "c"]);
+        let types = prop::sample::select(vec![
+            json!("string"),
+            json!("integer"),
+            json!("number"),
+            json!("boolean"),
+            json!("null"),
+            json!("array"),
+            json!("object"),
+            json!(["string", "integer"]),
+        ]);
+        let property = prop::option::of(types).prop_map(|t| t.map_or(json!({}), |t| json!({"type": t})));
+        let schema = (
+            prop::collection::btree_map(names(), property, 0..4),
+            prop::collection::btree_set(names(), 0..3),
+            prop::option::of(any::<bool>()),
+        )
+            .prop_map(|(properties, required, additional)| {
+                let mut schema = json!({"type": "object", "properties": properties, "required": required});
+                if let Some(additional) = additional {
+                    schema["additionalProperties"] = json!(additional);
+                }
+                schema
+            });
+        let value = prop::sample::select(vec![
+            json!(1),
+            json!(-3),
+            json!(2.5),
+            json!(1.0),
+            json!("s"),
+            json!(true),
+            json!(null),
+            json!([]),
+            json!({}),
+        ]);
+        (schema, prop::collection::btree_map(names(), value, 0..4).prop_map(|m| json!(m)))
+    }
+
+    proptest::proptest! {
+        /// The quick check says yes only where jsonschema does.
+        #[test]
+        fn what_the_quick_check_accepts_jsonschema_accepts((schema, input) in quick_shaped()) {
+            let v = InputValidator::compile(&schema).expect("compiles");
+            proptest::prop_assert!(v.quick.is_some(), "{}", schema);
+            if v.accepts_quickly(members(&input)) {
+                proptest::prop_assert!(v.check(&input).is_ok(), "{} {}", schema, input);
+            }
+        }
     }
 }

@@ -172,3 +172,74 @@ async fn validation_uses_the_resolved_version_schema() {
     assert!(errors.contains_key("x"), "1.0.0 requires x: {errors:?}");
     assert_eq!(upstream.call_count(), 2);
 }
+
+/// `{"type": "object", "properties": {"amount": {"type": "integer"}}, ...}`:
+/// a schema the gateway checks by its members' kinds (`validate.rs`).
+async fn amounts() -> (ToolServer, Gateway) {
+    let schema = json!({"type": "object", "properties": {"amount": {"type": "integer"}, "note": {"type": "string"}},
+                        "required": ["amount"]});
+    let upstream = ToolServer::start(catalog(vec![tool("Bank.Pay", "1.0.0", schema)])).await;
+    let gw = GatewayConfig::new().upstream("bank", &upstream.url()).start().await;
+    gw.wait_for_tool("Bank.Pay@1.0.0").await;
+    (upstream, gw)
+}
+
+async fn pay(gw: &Gateway, input: &str) -> Resp {
+    let body = format!(r#"{{"$schema":"otc://1.0","request":{{"tool_id":"Bank.Pay@1.0.0","input":{input}}}}}"#);
+    gw.post_raw("/tools/call", body, "application/json").await
+}
+
+async fn pay_over_mcp(gw: &Gateway, arguments: &str) -> Resp {
+    let body = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"Bank_Pay","arguments":{arguments}}}}}"#
+    );
+    let headers = [("content-type", "application/json"), ("accept", "application/json, text/event-stream")];
+    send_with_headers(gw.addr, "POST", "/mcp", bytes::Bytes::from(body), &headers).await
+}
+
+/// An input of the common shape goes upstream as the client wrote it, its
+/// spacing and member order kept (checked by kinds, never rewritten).
+#[tokio::test]
+async fn a_plain_input_reaches_the_upstream_as_written() {
+    let (upstream, gw) = amounts().await;
+    pay(&gw, r#"{"note": "rent", "amount": 5}"#).await.expect_status(200);
+    assert!(
+        upstream.last_raw_call().contains(r#""input":{"note": "rent", "amount": 5}"#),
+        "{}",
+        upstream.last_raw_call()
+    );
+    pay_over_mcp(&gw, r#"{ "note": "tip","amount":7 }"#).await.expect_status(200);
+    assert!(
+        upstream.last_raw_call().contains(r#""input":{ "note": "tip","amount":7 }"#),
+        "{}",
+        upstream.last_raw_call()
+    );
+    // Checked all the same: a string amount never reaches the tool.
+    let calls = upstream.call_count();
+    let resp = pay(&gw, r#"{"amount": "5"}"#).await;
+    resp.expect_status(422);
+    assert!(resp.parameter_errors().contains_key("amount"));
+    pay(&gw, r#"{"note": "no amount"}"#).await.expect_status(422);
+    assert_eq!(upstream.call_count(), calls);
+}
+
+/// A hostile client sends a key twice, hoping the tool's parser keeps the
+/// value the gateway did not check: the tool gets one `amount`, the one
+/// validated, through both fronts and at any depth.
+#[tokio::test]
+async fn a_key_sent_twice_reaches_the_upstream_once_as_validated() {
+    let (upstream, gw) = amounts().await;
+    pay(&gw, r#"{"amount": "all of it", "amount": 5}"#).await.expect_status(200);
+    let forwarded = upstream.last_raw_call();
+    assert!(forwarded.contains(r#""input":{"amount":5}"#), "{forwarded}");
+    assert!(!forwarded.contains("all of it"), "{forwarded}");
+    // The other way round the checked value is the string: refused.
+    pay(&gw, r#"{"amount": 5, "amount": "all of it"}"#).await.expect_status(422);
+    pay_over_mcp(&gw, r#"{"amount": "all of it", "amount": 6}"#).await.expect_status(200);
+    let forwarded = upstream.last_raw_call();
+    assert!(forwarded.contains(r#""input":{"amount":6}"#) && !forwarded.contains("all of it"), "{forwarded}");
+    // Nested: the object goes rewritten with its last member only.
+    pay(&gw, r#"{"amount": 1, "note": "x", "extra": {"to": "alice", "to": "mallory"}}"#).await.expect_status(200);
+    let forwarded = upstream.last_raw_call();
+    assert!(forwarded.contains(r#""extra":{"to":"mallory"}"#) && !forwarded.contains("alice"), "{forwarded}");
+}

@@ -22,6 +22,7 @@ use serde::Serialize;
 use crate::otel::Span;
 use crate::resolve::{ToolRef, VersionRequest};
 use crate::upstream::Upstream;
+use crate::wire::Input;
 
 pub use crate::dialect::CatalogTool;
 pub use mcp_names::McpNameConflict;
@@ -376,7 +377,7 @@ impl Route {
     /// Checks a call's input as this route's clients see the tool (the
     /// tool's `check_input`); in a server, a fixed argument the caller sent
     /// is refused and the fixed arguments are added once the input is valid.
-    pub fn check_input(&self, input: &mut serde_json::Value) -> Result<(), BTreeMap<String, String>> {
+    pub fn check_input(&self, input: &mut Input) -> Result<(), BTreeMap<String, String>> {
         match &self.served {
             Some(served) => served.check_input(&self.tool, input),
             None => self.tool.check_input(input),

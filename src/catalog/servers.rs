@@ -28,7 +28,7 @@ use super::mcp_names::{McpNameConflict, McpNaming};
 use super::{Catalog, CatalogTool, Route, ToolMap};
 use crate::config::VirtualServerConfig;
 use crate::validate::InputValidator;
-use crate::wire::RawJson;
+use crate::wire::{Input, RawJson};
 
 /// What a view knows of its server.
 #[derive(Debug)]
@@ -109,8 +109,11 @@ impl Served {
     /// Checks `input` against `tool` (the schema the server's clients see),
     /// then adds the fixed arguments. A fixed argument the caller sent is
     /// refused, never overridden silently.
-    pub(super) fn check_input(&self, tool: &CatalogTool, input: &mut Value) -> Result<(), BTreeMap<String, String>> {
-        if let Value::Object(arguments) = &*input {
+    pub(super) fn check_input(&self, tool: &CatalogTool, input: &mut Input) -> Result<(), BTreeMap<String, String>> {
+        if self.fixed.is_empty() {
+            return tool.check_input(input);
+        }
+        if let Value::Object(arguments) = &*input.value() {
             let sent: BTreeMap<String, String> = self
                 .fixed
                 .keys()
@@ -122,7 +125,7 @@ impl Served {
             }
         }
         tool.check_input(input)?;
-        if let Value::Object(arguments) = input {
+        if let Value::Object(arguments) = input.value_mut() {
             arguments.extend(self.fixed.iter().map(|(name, value)| (name.clone(), value.clone())));
         }
         Ok(())

@@ -228,6 +228,7 @@ fn content_value(item: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::Input;
 
     fn settings() -> MappingSettings<'static> {
         MappingSettings { toolkit: Some("Kit"), version: Some("1.2.0"), user_authorization: None }
@@ -255,7 +256,7 @@ mod tests {
         assert_eq!(weather.definition.output_schema, json!({"type": "object"}).into());
         assert_eq!(weather.upstream_id, "get-weather");
         assert_eq!(weather.annotations, Some(json!({"readOnlyHint": true})));
-        assert!(weather.check_input(&json!({})).is_err());
+        assert!(weather.check_input(&Input::from_value(json!({}))).is_err());
         let add = tools.iter().find(|t| t.key == "Kit.add").expect("add");
         assert_eq!(add.upstream_id, "add");
         assert_eq!(add.definition.description, "Adds");

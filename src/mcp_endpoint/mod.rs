@@ -63,7 +63,7 @@ use crate::mcp::{
     is_supported_version, LATEST_PROTOCOL_VERSION, PROTOCOL_VERSIONS, PROTOCOL_VERSION_HEADER, SESSION_HEADER,
 };
 use crate::reply::Reply;
-use crate::wire::{CallContext, CallResult};
+use crate::wire::{CallContext, CallResult, Input};
 
 /// The notification a list change is announced with.
 const NOTIFICATION_TOOLS_CHANGED: &str = "notifications/tools/list_changed";
@@ -415,7 +415,7 @@ impl McpEndpoint {
             return Err(RpcError::InvalidParams("`arguments` must be an object".into()));
         };
         if search::enabled(&generation) && search::is_meta_tool(name) {
-            let params = json!({"name": name, "arguments": input});
+            let params = json!({"name": name, "arguments": *input.value()});
             return self.meta_call(gateway, caller, head, &params).map(CallAnswer::Made);
         }
         let unknown = || RpcError::InvalidParams(format!("Unknown tool: {name}"));
@@ -486,7 +486,7 @@ struct CallRequest<'r> {
     /// `params.name`, when a string.
     name: Option<&'r str>,
     /// The input, `None` when `arguments` is not an object.
-    input: Option<Value>,
+    input: Option<Input>,
     /// A 2026-07-28 client's capabilities for this request (empty in
     /// 2025-11-25).
     capabilities: Map<String, Value>,

@@ -5,9 +5,10 @@
 //! of it looked at once and dropped (benches/HISTORY.md, "Figures behind the
 //! code"). [`read_tools_call`] reads the envelope and `params` into borrowed
 //! fields (serde, with visitors that take objects only), and builds `Value`s
-//! only of what the call keeps: its `arguments` (the validator and the
-//! upstream body need one), the client's capabilities in `_meta`, and
+//! only of what the call keeps: the client's capabilities in `_meta`, and
 //! `inputResponses` and `requestState` (a 2026-07-28 upstream may need them).
+//! Its `arguments` are kept as their text when the hand reader takes them
+//! (`wire::read_input`), as an OTC call's input is.
 //!
 //! Whatever it does not take as a plain `tools/call` (another method, a
 //! notification, a member sent twice, an escaped `jsonrpc` or `method`, an
@@ -26,6 +27,7 @@ use serde_json::{Map, Value};
 
 use super::envelope::Meta;
 use crate::mcp::jsonrpc::VERSION;
+use crate::wire::{self, Input};
 
 /// A `tools/call` request, whichever reader read it.
 #[derive(Debug)]
@@ -41,7 +43,7 @@ pub(crate) struct ToolsCall<'b> {
     pub name: Option<Cow<'b, str>>,
     /// `params.arguments` as the tool's input (absent or `null` is `{}`);
     /// `None` when it is not an object.
-    pub input: Option<Value>,
+    pub input: Option<Input>,
     /// `params.inputResponses`: a retried call's answers to what an
     /// earlier result asked.
     pub input_responses: Option<Value>,
@@ -79,7 +81,7 @@ impl ToolsCall<'static> {
             params_object: true,
             meta: Meta::of_value(params.get("_meta")).into_owned(),
             name,
-            input: arguments_input(params.remove("arguments")),
+            input: arguments_value(params.remove("arguments")).map(Input::from_value),
             // `null` reads as absent, as the call reader reads it.
             input_responses: params.remove("inputResponses").filter(|v| !v.is_null()),
             request_state: params.remove("requestState").filter(|v| !v.is_null()),
@@ -89,7 +91,15 @@ impl ToolsCall<'static> {
 
 /// The input `arguments` stand for: absent or `null` is `{}`; `None` when
 /// they are not an object.
-fn arguments_input(arguments: Option<Value>) -> Option<Value> {
+fn arguments_input(arguments: Option<&RawValue>) -> Option<Input> {
+    match arguments {
+        None => Some(Input::default()),
+        Some(arguments) => wire::read_input(arguments.get()),
+    }
+}
+
+/// [`arguments_input`] for a call read as a `Value`.
+fn arguments_value(arguments: Option<Value>) -> Option<Value> {
     match arguments {
         None | Some(Value::Null) => Some(Value::Object(Map::new())),
         Some(arguments @ Value::Object(_)) => Some(arguments),
@@ -147,7 +157,8 @@ struct Envelope<'b> {
 #[derive(Default)]
 struct Params<'b> {
     name: Option<Text<'b>>,
-    arguments: Option<Value>,
+    /// Their text: read by `wire::read_input`.
+    arguments: Option<&'b RawValue>,
     meta: Option<Meta<'b>>,
     input_responses: Option<Value>,
     request_state: Option<Value>,
@@ -342,7 +353,7 @@ mod tests {
             call.params_object,
             call.meta.clone().into_owned(),
             call.name.as_deref().map(str::to_owned),
-            call.input.clone(),
+            call.input.as_ref().map(|input| input.value().into_owned()),
             call.input_responses.clone(),
             call.request_state.clone(),
         )

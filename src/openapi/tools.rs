@@ -635,6 +635,7 @@ mod tests {
     use super::*;
     use crate::config::SecuritySource;
     use crate::openapi::plan::SchemeKind;
+    use crate::wire::Input;
     use serde_json::json;
 
     fn settings<'a>(
@@ -770,18 +771,18 @@ mod tests {
         // The path parameter is checked at validation, before anything is sent.
         let ok = imported.tools.iter().find(|t| t.key == "LibraryAPI.GetOk").expect("GetOk");
         assert_eq!(ok.path_inputs, [PathInput { name: "p".into(), json: false, reserved: false }]);
-        let refused = ok.check_input(&json!({"p": "%2E%2e"})).expect_err("a dot segment");
+        let refused = ok.check_input(&Input::from_value(json!({"p": "%2E%2e"}))).expect_err("a dot segment");
         assert!(refused["p"].contains(". or .."), "{refused:?}");
-        assert!(ok.check_input(&json!({"p": "..."})).is_ok());
-        assert!(ok.check_input(&json!({"p": "a/b"})).is_err(), "a / leaves the segment");
+        assert!(ok.check_input(&Input::from_value(json!({"p": "..."}))).is_ok());
+        assert!(ok.check_input(&Input::from_value(json!({"p": "a/b"}))).is_err(), "a / leaves the segment");
         // Declared reserved expansion: several segments, none climbing.
         let files = json!({"/files/{path}": {"get": {"operationId": "file", "responses": {}, "parameters": [
             {"name": "path", "in": "path", "required": true, "allowReserved": true, "schema": {"type": "string"}}]}}});
         let imported = import_doc(&document(files), &SecurityMap::new());
         let file = &imported.tools[0];
         assert!(file.path_inputs[0].reserved);
-        assert!(file.check_input(&json!({"path": "docs/a.md"})).is_ok());
-        assert!(file.check_input(&json!({"path": "docs/%2e%2e/%2e%2e/admin"})).is_err());
+        assert!(file.check_input(&Input::from_value(json!({"path": "docs/a.md"}))).is_ok());
+        assert!(file.check_input(&Input::from_value(json!({"path": "docs/%2e%2e/%2e%2e/admin"}))).is_err());
     }
 
     #[test]

@@ -161,7 +161,7 @@ impl McpUpstream {
             passthrough: call.passthrough,
             span: call.span,
         };
-        match self.client.call_tool(call.tool, call.input, exchange).await {
+        match self.client.call_tool(call.tool, &call.input.value(), exchange).await {
             // A 2026-07-28 client that sent its capabilities can answer what
             // the server asks of it; anyone else gets a tool failure.
             Ok(result) if call.passthrough.is_some() && result_type(&result) == Some("input_required") => {

@@ -32,7 +32,7 @@ use crate::dialect::{CatalogShapeError, CatalogTool, Skipped};
 use crate::mcp::v2026_07_28::{ClientAsk, Passthrough};
 use crate::otel::Span;
 use crate::trace::OutgoingTrace;
-use crate::wire::{CallContext, UpstreamResult};
+use crate::wire::{CallContext, Input, UpstreamResult};
 
 pub use crate::mcp::client::WatchEnd;
 
@@ -282,7 +282,7 @@ pub struct UpstreamCall<'a> {
     /// The client's trace, continued.
     pub trace: OutgoingTrace<'a>,
     /// The validated input.
-    pub input: &'a Value,
+    pub input: &'a Input,
     /// The context after injection.
     pub context: &'a CallContext,
     /// What a 2026-07-28 MCP client sends on for a 2026-07-28 MCP server

@@ -168,7 +168,8 @@ impl OpenApiUpstream {
         };
         let what = format!("upstream {}: {}", upstream.name, operation.label);
         let empty = serde_json::Map::new();
-        let input = call.input.as_object().unwrap_or(&empty);
+        let input = call.input.value();
+        let input = input.as_object().unwrap_or(&empty);
         let prepared = match openapi::prepare(&operation, input, call.context) {
             Ok(prepared) => prepared,
             Err(e) => {

@@ -9,8 +9,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+mod input;
 mod scan;
 mod write;
+
+pub use input::{Input, Kind, Members};
 
 pub use write::{call_response_body, upstream_call_body};
 pub(crate) use write::{write_json, write_str};
@@ -108,10 +111,10 @@ pub struct CallBody {
     pub trace_id: Option<String>,
     /// The tool's input.
     #[serde(default)]
-    pub input: Option<Map<String, Value>>,
+    pub input: Option<Input>,
     /// The older spelling of `input`.
     #[serde(default)]
-    pub inputs: Option<Map<String, Value>>,
+    pub inputs: Option<Input>,
     /// Execution context; the gateway fills in what it manages.
     #[serde(default)]
     pub context: Option<CallContext>,
@@ -188,7 +191,7 @@ pub struct UpstreamCallRequest<'a> {
     /// The client's trace id, when it sent one.
     pub trace_id: Option<&'a str>,
     /// The validated input (always an object).
-    pub input: &'a Value,
+    pub input: &'a Input,
     /// The context with everything the gateway manages filled in; left out
     /// when empty.
     pub context: &'a CallContext,
@@ -413,6 +416,16 @@ pub fn read_call_body(body: &[u8]) -> serde_json::Result<CallBody> {
         Some(call) => Ok(call),
         None => from_json(body),
     }
+}
+
+/// An input object's text (an MCP call's `arguments`): kept as its text in
+/// the common shape (`scan.rs`), else read by serde_json; `None` when it is
+/// not an object.
+pub fn read_input(text: &str) -> Option<Input> {
+    scan::input(text).or_else(|| match serde_json::from_str(text) {
+        Ok(value @ Value::Object(_)) => Some(Input::from_value(value)),
+        _ => None,
+    })
 }
 
 /// Parses JSON bytes, checking once up front that they are UTF-8.
@@ -671,7 +684,7 @@ mod tests {
             "context": {"tenant": 12345678901234567890123, "ratio": 0.1, "secrets": [{"id": "S", "value": "v", "n": 98765432109876543211}]}}}"#;
         let call: CallBody = from_json(body).expect("a call");
         let request = call.request.expect("wrapped");
-        let input = Value::Object(request.input.expect("input"));
+        let input = request.input.expect("input");
         let context = request.context.expect("context");
         assert_eq!(context.extra["tenant"].to_string(), "12345678901234567890123");
         assert_eq!(context.secrets[0].extra["n"].to_string(), "98765432109876543211");

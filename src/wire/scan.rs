@@ -19,8 +19,9 @@
 //! whatever this one accepts. (The same design as the HTTP/1 head's fast
 //! path, `http1.rs`.)
 
-use serde_json::{Map, Number, Value};
+use smallvec::SmallVec;
 
+use super::input::{Input, Kind};
 use super::CallBody;
 
 /// Nesting this reader follows; deeper is left to serde_json (whose own
@@ -33,6 +34,15 @@ pub(super) fn call_body(text: &str) -> Option<CallBody> {
     let body = scan.call_body(true)?;
     scan.end()?;
     Some(body)
+}
+
+/// An input object (an MCP call's `arguments`) in the common shape, kept
+/// as its text, or `None` for serde_json to read.
+pub(super) fn input(text: &str) -> Option<Input> {
+    let mut scan = Scanner::new(text);
+    let input = scan.input()?;
+    scan.end()?;
+    Some(input)
 }
 
 /// The fields of an answer the gateway reads, each as its JSON text: of
@@ -176,8 +186,8 @@ impl<'a> Scanner<'a> {
                 "tool_id" => once(&mut body.tool_id, scan.string()?.to_owned()),
                 "call_id" => once(&mut body.call_id, scan.string()?.to_owned()),
                 "trace_id" => once(&mut body.trace_id, scan.string()?.to_owned()),
-                "input" => once(&mut body.input, scan.object(1)?),
-                "inputs" => once(&mut body.inputs, scan.object(1)?),
+                "input" => once(&mut body.input, scan.input()?),
+                "inputs" => once(&mut body.inputs, scan.input()?),
                 "request" if top => once(&mut body.request, Box::new(scan.call_body(false)?)),
                 _ => None,
             }
@@ -264,44 +274,57 @@ impl<'a> Scanner<'a> {
         Some(integer)
     }
 
-    /// An object, built; `depth` is its own.
-    fn object(&mut self, depth: u32) -> Option<Map<String, Value>> {
-        let mut map = Map::new();
-        self.members(|scan, key| {
-            let value = scan.value(depth + 1)?;
-            map.insert(key.to_owned(), value);
+    /// An input object as its text, with its members' kinds: what
+    /// `Input` keeps. `depth` 1 is the input's own.
+    fn input(&mut self) -> Option<Input> {
+        self.skip_whitespace();
+        let start = self.at;
+        let mut kinds = SmallVec::new();
+        self.distinct_members(|scan, key| {
+            // The name's place in the input's text.
+            let at = key.as_ptr() as usize - scan.text.as_ptr() as usize - start;
+            let kind = scan.plain(2)?;
+            kinds.push((u32::try_from(at).ok()?, u32::try_from(at + key.len()).ok()?, kind));
             Some(())
         })?;
-        Some(map)
+        Some(Input::from_text(&self.text[start..self.at], kinds))
     }
 
-    /// A value, built as serde_json builds it.
-    fn value(&mut self, depth: u32) -> Option<Value> {
+    /// An object's members, none named twice: a reader that keeps the first
+    /// of two would see another input than the gateway checked.
+    fn distinct_members(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+        let mut seen: SmallVec<[&'a str; 8]> = SmallVec::new();
+        self.members(|scan, key| {
+            if seen.contains(&key) {
+                return None;
+            }
+            seen.push(key);
+            member(scan, key)
+        })
+    }
+
+    /// Past a value of the subset an input's text is kept in (its objects'
+    /// keys distinct, its numbers [`Scanner::integer`]s); its kind.
+    fn plain(&mut self, depth: u32) -> Option<Kind> {
         if depth > MAX_DEPTH {
             return None;
         }
         Some(match self.peek()? {
-            b'"' => Value::String(self.string()?.to_owned()),
-            b'{' => Value::Object(self.object(depth)?),
-            b'[' => {
-                let mut list = Vec::new();
-                self.elements(|scan| {
-                    list.push(scan.value(depth + 1)?);
-                    Some(())
-                })?;
-                Value::Array(list)
-            }
-            b't' => self.literal("true").map(|()| Value::Bool(true))?,
-            b'f' => self.literal("false").map(|()| Value::Bool(false))?,
-            b'n' => self.literal("null").map(|()| Value::Null)?,
-            _ => Value::Number(self.integer()?),
+            b'"' => self.string().map(|_| Kind::String)?,
+            b'{' => self.distinct_members(|scan, _| scan.plain(depth + 1).map(drop)).map(|()| Kind::Object)?,
+            b'[' => self.elements(|scan| scan.plain(depth + 1).map(drop)).map(|()| Kind::Array)?,
+            b't' => self.literal("true").map(|()| Kind::Bool)?,
+            b'f' => self.literal("false").map(|()| Kind::Bool)?,
+            b'n' => self.literal("null").map(|()| Kind::Null)?,
+            _ => self.integer().map(|()| Kind::Integer)?,
         })
     }
 
-    /// An integer that fits 64 bits, whose text serde_json would keep as
-    /// written: not `-0` (kept as `-0`, which `i64` would write as `0`),
-    /// no fraction or exponent (their text is kept as written too).
-    fn integer(&mut self) -> Option<Number> {
+    /// An integer that fits 64 bits, which serde_json keeps as written and
+    /// reads as one (`is_i64` or `is_u64`): no fraction or exponent
+    /// (serde_json rewrites an exponent's spelling), and not `-0`, left to
+    /// serde_json with the other rare spellings.
+    fn integer(&mut self) -> Option<()> {
         let start = self.at;
         if !self.number()? {
             return None;
@@ -309,8 +332,11 @@ impl<'a> Scanner<'a> {
         let text = &self.text[start..self.at];
         match text.strip_prefix('-') {
             Some("0") => None,
-            Some(_) => text.parse::<i64>().ok().map(Number::from),
-            None => text.parse::<u64>().ok().map(Number::from),
+            // 18 digits always fit: only longer ones need reading.
+            Some(digits) if digits.len() <= 18 => Some(()),
+            None if text.len() <= 18 => Some(()),
+            Some(_) => text.parse::<i64>().ok().map(drop),
+            None => text.parse::<u64>().ok().map(drop),
         }
     }
 }
@@ -345,10 +371,79 @@ mod tests {
         serde_json::from_str::<CallBody>(text).ok().map(|b| format!("{b:?}"))
     }
 
+    /// Whatever this reads, serde reads alike: the same fields, the same
+    /// input (its `Value` is serde's reading of the text kept), the same
+    /// kinds of its members, and no key twice in any of its objects.
     fn agrees_on_call(text: &str) -> bool {
-        match call_body(text) {
-            Some(body) => by_serde(text) == Some(format!("{body:?}")),
-            None => true,
+        let Some(body) = call_body(text) else { return true };
+        if by_serde(text) != Some(format!("{body:?}")) {
+            return false;
+        }
+        let input = |mut body: CallBody| {
+            let call = body.request.take().map_or(body, |inner| *inner);
+            call.input.or(call.inputs)
+        };
+        let sorted_kinds = |input: &Input| {
+            let mut kinds: Vec<(String, Kind)> =
+                input.members().expect("an object").map(|(k, kind)| (k.to_owned(), kind)).collect();
+            kinds.sort_by(|a, b| a.0.cmp(&b.0));
+            kinds
+        };
+        let serde_body = serde_json::from_str::<CallBody>(text).expect("read by serde");
+        match (input(body), input(serde_body)) {
+            (Some(kept), Some(built)) => {
+                let mut written = Vec::new();
+                kept.write(&mut written);
+                sorted_kinds(&kept) == sorted_kinds(&built) && serde_json::from_slice::<Distinct>(&written).is_ok()
+            }
+            (kept, built) => kept.is_none() && built.is_none(),
+        }
+    }
+
+    /// JSON whose objects name no key twice, at any depth: read by serde
+    /// without `Value` (whose map keeps the last of two), as an oracle
+    /// apart from the reader under test.
+    struct Distinct;
+
+    impl<'de> serde::Deserialize<'de> for Distinct {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Distinct, D::Error> {
+            struct Visit;
+            impl<'de> serde::de::Visitor<'de> for Visit {
+                type Value = Distinct;
+                fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                    f.write_str("JSON")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Distinct, A::Error> {
+                    let mut seen = std::collections::HashSet::new();
+                    while let Some(key) = map.next_key::<String>()? {
+                        if !seen.insert(key) {
+                            return Err(serde::de::Error::custom("a key twice"));
+                        }
+                        map.next_value::<Distinct>()?;
+                    }
+                    Ok(Distinct)
+                }
+                fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Distinct, A::Error> {
+                    while seq.next_element::<Distinct>()?.is_some() {}
+                    Ok(Distinct)
+                }
+                fn visit_bool<E>(self, _: bool) -> Result<Distinct, E> {
+                    Ok(Distinct)
+                }
+                fn visit_str<E>(self, _: &str) -> Result<Distinct, E> {
+                    Ok(Distinct)
+                }
+                fn visit_unit<E>(self) -> Result<Distinct, E> {
+                    Ok(Distinct)
+                }
+                fn visit_u64<E>(self, _: u64) -> Result<Distinct, E> {
+                    Ok(Distinct)
+                }
+                fn visit_i64<E>(self, _: i64) -> Result<Distinct, E> {
+                    Ok(Distinct)
+                }
+            }
+            deserializer.deserialize_any(Visit)
         }
     }
 
@@ -358,7 +453,6 @@ mod tests {
             r#"{"$schema":"otc://1.0","request":{"tool_id":"Bench.Add@1.0.0","input":{"a":10,"b":5}}}"#,
             r#" { "tool_id" : "Calc.Add" , "call_id":"c-1", "trace_id":"t", "inputs": {"x": [1, -2, true, null, "é"]} } "#,
             r#"{"request":{"tool_id":"T.N","input":{"deep":{"a":{"b":[[],{}]}},"n":18446744073709551615,"m":-9223372036854775808}}}"#,
-            r#"{"tool_id":"T.N","input":{"a":1,"a":2}}"#,
             r#"{}"#,
         ] {
             assert!(call_body(text).is_some(), "{text}");
@@ -376,6 +470,9 @@ mod tests {
             r#"{"tool_id":"T.N","context":{}}"#,
             r#"{"tool_id":"T.N","other":1}"#,
             r#"{"request":{"request":{}}}"#,
+            r#"{"tool_id":"T.N","input":{"a":1,"a":2}}"#,
+            r#"{"tool_id":"T.N","input":{"a":{"k":1,"k":1}}}"#,
+            r#"{"tool_id":"T.N","input":{"a":[{},{"k":1,"k":2}]}}"#,
             r#"{"tool_id":"T.N","input":{"a":1.5}}"#,
             r#"{"tool_id":"T.N","input":{"a":-0}}"#,
             r#"{"tool_id":"T.N","input":{"a":18446744073709551616}}"#,
@@ -496,6 +593,8 @@ mod tests {
             "[1,[2]]",
             "{}",
             "{\"k\":{\"j\":null}}",
+            "{\"k\":1,\"k\":2}",
+            "[{\"j\":[],\"j\":0}]",
         ]);
         (prop::collection::vec((prop::sample::select(vec!["a", "b", "c"]), value), 0..5), any::<bool>()).prop_map(
             |(members, wrapped)| {

@@ -32,7 +32,7 @@ pub fn upstream_call_body(request: &UpstreamCallRequest<'_>) -> Vec<u8> {
         write_str(&mut out, trace_id);
     }
     out.extend_from_slice(br#","input":"#);
-    write_json(&mut out, request.input);
+    request.input.write(&mut out);
     if !request.context.is_empty() {
         out.extend_from_slice(br#","context":"#);
         write_context(&mut out, request.context);
@@ -174,7 +174,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::wire::{AuthorizationToken, RawJson, SecretValue};
+    use crate::wire::{AuthorizationToken, Input, RawJson, SecretValue};
 
     fn parsed(bytes: &[u8]) -> Value {
         serde_json::from_slice(bytes).expect("the writer wrote JSON")
@@ -187,7 +187,7 @@ mod tests {
             tool_id: "Kit.Tool@1.0.0",
             call_id: "c-1",
             trace_id: None,
-            input: &input,
+            input: &Input::from_value(input.clone()),
             context: &CallContext::default(),
         };
         assert_eq!(
@@ -230,7 +230,7 @@ mod tests {
         extra.insert("locale".into(), json!("fr"));
         extra.insert("tz".into(), json!("UTC"));
         let context = CallContext { extra, ..CallContext::default() };
-        let input = json!({});
+        let input = Input::default();
         let request =
             UpstreamCallRequest { tool_id: "K.T", call_id: "c", trace_id: None, input: &input, context: &context };
         assert_eq!(parsed(&upstream_call_body(&request))["request"]["context"], json!({"locale": "fr", "tz": "UTC"}));
@@ -311,7 +311,8 @@ mod tests {
             };
             let input = json!({"s": secret});
             let request = UpstreamCallRequest {
-                tool_id: &tool_id, call_id: &call_id, trace_id: trace_id.as_deref(), input: &input, context: &context,
+                tool_id: &tool_id, call_id: &call_id, trace_id: trace_id.as_deref(),
+                input: &Input::from_value(input.clone()), context: &context,
             };
             let mut expected = json!({"tool_id": tool_id, "call_id": call_id, "input": input, "context": {
                 "secrets": [{"id": key, "value": secret}], "user_id": call_id,
