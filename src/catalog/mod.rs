@@ -378,6 +378,11 @@ impl Route {
     /// tool's `check_input`); in a server, a fixed argument the caller sent
     /// is refused and the fixed arguments are added once the input is valid.
     pub fn check_input(&self, input: &mut Input) -> Result<(), BTreeMap<String, String>> {
+        if !self.tool.path_inputs.is_empty() {
+            // An OpenAPI tool's input is read as a `Value` by the check of its
+            // path inputs and by its upstream: read once, here.
+            input.value_mut();
+        }
         match &self.served {
             Some(served) => served.check_input(&self.tool, input),
             None => self.tool.check_input(input),

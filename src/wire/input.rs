@@ -3,8 +3,8 @@
 //! one.
 //!
 //! Why: building the input's `Value`, checking it with jsonschema, writing
-//! it out again for the upstream and dropping it were a tenth of a plain
-//! call's instructions (benches/README.md, "The input kept as its text").
+//! it out again for the upstream and dropping it was the largest piece of a
+//! plain call's work left (benches/README.md, "The input kept as its text").
 //! Most schemas only name their parameters' types; such a schema is
 //! checked against the members' kinds (`validate.rs`, `QuickSchema`), and
 //! the text goes upstream as the client wrote it. Everything else (a
