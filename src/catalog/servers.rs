@@ -113,7 +113,8 @@ impl Served {
         if self.fixed.is_empty() {
             return tool.check_input(input);
         }
-        if let Value::Object(arguments) = &*input.value() {
+        // Read as a `Value` once: the fixed arguments are added to it below.
+        if let Value::Object(arguments) = input.value_mut() {
             let sent: BTreeMap<String, String> = self
                 .fixed
                 .keys()
