@@ -99,6 +99,12 @@ struct QuickSchema {
     closed: bool,
 }
 
+/// Parameters (and required ones) a quick schema may name, and members an
+/// input it checks may have: each member is looked up by a scan of them, so
+/// past this (a tool server's long schema, a client's input of many keys)
+/// jsonschema's own lookups are the cheaper.
+const QUICK_MEMBERS: usize = 32;
+
 /// Keywords that describe and never refuse.
 const ANNOTATIONS: &[&str] = &["title", "description", "$comment", "examples", "default"];
 
@@ -125,7 +131,8 @@ impl QuickSchema {
                 _ => return None,
             }
         }
-        typed.then_some(quick)
+        let small = quick.properties.len() <= QUICK_MEMBERS && quick.required.len() <= QUICK_MEMBERS;
+        (typed && small).then_some(quick)
     }
 
     /// Yes when every member is a parameter of an admitted kind (or the
@@ -134,7 +141,10 @@ impl QuickSchema {
     /// required ones seen is enough.
     fn accepts<'a>(&self, members: impl IntoIterator<Item = (&'a str, Kind)>) -> bool {
         let mut required = 0;
-        for (name, kind) in members {
+        for (seen, (name, kind)) in members.into_iter().enumerate() {
+            if seen == QUICK_MEMBERS {
+                return false;
+            }
             match self.properties.iter().find(|(p, _)| p == name) {
                 Some((_, Some(kinds))) if !kinds.contains(&kind) => return false,
                 Some(_) => {}
@@ -264,6 +274,11 @@ mod tests {
         assert!(!strict.accepts_quickly(members(&json!({"i": 1.0}))));
         assert!(strict.check(&json!({"i": 1.0})).is_ok());
         assert!(!strict.accepts_quickly(members(&json!({"extra": 1}))));
+        // An input of many keys is left to jsonschema.
+        let open = InputValidator::compile(&json!({"type": "object"})).expect("compiles");
+        let many = |n: usize| (0..n).map(|i| (format!("k{i}"), json!(i))).collect::<Map<String, Value>>();
+        assert!(open.accepts_quickly(members(&Value::Object(many(QUICK_MEMBERS)))));
+        assert!(!open.accepts_quickly(members(&Value::Object(many(QUICK_MEMBERS + 1)))));
     }
 
     #[test]
@@ -280,6 +295,8 @@ mod tests {
             json!({"$schema": "http://json-schema.org/draft-04/schema#", "type": "object"}),
             json!({"type": "object", "minProperties": 1}),
             json!({"type": ["object", "null"]}),
+            json!({"type": "object", "properties": (0..=QUICK_MEMBERS).map(|i| (format!("p{i}"), json!({})))
+                .collect::<Map<String, Value>>()}),
         ] {
             let v = InputValidator::compile(&schema).expect("compiles");
             assert!(v.quick.is_none(), "{schema}");

@@ -28,6 +28,11 @@ use super::CallBody;
 /// limit is 128).
 const MAX_DEPTH: u32 = 64;
 
+/// Members of one input object this reader keeps as text: each is compared
+/// with the ones before it, so a larger object (a hostile body of many
+/// thousand keys would cost their square) is left to serde_json's map.
+const MAX_MEMBERS: usize = 32;
+
 /// A call body in the common shape, or `None` for serde_json to read.
 pub(super) fn call_body(text: &str) -> Option<CallBody> {
     let mut scan = Scanner::new(text);
@@ -291,11 +296,12 @@ impl<'a> Scanner<'a> {
     }
 
     /// An object's members, none named twice: a reader that keeps the first
-    /// of two would see another input than the gateway checked.
+    /// of two would see another input than the gateway checked. At most
+    /// [`MAX_MEMBERS`].
     fn distinct_members(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
         let mut seen: SmallVec<[&'a str; 8]> = SmallVec::new();
         self.members(|scan, key| {
-            if seen.contains(&key) {
+            if seen.len() == MAX_MEMBERS || seen.contains(&key) {
                 return None;
             }
             seen.push(key);
@@ -489,6 +495,12 @@ mod tests {
         }
         let deep = format!(r#"{{"input":{{"a":{}1{}}}}}"#, "[".repeat(70), "]".repeat(70));
         assert!(call_body(&deep).is_none());
+        // Many members, at the top or nested: serde_json's map, not a
+        // comparison of each with all before it.
+        let members = |n: usize| (0..n).map(|i| format!(r#""k{i}":{i}"#)).collect::<Vec<_>>().join(",");
+        assert!(call_body(&format!(r#"{{"input":{{{}}}}}"#, members(MAX_MEMBERS))).is_some());
+        assert!(call_body(&format!(r#"{{"input":{{{}}}}}"#, members(MAX_MEMBERS + 1))).is_none());
+        assert!(call_body(&format!(r#"{{"input":{{"a":{{{}}}}}}}"#, members(MAX_MEMBERS + 1))).is_none());
     }
 
     /// An answer as read, its value as spelt (`RawJson`'s equality also
