@@ -4,11 +4,12 @@
 //! a string for every key and a heap string for every number's text, most
 //! of it looked at once and dropped (benches/HISTORY.md, "Figures behind the
 //! code"). [`read_tools_call`] reads the envelope and `params` into borrowed
-//! fields (serde, with visitors that take objects only), and builds `Value`s
-//! only of what the call keeps: the client's capabilities in `_meta`, and
-//! `inputResponses` and `requestState` (a 2026-07-28 upstream may need them).
-//! Its `arguments` are kept as their text when the hand reader takes them
-//! (`wire::read_input`), as an OTC call's input is.
+//! fields, and builds `Value`s only of what the call keeps: the client's
+//! capabilities in `_meta`, and `inputResponses` and `requestState` (a
+//! 2026-07-28 upstream may need them). The common shape is read by the OTC
+//! call body's hand reader (`wire::Scanner`), its `arguments` kept as their
+//! text as an OTC call's input is; the rest through serde, with visitors
+//! that take objects only.
 //!
 //! Whatever it does not take as a plain `tools/call` (another method, a
 //! notification, a member sent twice, an escaped `jsonrpc` or `method`, an
@@ -27,7 +28,8 @@ use serde_json::{Map, Value};
 
 use super::envelope::Meta;
 use crate::mcp::jsonrpc::VERSION;
-use crate::wire::{self, Input};
+use crate::mcp::v2026_07_28::{META_CLIENT_CAPABILITIES, META_PROTOCOL_VERSION};
+use crate::wire::{self, Input, Scanner};
 
 /// A `tools/call` request, whichever reader read it.
 #[derive(Debug)]
@@ -120,6 +122,97 @@ pub(crate) fn declined(responses: Option<&Value>) -> bool {
 /// its envelope; `None` for anything else, which `read_request` reads.
 pub(crate) fn read_tools_call(body: &[u8]) -> Option<ToolsCall<'_>> {
     let text = std::str::from_utf8(body).ok()?;
+    scan_tools_call(text).or_else(|| serde_tools_call(text))
+}
+
+/// The common shape read by the call body's hand reader (`wire::Scanner`):
+/// plain strings, no member twice, `params` an object whose `name` is a
+/// string, whose `arguments` are an object and which has neither
+/// `inputResponses` nor `requestState`. Anything else is `None`, left to
+/// [`serde_tools_call`]. Through serde the envelope cost a 2025-11-25 call
+/// about a thousand instructions more and a 2026-07-28 one (its `_meta`)
+/// about two thousand (benches/README.md, "The MCP envelope read by hand").
+fn scan_tools_call(text: &str) -> Option<ToolsCall<'_>> {
+    let mut scan = Scanner::new(text);
+    let (mut version, mut id, mut method, mut params) = (None, None, None, None);
+    scan.distinct_members(|scan, key| {
+        match key {
+            "jsonrpc" => version = Some(scan.string()?),
+            "id" => id = Some(scan.raw(1)?),
+            "method" => method = Some(scan.string()?),
+            "params" => params = Some(scan_params(scan)?),
+            _ => scan.skip(1)?,
+        }
+        Some(())
+    })?;
+    scan.end()?;
+    if version != Some(VERSION) || method != Some("tools/call") {
+        return None;
+    }
+    let id = id?;
+    if !matches!(id.as_bytes().first(), Some(b'"' | b'-' | b'0'..=b'9')) {
+        return None;
+    }
+    let (name, input, meta) = params.unwrap_or_default();
+    Some(ToolsCall {
+        id: Cow::Borrowed(id),
+        params_object: true,
+        meta: meta.unwrap_or_default(),
+        name: name.map(Cow::Borrowed),
+        input: Some(input.unwrap_or_default()),
+        input_responses: None,
+        request_state: None,
+    })
+}
+
+/// `params` in the common shape: its name, its arguments and its `_meta`.
+type ScannedParams<'a> = (Option<&'a str>, Option<Input>, Option<Meta<'a>>);
+
+fn scan_params<'a>(scan: &mut Scanner<'a>) -> Option<ScannedParams<'a>> {
+    let (mut name, mut input, mut meta) = (None, None, None);
+    scan.distinct_members(|scan, key| {
+        match key {
+            "name" => name = Some(scan.string()?),
+            "arguments" => input = Some(scan.input()?),
+            "_meta" => meta = Some(scan_meta(scan)?),
+            "inputResponses" | "requestState" => return None,
+            _ => scan.skip(2)?,
+        }
+        Some(())
+    })?;
+    Some((name, input, meta))
+}
+
+/// `_meta` in the common shape: its version a plain string, the client's
+/// capabilities an object (read as a map only when not empty).
+fn scan_meta<'a>(scan: &mut Scanner<'a>) -> Option<Meta<'a>> {
+    let (mut version, mut capabilities) = (None, None);
+    scan.distinct_members(|scan, key| {
+        match key {
+            META_PROTOCOL_VERSION => version = Some(scan.string()?),
+            META_CLIENT_CAPABILITIES => {
+                let text = scan.raw(3)?;
+                capabilities = Some(match text {
+                    "{}" => Map::new(),
+                    _ if text.starts_with('{') => serde_json::from_str(text).ok()?,
+                    _ => return None,
+                });
+            }
+            _ => scan.skip(3)?,
+        }
+        Some(())
+    })?;
+    Some(Meta {
+        object: true,
+        declares_version: version.is_some(),
+        version: version.map(Cow::Borrowed),
+        capabilities: capabilities.map(Cow::Owned),
+    })
+}
+
+/// The same through serde, with borrowed fields: takes what the hand reader
+/// leaves (escapes, `null`s, a retried call's members).
+fn serde_tools_call(text: &str) -> Option<ToolsCall<'_>> {
     let envelope: Envelope<'_> = serde_json::from_str(text).ok()?;
     if envelope.jsonrpc != Some(VERSION) || envelope.method != Some("tools/call") {
         return None;
@@ -359,12 +452,36 @@ mod tests {
         )
     }
 
-    /// Whatever the call reader takes, it reads as `read_request` does.
+    /// Whatever the call reader takes, it reads as `read_request` does,
+    /// and so does each of its two readers (by hand, through serde) that
+    /// takes it.
     fn agrees(body: &str) -> bool {
         let Some(fast) = read_tools_call(body.as_bytes()) else { return false };
         let slow = through_value(body).unwrap_or_else(|| panic!("read as a call, not one by `Value`: {body}"));
         assert_eq!(parts(&fast), parts(&slow), "{body}");
+        for call in [scan_tools_call(body), serde_tools_call(body)].iter().flatten() {
+            assert_eq!(parts(call), parts(&slow), "{body}");
+        }
         true
+    }
+
+    #[test]
+    fn common_calls_are_read_by_hand() {
+        let meta = format!(r#"{{"{VERSION_KEY}":"2026-07-28","{CAPABILITIES_KEY}":{{}}}}"#);
+        for params in [
+            r#"{"name":"Bench_Add","arguments":{"a":10,"b":5}}"#.to_owned(),
+            format!(r#"{{"name":"Bench_Add","arguments":{{"a":10,"b":5}},"_meta":{meta}}}"#),
+            format!(
+                r#"{{"_meta":{{"progressToken":1,"{CAPABILITIES_KEY}":{{"elicitation":{{"url":{{}}}}}}}},"name":"x"}}"#
+            ),
+            r#"{"name":"x","other":[1,{"2":null}]}"#.to_owned(),
+        ] {
+            let body = format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{params}}}"#);
+            assert!(scan_tools_call(&body).is_some(), "{body}");
+            assert!(agrees(&body), "{body}");
+        }
+        let body = r#"{"jsonrpc":"2.0","id":"a","method":"tools/call"}"#;
+        assert!(scan_tools_call(body).is_some() && agrees(body));
     }
 
     const VERSION_KEY: &str = "io.modelcontextprotocol/protocolVersion";
@@ -504,10 +621,10 @@ mod tests {
             let mut ordered: Vec<(u8, String)> = order.iter().copied().zip(members).collect();
             ordered.sort_by_key(|(weight, _)| *weight);
             let body = format!("{{{}}}", ordered.into_iter().map(|(_, m)| m).collect::<Vec<_>>().join(","));
-            if let Some(fast) = read_tools_call(body.as_bytes()) {
+            for fast in [scan_tools_call(&body), serde_tools_call(&body)].iter().flatten() {
                 let slow = through_value(&body);
                 proptest::prop_assert!(slow.is_some(), "read as a call, not one by `Value`: {}", body);
-                proptest::prop_assert_eq!(parts(&fast), parts(&slow.expect("a call")), "{}", body);
+                proptest::prop_assert_eq!(parts(fast), parts(&slow.expect("a call")), "{}", body);
             }
         }
     }

@@ -14,6 +14,7 @@ mod scan;
 mod write;
 
 pub use input::{Input, Kind, Members};
+pub(crate) use scan::Scanner;
 
 pub use write::{call_response_body, upstream_call_body};
 pub(crate) use write::{write_json, write_str};

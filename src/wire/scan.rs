@@ -81,13 +81,16 @@ pub(super) fn answer(text: &str) -> Option<AnswerFields<'_>> {
     Some(result.unwrap_or(bare))
 }
 
-struct Scanner<'a> {
+/// A reader of the subset: each method takes one thing at the reader's
+/// place and says `None` to anything else. The MCP front reads a
+/// `tools/call` envelope with it too (`mcp_endpoint/read.rs`).
+pub(crate) struct Scanner<'a> {
     text: &'a str,
     at: usize,
 }
 
 impl<'a> Scanner<'a> {
-    fn new(text: &'a str) -> Scanner<'a> {
+    pub(crate) fn new(text: &'a str) -> Scanner<'a> {
         Scanner { text, at: 0 }
     }
 
@@ -102,7 +105,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// The next byte past any whitespace, not taken.
-    fn peek(&mut self) -> Option<u8> {
+    pub(crate) fn peek(&mut self) -> Option<u8> {
         self.skip_whitespace();
         self.bytes().get(self.at).copied()
     }
@@ -112,14 +115,14 @@ impl<'a> Scanner<'a> {
     }
 
     /// Nothing but whitespace is left.
-    fn end(&mut self) -> Option<()> {
+    pub(crate) fn end(&mut self) -> Option<()> {
         self.peek().is_none().then_some(())
     }
 
     /// A string without escapes or control characters, its quotes taken.
     /// (`"` and `\` never occur inside a multi-byte UTF-8 sequence, so the
     /// slice ends on a character boundary.)
-    fn string(&mut self) -> Option<&'a str> {
+    pub(crate) fn string(&mut self) -> Option<&'a str> {
         self.eat(b'"')?;
         let start = self.at;
         let bytes = self.bytes();
@@ -216,7 +219,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// A value's text, from its first byte to its last.
-    fn raw(&mut self, depth: u32) -> Option<&'a str> {
+    pub(crate) fn raw(&mut self, depth: u32) -> Option<&'a str> {
         self.skip_whitespace();
         let start = self.at;
         self.skip(depth)?;
@@ -224,7 +227,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// Past one value, checked as JSON.
-    fn skip(&mut self, depth: u32) -> Option<()> {
+    pub(crate) fn skip(&mut self, depth: u32) -> Option<()> {
         match self.peek()? {
             b'"' => self.string().map(drop),
             b'{' if depth < MAX_DEPTH => self.members(|scan, _| scan.skip(depth + 1)),
@@ -237,7 +240,7 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    fn literal(&mut self, word: &str) -> Option<()> {
+    pub(crate) fn literal(&mut self, word: &str) -> Option<()> {
         let end = self.at + word.len();
         (self.bytes().get(self.at..end)? == word.as_bytes()).then(|| self.at = end)
     }
@@ -281,7 +284,7 @@ impl<'a> Scanner<'a> {
 
     /// An input object as its text, with its members' kinds: what
     /// `Input` keeps. `depth` 1 is the input's own.
-    fn input(&mut self) -> Option<Input> {
+    pub(crate) fn input(&mut self) -> Option<Input> {
         self.skip_whitespace();
         let start = self.at;
         let mut kinds = SmallVec::new();
@@ -298,7 +301,7 @@ impl<'a> Scanner<'a> {
     /// An object's members, none named twice: a reader that keeps the first
     /// of two would see another input than the gateway checked. At most
     /// [`MAX_MEMBERS`].
-    fn distinct_members(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
+    pub(crate) fn distinct_members(&mut self, mut member: impl FnMut(&mut Self, &'a str) -> Option<()>) -> Option<()> {
         let mut seen: SmallVec<[&'a str; 8]> = SmallVec::new();
         self.members(|scan, key| {
             if seen.len() == MAX_MEMBERS || seen.contains(&key) {
