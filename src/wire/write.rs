@@ -187,8 +187,8 @@ fn write_duration(out: &mut Vec<u8>, ms: f64) {
     let digits = [b'0' + (fraction / 100) as u8, b'0' + (fraction / 10 % 10) as u8, b'0' + (fraction % 10) as u8];
     let kept = match fraction {
         0 => 1,
-        _ if fraction % 100 == 0 => 1,
-        _ if fraction % 10 == 0 => 2,
+        _ if fraction.is_multiple_of(100) => 1,
+        _ if fraction.is_multiple_of(10) => 2,
         _ => 3,
     };
     out.push(b'.');
