@@ -386,7 +386,6 @@ pub async fn inject_context(
     let granted = check_grants(generation, route, requirements)?;
     let plan = requirements::plan(generation, requirements, caller, &context);
     let mut missing = MissingRequirements { user_id: plan.user_id_missing, ..MissingRequirements::default() };
-    context.secrets.reserve(plan.secrets.len());
     for (id, how) in plan.secrets {
         match how {
             SecretPlan::Managed(reference) => {

@@ -51,7 +51,7 @@ pub fn call_response_body(result: &CallResult) -> Vec<u8> {
     out.extend_from_slice(br#"","result":{"call_id":"#);
     write_str(&mut out, &result.call_id);
     out.extend_from_slice(br#","duration":"#);
-    write_duration(&mut out, result.duration);
+    write_json(&mut out, &result.duration);
     out.extend_from_slice(if result.success { br#","success":true"# } else { br#","success":false"# });
     if let Some(value) = &result.value {
         out.extend_from_slice(br#","value":"#);
@@ -165,36 +165,6 @@ fn needs_escape(bytes: &[u8]) -> bool {
 /// into a `Vec` cannot fail. A number in a `Value` is written as the text it
 /// was read from (serde_json's `arbitrary_precision`): an input's
 /// `98765432109876543210` reaches the upstream as those digits.
-/// A duration in milliseconds, as serde_json writes it. A whole number of
-/// microseconds under 10^15 (every duration the gateway measures, and most
-/// an upstream reports) is written from that integer: serde_json's float
-/// formatter cost a call about 370 instructions (benches/README.md, "The
-/// MCP envelope read by hand"). Its digits are the shortest that read back
-/// as the same float, as the formatter's are: the value `n / 1000` itself,
-/// of at most 15 significant digits, which no other such decimal shares.
-fn write_duration(out: &mut Vec<u8>, ms: f64) {
-    let micros = ms.abs() * 1000.0;
-    if !(micros < 1e15 && micros.fract() == 0.0 && micros / 1000.0 == ms.abs()) {
-        return write_json(out, &ms);
-    }
-    // Whole and below 10^15: exact as an integer.
-    let micros = micros as u64;
-    if ms.is_sign_negative() {
-        out.push(b'-');
-    }
-    out.extend_from_slice(itoa::Buffer::new().format(micros / 1000).as_bytes());
-    let fraction = micros % 1000;
-    let digits = [b'0' + (fraction / 100) as u8, b'0' + (fraction / 10 % 10) as u8, b'0' + (fraction % 10) as u8];
-    let kept = match fraction {
-        0 => 1,
-        _ if fraction.is_multiple_of(100) => 1,
-        _ if fraction.is_multiple_of(10) => 2,
-        _ => 3,
-    };
-    out.push(b'.');
-    out.extend_from_slice(&digits[..kept]);
-}
-
 pub(crate) fn write_json<T: Serialize + ?Sized>(out: &mut Vec<u8>, value: &T) {
     let _ = serde_json::to_writer(out, value);
 }
@@ -205,58 +175,6 @@ mod tests {
 
     use super::*;
     use crate::wire::{AuthorizationToken, Input, RawJson, SecretValue};
-
-    /// What serde_json writes for `ms`, against the duration writer.
-    fn both(ms: f64) -> (String, String) {
-        let mut out = Vec::new();
-        write_duration(&mut out, ms);
-        (String::from_utf8(out).expect("ASCII"), serde_json::to_string(&ms).expect("a float"))
-    }
-
-    #[test]
-    fn durations_are_written_as_serde_json_writes_them() {
-        for ms in [
-            0.0,
-            -0.0,
-            0.05,
-            0.001,
-            0.1,
-            1.0,
-            2.5,
-            -150.0,
-            12.345,
-            999.999,
-            1000.0,
-            1e11,
-            999_999_999_999.999,
-            1e12,
-            0.0005,
-            1.0 / 3.0,
-            1e-7,
-            5e300,
-            f64::MIN_POSITIVE,
-        ] {
-            let (fast, serde) = both(ms);
-            assert_eq!(fast, serde, "{ms}");
-        }
-    }
-
-    proptest::proptest! {
-        /// Whole microseconds, and any float at all, are written as
-        /// serde_json writes them.
-        #[test]
-        fn any_duration_is_written_as_serde_json_writes_it(
-            micros in 0u64..2_000_000_000_000_000, negative in proptest::bool::ANY, any in proptest::num::f64::ANY,
-        ) {
-            let ms = micros as f64 / 1000.0;
-            let (fast, serde) = both(if negative { -ms } else { ms });
-            proptest::prop_assert_eq!(fast, serde);
-            if any.is_finite() {
-                let (fast, serde) = both(any);
-                proptest::prop_assert_eq!(fast, serde);
-            }
-        }
-    }
 
     fn parsed(bytes: &[u8]) -> Value {
         serde_json::from_slice(bytes).expect("the writer wrote JSON")
