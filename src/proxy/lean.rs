@@ -27,7 +27,6 @@
 //! `Stream`, and takes it out again (a duplicate descriptor) after the
 //! reply.
 
-use std::future::Future;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -111,31 +110,32 @@ struct Connection {
     idle: Pin<Box<Sleep>>,
     /// Whether bytes came in since `idle` was last set.
     active: bool,
-    /// Ends a wait for a head when shutdown begins: one subscription for the
-    /// connection's life, where one per wait took and released a waiter slot.
-    stopping: Pin<Box<dyn Future<Output = ()> + Send>>,
     /// The last `Host` the front door accepted on this connection.
     accepted_host: AcceptedHost,
 }
 
 impl Connection {
-    fn new(stream: TcpStream, shutdown: &ShutdownWatch) -> Connection {
-        let mut shutdown = shutdown.clone();
-        let stopping = async move {
-            // A closed watch never fires: pingora would be gone already.
-            if shutdown.changed().await.is_err() {
-                std::future::pending::<()>().await;
-            }
-        };
+    fn new(stream: TcpStream) -> Connection {
         Connection {
             stream,
             buf: BytesMut::with_capacity(READ_BUF),
             idle: Box::pin(tokio::time::sleep(KEEP_ALIVE)),
             active: false,
-            stopping: Box::pin(stopping),
             registered: None,
             accepted_host: None,
         }
+    }
+
+    /// It waits for a head again; `false` when shutdown began (it closes).
+    /// Shutdown closes a connection waiting for a head (`open_connections`).
+    fn wait_for_head(&self) -> bool {
+        self.registered.as_ref().is_none_or(Registered::wait_for_head)
+    }
+
+    /// Its head is in: served to its end; `false` when shutdown closed it
+    /// first.
+    fn head_in(&self) -> bool {
+        self.registered.as_ref().is_none_or(Registered::head_in)
     }
 
     /// Marks it as running a request, which is never closed for room.
@@ -170,16 +170,23 @@ impl ServerApp for DataPlane {
         // The socket lives on in its duplicate; pingora's wrapper, with
         // nothing read into it yet, is closed.
         drop(stream);
-        let mut conn = Connection::new(socket, shutdown);
+        let mut conn = Connection::new(socket);
         let max_connections = self.pingora.door.gateway.generation().config.server.max_connections.min(self.fd_room);
         conn.registered = Some(self.open.register(max_connections, conn.stream.as_raw_fd()));
-        loop {
+        while conn.wait_for_head() {
             match self.serve_next(&mut conn, shutdown).await {
                 Next::Served => {}
                 Next::Close => return None,
                 Next::HandOver => conn = self.serve_one_through_pingora(conn, shutdown).await?,
             }
         }
+        None
+    }
+
+    /// Shutdown began and the listeners stopped: the connections waiting
+    /// for a head close now.
+    async fn cleanup(&self) {
+        self.open.close_waiting();
     }
 }
 
@@ -189,7 +196,7 @@ impl DataPlane {
     /// connection is read here first, under one header deadline and one
     /// connection bound.
     async fn serve_one_through_pingora(&self, conn: Connection, shutdown: &ShutdownWatch) -> Option<Connection> {
-        let Connection { registered, stream, buf, idle, active, stopping, accepted_host } = conn;
+        let Connection { registered, stream, buf, idle, active, accepted_host } = conn;
         let mut session = Session::new_http1(Box::new(L4Stream::from(stream)));
         session.set_keepalive(if *shutdown.borrow() { None } else { Some(KEEP_ALIVE.as_secs()) });
         if !buf.is_empty() {
@@ -209,7 +216,7 @@ impl DataPlane {
         // (The duplicate carries the connection on; this closes the original descriptor.)
         drop(back.stream);
         let buf = back.pipelined.unwrap_or_else(|| BytesMut::with_capacity(READ_BUF));
-        Some(Connection { registered, stream, buf, idle, active, stopping, accepted_host })
+        Some(Connection { registered, stream, buf, idle, active, accepted_host })
     }
 }
 
@@ -252,6 +259,9 @@ impl DataPlane {
         // consumed, and pingora's path answers (and counts) what is refused.
         if *shutdown.borrow() {
             return Next::HandOver;
+        }
+        if !conn.head_in() {
+            return Next::Close;
         }
         // Being served, for graceful shutdown: from its head to its reply.
         let (serving, _) = Counted::enter(&door.serving);
@@ -365,14 +375,13 @@ async fn read_call_head(
             conn.idle.as_mut().reset(deadline);
             head_deadline = Some(deadline);
         }
-        let Connection { stream, buf, idle, active, stopping, .. } = conn;
+        // (When shutdown begins, the connection's socket is shut and the
+        // read ends: a partial head goes unanswered, as on pingora's path.)
+        let Connection { stream, buf, idle, active, .. } = conn;
         let read = tokio::select! {
             biased;
             read = read_more(stream, buf) => Some(read),
             () = idle.as_mut() => None,
-            // Shutdown began: an idle connection closes at once, a partial
-            // head goes unanswered (as on pingora's path).
-            () = stopping.as_mut() => return Err(HeadWait::Done(Next::Close)),
         };
         let Some(read) = read else {
             if head_deadline.is_some() {
@@ -483,12 +492,11 @@ mod tests {
     }
 
     /// A connection on a fresh socket pair, and the client's end.
-    async fn connection() -> (Connection, TcpStream, tokio::sync::watch::Sender<bool>) {
+    async fn connection() -> (Connection, TcpStream) {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let client = TcpStream::connect(listener.local_addr().expect("address")).await.expect("connect");
         let (accepted, _) = listener.accept().await.expect("accept");
-        let (shutdown, watch) = tokio::sync::watch::channel(false);
-        (Connection::new(accepted, &watch), client, shutdown)
+        (Connection::new(accepted), client)
     }
 
     /// The header deadline the timer tests use.
@@ -496,7 +504,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_silent_connection_closes_after_the_keep_alive() {
-        let (mut conn, _client, _shutdown) = connection().await;
+        let (mut conn, _client) = connection().await;
         let started = Instant::now();
         assert!(matches!(
             read_call_head(&mut conn, 8192, 1024, HEADER_TIMEOUT).await,
@@ -507,7 +515,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_head_must_arrive_whole_within_the_header_timeout_of_its_first_byte() {
-        let (mut conn, mut client, _shutdown) = connection().await;
+        let (mut conn, mut client) = connection().await;
         let started = Instant::now();
         let writer = tokio::spawn(async move {
             tokio::time::sleep(KEEP_ALIVE / 2).await;
@@ -526,7 +534,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn after_a_slow_head_the_keep_alive_counts_again() {
-        let (mut conn, mut client, _shutdown) = connection().await;
+        let (mut conn, mut client) = connection().await;
         client.write_all(b"POST /tools/call HTTP/1.1\r\n").await.expect("part of a head");
         tokio::time::sleep(Duration::from_secs(1)).await;
         let writer = tokio::spawn(async move {

@@ -14,20 +14,39 @@
 //! and it closes itself. Nothing is polled per request for it (a future
 //! polled at every wait for the client cost every call something,
 //! benches/HISTORY.md, "Figures behind the code").
+//!
+//! Shutdown closes the connections waiting for a head the same way
+//! ([`OpenConnections::close_waiting`]); a request whose head is in is
+//! served to its end. A subscription to pingora's shutdown watch, polled at
+//! every wait for a head, cost each call about 330 instructions
+//! (benches/README.md, "The MCP envelope read by hand"). A connection claims
+//! its head with one atomic exchange ([`Registered::head_in`]) that the
+//! sweep's own exchange excludes, so no request is cut after its head was
+//! taken, and checks the sweep's flag each time it waits again
+//! ([`Registered::wait_for_head`]).
 //! The descriptor is only touched under the registry's lock, and a
 //! connection leaves the registry before its socket is closed (see
 //! [`Registered`]), so the number always names that connection's socket.
 
 use std::collections::BTreeMap;
 use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
 /// The open connections, oldest first.
 #[derive(Debug, Default)]
 pub(super) struct OpenConnections {
     inner: Mutex<Registry>,
+    /// Shutdown began: a connection that waits for a head closes.
+    closing: AtomicBool,
 }
+
+/// A connection waits for a head (none of it in, or part of it).
+const WAITING: u8 = 0;
+/// Its head is in: it is served to its end.
+const SERVING: u8 = 1;
+/// Shut by the shutdown sweep while it waited.
+const SHUT: u8 = 2;
 
 #[derive(Debug, Default)]
 struct Registry {
@@ -40,9 +59,22 @@ struct Registry {
 struct Slot {
     /// Running a request (its head and body read): never closed for room.
     busy: AtomicBool,
+    /// [`WAITING`], [`SERVING`] or [`SHUT`].
+    stage: AtomicU8,
     /// The socket's descriptor (it changes when pingora's session hands the
     /// connection back).
     fd: AtomicI32,
+}
+
+impl Slot {
+    /// Ends the connection: its pending read ends as if the client had gone.
+    fn shut(&self) {
+        // SAFETY: shutdown(2) takes integers only. The descriptor is still
+        // the connection's own socket: a connection leaves the registry
+        // (under its lock, which the caller holds) before it closes its
+        // socket.
+        unsafe { libc::shutdown(self.fd.load(Ordering::Relaxed), libc::SHUT_RDWR) };
+    }
 }
 
 /// A connection's place among the open ones; leaves when dropped. The
@@ -68,17 +100,27 @@ impl OpenConnections {
             let oldest_idle =
                 registry.open.iter().find(|(_, slot)| !slot.busy.load(Ordering::Relaxed)).map(|(&id, _)| id);
             if let Some(slot) = oldest_idle.and_then(|id| registry.open.remove(&id)) {
-                // SAFETY: shutdown(2) takes integers only. The descriptor is
-                // still the victim's own socket: a connection leaves this
-                // registry (under this lock) before it closes its socket.
-                unsafe { libc::shutdown(slot.fd.load(Ordering::Relaxed), libc::SHUT_RDWR) };
+                slot.shut();
             }
         }
         let id = registry.next;
         registry.next += 1;
-        let slot = Arc::new(Slot { busy: AtomicBool::new(false), fd: AtomicI32::new(fd) });
+        let slot =
+            Arc::new(Slot { busy: AtomicBool::new(false), stage: AtomicU8::new(WAITING), fd: AtomicI32::new(fd) });
         registry.open.insert(id, slot.clone());
         Registered { id, slot, all: self.clone() }
+    }
+
+    /// Shutdown began: closes every connection waiting for a head. One that
+    /// waits again later (or registers late) sees the flag itself.
+    pub(super) fn close_waiting(&self) {
+        self.closing.store(true, Ordering::SeqCst);
+        let registry = self.lock();
+        for slot in registry.open.values() {
+            if slot.stage.compare_exchange(WAITING, SHUT, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                slot.shut();
+            }
+        }
     }
 
     /// How many connections are counted in.
@@ -92,6 +134,25 @@ impl Registered {
     /// Marks the connection as running a request (or no longer).
     pub(super) fn set_busy(&self, busy: bool) {
         self.slot.busy.store(busy, Ordering::Relaxed);
+    }
+
+    /// Its head is in: it is served to its end. `false` when the shutdown
+    /// sweep took it first (its socket is shut: it closes).
+    pub(super) fn head_in(&self) -> bool {
+        match self.slot.stage.compare_exchange(WAITING, SERVING, Ordering::SeqCst, Ordering::SeqCst) {
+            Ok(_) => true,
+            Err(stage) => stage == SERVING,
+        }
+    }
+
+    /// It waits for a head again; `false` when shutdown began (then it
+    /// closes). Either this sees the sweep's flag or the sweep sees this
+    /// stage (both sides store, then load, sequentially consistent).
+    pub(super) fn wait_for_head(&self) -> bool {
+        if self.slot.stage.swap(WAITING, Ordering::SeqCst) == SHUT {
+            return false;
+        }
+        !self.all.closing.load(Ordering::SeqCst)
     }
 
     /// The connection's socket is now `fd`, its old one still open: under
@@ -127,6 +188,42 @@ mod tests {
     async fn is_closed(socket: &mut TcpStream) -> bool {
         let mut byte = [0u8; 1];
         matches!(tokio::time::timeout(Duration::from_millis(100), socket.read(&mut byte)).await, Ok(Ok(0)))
+    }
+
+    #[tokio::test]
+    async fn shutdown_closes_the_connections_waiting_for_a_head_and_no_other() {
+        let all = Arc::new(OpenConnections::default());
+        let (mut sockets, mut clients) = (Vec::new(), Vec::new());
+        for _ in 0..4 {
+            let (socket, client) = pair().await;
+            sockets.push(socket);
+            clients.push(client);
+        }
+        let waiting = all.register(8, sockets[0].as_raw_fd());
+        let serving = all.register(8, sockets[1].as_raw_fd());
+        let served = all.register(8, sockets[2].as_raw_fd());
+        assert!(serving.head_in() && served.head_in());
+        assert!(served.head_in(), "a head already taken stays taken");
+        all.close_waiting();
+        assert!(is_closed(&mut sockets[0]).await, "waiting for a head: closed");
+        assert!(!waiting.head_in(), "a head that comes after the sweep is not served");
+        assert!(!is_closed(&mut sockets[1]).await, "its head is in: served to its end");
+        assert!(!serving.wait_for_head(), "done, it does not wait for another head");
+        assert!(!served.wait_for_head());
+        let late = all.register(8, sockets[3].as_raw_fd());
+        assert!(!late.wait_for_head(), "registered after the sweep: closes itself");
+    }
+
+    #[tokio::test]
+    async fn before_shutdown_connections_wait_and_serve_as_they_please() {
+        let all = Arc::new(OpenConnections::default());
+        let (mut socket, _client) = pair().await;
+        let conn = all.register(8, socket.as_raw_fd());
+        for _ in 0..3 {
+            assert!(conn.wait_for_head());
+            assert!(conn.head_in());
+        }
+        assert!(!is_closed(&mut socket).await);
     }
 
     #[tokio::test]
