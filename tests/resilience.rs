@@ -227,6 +227,30 @@ async fn sigterm_lets_an_in_flight_call_finish_then_exits_0() {
 }
 
 #[tokio::test]
+async fn sigterm_lets_a_call_that_pingoras_session_serves_finish() {
+    // A chunked body: not a plain call, so pingora's session serves it. The
+    // shutdown sweep closes connections waiting for a head; this one was
+    // handed over with its head and must be answered.
+    let server = calculator().await;
+    server.set_call_delay(Duration::from_millis(1500));
+    let mut gw = gateway_for(&server, "").await;
+    let body = add_call_body();
+    let chunked = format!("{:x}\r\n{body}\r\n0\r\n\r\n", body.len());
+    let mut stream = TcpStream::connect(gw.addr).await.expect("connect");
+    let request = format!(
+        "POST /tools/call HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n{chunked}"
+    );
+    stream.write_all(request.as_bytes()).await.expect("a chunked call");
+    wait_until("the call reached the tool server", async || server.call_count() == 1).await;
+    gw.signal("TERM");
+    let answers = read_answers(&mut stream, 1).await;
+    assert_eq!(answers[0].0, "200", "{answers:?}");
+    assert_eq!(answers[0].1["result"]["value"], json!(3));
+    let status = gw.wait_exit(Duration::from_secs(20)).await.expect("the gateway exits after draining");
+    assert!(status.success(), "exit status {status:?}");
+}
+
+#[tokio::test]
 async fn sigterm_waits_for_a_call_whose_body_is_still_arriving() {
     let server = calculator().await;
     let mut gw = gateway_for(&server, "").await;

@@ -196,6 +196,11 @@ impl DataPlane {
     /// connection is read here first, under one header deadline and one
     /// connection bound.
     async fn serve_one_through_pingora(&self, conn: Connection, shutdown: &ShutdownWatch) -> Option<Connection> {
+        // Pingora's session serves it to its end (and answers a shutdown its
+        // own way): the shutdown sweep must not cut it.
+        if !conn.head_in() {
+            return None;
+        }
         let Connection { registered, stream, buf, idle, active, accepted_host } = conn;
         let mut session = Session::new_http1(Box::new(L4Stream::from(stream)));
         session.set_keepalive(if *shutdown.borrow() { None } else { Some(KEEP_ALIVE.as_secs()) });

@@ -14,19 +14,19 @@
 //! and it closes itself. Nothing is polled per request for it (a future
 //! polled at every wait for the client cost every call something,
 //! benches/HISTORY.md, "Figures behind the code").
-//!
-//! Shutdown closes the connections waiting for a head the same way
-//! ([`OpenConnections::close_waiting`]); a request whose head is in is
-//! served to its end. A subscription to pingora's shutdown watch, polled at
-//! every wait for a head, cost each call about 330 instructions
-//! (benches/README.md, "The MCP envelope read by hand"). A connection claims
-//! its head with one atomic exchange ([`Registered::head_in`]) that the
-//! sweep's own exchange excludes, so no request is cut after its head was
-//! taken, and checks the sweep's flag each time it waits again
-//! ([`Registered::wait_for_head`]).
 //! The descriptor is only touched under the registry's lock, and a
 //! connection leaves the registry before its socket is closed (see
 //! [`Registered`]), so the number always names that connection's socket.
+//!
+//! Shutdown closes the connections waiting for a head the same way
+//! ([`OpenConnections::close_waiting`]); a request whose head is in, or
+//! which pingora's session was handed, is served to its end. A subscription
+//! to pingora's shutdown watch, polled at every wait for a head, cost each
+//! call about 330 instructions (benches/README.md, "The MCP envelope read by
+//! hand"). A connection claims its request with one atomic exchange
+//! ([`Registered::head_in`]) that the sweep's own exchange excludes, so no
+//! request is cut once claimed, and checks the sweep's flag each time it
+//! waits again ([`Registered::wait_for_head`]).
 
 use std::collections::BTreeMap;
 use std::os::fd::RawFd;
