@@ -184,6 +184,17 @@ mod tests {
         (listener.accept().await.expect("accept").0, client)
     }
 
+    /// `n` connected pairs: the gateway's sides and the clients'.
+    async fn pairs(n: usize) -> (Vec<TcpStream>, Vec<TcpStream>) {
+        let (mut sockets, mut clients) = (Vec::new(), Vec::new());
+        for _ in 0..n {
+            let (socket, client) = pair().await;
+            sockets.push(socket);
+            clients.push(client);
+        }
+        (sockets, clients)
+    }
+
     /// Whether the gateway's side was shut down: its read ends at once.
     async fn is_closed(socket: &mut TcpStream) -> bool {
         let mut byte = [0u8; 1];
@@ -193,12 +204,7 @@ mod tests {
     #[tokio::test]
     async fn shutdown_closes_the_connections_waiting_for_a_head_and_no_other() {
         let all = Arc::new(OpenConnections::default());
-        let (mut sockets, mut clients) = (Vec::new(), Vec::new());
-        for _ in 0..4 {
-            let (socket, client) = pair().await;
-            sockets.push(socket);
-            clients.push(client);
-        }
+        let (mut sockets, _clients) = pairs(4).await;
         let waiting = all.register(8, sockets[0].as_raw_fd());
         let serving = all.register(8, sockets[1].as_raw_fd());
         let served = all.register(8, sockets[2].as_raw_fd());
@@ -229,12 +235,7 @@ mod tests {
     #[tokio::test]
     async fn a_new_connection_over_the_limit_closes_the_oldest_not_running_a_request() {
         let all = Arc::new(OpenConnections::default());
-        let (mut sockets, mut clients) = (Vec::new(), Vec::new());
-        for _ in 0..4 {
-            let (socket, client) = pair().await;
-            sockets.push(socket);
-            clients.push(client);
-        }
+        let (mut sockets, _clients) = pairs(4).await;
         let first = all.register(2, sockets[0].as_raw_fd());
         let second = all.register(2, sockets[1].as_raw_fd());
         first.set_busy(true);
