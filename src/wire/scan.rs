@@ -105,7 +105,7 @@ impl<'a> Scanner<'a> {
     }
 
     /// The next byte past any whitespace, not taken.
-    pub(crate) fn peek(&mut self) -> Option<u8> {
+    fn peek(&mut self) -> Option<u8> {
         self.skip_whitespace();
         self.bytes().get(self.at).copied()
     }
@@ -240,7 +240,7 @@ impl<'a> Scanner<'a> {
         }
     }
 
-    pub(crate) fn literal(&mut self, word: &str) -> Option<()> {
+    fn literal(&mut self, word: &str) -> Option<()> {
         let end = self.at + word.len();
         (self.bytes().get(self.at..end)? == word.as_bytes()).then(|| self.at = end)
     }
