@@ -9,7 +9,12 @@ after, so start-up is not counted. The gateway is counted three times in one
 run, a 10 s wrk run and a dump each: the OTC call, and the same call through
 `/mcp` as a 2025-11-25 and as a 2026-07-28 client sends it.
 
-Usage: python3 benches/load/instructions.py [--extra-tools N] [--server]   (needs valgrind)
+Usage: python3 benches/load/instructions.py [--extra-tools N] [--server] [--cache]   (needs valgrind)
+--cache also simulates the caches and branch predictors (callgrind's model:
+the host's L1 sizes, a last level that holds everything) and prints, per
+call, the instruction-cache lines missed (how much distinct code a call
+runs: a line fetched from L2 stalls the front end), data-cache misses and
+mispredicted branches. About twice as slow.
 --server also counts the OTC and 2026-07-28 calls through a virtual server
 (`[[servers]]`, docs/servers.md) that renames the tool and describes it anew:
 what a call through a server costs against the same call at the root.
@@ -31,11 +36,25 @@ import benchlib as b
 from proxy_vs_nginx import BODY, MCP_2026_BODY, MCP_2026_HEADERS, MCP_BODY, TOOL, mcp_session
 
 
-def instructions(dump):
+def events(dump):
+    """The dump's totals by event name (Ir alone unless --cache)."""
+    names, totals = [], []
     for line in Path(dump).read_text().splitlines():
+        if line.startswith("events:"):
+            names = line.split()[1:]
         if line.startswith("summary:") or line.startswith("totals:"):
-            return int(line.split()[1])
-    return 0
+            totals = [int(n) for n in line.split()[1:]]
+            break
+    return dict(zip(names, totals))
+
+
+def instructions(dump):
+    return events(dump).get("Ir", 0)
+
+
+# What --cache prints per call, from callgrind's event names.
+CACHE_EVENTS = [("I1 lines missed", ["I1mr"]), ("D1 misses", ["D1mr", "D1mw"]),
+                ("branches mispredicted", ["Bcm", "Bim"])]
 
 
 # callgrind counts every byte a `rep movsb` moves as one instruction. glibc's
@@ -47,11 +66,12 @@ def instructions(dump):
 VECTOR_MEMCPY = {"GLIBC_TUNABLES": "glibc.cpu.x86_rep_movsb_threshold=0x10000000"}
 
 
-def measure(name, cmd, phases, ready_url, work, env=None, tools=None):
+def measure(name, cmd, phases, ready_url, work, env=None, tools=None, cache=False):
     """Instructions per call of the process `cmd` starts, for each phase
     `phases()` gives once it is ready: (label, url, body, headers)."""
     out = work / f"callgrind.{name}"
-    proc = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", *cmd],
+    simulate = ["--cache-sim=yes", "--branch-sim=yes"] if cache else []
+    proc = subprocess.Popen(["valgrind", "--tool=callgrind", *simulate, f"--callgrind-out-file={out}", *cmd],
                             env=dict(os.environ, **VECTOR_MEMCPY, **(env or {})), stdout=subprocess.DEVNULL,
                             stderr=open(work / f"{name}.valgrind.log", "w"))
     counted = []
@@ -79,7 +99,7 @@ def measure(name, cmd, phases, ready_url, work, env=None, tools=None):
         proc.send_signal(signal.SIGTERM if name == "gateway" else signal.SIGQUIT)
         proc.wait(60)
     dumps = sorted(work.glob(f"callgrind.{name}.*"), key=lambda p: int(p.suffix[1:]))[-len(counted):]
-    return {label: (instructions(dump) / max(requests, 1), dump) for (label, requests), dump in zip(counted, dumps)}
+    return {label: (instructions(dump) / max(requests, 1), dump, requests) for (label, requests), dump in zip(counted, dumps)}
 
 
 def filler(n):
@@ -94,6 +114,8 @@ def main():
     ap.add_argument("--tracing", choices=["off", "ratio0", "ratio1"], default="off",
                     help="[tracing]: none, sample_ratio 0, or every call recorded and exported (to the upstream "
                          "nginx, which refuses them: the spans are built, encoded and posted, then counted dropped)")
+    ap.add_argument("--cache", action="store_true",
+                    help="also the cache lines missed and branches mispredicted per call (simulated)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="otc-instructions-"))
     work.chmod(0o755)
@@ -142,7 +164,7 @@ sample_ratio = {0.0 if args.tracing == "ratio0" else 1.0}
                      ("mcp", mcp_url, MCP_BODY, mcp_session(mcp_url)),
                      ("mcp-2026", mcp_url, MCP_2026_BODY, MCP_2026_HEADERS), *server_phases],
             f"http://127.0.0.1:{gw}/health", work, {"BENCH_API_KEY": "bench-secret-value", "RUST_LOG": "warn"},
-            len(tools))
+            len(tools), args.cache)
         conf = work / "nginx-proxy.conf"
         user = "user root root;" if os.geteuid() == 0 else ""
         conf.write_text(f"""
@@ -159,22 +181,30 @@ http {{
 }}""")
         nginx = measure("nginx", ["nginx", "-p", str(work), "-c", str(conf), "-e", f"{work}/nginx-proxy.err"],
                         lambda: [("otc", f"http://127.0.0.1:{ngx}/tools/call", BODY, None)],
-                        f"http://127.0.0.1:{ngx}/tools", work)["otc"][0]
+                        f"http://127.0.0.1:{ngx}/tools", work, cache=args.cache)["otc"]
     finally:
         upstream.stop()
     b.say(f"# user-space instructions per call (callgrind), 10 connections, {len(tools)} tools in the catalog")
-    b.say(f"nginx proxy_pass          {nginx:>9.0f}")
+    b.say(f"nginx proxy_pass          {nginx[0]:>9.0f}")
     for label, title in [("otc", "gateway"), ("mcp", "gateway MCP 2025-11-25"), ("mcp-2026", "gateway MCP 2026-07-28")]:
         b.say(f"{title:<25} {gateway[label][0]:>9.0f}")
-    b.say(f"ratio nginx/gateway: {nginx / gateway['otc'][0]:.3f}")
+    b.say(f"ratio nginx/gateway: {nginx[0] / gateway['otc'][0]:.3f}")
     for label in ("mcp", "mcp-2026"):
-        b.say(f"ratio nginx/{label}: {nginx / gateway[label][0]:.3f}, "
+        b.say(f"ratio nginx/{label}: {nginx[0] / gateway[label][0]:.3f}, "
               f"{label}/gateway (OTC/MCP instructions): {gateway['otc'][0] / gateway[label][0]:.3f}")
     for label, root in [("otc-server", "otc"), ("mcp-2026-server", "mcp-2026")]:
         if label in gateway:
             b.say(f"{'gateway ' + label:<25} {gateway[label][0]:>9.0f}   "
                   f"server/root: {gateway[label][0] / gateway[root][0]:.3f}")
-    for label, (_, dump) in gateway.items():
+    if args.cache:
+        b.say("# per call (callgrind's simulated caches and branch predictors)")
+        b.say(f"{'':<25}" + "".join(f"{title:>23}" for title, _ in CACHE_EVENTS))
+        for title, (_, dump, requests) in [("nginx proxy_pass", nginx), *((f"gateway {label}", counted)
+                                                                          for label, counted in gateway.items())]:
+            counts = events(dump)
+            b.say(f"{title:<25}" + "".join(f"{sum(counts.get(e, 0) for e in names) / max(requests, 1):>23.0f}"
+                                           for _, names in CACHE_EVENTS))
+    for label, (_, dump, _) in gateway.items():
         b.say(f"profile {label}: callgrind_annotate --inclusive=yes {dump}")
 
 
