@@ -68,7 +68,10 @@ VECTOR_MEMCPY = {"GLIBC_TUNABLES": "glibc.cpu.x86_rep_movsb_threshold=0x10000000
 
 def measure(name, cmd, phases, ready_url, work, env=None, tools=None, cache=False):
     """Instructions per call of the process `cmd` starts, for each phase
-    `phases()` gives once it is ready: (label, url, body, headers)."""
+    `phases()` gives once it is ready: (label, url, body, headers). Returns
+    {label: (instructions per call, the phase's dump, calls counted)}; with
+    `cache` the dumps also hold the simulated caches' and branch predictors'
+    events (`events`)."""
     out = work / f"callgrind.{name}"
     simulate = ["--cache-sim=yes", "--branch-sim=yes"] if cache else []
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", *simulate, f"--callgrind-out-file={out}", *cmd],
