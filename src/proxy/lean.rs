@@ -163,7 +163,7 @@ impl ServerApp for DataPlane {
             Ok(socket) => socket,
             Err(e) => {
                 tracing::debug!(error = %e, "the connection is served by pingora alone");
-                serve_through_pingora(&self.pingora, stream, BytesMut::new(), shutdown).await;
+                Box::pin(serve_through_pingora(&self.pingora, stream, BytesMut::new(), shutdown)).await;
                 return None;
             }
         };
@@ -177,7 +177,10 @@ impl ServerApp for DataPlane {
             match self.serve_next(&mut conn, shutdown).await {
                 Next::Served => {}
                 Next::Close => return None,
-                Next::HandOver => conn = self.serve_one_through_pingora(conn, shutdown).await?,
+                // Boxed: pingora's session is the largest state a connection
+                // would otherwise carry while it waits (benches/README.md,
+                // "Code lines run, counted").
+                Next::HandOver => conn = Box::pin(self.serve_one_through_pingora(conn, shutdown)).await?,
             }
         }
         None
