@@ -7,16 +7,9 @@
 //! tests): absolute, relative and repeated positions, and a call's inclusive
 //! cost, which is not the call site's own.
 
-use std::path::PathBuf;
-use std::process::Command;
+mod common;
 
-/// The Python `scripts/test.sh` sets up (`$OTC_TEST_PYTHON`, else the
-/// project's `.venv`): only its standard library is used here.
-fn python() -> PathBuf {
-    std::env::var_os("OTC_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python"))
-}
+use std::process::Command;
 
 /// Ten calls' worth of counts, in 64-byte lines:
 /// - 0x1000 and 0x1004 (line 0x40) ran 10 times: once a call;
@@ -52,7 +45,8 @@ fn lines_run_counts_each_line_by_its_most_run_instruction_at_most_once_a_call() 
     std::fs::write(&dump, DUMP).expect("the dump");
     let script = "import sys; sys.path.insert(0, 'benches/load'); import instructions as i; \
                   print(round(i.lines_run(sys.argv[1], 10), 6)); print(i.instructions(sys.argv[1]))";
-    let out = Command::new(python())
+    // The tests' Python; only its standard library is used here.
+    let out = Command::new(common::sdk_python())
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .args(["-c", script])
         .arg(&dump)

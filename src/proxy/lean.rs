@@ -163,6 +163,7 @@ impl ServerApp for DataPlane {
             Ok(socket) => socket,
             Err(e) => {
                 tracing::debug!(error = %e, "the connection is served by pingora alone");
+                // Boxed, as the hand-over below.
                 Box::pin(serve_through_pingora(&self.pingora, stream, BytesMut::new(), shutdown)).await;
                 return None;
             }
@@ -177,9 +178,9 @@ impl ServerApp for DataPlane {
             match self.serve_next(&mut conn, shutdown).await {
                 Next::Served => {}
                 Next::Close => return None,
-                // Boxed: pingora's session is the largest state a connection
-                // would otherwise carry while it waits (benches/README.md,
-                // "Code lines run, counted").
+                // Boxed: inline, pingora's session would be the largest state
+                // of this loop, and every connection's future would be sized
+                // for it (benches/README.md, "Code lines run, counted").
                 Next::HandOver => conn = Box::pin(self.serve_one_through_pingora(conn, shutdown)).await?,
             }
         }
