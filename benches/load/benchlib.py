@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 # The binary under test: benches/run.sh sets this to the profile-guided build
 # (scripts/build-release.sh), or to `cargo build --release`'s with --plain.
-GATEWAY = Path(os.environ.get("OTC_BENCH_GATEWAY", ROOT / "target" / "release" / "otc-gateway"))
+GATEWAY = Path(os.environ.get("OTC_BENCH_GATEWAY", ROOT / "target" / "release" / "otc-gateway")).resolve()
 WRK_SCRIPT = Path(__file__).resolve().parent / "wrk.lua"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -93,13 +93,16 @@ def post_json_with_headers(url, body, headers=None):
 
 
 class Pinned:
-    """A process pinned to one CPU, stopped (SIGTERM, then SIGKILL) on exit."""
+    """A process pinned to one CPU, stopped (SIGTERM, then SIGKILL) on exit.
+    It runs in `workdir`, so what it writes beside itself (a gateway's
+    `[state] dir`) stays in the run's directory, never in the checkout."""
 
     def __init__(self, name, cmd, cpu, workdir, env=None):
         self.name = name
         self.log = open(Path(workdir) / f"{name}.log", "wb")
         full_env = dict(os.environ, **(env or {}))
-        self.proc = subprocess.Popen(["taskset", "-c", cpu, *cmd], stdout=self.log, stderr=subprocess.STDOUT, env=full_env)
+        self.proc = subprocess.Popen(["taskset", "-c", cpu, *cmd], stdout=self.log, stderr=subprocess.STDOUT, env=full_env,
+                                     cwd=workdir)
 
     @property
     def pid(self):
@@ -197,7 +200,8 @@ def start_gateway(name, config_text, cpu, work, env=None, binary=None):
     config = Path(work) / f"{name}.toml"
     config.write_text(config_text)
     env = dict({"RUST_LOG": "warn"}, **(env or {}))
-    return Pinned(name, [str(binary or GATEWAY), "--config", str(config)], cpu, work, env)
+    binary = Path(binary).resolve() if binary else GATEWAY
+    return Pinned(name, [str(binary), "--config", str(config)], cpu, work, env)
 
 
 def wrk(url, seconds, connections, body=None, delay_ms=0, cpu=LOAD_CPU, headers=None):

@@ -106,7 +106,7 @@ def measure(name, cmd, phases, ready_url, work, env=None, tools=None, cache=Fals
     simulate = ["--cache-sim=yes", "--branch-sim=yes", "--dump-instr=yes"] if cache else []
     proc = subprocess.Popen(["valgrind", "--tool=callgrind", *simulate, f"--callgrind-out-file={out}", *cmd],
                             env=dict(os.environ, **VECTOR_MEMCPY, **(env or {})), stdout=subprocess.DEVNULL,
-                            stderr=open(work / f"{name}.valgrind.log", "w"))
+                            stderr=open(work / f"{name}.valgrind.log", "w"), cwd=work)
     counted = []
     try:
         b.wait_http(ready_url, 120)
@@ -148,7 +148,7 @@ def main():
                     help="[tracing]: none, sample_ratio 0, or every call recorded and exported (to the upstream "
                          "nginx, which refuses them: the spans are built, encoded and posted, then counted dropped)")
     ap.add_argument("--cache", action="store_true",
-                    help="also the cache lines missed and branches mispredicted per call (simulated)")
+                    help="also the code lines run, cache lines missed and branches mispredicted per call")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="otc-instructions-"))
     work.chmod(0o755)

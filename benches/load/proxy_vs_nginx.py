@@ -193,7 +193,7 @@ BENCH_API_KEY = "env:BENCH_API_KEY"
                            ("ratio0", "gateway"), ("ratio1", "gateway"), ("cmp", "nginx"), ("cmp-mcp", "nginx"),
                            ("cmp-mcp-2026", "nginx"), ("gateway", "cmp"), ("mcp", "cmp-mcp"),
                            ("mcp-2026", "cmp-mcp-2026")]:
-            if cand in runs:
+            if cand in runs and base in runs:
                 rps, cpu = b.ratios(runs, cand, base)
                 rounds = ", ".join(f"{r['cpu_us_per_req'] / c['cpu_us_per_req']:.2f}"
                                    for c, r in zip(runs[cand], runs[base]))
