@@ -129,9 +129,9 @@ pub(crate) fn read_tools_call(body: &[u8]) -> Option<ToolsCall<'_>> {
 /// plain strings, no member twice, `params` an object whose `name` is a
 /// string, whose `arguments` are an object and which has neither
 /// `inputResponses` nor `requestState`. Anything else is `None`, left to
-/// [`serde_tools_call`]. Through serde the envelope cost a 2025-11-25 call
-/// about 1,550 instructions more and a 2026-07-28 one (its `_meta`) about
-/// 1,850 (benches/README.md, "The MCP envelope read by hand").
+/// [`serde_tools_call`]. Through serde the envelope cost either era's call
+/// more, a 2026-07-28 one (its `_meta`) the most (benches/README.md, "The
+/// MCP envelope read by hand", has the counts).
 fn scan_tools_call(text: &str) -> Option<ToolsCall<'_>> {
     let mut scan = Scanner::new(text);
     let (mut version, mut id, mut method, mut params) = (None, None, None, None);
