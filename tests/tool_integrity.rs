@@ -9,7 +9,7 @@ mod common;
 use bytes::Bytes;
 use common::fleet::Redis;
 use common::mcp_peer::{mcp_upstream, McpPeer};
-use common::{send_with_headers, wait_until, Gateway, GatewayConfig, Resp, ToolServer};
+use common::{send_with_headers, wait_until, CatalogMode, Gateway, GatewayConfig, Resp, ToolServer};
 use serde_json::{json, Value};
 
 const ADMIN_TOKEN: &str = "integrity-admin-token-5d1e";
@@ -160,6 +160,53 @@ async fn an_upstream_flapping_between_two_definitions_makes_one_change() {
     }
     assert_eq!(pending(&gw, 1).await.len(), 1);
     assert_eq!(gw.logs().matches("tool definition change seen").count(), 1, "one log line per change seen");
+}
+
+/// The hostile server rewrites the tool at every poll, each time into a
+/// text never seen before. One change waits, not one a poll: nothing more is
+/// journaled, logged or listed for review until an operator decides, and the
+/// next poll after that proposes what the server offers then.
+#[tokio::test]
+async fn a_server_rewriting_a_tool_at_every_poll_makes_one_change_not_a_stream() {
+    let state = common::temp_file("pins-stream", "d", "");
+    std::fs::remove_file(&state).unwrap();
+    let server = ToolServer::start(calc(HONEST)).await;
+    let toml = config(&server).raw(&format!("[state]\ndir = \"{}\"\n", state.display())).toml();
+    let gw = Gateway::start_with_env(&toml, &ENV).await;
+    gw.wait_for_tool("Calc.Add@1.0.0").await;
+    server.set_catalog_mode(CatalogMode::RewriteEachFetch);
+    let first = pending(&gw, 1).await.remove(0);
+    // The gateway polls one fetch after another: six more fetches started
+    // means five more definitions read.
+    let fetches = server.catalog_fetches().len();
+    server.wait_until("six more fetches", |s| s.catalog_fetches().len() >= fetches + 6).await;
+    let still = pending(&gw, 1).await;
+    assert_eq!(still[0]["id"], first["id"], "{still:?}");
+    assert_eq!(gw.logs().matches("tool definition change seen").count(), 1, "one log line, not one a poll");
+    let journal = std::fs::read_to_string(state.join("tool-pins.jsonl")).unwrap();
+    assert_eq!(journal.lines().count(), 2, "the pin and one change: {journal}");
+    assert_eq!(listed_description(&gw, "Calc.Add@1.0.0").await.as_deref(), Some(HONEST));
+    assert_eq!(status(&gw).await["held_tools"][0]["change"], first["id"]);
+
+    // Decided: what was approved is served, and the server's latest text is
+    // the next change.
+    let path = format!("/changes/{}/approve", first["id"].as_str().unwrap());
+    assert_eq!(admin(&gw, "POST", &path, Some(ADMIN_TOKEN)).await.status, 200);
+    let next = wait_until("the next change", async || {
+        let listed = pending(&gw, 1).await.remove(0);
+        if listed["id"] != first["id"] {
+            Ok(listed)
+        } else {
+            Err(listed.to_string())
+        }
+    })
+    .await;
+    assert_eq!(next["approved"]["description"], first["proposed"]["description"]);
+    assert_ne!(next["proposed"]["description"], first["proposed"]["description"]);
+    assert_eq!(
+        listed_description(&gw, "Calc.Add@1.0.0").await.as_ref(),
+        first["proposed"]["description"].as_str().map(str::to_owned).as_ref()
+    );
 }
 
 #[tokio::test]

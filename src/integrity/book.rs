@@ -2,6 +2,7 @@
 //! for each tool a merge offers.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -166,6 +167,8 @@ struct Pin {
 pub(super) struct PinBook {
     pins: HashMap<String, Pin>,
     changes: BTreeMap<String, Change>,
+    /// The pending change of each tool that has one (by what it is pinned by).
+    waiting: HashMap<String, String>,
     /// Events decided here, not written yet.
     outbox: Vec<Event>,
     /// How far the journal has been read.
@@ -263,6 +266,9 @@ impl PinBook {
                 if self.changes.contains_key(&change.id) {
                     return false;
                 }
+                if change.state == ChangeState::Pending {
+                    self.waiting.entry(change.key.clone()).or_insert_with(|| change.id.clone());
+                }
                 self.changes.insert(change.id.clone(), *change);
                 true
             }
@@ -274,6 +280,15 @@ impl PinBook {
                 change.state = if approve { ChangeState::Approved } else { ChangeState::Rejected };
                 change.decided_by = Some(by);
                 change.decided_at = Some(at);
+                let key = change.key.clone();
+                if self.waiting.get(&key) == Some(&id) {
+                    // Two replicas may each have proposed one: the other waits still.
+                    match self.changes.values().find(|c| c.key == key && c.state == ChangeState::Pending) {
+                        Some(other) => self.waiting.insert(key, other.id.clone()),
+                        None => self.waiting.remove(&key),
+                    };
+                }
+                let Some(change) = self.changes.get(&id) else { return false };
                 let digest = parse_digest(&change.proposed_digest);
                 if approve {
                     match (digest, CatalogTool::from_shown(change.proposed.clone())) {
@@ -325,52 +340,12 @@ impl PinBook {
         }
         let key = key.to_owned();
         let id = change_id(&key, pinned_digest.as_ref(), &digest);
-        let (state, flagged) = match self.changes.get(&id) {
-            Some(change) => (change.state, !change.findings.is_empty()),
-            None => {
-                let shown = offer.tool.shown();
-                let findings = match modes.suspicious {
-                    Review::Off => Vec::new(),
-                    _ => scan::scan(&shown, foreign),
-                };
-                if pinned_digest.is_none() && findings.is_empty() {
-                    // A clean tool seen for the first time: pinned on first use.
-                    if modes.pin != Review::Off {
-                        let pin = Event::Pinned { key, digest: hex(&digest), shown };
-                        self.record(pin);
-                    }
-                    return Verdict::Serve;
-                }
-                if pinned_digest.is_some() && findings.is_empty() && modes.pin == Review::Off {
-                    return Verdict::Serve;
-                }
-                let kind = if pinned_digest.is_some() { ChangeKind::Changed } else { ChangeKind::New };
-                tracing::warn!(
-                    change = id,
-                    tool = offer.tool.definition.id,
-                    upstream = offer.upstream,
-                    kind = kind.as_str(),
-                    findings = ?findings.iter().map(|f| format!("{:?} in {}", f.kind, f.field)).collect::<Vec<_>>(),
-                    "tool definition change seen; it waits for review"
-                );
-                let flagged = !findings.is_empty();
-                self.record(Event::Proposed(Box::new(Change {
-                    id: id.clone(),
-                    key: key.clone(),
-                    tool: offer.tool.definition.id.clone(),
-                    upstream: offer.upstream.to_owned(),
-                    kind,
-                    findings,
-                    proposed: shown,
-                    proposed_digest: hex(&digest),
-                    pinned_digest: pinned_digest.map(|d| hex(&d)),
-                    seen_at: now(),
-                    state: ChangeState::Pending,
-                    decided_by: None,
-                    decided_at: None,
-                })));
-                (ChangeState::Pending, flagged)
-            }
+        let (state, flagged, id) = match self.changes.get(&id) {
+            Some(change) => (change.state, !change.findings.is_empty(), id),
+            None => match self.propose(offer, id, pinned_digest, modes, foreign) {
+                ControlFlow::Continue(seen) => seen,
+                ControlFlow::Break(verdict) => return verdict,
+            },
         };
         let fallback = |book: &PinBook| match book.pins.get(&key).filter(|_| pinned_digest.is_some()) {
             Some(pin) => Verdict::Approved(pin.tool.clone(), id.clone()),
@@ -394,5 +369,71 @@ impl PinBook {
                 }
             }
         }
+    }
+
+    /// A definition not seen before: pinned when it is a clean new tool,
+    /// else proposed as a change (or, when one of the tool's changes waits
+    /// already, held as that one is). Breaks with the verdict when there is
+    /// nothing to review; continues with the change's state, whether this
+    /// definition is flagged, and the change's id.
+    fn propose(
+        &mut self,
+        offer: &Offer<'_>,
+        id: String,
+        pinned_digest: Option<[u8; 32]>,
+        modes: Modes,
+        foreign: &dyn Fn(&str) -> Option<String>,
+    ) -> ControlFlow<Verdict, (ChangeState, bool, String)> {
+        let key = tool_key(offer.tool, offer.by_name);
+        let digest = offer.tool.digest();
+        let shown = offer.tool.shown();
+        let findings = match modes.suspicious {
+            Review::Off => Vec::new(),
+            _ => scan::scan(&shown, foreign),
+        };
+        if pinned_digest.is_none() && findings.is_empty() {
+            // A clean tool seen for the first time: pinned on first use.
+            if modes.pin != Review::Off {
+                self.record(Event::Pinned { key: key.to_owned(), digest: hex(&digest), shown });
+            }
+            return ControlFlow::Break(Verdict::Serve);
+        }
+        if pinned_digest.is_some() && findings.is_empty() && modes.pin == Review::Off {
+            return ControlFlow::Break(Verdict::Serve);
+        }
+        let flagged = !findings.is_empty();
+        if let Some(waiting) = self.waiting.get(key) {
+            // One change of this tool waits already. Another definition is
+            // not recorded, or an upstream rewriting the tool at every poll
+            // would make a stream of changes (journal lines, memory,
+            // reviews): it is held as that change is, and proposed once that
+            // one is decided.
+            return ControlFlow::Continue((ChangeState::Pending, flagged, waiting.clone()));
+        }
+        let kind = if pinned_digest.is_some() { ChangeKind::Changed } else { ChangeKind::New };
+        tracing::warn!(
+            change = id,
+            tool = offer.tool.definition.id,
+            upstream = offer.upstream,
+            kind = kind.as_str(),
+            findings = ?findings.iter().map(|f| format!("{:?} in {}", f.kind, f.field)).collect::<Vec<_>>(),
+            "tool definition change seen; it waits for review"
+        );
+        self.record(Event::Proposed(Box::new(Change {
+            id: id.clone(),
+            key: key.to_owned(),
+            tool: offer.tool.definition.id.clone(),
+            upstream: offer.upstream.to_owned(),
+            kind,
+            findings,
+            proposed: shown,
+            proposed_digest: hex(&digest),
+            pinned_digest: pinned_digest.map(|d| hex(&d)),
+            seen_at: now(),
+            state: ChangeState::Pending,
+            decided_by: None,
+            decided_at: None,
+        })));
+        ControlFlow::Continue((ChangeState::Pending, flagged, id))
     }
 }

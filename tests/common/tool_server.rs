@@ -13,6 +13,10 @@ pub enum CatalogMode {
     Garbage,
     /// Never answers.
     Hang,
+    /// The current catalog with every tool's description rewritten at each
+    /// fetch (" (fetch N)" appended): a server that changes its definitions
+    /// at every poll.
+    RewriteEachFetch,
 }
 
 /// One HTTP request a [`ToolServer`] received.
@@ -283,6 +287,14 @@ async fn handle(req: Request<Incoming>, state: Arc<ServerState>) -> Result<Respo
                     full(500, "text/html", "<html><body><h1>500 Internal Server Error</h1></body></html>")
                 }
                 CatalogMode::Garbage => full(200, "application/json", "this is {not json at all"),
+                CatalogMode::RewriteEachFetch => {
+                    let mut catalog = state.catalog.lock().unwrap().clone();
+                    for tool in catalog["items"].as_array_mut().into_iter().flatten() {
+                        let description = tool["description"].as_str().unwrap_or_default();
+                        tool["description"] = Value::String(format!("{description} (fetch {index})"));
+                    }
+                    full(200, "application/json", catalog.to_string())
+                }
                 CatalogMode::Hang => {
                     // On purpose: the catalog that never comes.
                     tokio::time::sleep(Duration::from_secs(3600)).await;
