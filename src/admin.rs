@@ -160,6 +160,7 @@ impl AdminError {
             AdminError::Approval(ApprovalError::Unknown(_)) => StatusCode::NOT_FOUND,
             AdminError::Approval(ApprovalError::AlreadyDecided { .. }) => StatusCode::CONFLICT,
             AdminError::Approval(ApprovalError::Journal(_)) => StatusCode::SERVICE_UNAVAILABLE,
+            AdminError::Approval(ApprovalError::TooManyWaiting(_)) => StatusCode::TOO_MANY_REQUESTS,
             AdminError::CallersOwn => StatusCode::FORBIDDEN,
         };
         let mut response = json(status, &serde_json::json!({ "message": self.to_string() }));

@@ -186,7 +186,10 @@ pub enum RequestError {
     ApprovalRefused(crate::approvals::Refusal),
     /// The approvals' journal could not be read or written.
     #[error("approvals unavailable: {0}")]
-    ApprovalUnavailable(#[from] crate::approvals::ApprovalError),
+    ApprovalUnavailable(crate::approvals::ApprovalError),
+    /// The caller has this many calls waiting for approval already.
+    #[error("{0} calls wait for approval already")]
+    ApprovalsWaiting(usize),
     /// A tool search whose query, limit or version is unusable.
     #[error("bad search: {0}")]
     Search(#[from] SearchError),
@@ -206,6 +209,15 @@ impl From<BrowserRefusal> for RequestError {
         match refusal {
             BrowserRefusal::ForbiddenOrigin { mcp } => RequestError::ForbiddenOrigin { mcp },
             BrowserRefusal::MisdirectedHost => RequestError::MisdirectedHost,
+        }
+    }
+}
+
+impl From<crate::approvals::ApprovalError> for RequestError {
+    fn from(error: crate::approvals::ApprovalError) -> RequestError {
+        match error {
+            crate::approvals::ApprovalError::TooManyWaiting(n) => RequestError::ApprovalsWaiting(n),
+            other => RequestError::ApprovalUnavailable(other),
         }
     }
 }
@@ -260,6 +272,7 @@ impl RequestError {
             RequestError::MissingRequirements(_) | RequestError::RequirementUnavailable { .. } => 400,
             RequestError::AuthorizationUnavailable { .. } | RequestError::ApprovalUnavailable(_) => 503,
             RequestError::ApprovalRefused(_) => 403,
+            RequestError::ApprovalsWaiting(_) => 429,
             RequestError::OAuthFlow(e) | RequestError::Confirmation(e) => match e {
                 FlowError::UnknownProvider(_) | FlowError::NoLogin => 404,
                 FlowError::UnknownLink if matches!(self, RequestError::Confirmation(_)) => 404,
@@ -341,6 +354,9 @@ impl RequestError {
                 Refusal::Ran => "This call was approved once and has run; its answer is no longer kept. A new call needs its own approval".into(),
             },
             RequestError::ApprovalUnavailable(_) => "Approvals are temporarily unavailable; retry shortly".into(),
+            RequestError::ApprovalsWaiting(n) => format!(
+                "{n} of your calls wait for approval already: another is held once one of them is decided or expires"
+            ),
             RequestError::Search(e) => capitalised(&e.to_string()),
             RequestError::Unauthenticated { error, .. } => {
                 format!("The gateway needs valid credentials: {}", error.public_message())

@@ -201,6 +201,39 @@ async fn an_operator_approves_a_held_call_which_then_runs_once() {
     assert_eq!(status["approvals_pending"], 2, "alice's two new requests: {status}");
 }
 
+/// Bob, the hostile caller, holds call after call to fill the journal and
+/// the approvers' queue. Past the bound his calls open nothing more (429);
+/// alice still opens hers, and his room comes back as his requests are decided.
+#[tokio::test]
+async fn one_caller_cannot_fill_the_approvers_queue() {
+    const BOUND: usize = otc_gateway::approvals::MAX_WAITING_PER_CALLER;
+    let server = repos().await;
+    let state = state_dir();
+    let gw = Gateway::start_with_env(&operator_config(&server, &state, "10m"), &ENV).await;
+    gw.wait_for_tool("Repo.Delete@1.0.0").await;
+    let input = json!({"repo": "payments"});
+    let mut bobs = Vec::new();
+    for n in 0..BOUND {
+        bobs.push(held(&call(&gw, "bob-key", input.clone(), Some(&format!("b{n}"))).await));
+    }
+    let refused = call(&gw, "bob-key", input.clone(), Some("one-too-many")).await;
+    let body = refused.server_error(429);
+    assert!(body["message"].as_str().unwrap_or_default().contains(&format!("{BOUND} of your calls wait")), "{body}");
+    // A call he has a request for already is still told where it stands.
+    assert_eq!(held(&call(&gw, "bob-key", input.clone(), Some("b0")).await)["id"], bobs[0]["id"]);
+    // Alice is not blocked by him.
+    held(&call(&gw, "alice-key", input.clone(), Some("a1")).await);
+    assert_eq!(server.call_count(), 0);
+    let journal = std::fs::read_to_string(state.join("approvals.jsonl")).unwrap();
+    assert_eq!(journal.lines().count(), BOUND + 1, "nothing written for the refused call");
+
+    // One of his decided, he may open one more.
+    let id = bobs[0]["id"].as_str().unwrap();
+    assert_eq!(admin(&gw, "POST", &format!("/approvals/{id}/deny"), Some(ADMIN_TOKEN)).await.status, 200);
+    held(&call(&gw, "bob-key", input.clone(), Some("one-too-many")).await);
+    call(&gw, "bob-key", input.clone(), Some("two-too-many")).await.server_error(429);
+}
+
 #[tokio::test]
 async fn an_expiry_is_final_and_requests_and_decisions_survive_a_restart() {
     let server = repos().await;

@@ -236,6 +236,12 @@ impl Book {
         self.links.get(link).and_then(|id| self.get(id))
     }
 
+    /// How many of `caller`'s requests (`None`: anonymous callers') wait
+    /// for a decision at `now`.
+    pub(super) fn waiting_of(&self, caller: Option<&str>, now: u64) -> usize {
+        self.requests.values().filter(|r| r.caller.as_deref() == caller && r.state_at(now) == State::Pending).count()
+    }
+
     /// Every request, states filled in.
     pub(super) fn all(&self) -> impl Iterator<Item = Request> + '_ {
         let now = now();

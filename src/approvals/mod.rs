@@ -31,6 +31,12 @@ const JOURNAL_FILE: &str = "approvals.jsonl";
 /// The Redis list of a fleet's journal.
 const JOURNAL_KEY: &str = "otc-gateway:approvals:v1";
 
+/// How many undecided requests one user (or all anonymous callers together)
+/// may have: beyond it a held call opens no request, so one caller cannot
+/// fill the journal, the memory or the approvers' queue. A replica's bound;
+/// replicas racing may each let one more through.
+pub const MAX_WAITING_PER_CALLER: usize = 50;
+
 /// Why an approval could not be asked for, decided or used.
 #[derive(Debug, thiserror::Error)]
 pub enum ApprovalError {
@@ -45,6 +51,9 @@ pub enum ApprovalError {
         /// What it is now.
         state: &'static str,
     },
+    /// The caller has [`MAX_WAITING_PER_CALLER`] requests waiting already.
+    #[error("{0} requests of this caller wait for a decision already")]
+    TooManyWaiting(usize),
     /// The journal could not be read or written.
     #[error(transparent)]
     Journal(#[from] JournalError),
@@ -200,10 +209,16 @@ impl Approvals {
     /// (`true`).
     pub(crate) async fn ask(&self, ask: Ask<'_>) -> Result<(Request, bool), ApprovalError> {
         self.sync().await?;
-        if let Some(request) = self.book().get(&ask.id) {
-            return Ok((request, false));
-        }
         let now = book::now();
+        {
+            let book = self.book();
+            if let Some(request) = book.get(&ask.id) {
+                return Ok((request, false));
+            }
+            if book.waiting_of(ask.caller, now) >= MAX_WAITING_PER_CALLER {
+                return Err(ApprovalError::TooManyWaiting(MAX_WAITING_PER_CALLER));
+            }
+        }
         let event = Event::Requested {
             id: ask.id.clone(),
             link: book::random_link(),
