@@ -134,6 +134,38 @@ impl Journal {
         }
     }
 
+    /// Replaces a file journal's entries by `events` (a new file renamed
+    /// over the old, so a crash leaves one or the other whole) and returns
+    /// the offset after them; `None` for a Redis list, which other replicas
+    /// read by index and which is therefore never rewritten, and when
+    /// read-only. Only for a journal no one else writes meanwhile: the
+    /// owner's, when it opens it.
+    pub(crate) async fn replace<E: Serialize>(&self, events: &[E]) -> Result<Option<u64>, JournalError> {
+        let Journal::File { path, read_only: false } = self else { return Ok(None) };
+        let mut text = String::new();
+        for event in events {
+            if let Ok(line) = serde_json::to_string(event) {
+                text.push_str(&line);
+                text.push('\n');
+            }
+        }
+        let path = path.clone();
+        tokio::task::spawn_blocking(move || {
+            let fail =
+                |e: std::io::Error| JournalError::File { path: path.display().to_string(), error: e.to_string() };
+            let mut fresh = path.clone().into_os_string();
+            fresh.push(".new");
+            let fresh = PathBuf::from(fresh);
+            let mut file = std::fs::File::create(&fresh).map_err(fail)?;
+            file.write_all(text.as_bytes()).map_err(fail)?;
+            file.sync_data().map_err(fail)?;
+            std::fs::rename(&fresh, &path).map_err(fail)?;
+            Ok(Some(text.len() as u64))
+        })
+        .await
+        .map_err(|e| JournalError::File { path: String::new(), error: e.to_string() })?
+    }
+
     /// The entries from `offset` on (a byte offset in the file, an index in
     /// Redis), and the offset after them. Unreadable entries are skipped.
     pub(crate) async fn read_from<E: DeserializeOwned>(&self, offset: u64) -> Result<(Vec<E>, u64), JournalError> {

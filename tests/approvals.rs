@@ -279,6 +279,45 @@ async fn an_expiry_is_final_and_requests_and_decisions_survive_a_restart() {
     assert_eq!(admin(&gw, "POST", "/approvals/nope/approve", Some(ADMIN_TOKEN)).await.status, 404);
 }
 
+/// The journal file is compacted when the gateway starts: a request that
+/// ended more than a day ago leaves it, with its decision; what is kept
+/// still stands, and the file still grows from there.
+#[tokio::test]
+async fn the_journal_file_drops_requests_ended_a_day_ago_at_start() {
+    let server = repos().await;
+    let state = state_dir();
+    std::fs::create_dir_all(&state).unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+    let request = |id: &str, at: u64, expires: u64| {
+        json!({"event": "requested", "id": id, "link": format!("link-{id}"), "rule": "repo-deletes",
+               "approver": "admin", "tool": "Repo.Delete@1.0.0", "upstream": "repos", "caller": "alice",
+               "owner": "o", "call_id": id, "input": {"repo": id}, "at": at, "expires": expires})
+    };
+    let old = 3 * 24 * 3600;
+    let lines = [
+        request("ended", now - old, now - old + 600),
+        json!({"event": "decided", "id": "ended", "approve": true, "by": "admin", "at": now - old + 60}),
+        json!({"event": "used", "id": "ended", "at": now - old + 61}),
+        request("waiting", now - 60, now + 3600),
+        request("waiting", now - 30, now + 9999),
+    ];
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    std::fs::write(state.join("approvals.jsonl"), text).unwrap();
+
+    let gw = Gateway::start_with_env(&operator_config(&server, &state, "10m"), &ENV).await;
+    gw.wait_for_tool("Repo.Delete@1.0.0").await;
+    let journal = std::fs::read_to_string(state.join("approvals.jsonl")).unwrap();
+    let kept: Vec<Value> = journal.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(kept, [request("waiting", now - 60, now + 3600)], "{journal}");
+    assert!(gw.logs().contains("approvals journal compacted"), "{}", gw.logs());
+    let listed = admin(&gw, "GET", "/approvals?state=all", Some(ADMIN_TOKEN)).await.json();
+    let ids: Vec<&Value> = listed["approvals"].as_array().unwrap().iter().map(|a| &a["id"]).collect();
+    assert_eq!(ids, [&json!("waiting")], "{listed}");
+    assert_eq!(admin(&gw, "POST", "/approvals/waiting/approve", Some(ADMIN_TOKEN)).await.status, 200);
+    let journal = std::fs::read_to_string(state.join("approvals.jsonl")).unwrap();
+    assert_eq!(journal.lines().count(), 2, "appended after the compacted entries: {journal}");
+}
+
 /// A caller's rule: alice approves her own call in her own signed-in
 /// browser; bob's browser, a browser signed in as nobody, a forged form and
 /// the operator cannot.

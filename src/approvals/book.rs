@@ -242,6 +242,39 @@ impl Book {
         self.requests.values().filter(|r| r.caller.as_deref() == caller && r.state_at(now) == State::Pending).count()
     }
 
+    /// The entries that rebuild this book: each request kept, then its
+    /// decision and its run, oldest request first. What was forgotten, and
+    /// what changed nothing (a second request under an id, a late or second
+    /// decision), is not among them.
+    pub(super) fn events(&self) -> Vec<Event> {
+        let mut requests: Vec<&Request> = self.requests.values().collect();
+        requests.sort_by(|a, b| (a.requested_at, &a.id).cmp(&(b.requested_at, &b.id)));
+        let mut events = Vec::with_capacity(requests.len());
+        for r in requests {
+            events.push(Event::Requested {
+                id: r.id.clone(),
+                link: r.link.clone(),
+                rule: r.rule.clone(),
+                approver: r.approver,
+                tool: r.tool.clone(),
+                upstream: r.upstream.clone(),
+                caller: r.caller.clone(),
+                owner: r.owner.clone(),
+                call_id: r.call_id.clone(),
+                input: r.input.clone(),
+                at: r.requested_at,
+                expires: r.expires_at,
+            });
+            if let Some(d) = &r.decision {
+                events.push(Event::Decided { id: r.id.clone(), approve: d.approved, by: d.by.clone(), at: d.at });
+            }
+            if let Some(at) = r.used_at {
+                events.push(Event::Used { id: r.id.clone(), at });
+            }
+        }
+        events
+    }
+
     /// Every request, states filled in.
     pub(super) fn all(&self) -> impl Iterator<Item = Request> + '_ {
         let now = now();
@@ -319,5 +352,34 @@ mod tests {
         );
         assert_eq!(book.get("late").unwrap().state(), State::Expired);
         assert!(book.get("old").is_none() && book.by_link("link-old").is_none());
+    }
+
+    #[test]
+    fn the_entries_kept_rebuild_the_same_book_without_what_changed_nothing() {
+        let t = now();
+        let mut book = Book::default();
+        let read = vec![
+            requested("old", t - 3 * KEPT_FOR_SECS, t - 2 * KEPT_FOR_SECS),
+            requested("a", t, t + 600),
+            requested("a", t + 1, t + 9999),
+            Event::Decided { id: "a".into(), approve: true, by: "admin".into(), at: t + 2 },
+            Event::Decided { id: "a".into(), approve: false, by: "admin".into(), at: t + 3 },
+            Event::Used { id: "a".into(), at: t + 4 },
+            requested("b", t - 5, t + 600),
+        ];
+        book.fold(read, 7);
+        let kept = book.events();
+        assert_eq!(kept.len(), 4, "{kept:?}");
+        let mut again = Book::default();
+        again.fold(kept, 4);
+        for id in ["a", "b"] {
+            let (was, is) = (book.get(id).unwrap(), again.get(id).unwrap());
+            assert_eq!(
+                (was.state, was.decision, was.used_at, was.link, was.expires_at, was.input),
+                (is.state, is.decision, is.used_at, is.link, is.expires_at, is.input)
+            );
+        }
+        assert_eq!(again.get("a").unwrap().used_at, Some(t + 4), "the run is kept");
+        assert!(again.get("old").is_none());
     }
 }

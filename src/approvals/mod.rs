@@ -163,10 +163,34 @@ impl Approvals {
     ) -> Result<Approvals, JournalError> {
         let journal = Journal::open(dir, JOURNAL_FILE, redis.map(|r| (r, JOURNAL_KEY)), read_only)?;
         let approvals = Approvals { book: Mutex::new(Book::default()), journal, syncing: tokio::sync::Mutex::new(()) };
-        if let Err(e) = approvals.sync().await {
-            tracing::warn!(error = %e, "approvals could not be read; they are read again at the next request");
+        match approvals.compact().await {
+            Ok(Some(dropped)) if dropped > 0 => {
+                tracing::info!(entries = dropped, "approvals journal compacted: ended requests forgotten")
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "approvals could not be read; they are read again at the next request")
+            }
         }
         Ok(approvals)
+    }
+
+    /// Reads the whole journal and, for the state directory's file, writes
+    /// back only what the book keeps: requests forgotten a day after they
+    /// ended leave the file. How many entries were dropped; `None` for a
+    /// Redis list (never rewritten) or a read-only journal.
+    async fn compact(&self) -> Result<Option<usize>, JournalError> {
+        let _one = self.syncing.lock().await;
+        let (events, next) = self.journal.read_from::<Event>(0).await?;
+        let read = events.len();
+        self.book().fold(events, next);
+        let kept = self.book().events();
+        if kept.len() == read {
+            return Ok(Some(0));
+        }
+        let Some(end) = self.journal.replace(&kept).await? else { return Ok(None) };
+        self.book().offset = end;
+        Ok(Some(read - kept.len()))
     }
 
     /// Approvals kept nowhere (benchmarks).
