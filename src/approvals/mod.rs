@@ -169,7 +169,7 @@ impl Approvals {
             }
             Ok(_) => {}
             Err(e) => {
-                tracing::warn!(error = %e, "approvals could not be read; they are read again at the next request")
+                tracing::warn!(error = %e, "the approvals journal could not be read or compacted; it is read again at the next request")
             }
         }
         Ok(approvals)
