@@ -27,6 +27,14 @@ fn config(server: &ToolServer) -> GatewayConfig {
     GatewayConfig::new().server_line("admin_token = \"env:TI_ADMIN_TOKEN\"").upstream("calc", &server.url())
 }
 
+/// [`config`] keeping pins in a fresh state directory: the directory and the toml.
+fn with_state_dir(server: &ToolServer) -> (std::path::PathBuf, String) {
+    let state = common::temp_file("pins-state", "d", "");
+    std::fs::remove_file(&state).unwrap();
+    let toml = config(server).raw(&format!("[state]\ndir = \"{}\"\n", state.display())).toml();
+    (state, toml)
+}
+
 async fn admin(gw: &Gateway, method: &str, path: &str, token: Option<&str>) -> Resp {
     let bearer = token.map(|t| format!("Bearer {t}"));
     let headers: Vec<(&str, &str)> = bearer.iter().map(|b| ("authorization", b.as_str())).collect();
@@ -168,10 +176,8 @@ async fn an_upstream_flapping_between_two_definitions_makes_one_change() {
 /// next poll after that proposes what the server offers then.
 #[tokio::test]
 async fn a_server_rewriting_a_tool_at_every_poll_makes_one_change_not_a_stream() {
-    let state = common::temp_file("pins-stream", "d", "");
-    std::fs::remove_file(&state).unwrap();
     let server = ToolServer::start(calc(HONEST)).await;
-    let toml = config(&server).raw(&format!("[state]\ndir = \"{}\"\n", state.display())).toml();
+    let (state, toml) = with_state_dir(&server);
     let gw = Gateway::start_with_env(&toml, &ENV).await;
     gw.wait_for_tool("Calc.Add@1.0.0").await;
     server.set_catalog_mode(CatalogMode::RewriteEachFetch);
@@ -246,10 +252,8 @@ async fn record_serves_a_change_at_once_and_keeps_it_for_review() {
 
 #[tokio::test]
 async fn decisions_and_pins_survive_a_restart() {
-    let state = common::temp_file("pins-state", "d", "");
-    std::fs::remove_file(&state).unwrap();
     let server = ToolServer::start(calc(HONEST)).await;
-    let toml = config(&server).raw(&format!("[state]\ndir = \"{}\"\n", state.display())).toml();
+    let (_state, toml) = with_state_dir(&server);
     let gw = Gateway::start_with_env(&toml, &ENV).await;
     gw.wait_for_tool("Calc.Add@1.0.0").await;
     server.set_catalog(calc("Adds two numbers, rejected."));
