@@ -437,3 +437,45 @@ impl PinBook {
         ControlFlow::Continue((ChangeState::Pending, flagged, id))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn proposed(id: &str, key: &str) -> Event {
+        Event::Proposed(Box::new(Change {
+            id: id.into(),
+            key: key.into(),
+            tool: key.into(),
+            upstream: "u".into(),
+            kind: ChangeKind::Changed,
+            findings: Vec::new(),
+            proposed: serde_json::json!({}),
+            proposed_digest: "0".repeat(64),
+            pinned_digest: None,
+            seen_at: 0,
+            state: ChangeState::Pending,
+            decided_by: None,
+            decided_at: None,
+        }))
+    }
+
+    fn decided(id: &str) -> Event {
+        Event::Decided { id: id.into(), approve: false, by: "admin".into(), at: 1 }
+    }
+
+    /// Two replicas may each propose a change of one tool before reading the
+    /// other's: the tool's waiting change is the first in the journal, and
+    /// once it is decided, the other one.
+    #[test]
+    fn a_tool_s_waiting_change_is_the_first_undecided_one() {
+        let mut book = PinBook::default();
+        book.fold(vec![proposed("x", "T.A@1"), proposed("y", "T.A@1"), proposed("z", "T.B@1")], 3);
+        assert_eq!(book.waiting.get("T.A@1").map(String::as_str), Some("x"));
+        book.fold(vec![decided("x")], 4);
+        assert_eq!(book.waiting.get("T.A@1").map(String::as_str), Some("y"));
+        book.fold(vec![decided("y")], 5);
+        assert_eq!(book.waiting.get("T.A@1"), None);
+        assert_eq!(book.waiting.get("T.B@1").map(String::as_str), Some("z"));
+    }
+}
