@@ -167,7 +167,9 @@ struct Pin {
 pub(super) struct PinBook {
     pins: HashMap<String, Pin>,
     changes: BTreeMap<String, Change>,
-    /// The pending change of each tool that has one (by what it is pinned by).
+    /// The pending change of each tool that has one (by what it is pinned
+    /// by): an index of `changes`, kept because every merge asks it for
+    /// every tool whose definition is new.
     waiting: HashMap<String, String>,
     /// Events decided here, not written yet.
     outbox: Vec<Event>,
